@@ -1,0 +1,209 @@
+// Package store defines the atomic record store that idemgate keeps one idempotency record per identity in.
+package store
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Identity names one idempotency record: the owner (principal) that sent the
+// request, the route it matched and the idempotency key it carried. Keys are
+// always scoped by Owner and Route, never global (an Owner of "" is the
+// explicit global scope that a route must opt into).
+type Identity struct {
+	Owner string
+	Route string
+	Key   string
+}
+
+// Response is a stored upstream response, replayed byte for byte.
+type Response struct {
+	// Status is the HTTP status code, 100..599.
+	Status int
+	// Header holds the end-to-end response headers. Values of one name keep
+	// their order and each Set-Cookie line stays a separate value.
+	Header http.Header
+	// Body is the complete response body in bytes; binary safe.
+	Body []byte
+	// Omitted is true when the upstream answered but the response was larger
+	// than the route's max_response_bytes, so only Status was kept; a retry
+	// gets a terminal problem response instead of a replay.
+	Omitted bool
+	// StoredAt is when the store recorded the response, from the store's
+	// clock, truncated to milliseconds.
+	StoredAt time.Time
+}
+
+// State is the state of a record as seen by Claim and Get.
+type State int
+
+const (
+	// Absent: no record (never claimed, released, purged or past retention).
+	Absent State = iota
+	// Claimed: this Claim call created (or took over) the record and now
+	// holds it with its token.
+	Claimed
+	// Running: another token holds the record and its lease has not ended.
+	Running
+	// Completed: the record holds a Response.
+	Completed
+	// Abandoned: the record is running past its lease end and the claim asked
+	// not to take abandoned records over (ClaimParams.NoTakeover), or the
+	// fingerprint differs from the abandoned record's.
+	Abandoned
+)
+
+// String returns the lowercase state name used in logs and the admin API.
+func (s State) String() string {
+	switch s {
+	case Absent:
+		return "absent"
+	case Claimed:
+		return "claimed"
+	case Running:
+		return "running"
+	case Completed:
+		return "completed"
+	case Abandoned:
+		return "abandoned"
+	}
+	return "unknown"
+}
+
+// ClaimParams are the inputs of Claim.
+type ClaimParams struct {
+	Identity Identity
+	// Fingerprint identifies the request (see policy.Fingerprint), at most
+	// 128 bytes.
+	Fingerprint string
+	// Token is a random, unique string naming this claim attempt; only the
+	// holder of the token may Complete, Release or Extend the record.
+	Token string
+	// Lease is how long the claim holds the record without an Extend; > 0,
+	// millisecond resolution.
+	Lease time.Duration
+	// Retention is how long a completed record is kept after Complete;
+	// 0 keeps it forever. Millisecond resolution.
+	Retention time.Duration
+	// NoTakeover makes a record running past its lease answer Abandoned
+	// instead of being taken over (route setting on_abandoned: reject).
+	NoTakeover bool
+}
+
+// ClaimResult is the outcome of Claim.
+type ClaimResult struct {
+	// State is Claimed, Running, Completed or Abandoned (never Absent).
+	State State
+	// Takeover is true when State is Claimed and the claim replaced a
+	// running record whose lease had ended (the previous holder is presumed
+	// dead).
+	Takeover bool
+	// Fingerprint is the record's fingerprint for Running, Completed and
+	// Abandoned; for Claimed it is the caller's.
+	Fingerprint string
+	// Response is the stored response when State is Completed.
+	Response *Response
+	// LeaseEnd is when the current lease ends (Claimed and Running).
+	LeaseEnd time.Time
+}
+
+// Record is the whole state of one identity, for operators (Get).
+type Record struct {
+	Identity    Identity
+	State       State // Running, Completed or Abandoned (a running record past its lease end)
+	Fingerprint string
+	// Token is the holder's token while State is Running or Abandoned; a
+	// completed record holds no token.
+	Token string
+	// Response is set when State is Completed.
+	Response *Response
+	// CreatedAt is when the record was (last) claimed.
+	CreatedAt time.Time
+	// LeaseEnd is the end of the current lease; zero once completed.
+	LeaseEnd time.Time
+	// RetentionEnd is when the record stops existing; zero means never.
+	RetentionEnd time.Time
+}
+
+// ErrUnavailable wraps every failure to reach or use the backing server, so
+// callers can fail closed with errors.Is(err, store.ErrUnavailable). Context
+// errors are returned wrapped as well (errors.Is(err, context.DeadlineExceeded)
+// keeps working).
+var ErrUnavailable = errors.New("store unavailable")
+
+// SafetyPoll is the longest a waiter relies on Watch alone: it re-checks the
+// record at least this often in case a notification was lost.
+const SafetyPoll = time.Second
+
+// Store keeps idempotency records. Every method is atomic for its identity
+// and safe for concurrent use by many goroutines and many processes sharing
+// one backing server.
+//
+// The contract (checked by store/storetest.Run for every implementation):
+//
+//  1. Claim on an identity with no record, an expired record (past its
+//     retention end), or a running record past its lease end whose
+//     fingerprint equals the caller's (a takeover, unless NoTakeover) writes
+//     a running record holding Token with lease end now+Lease, and answers
+//     Claimed. Of N concurrent Claims on a free identity exactly one answers
+//     Claimed. A running record with a different fingerprint is never taken
+//     over. A running record within its lease answers Running; a completed
+//     record answers Completed with its Response.
+//  2. A lease or retention has run out once its end time is reached: end <= now
+//     is over, end > now is valid. A record past its retention end is absent
+//     to every operation.
+//  3. Complete, Release and Extend act only while the record still holds the
+//     given token (not after a takeover, not after completion); otherwise they
+//     change nothing and return false. A completed record holds no token.
+//     Complete and Extend act on a running record even past its lease end as
+//     long as nobody has taken it over.
+//  4. All times come from one clock: the backing server's (Valkey: TIME inside
+//     the script), never the caller's.
+//  5. Failure to reach or use the backing server, or a done context, returns
+//     an error wrapping ErrUnavailable (and the context error); never
+//     Claimed, never false.
+//  6. Retention 0 keeps completed records forever. A running record always
+//     has an expiry (at least its lease end), so a crashed holder never
+//     leaves a record that lives forever.
+//  7. Identity, fingerprint, token and response come back exactly as given,
+//     binary bodies included.
+//  8. Complete, Release and Delete wake the identity's watchers (Watch), in
+//     this process and in every other process sharing the backing server.
+type Store interface {
+	// Claim tries to take the record for p.Identity; see the contract above.
+	// Errors wrap ErrUnavailable.
+	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+	// Complete stores resp in the record while it still holds token, ends
+	// the lease and sets the retention end to now+Retention of the claim
+	// (never, when Retention was 0). It reports whether it did. Errors wrap
+	// ErrUnavailable.
+	Complete(ctx context.Context, id Identity, token string, resp Response) (bool, error)
+	// Release deletes the record while it still holds token, so the key can
+	// be claimed again, and reports whether it did. Errors wrap ErrUnavailable.
+	Release(ctx context.Context, id Identity, token string) (bool, error)
+	// Extend moves the lease end to now+lease while the record still holds
+	// token (the heartbeat of a long upstream call) and reports whether it
+	// did. Errors wrap ErrUnavailable.
+	Extend(ctx context.Context, id Identity, token string, lease time.Duration) (bool, error)
+	// Get returns the record for id, or nil when it is absent. Errors wrap
+	// ErrUnavailable.
+	Get(ctx context.Context, id Identity) (*Record, error)
+	// Delete removes the record for id whatever its state (operator purge)
+	// and reports whether one existed. Errors wrap ErrUnavailable.
+	Delete(ctx context.Context, id Identity) (bool, error)
+	// Watch returns a channel that is closed after the record for id is next
+	// completed, released or deleted, and a stop function the caller must
+	// call when done waiting. The channel may also close spuriously (for
+	// example when the notification connection is re-established); callers
+	// re-Claim after it closes and poll at least every SafetyPoll in case a
+	// notification was lost. Call Watch before the Claim whose Running
+	// answer you will wait on, so no notification falls between the two.
+	Watch(id Identity) (changed <-chan struct{}, stop func())
+	// Ping checks that the backing server answers (for readiness). Errors
+	// wrap ErrUnavailable.
+	Ping(ctx context.Context) error
+	// Close releases connections and stops background work.
+	Close() error
+}
