@@ -1,0 +1,229 @@
+// Package metrics holds idemgate's Prometheus collectors, registered on an injected registry.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// Outcome labels of idemgate_requests_total, one per way a request ends.
+const (
+	OutcomeForwarded     = "forwarded"      // claimed and sent upstream once
+	OutcomeReplayed      = "replayed"       // answered from a completed record
+	OutcomeConflict      = "conflict"       // 409: still running (conflict mode or wait timed out)
+	OutcomeMismatch      = "mismatch"       // 422: key reused with another fingerprint
+	OutcomeInvalidKey    = "invalid_key"    // 400: malformed idempotency key
+	OutcomeMissingKey    = "missing_key"    // 400: key required but absent
+	OutcomeMissingOwner  = "missing_owner"  // 400: key present, owner absent
+	OutcomeTooLarge      = "too_large"      // 413: request body over max_request_bytes
+	OutcomeStoreError    = "store_error"    // 503: store unreachable, fail closed
+	OutcomePassthrough   = "passthrough"    // not enforced, proxied untouched
+	OutcomeFailOpen      = "fail_open"      // store unreachable, forwarded unprotected by route choice
+	OutcomeUpstreamError = "upstream_error" // 502/504 from idemgate for a failed upstream exchange
+	OutcomeAbandoned     = "abandoned"      // terminal: outcome unknown or response not retained
+	OutcomeBadRequest    = "bad_request"    // 400: the request body could not be read
+)
+
+// Metrics holds every idemgate collector. A nil *Metrics is valid and
+// records nothing, so tests and library users need not build one.
+type Metrics struct {
+	requests          *prometheus.CounterVec
+	upstream          *prometheus.HistogramVec
+	storeOps          *prometheus.HistogramVec
+	claimsInFlight    prometheus.Gauge
+	waiters           prometheus.Gauge
+	takeovers         *prometheus.CounterVec
+	heartbeatFailures *prometheus.CounterVec
+	storedBytes       *prometheus.HistogramVec
+}
+
+// New creates the collectors and registers them, with idemgate_build_info
+// carrying version, on reg. It returns an error when a collector is already
+// registered on reg.
+func New(reg prometheus.Registerer, version string) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_requests_total",
+			Help: "Requests handled, by route and outcome.",
+		}, []string{"route", "outcome"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_upstream_duration_seconds",
+			Help:    "Duration of enforced upstream exchanges in seconds, until the response body was read.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_store_operation_duration_seconds",
+			Help:    "Duration of store operations in seconds, by operation and result (ok or error).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"operation", "result"}),
+		claimsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_claims_in_flight",
+			Help: "Claims this instance holds while their upstream call runs.",
+		}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_waiters",
+			Help: "Requests waiting for a running record of the same identity.",
+		}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_lease_takeovers_total",
+			Help: "Claims that took over a running record whose lease had ended.",
+		}, []string{"route"}),
+		heartbeatFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_heartbeat_failures_total",
+			Help: "Lease extensions that failed or found the claim lost.",
+		}, []string{"route"}),
+		storedBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_stored_response_size_bytes",
+			Help:    "Size in bytes of response bodies stored for replay.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
+		}, []string{"route"}),
+	}
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemgate_build_info",
+		Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.storeOps, m.claimsInFlight,
+		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, info} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Request counts one finished request of route with outcome (an Outcome* constant).
+func (m *Metrics) Request(route, outcome string) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(route, outcome).Inc()
+}
+
+// Upstream observes one enforced upstream exchange of route that took d.
+func (m *Metrics) Upstream(route string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.upstream.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// ClaimsInFlight adds delta (+1 or -1) to the claims held by this instance.
+func (m *Metrics) ClaimsInFlight(delta float64) {
+	if m == nil {
+		return
+	}
+	m.claimsInFlight.Add(delta)
+}
+
+// Waiters adds delta (+1 or -1) to the requests waiting on a running record.
+func (m *Metrics) Waiters(delta float64) {
+	if m == nil {
+		return
+	}
+	m.waiters.Add(delta)
+}
+
+// Takeover counts one lease takeover on route.
+func (m *Metrics) Takeover(route string) {
+	if m == nil {
+		return
+	}
+	m.takeovers.WithLabelValues(route).Inc()
+}
+
+// HeartbeatFailure counts one failed or lost lease extension on route.
+func (m *Metrics) HeartbeatFailure(route string) {
+	if m == nil {
+		return
+	}
+	m.heartbeatFailures.WithLabelValues(route).Inc()
+}
+
+// StoredResponse observes the body size in bytes of a response stored on route.
+func (m *Metrics) StoredResponse(route string, bytes int) {
+	if m == nil {
+		return
+	}
+	m.storedBytes.WithLabelValues(route).Observe(float64(bytes))
+}
+
+func (m *Metrics) storeOp(op string, start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.storeOps.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
+}
+
+// InstrumentStore returns s with every operation timed into
+// idemgate_store_operation_duration_seconds. With a nil m it returns s.
+func InstrumentStore(s store.Store, m *Metrics) store.Store {
+	if m == nil {
+		return s
+	}
+	return &instrumented{Store: s, m: m}
+}
+
+type instrumented struct {
+	store.Store
+	m *Metrics
+}
+
+func (i *instrumented) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	start := time.Now()
+	res, err := i.Store.Claim(ctx, p)
+	i.m.storeOp("claim", start, err)
+	return res, err
+}
+
+func (i *instrumented) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
+	start := time.Now()
+	ok, err := i.Store.Complete(ctx, id, token, resp)
+	i.m.storeOp("complete", start, err)
+	return ok, err
+}
+
+func (i *instrumented) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
+	start := time.Now()
+	ok, err := i.Store.Release(ctx, id, token)
+	i.m.storeOp("release", start, err)
+	return ok, err
+}
+
+func (i *instrumented) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
+	start := time.Now()
+	ok, err := i.Store.Extend(ctx, id, token, lease)
+	i.m.storeOp("extend", start, err)
+	return ok, err
+}
+
+func (i *instrumented) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
+	start := time.Now()
+	rec, err := i.Store.Get(ctx, id)
+	i.m.storeOp("get", start, err)
+	return rec, err
+}
+
+func (i *instrumented) Delete(ctx context.Context, id store.Identity) (bool, error) {
+	start := time.Now()
+	ok, err := i.Store.Delete(ctx, id)
+	i.m.storeOp("delete", start, err)
+	return ok, err
+}
+
+func (i *instrumented) Ping(ctx context.Context) error {
+	start := time.Now()
+	err := i.Store.Ping(ctx)
+	i.m.storeOp("ping", start, err)
+	return err
+}
