@@ -3,7 +3,6 @@ package policy
 
 import (
 	"errors"
-	"net/http"
 	"time"
 )
 
@@ -112,41 +111,3 @@ var (
 	// ErrOwnerMissing: the request carries a key but no owner value.
 	ErrOwnerMissing = errors.New("owner missing")
 )
-
-// ParseKey extracts the idempotency key from the values of the key field
-// (h.Values(name)). It accepts an RFC 8941 sf-string item, as
-// draft-ietf-httpapi-idempotency-key-header section 2 defines, and a bare
-// token. It returns ErrKeyMissing when there is no value, and an error
-// wrapping ErrKeyInvalid for: an empty key, more than 255 characters, list
-// syntax, parameters, non-printable or non-ASCII characters, or the field
-// sent more than once.
-func ParseKey(values []string) (string, error) { panic("policy: not implemented") }
-
-// Enforces reports whether requests with this method are enforced on r (mode
-// enforce and method listed).
-func (r *Route) Enforces(method string) bool { panic("policy: not implemented") }
-
-// Replayable reports whether a response with this status is stored and
-// replayed (replay_statuses).
-func (r *Route) Replayable(status int) bool { panic("policy: not implemented") }
-
-// OwnerOf returns the owner value of req per r.Owner: the trusted header's
-// value, "sha256:"+hex of the Authorization header, "cert:"+hex SHA-256 of
-// the verified leaf certificate, or "" for none. It returns ErrOwnerMissing
-// when the source yields no value.
-func (r *Route) OwnerOf(req *http.Request) (string, error) { panic("policy: not implemented") }
-
-// FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
-// per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
-func (r *Route) FingerprintOf(req *http.Request, body []byte) string { panic("policy: not implemented") }
-
-// Policy is a compiled, immutable set of routes; safe for concurrent use.
-type Policy struct{}
-
-// Match returns the route for req by net/http ServeMux precedence (most
-// specific pattern wins), or the defaults route (Name "default") when no
-// route matches. Never nil.
-func (p *Policy) Match(req *http.Request) *Route { panic("policy: not implemented") }
-
-// Routes returns every route in file order, then the defaults route.
-func (p *Policy) Routes() []*Route { panic("policy: not implemented") }

@@ -1,0 +1,391 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	pathpkg "path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultRouteName is the Name of the defaults route, which requests that
+// match no route get.
+const DefaultRouteName = "default"
+
+// FieldError is one configuration problem: Path is the key path of the
+// setting in the config file, e.g. "routes[1].lease" or "defaults.owner".
+type FieldError struct {
+	Path string
+	Err  error
+}
+
+// Error returns "path: problem".
+func (e *FieldError) Error() string { return e.Path + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying problem.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(path, format string, args ...any) error {
+	return &FieldError{Path: path, Err: fmt.Errorf(format, args...)}
+}
+
+// Policy is a compiled, immutable set of routes; safe for concurrent use.
+type Policy struct {
+	routes   []*Route // file order
+	defaults *Route
+	mux      *http.ServeMux
+}
+
+// routeHandler marks a ServeMux match as one of our routes; anything else
+// the mux returns (not found, method not allowed, redirects) means defaults.
+type routeHandler struct{ route *Route }
+
+func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+var routeNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// New compiles a Policy from the defaults route and the routes in file
+// order. Each route must already carry its effective settings (defaults
+// merged in, as config does). New sets the defaults route's Name to
+// "default" and Match to "", canonicalizes header names, lowercases, sorts
+// and deduplicates fingerprint headers, and narrows a route's Methods to the
+// method of its Match pattern (a GET pattern also matches HEAD).
+//
+// It returns every problem at once (errors.Join of *FieldError, with paths
+// "defaults.FIELD" and "routes[i].FIELD" named as in the config file):
+// invalid or duplicate route names, invalid or conflicting Match patterns
+// (net/http ServeMux syntax; a conflict names both routes), a pattern method
+// outside Methods, and field values out of range.
+func New(defaults Route, routes []Route) (*Policy, error) {
+	var errs []error
+	p := &Policy{mux: http.NewServeMux()}
+
+	d := cloneRoute(defaults)
+	d.Name, d.Match = DefaultRouteName, ""
+	errs = append(errs, normalize(d, "defaults")...)
+	p.defaults = d
+
+	seen := map[string]int{}
+	var registered []int
+	for i := range routes {
+		r := cloneRoute(routes[i])
+		path := fmt.Sprintf("routes[%d]", i)
+		switch {
+		case r.Name == DefaultRouteName:
+			errs = append(errs, fieldErr(path+".name", "%q is reserved for the defaults route", r.Name))
+		case !routeNameRE.MatchString(r.Name):
+			errs = append(errs, fieldErr(path+".name", "%q must match ^[a-z0-9-]+$", r.Name))
+		default:
+			if j, dup := seen[r.Name]; dup {
+				errs = append(errs, fieldErr(path+".name", "%q is already the name of routes[%d]", r.Name, j))
+			} else {
+				seen[r.Name] = i
+			}
+		}
+		errs = append(errs, normalize(r, path)...)
+		p.routes = append(p.routes, r)
+
+		if r.Match == "" {
+			errs = append(errs, fieldErr(path+".match", "is required"))
+			continue
+		}
+		if err := register(p.mux, r); err != nil {
+			errs = append(errs, matchError(path, r, err, routes, registered, p.routes))
+			continue
+		}
+		registered = append(registered, i)
+		if m := patternMethod(r.Match); m != "" {
+			allowed := []string{m}
+			if m == http.MethodGet {
+				allowed = append(allowed, http.MethodHead)
+			}
+			r.Methods = slices.DeleteFunc(r.Methods, func(x string) bool { return !slices.Contains(allowed, x) })
+			if len(r.Methods) == 0 {
+				errs = append(errs, fieldErr(path+".match", "method %s is not among methods %v, so the route would enforce nothing; add it to methods", m, routes[i].Methods))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// register adds r's pattern to mux, turning ServeMux's panic on an invalid
+// or conflicting pattern into an error.
+func register(mux *http.ServeMux, r *Route) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	mux.Handle(r.Match, routeHandler{route: r})
+	return nil
+}
+
+// matchError explains why r's pattern did not register: either it is
+// invalid alone, or it conflicts with an earlier route, which it names.
+func matchError(path string, r *Route, err error, raw []Route, registered []int, compiled []*Route) error {
+	if alone := register(http.NewServeMux(), r); alone != nil {
+		return fieldErr(path+".match", "invalid pattern %q: %v", r.Match, stripPanicPrefix(alone))
+	}
+	for _, j := range registered {
+		m := http.NewServeMux()
+		if register(m, compiled[j]) == nil && register(m, r) != nil {
+			return fieldErr(path+".match", "pattern %q conflicts with routes[%d] (%s) pattern %q: both match some requests and neither is more specific", r.Match, j, raw[j].Name, raw[j].Match)
+		}
+	}
+	return fieldErr(path+".match", "pattern %q: %v", r.Match, err)
+}
+
+func stripPanicPrefix(err error) string {
+	s := err.Error()
+	if _, after, ok := strings.Cut(s, ": "); ok && strings.HasPrefix(s, "parsing ") {
+		return after
+	}
+	return s
+}
+
+// patternMethod returns the method of a ServeMux pattern
+// "[METHOD ][HOST]/[PATH]", or "".
+func patternMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return pattern[:i]
+	}
+	return ""
+}
+
+func cloneRoute(r Route) *Route {
+	r.Methods = slices.Clone(r.Methods)
+	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
+	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	return &r
+}
+
+// normalize canonicalizes r in place and returns its out-of-range fields.
+func normalize(r *Route, path string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fieldErr(path+"."+field, format, args...))
+	}
+	if r.Mode == "" {
+		r.Mode = ModeEnforce
+	}
+	if r.Mode != ModeEnforce && r.Mode != ModePassthrough {
+		bad("mode", "%q must be enforce or passthrough", r.Mode)
+	}
+	if !validToken(r.Header) {
+		bad("header", "%q is not a valid field name", r.Header)
+	} else {
+		r.Header = textproto.CanonicalMIMEHeaderKey(r.Header)
+	}
+	if len(r.Methods) == 0 {
+		bad("methods", "must list at least one method")
+	}
+	var methods []string
+	for _, m := range r.Methods {
+		if !validToken(m) {
+			bad("methods", "%q is not a valid method token", m)
+		} else if !slices.Contains(methods, m) {
+			methods = append(methods, m)
+		}
+	}
+	r.Methods = methods
+	switch r.Owner.Kind {
+	case OwnerHeader:
+		if o, err := ParseOwnerSource(r.Owner.String()); err != nil {
+			bad("owner", "%v", err)
+		} else {
+			r.Owner = o
+		}
+	case OwnerAuthorization, OwnerClientCert:
+	case OwnerNone:
+		if !r.AllowGlobalKeys {
+			bad("owner", "none shares keys between all clients and needs allow_global_keys: true")
+		}
+	default:
+		bad("owner", "unknown owner source %q", r.Owner.Kind)
+	}
+	var fh []string
+	for _, h := range r.Fingerprint.Headers {
+		if !validToken(h) {
+			bad("fingerprint.headers", "%q is not a valid field name", h)
+			continue
+		}
+		if h = strings.ToLower(h); !slices.Contains(fh, h) {
+			fh = append(fh, h)
+		}
+	}
+	slices.Sort(fh)
+	r.Fingerprint.Headers = fh
+	switch r.Fingerprint.Body {
+	case BodyRaw, BodyJSON, BodyIgnore:
+	default:
+		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
+	}
+	if r.Lease <= 0 {
+		bad("lease", "%v must be > 0", r.Lease)
+	}
+	if r.Retention < 0 {
+		bad("retention", "%v must be >= 0 (0 keeps records forever)", r.Retention)
+	}
+	if r.Concurrent != ConcurrentWait && r.Concurrent != ConcurrentConflict {
+		bad("concurrent", "%q must be wait or conflict", r.Concurrent)
+	}
+	if r.WaitTimeout <= 0 {
+		bad("wait_timeout", "%v must be > 0", r.WaitTimeout)
+	}
+	if len(r.ReplayStatuses) == 0 {
+		bad("replay_statuses", "must list at least one status class or code")
+	}
+	for _, s := range r.ReplayStatuses {
+		if s.Min < 100 || s.Max > 599 || s.Min > s.Max {
+			bad("replay_statuses", "range %d-%d is not within 100-599", s.Min, s.Max)
+		}
+	}
+	if r.MaxRequestBytes <= 0 {
+		bad("max_request_bytes", "%d must be > 0", r.MaxRequestBytes)
+	}
+	if r.MaxResponseBytes <= 0 {
+		bad("max_response_bytes", "%d must be > 0", r.MaxResponseBytes)
+	}
+	if r.OnStoreError != FailClosed && r.OnStoreError != FailOpen {
+		bad("on_store_error", "%q must be fail_closed or fail_open", r.OnStoreError)
+	}
+	if r.OnAbandoned != AbandonedTakeover && r.OnAbandoned != AbandonedReject {
+		bad("on_abandoned", "%q must be takeover or reject", r.OnAbandoned)
+	}
+	return errs
+}
+
+// ParseStatus parses one replay_statuses entry: a class "1xx".."5xx" (also
+// "2XX") or a code 100..599.
+func ParseStatus(s string) (StatusRange, error) {
+	s = strings.TrimSpace(s)
+	if len(s) == 3 && (s[1:] == "xx" || s[1:] == "XX") && '1' <= s[0] && s[0] <= '5' {
+		base := int(s[0]-'0') * 100
+		return StatusRange{Min: base, Max: base + 99}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 100 || n > 599 {
+		return StatusRange{}, fmt.Errorf("%q is neither a status class 1xx..5xx nor a code 100..599", s)
+	}
+	return StatusRange{Min: n, Max: n}, nil
+}
+
+// String returns "2xx" for a whole class, "409" for one code, else
+// "200-204".
+func (s StatusRange) String() string {
+	switch {
+	case s.Min == s.Max:
+		return strconv.Itoa(s.Min)
+	case s.Min%100 == 0 && s.Max == s.Min+99:
+		return strconv.Itoa(s.Min/100) + "xx"
+	}
+	return strconv.Itoa(s.Min) + "-" + strconv.Itoa(s.Max)
+}
+
+// Match returns the route for req by net/http ServeMux precedence (most
+// specific pattern wins), or the defaults route (Name "default") when no
+// route matches. Never nil.
+//
+// The path is matched after ServeMux's cleaning ("/a//b/../c" as "/a/c"),
+// since that is the resource an upstream sees; a request that ServeMux would
+// only redirect to a subtree ("/uploads" for pattern "/uploads/") matches no
+// route.
+func (p *Policy) Match(req *http.Request) *Route {
+	if req == nil || req.URL == nil || len(p.routes) == 0 {
+		return p.defaults
+	}
+	lookup := req
+	if esc := req.URL.EscapedPath(); req.Method != http.MethodConnect && cleanPath(esc) != esc {
+		clean := cleanPath(esc)
+		unesc, err := url.PathUnescape(clean)
+		if err != nil {
+			return p.defaults
+		}
+		lookup = &http.Request{Method: req.Method, Host: req.Host, Header: req.Header,
+			URL: &url.URL{Path: unesc, RawPath: clean}}
+	}
+	if h, _ := p.mux.Handler(lookup); h != nil {
+		if rh, ok := h.(routeHandler); ok {
+			return rh.route
+		}
+	}
+	return p.defaults
+}
+
+// cleanPath mirrors net/http's: rooted, path.Clean'd, trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := pathpkg.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// Routes returns every route in file order, then the defaults route. The
+// routes are shared: callers must not modify them.
+func (p *Policy) Routes() []*Route {
+	out := make([]*Route, 0, len(p.routes)+1)
+	out = append(out, p.routes...)
+	return append(out, p.defaults)
+}
+
+// Defaults returns the defaults route (Name "default").
+func (p *Policy) Defaults() *Route { return p.defaults }
+
+// Enforces reports whether requests with this method are enforced on r (mode
+// enforce and method listed).
+func (r *Route) Enforces(method string) bool {
+	return r.Mode == ModeEnforce && slices.Contains(r.Methods, method)
+}
+
+// Replayable reports whether a response with this status is stored and
+// replayed (replay_statuses).
+func (r *Route) Replayable(status int) bool {
+	for _, s := range r.ReplayStatuses {
+		if s.Min <= status && status <= s.Max {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultRoute returns the built-in defaults route, which a config file's
+// `defaults:` section overrides: key field Idempotency-Key on POST and
+// PATCH, optional, owner from the Authorization header, fingerprint over
+// Content-Type, the query and the raw body, a 10s lease, 24h retention,
+// wait up to 10s for a running twin, replay 2xx, 1 MiB request and response
+// limits, fail closed, take abandoned claims over.
+func DefaultRoute() Route {
+	return Route{
+		Name:             DefaultRouteName,
+		Mode:             ModeEnforce,
+		Header:           "Idempotency-Key",
+		Methods:          []string{http.MethodPost, http.MethodPatch},
+		Owner:            OwnerSource{Kind: OwnerAuthorization},
+		Fingerprint:      FingerprintSpec{Headers: []string{"content-type"}, Query: true, Body: BodyRaw},
+		Lease:            10 * time.Second,
+		Retention:        24 * time.Hour,
+		Concurrent:       ConcurrentWait,
+		WaitTimeout:      10 * time.Second,
+		ReplayStatuses:   []StatusRange{{Min: 200, Max: 299}},
+		MaxRequestBytes:  1 << 20,
+		MaxResponseBytes: 1 << 20,
+		OnStoreError:     FailClosed,
+		OnAbandoned:      AbandonedTakeover,
+	}
+}

@@ -1,0 +1,55 @@
+package policy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Describe writes the effective policy of every route, in Routes order
+// (file order, then the defaults route), as a YAML list that uses the
+// config file's key names; sizes are in bytes, durations in Go syntax. It
+// returns the first write error.
+func (p *Policy) Describe(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	for i, r := range p.Routes() {
+		if i > 0 {
+			bw.WriteString("\n")
+		}
+		r.describe(bw)
+	}
+	return bw.Flush()
+}
+
+func (r *Route) describe(w *bufio.Writer) {
+	kv := func(k, v string) { fmt.Fprintf(w, "  %s: %s\n", k, v) }
+	fmt.Fprintf(w, "- name: %s\n", strconv.Quote(r.Name))
+	kv("match", strconv.Quote(r.Match))
+	kv("mode", string(r.Mode))
+	kv("header", r.Header)
+	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
+	kv("required", strconv.FormatBool(r.Required))
+	kv("owner", strconv.Quote(r.Owner.String()))
+	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
+	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s}\n",
+		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body)
+	kv("lease", r.Lease.String())
+	if r.Retention == 0 {
+		kv("retention", "0s # completed records are kept forever")
+	} else {
+		kv("retention", r.Retention.String())
+	}
+	kv("concurrent", string(r.Concurrent))
+	kv("wait_timeout", r.WaitTimeout.String())
+	st := make([]string, len(r.ReplayStatuses))
+	for i, s := range r.ReplayStatuses {
+		st[i] = strconv.Quote(s.String())
+	}
+	kv("replay_statuses", "["+strings.Join(st, ", ")+"]")
+	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
+	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))
+	kv("on_store_error", string(r.OnStoreError))
+	kv("on_abandoned", string(r.OnAbandoned))
+}

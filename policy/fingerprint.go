@@ -1,0 +1,263 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"hash"
+	"io"
+	"math/big"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+)
+
+// FingerprintPrefix starts every fingerprint of the hs1 format. The format
+// (docs/protocol.md, "Request fingerprint (hs1)") is frozen: a change to it
+// is a new prefix (hs2:), never an edit, because stored records compare
+// fingerprints across versions of idemgate.
+const FingerprintPrefix = "hs1:"
+
+// Record tags of the hs1 encoding; each record is tag (1 byte) + length
+// (8 bytes, big-endian) + that many bytes.
+const (
+	tagScheme       = 'S' // "hs1", first record: domain separation from later formats
+	tagMethod       = 'M' // request method as sent
+	tagPath         = 'P' // escaped path as sent
+	tagQuery        = 'Q' // raw query as sent (query: true), possibly empty
+	tagQueryAbsent  = 'q' // query: false, zero length
+	tagHeaderName   = 'H' // configured header name, lowercase; its values follow
+	tagHeaderValue  = 'V' // one field line value of the preceding header
+	tagBodyRaw      = 'B' // body bytes (body: raw)
+	tagBodyJSON     = 'J' // RFC 8785 canonical JSON (body: json)
+	tagBodyFallback = 'F' // body bytes under body: json when not canonicalizable
+	tagBodyIgnored  = 'I' // body: ignore, zero length
+)
+
+// FingerprintHeader is one configured header of a FingerprintInput.
+type FingerprintHeader struct {
+	// Name is the field name; it is lowercased in the encoding.
+	Name string
+	// Values are the field line values in the order received; none means
+	// the header is absent, which differs from one empty value.
+	Values []string
+}
+
+// FingerprintInput is everything that enters an hs1 fingerprint, explicitly,
+// so that vectors and fuzzing need no *http.Request.
+type FingerprintInput struct {
+	// Method is the request method as sent (case-sensitive).
+	Method string
+	// Path is the escaped path as sent (url.URL.EscapedPath).
+	Path string
+	// IncludeQuery says whether the query enters (fingerprint.query); when
+	// false Query is ignored and the encoding says "absent", which differs
+	// from an included empty query.
+	IncludeQuery bool
+	// Query is the raw query as sent (url.URL.RawQuery), without "?".
+	Query string
+	// Headers are the configured headers; Fingerprint lowercases the names
+	// and orders them by name (stable), as FingerprintSpec does.
+	Headers []FingerprintHeader
+	// BodyMode says how Body enters: raw, json or ignore; any other value
+	// counts as raw.
+	BodyMode BodyMode
+	// Body is the complete request body in bytes.
+	Body []byte
+}
+
+// Fingerprint returns the hs1 fingerprint of in: "hs1:" + 64 lowercase hex
+// digits of SHA-256 over FingerprintEncoding(in).
+func Fingerprint(in FingerprintInput) string {
+	h := sha256.New()
+	encodeFingerprint(h, in)
+	return finish(h)
+}
+
+// FingerprintEncoding returns the exact bytes that Fingerprint hashes; the
+// layout is in docs/protocol.md. Distinct inputs (after lowercasing and
+// ordering header names, and canonicalizing a JSON body) never share an
+// encoding.
+func FingerprintEncoding(in FingerprintInput) []byte {
+	var b bytes.Buffer
+	encodeFingerprint(&b, in)
+	return b.Bytes()
+}
+
+// FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
+// per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
+func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
+	in := FingerprintInput{
+		Method:       req.Method,
+		IncludeQuery: r.Fingerprint.Query,
+		BodyMode:     r.Fingerprint.Body,
+		Body:         body,
+	}
+	if req.URL != nil {
+		in.Path = req.URL.EscapedPath()
+		in.Query = req.URL.RawQuery
+	}
+	if len(r.Fingerprint.Headers) > 0 {
+		in.Headers = make([]FingerprintHeader, len(r.Fingerprint.Headers))
+		for i, name := range r.Fingerprint.Headers {
+			in.Headers[i] = FingerprintHeader{Name: name, Values: req.Header.Values(name)}
+		}
+	}
+	return Fingerprint(in)
+}
+
+func finish(h hash.Hash) string {
+	var sum [sha256.Size]byte
+	return FingerprintPrefix + hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+func encodeFingerprint(w io.Writer, in FingerprintInput) {
+	put := func(tag byte, s []byte) {
+		var hdr [9]byte
+		hdr[0] = tag
+		binary.BigEndian.PutUint64(hdr[1:], uint64(len(s)))
+		w.Write(hdr[:])
+		w.Write(s)
+	}
+	putString := func(tag byte, s string) { put(tag, []byte(s)) }
+
+	putString(tagScheme, "hs1")
+	putString(tagMethod, in.Method)
+	putString(tagPath, in.Path)
+	if in.IncludeQuery {
+		putString(tagQuery, in.Query)
+	} else {
+		put(tagQueryAbsent, nil)
+	}
+	headers := in.Headers
+	if !sortedLower(headers) {
+		headers = slices.Clone(headers)
+		for i := range headers {
+			headers[i].Name = strings.ToLower(headers[i].Name)
+		}
+		slices.SortStableFunc(headers, func(a, b FingerprintHeader) int { return strings.Compare(a.Name, b.Name) })
+	}
+	for _, h := range headers {
+		putString(tagHeaderName, h.Name)
+		for _, v := range h.Values {
+			putString(tagHeaderValue, v)
+		}
+	}
+	switch in.BodyMode {
+	case BodyIgnore:
+		put(tagBodyIgnored, nil)
+	case BodyJSON:
+		if c, ok := canonicalJSON(in.Body); ok {
+			put(tagBodyJSON, c)
+		} else {
+			put(tagBodyFallback, in.Body)
+		}
+	default:
+		put(tagBodyRaw, in.Body)
+	}
+}
+
+func sortedLower(hs []FingerprintHeader) bool {
+	for i, h := range hs {
+		for j := 0; j < len(h.Name); j++ {
+			if 'A' <= h.Name[j] && h.Name[j] <= 'Z' {
+				return false
+			}
+		}
+		if i > 0 && hs[i-1].Name > h.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalJSON returns the RFC 8785 form of body, or false when body is not
+// JSON or holds a number that an IEEE 754 double cannot carry without
+// merging it with a different number (RFC 8785 section 3.2.2.3 serializes
+// numbers as doubles, so 9007199254740993 would become 9007199254740992 and
+// two different requests would share a fingerprint).
+func canonicalJSON(body []byte) ([]byte, bool) {
+	if len(body) == 0 {
+		return nil, false
+	}
+	c, err := jcs.Transform(body)
+	if err != nil {
+		return nil, false
+	}
+	if !numbersExact(body) {
+		return nil, false
+	}
+	return c, true
+}
+
+// numbersExact reports whether every number literal of the valid JSON text
+// body denotes the same decimal value as the shortest form of the double it
+// parses to; only then can two literals share a canonical form solely by
+// being numerically equal.
+func numbersExact(body []byte) bool {
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case c == '"':
+			for i++; i < len(body) && body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || ('0' <= c && c <= '9'):
+			j := i
+			for j < len(body) && strings.IndexByte("+-.eE0123456789", body[j]) >= 0 {
+				j++
+			}
+			if !numberExact(string(body[i:j])) {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+// Bounds that keep numberExact cheap: a double has at most 17 significant
+// digits and exponents within about ±324, so a literal beyond these cannot
+// be exact anyway, and big arithmetic on it could be made slow.
+const (
+	maxExactDigits   = 40
+	maxExactExponent = 400
+)
+
+func numberExact(lit string) bool {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(lit), "e")
+	mant = strings.TrimPrefix(mant, "-")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	frac = strings.TrimRight(frac, "0")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	if !hasExp && len(digits) <= 15 {
+		// Any decimal of at most 15 significant digits survives a round trip
+		// through a double (DBL_DIG).
+		return true
+	}
+	if len(digits) > maxExactDigits {
+		return false
+	}
+	if hasExp {
+		e, err := strconv.Atoi(exp)
+		if err != nil || e > maxExactExponent || e < -maxExactExponent {
+			return false
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return false
+	}
+	want, ok := new(big.Rat).SetString(lit)
+	if !ok {
+		return false
+	}
+	got, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	return ok && want.Cmp(got) == 0
+}

@@ -1,0 +1,144 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// Owner value prefixes. They keep the forms of different sources apart, so
+// that a trusted header value can never equal a hash of a credential; the
+// admin API builds owners with the same forms.
+const (
+	ownerHeaderPrefix = "h:"
+	ownerAuthPrefix   = "sha256:"
+	ownerCertPrefix   = "cert:"
+)
+
+// ParseOwnerSource parses an `owner:` setting: "header:NAME",
+// "authorization", "client-cert" or "none". NAME must be an RFC 9110 field
+// name and is canonicalized; Authorization, Proxy-Authorization and Cookie
+// are refused as header owners because their raw credential would become the
+// stored owner (use "authorization" instead, which stores only a hash).
+func ParseOwnerSource(s string) (OwnerSource, error) {
+	switch OwnerKind(s) {
+	case OwnerAuthorization, OwnerClientCert, OwnerNone:
+		return OwnerSource{Kind: OwnerKind(s)}, nil
+	}
+	name, ok := strings.CutPrefix(s, string(OwnerHeader)+":")
+	if !ok {
+		return OwnerSource{}, fmt.Errorf("unknown owner source %q; want header:NAME, authorization, client-cert or none", s)
+	}
+	if !validToken(name) {
+		return OwnerSource{}, fmt.Errorf("owner header %q is not a valid field name", name)
+	}
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	switch name {
+	case "Authorization", "Proxy-Authorization", "Cookie":
+		return OwnerSource{}, fmt.Errorf("owner header %s carries a raw credential; use owner: authorization", name)
+	}
+	return OwnerSource{Kind: OwnerHeader, Header: name}, nil
+}
+
+// String returns the setting as written in the config: "header:NAME",
+// "authorization", "client-cert" or "none".
+func (o OwnerSource) String() string {
+	if o.Kind == OwnerHeader {
+		return string(OwnerHeader) + ":" + o.Header
+	}
+	return string(o.Kind)
+}
+
+// AuthorizationOwner returns the owner of a request whose Authorization
+// field value is value: "sha256:" + lowercase hex SHA-256 of the value bytes,
+// so that the raw credential is never stored.
+func AuthorizationOwner(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return ownerAuthPrefix + hex.EncodeToString(sum[:])
+}
+
+// HeaderOwner returns the owner of a request whose trusted owner header has
+// value: "h:" + value with surrounding spaces and tabs trimmed.
+func HeaderOwner(value string) string {
+	return ownerHeaderPrefix + strings.Trim(value, " \t")
+}
+
+// CertOwner returns the owner of a request whose verified leaf certificate
+// has the DER bytes der: "cert:" + lowercase hex SHA-256 of der.
+func CertOwner(der []byte) string {
+	sum := sha256.Sum256(der)
+	return ownerCertPrefix + hex.EncodeToString(sum[:])
+}
+
+// OwnerOf returns the owner value of req per r.Owner: the trusted header's
+// value, "sha256:"+hex of the Authorization header, "cert:"+hex SHA-256 of
+// the verified leaf certificate, or "" for none. It returns ErrOwnerMissing
+// when the source yields no value.
+//
+// Exact forms: "h:"+value (trimmed) for header:NAME, AuthorizationOwner for
+// authorization, CertOwner of req.TLS.VerifiedChains[0][0] for client-cert
+// (an unverified peer certificate is no owner). A source field sent more
+// than once is ambiguous and also yields ErrOwnerMissing (wrapped), never a
+// pick of one value.
+func (r *Route) OwnerOf(req *http.Request) (string, error) {
+	switch r.Owner.Kind {
+	case OwnerNone:
+		return "", nil
+	case OwnerHeader:
+		v, err := singleValue(req.Header, r.Owner.Header)
+		if err != nil {
+			return "", err
+		}
+		if strings.Trim(v, " \t") == "" {
+			return "", fmt.Errorf("%w: header %s is absent or empty", ErrOwnerMissing, r.Owner.Header)
+		}
+		return HeaderOwner(v), nil
+	case OwnerAuthorization:
+		v, err := singleValue(req.Header, "Authorization")
+		if err != nil {
+			return "", err
+		}
+		if strings.Trim(v, " \t") == "" {
+			return "", fmt.Errorf("%w: no Authorization header", ErrOwnerMissing)
+		}
+		return AuthorizationOwner(v), nil
+	case OwnerClientCert:
+		if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
+			return "", fmt.Errorf("%w: no verified client certificate", ErrOwnerMissing)
+		}
+		return CertOwner(req.TLS.VerifiedChains[0][0].Raw), nil
+	}
+	return "", fmt.Errorf("%w: route %s has no valid owner source", ErrOwnerMissing, r.Name)
+}
+
+func singleValue(h http.Header, name string) (string, error) {
+	vs := h.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", fmt.Errorf("%w: header %s sent %d times", ErrOwnerMissing, name, len(vs))
+}
+
+// validToken reports whether s is an RFC 9110 section 5.6.2 token (the
+// syntax of field names and methods).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
