@@ -1,0 +1,392 @@
+// Package memory is an in-process store.Store for tests and single-instance deployments; it is neither durable nor shared between processes.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// abandonedKeep is how long a running record whose claim had Retention 0
+// outlives its lease end, so an abandoned claim stays visible to
+// on_abandoned: reject while nothing lives forever (same rule as store/valkey).
+const abandonedKeep = 24 * time.Hour
+
+// DefaultSweepInterval is how often the background sweep runs by default.
+const DefaultSweepInterval = time.Minute
+
+// sweepBatch bounds how many records one sweep looks at, so a sweep never
+// holds the lock for long; the rest is left to lazy removal and later sweeps.
+const sweepBatch = 10000
+
+// Option configures New.
+type Option func(*Store)
+
+// WithClock makes the store read now from clock instead of time.Now. The
+// store truncates every time it reads to milliseconds, like store/valkey.
+func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock = clock } }
+
+// WithSweepInterval sets how often expired records are swept in the
+// background (default DefaultSweepInterval); d <= 0 turns the background
+// sweep off (expired records are still removed lazily when touched).
+func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepEvery = d } }
+
+// Store is a store.Store kept in this process's memory. Records are copied
+// in and out, so callers never share a header map or body slice with it.
+type Store struct {
+	clock      func() time.Time
+	sweepEvery time.Duration
+
+	mu       sync.Mutex
+	records  map[store.Identity]*record
+	watchers map[store.Identity]map[*watcher]struct{}
+
+	stopSweep chan struct{}
+	sweepDone chan struct{}
+	closeOnce sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+type record struct {
+	running     bool
+	fingerprint string
+	token       string
+	takeover    bool
+	created     time.Time
+	leaseEnd    time.Time
+	// expiry is when the record stops existing; zero means never.
+	expiry    time.Time
+	retention time.Duration
+	resp      *store.Response
+}
+
+type watcher struct{ ch chan struct{} }
+
+// New returns an empty store. Call Close to stop its background sweep.
+func New(opts ...Option) *Store {
+	s := &Store{
+		clock:      time.Now,
+		sweepEvery: DefaultSweepInterval,
+		records:    make(map[store.Identity]*record),
+		watchers:   make(map[store.Identity]map[*watcher]struct{}),
+		stopSweep:  make(chan struct{}),
+		sweepDone:  make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.sweepEvery > 0 {
+		go s.sweepLoop()
+	} else {
+		close(s.sweepDone)
+	}
+	return s
+}
+
+func (s *Store) now() time.Time { return s.clock().Truncate(time.Millisecond) }
+
+// over reports whether an end time has been reached (end <= now); a zero
+// end never is.
+func over(end, now time.Time) bool { return !end.IsZero() && !end.After(now) }
+
+// live returns the record for id unless it is absent or past its expiry
+// (which it removes). Caller holds s.mu.
+func (s *Store) live(id store.Identity, now time.Time) *record {
+	r := s.records[id]
+	if r == nil {
+		return nil
+	}
+	if over(r.expiry, now) {
+		delete(s.records, id)
+		return nil
+	}
+	return r
+}
+
+func ctxErr(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory store: %s: %w: %w", op, store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// runningExpiry is when a running record stops existing: the later of lease
+// end and claim time + retention, or lease end + 24h for retention 0.
+func runningExpiry(now, leaseEnd time.Time, retention time.Duration) time.Time {
+	if retention == 0 {
+		return leaseEnd.Add(abandonedKeep)
+	}
+	if e := now.Add(retention); e.After(leaseEnd) {
+		return e
+	}
+	return leaseEnd
+}
+
+// Claim implements store.Store. Errors wrap store.ErrUnavailable (only a
+// done ctx).
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := ctxErr(ctx, "claim"); err != nil {
+		return store.ClaimResult{}, err
+	}
+	if p.Lease <= 0 {
+		return store.ClaimResult{}, fmt.Errorf("memory store: claim: lease %v must be > 0", p.Lease)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	takeover := false
+	if r := s.live(p.Identity, now); r != nil {
+		switch {
+		case !r.running:
+			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Response: copyResponse(r.resp)}, nil
+		case r.token == p.Token:
+			// A retried claim whose first answer was lost: it holds the record.
+			return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+		case !over(r.leaseEnd, now):
+			return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+		case p.NoTakeover || r.fingerprint != p.Fingerprint:
+			return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+		}
+		takeover = true
+	}
+	leaseEnd := now.Add(p.Lease.Truncate(time.Millisecond))
+	retention := p.Retention.Truncate(time.Millisecond)
+	s.records[p.Identity] = &record{
+		running:     true,
+		fingerprint: p.Fingerprint,
+		token:       p.Token,
+		takeover:    takeover,
+		created:     now,
+		leaseEnd:    leaseEnd,
+		expiry:      runningExpiry(now, leaseEnd, retention),
+		retention:   retention,
+	}
+	return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, LeaseEnd: leaseEnd}, nil
+}
+
+// holder returns the live running record for id while it holds token.
+// Caller holds s.mu.
+func (s *Store) holder(id store.Identity, token string, now time.Time) *record {
+	r := s.live(id, now)
+	if r == nil || !r.running || r.token != token {
+		return nil
+	}
+	return r
+}
+
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
+	if err := ctxErr(ctx, "complete"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.holder(id, token, now)
+	if r == nil {
+		return false, nil
+	}
+	stored := copyResponse(&resp)
+	stored.StoredAt = now
+	r.running, r.token, r.takeover, r.leaseEnd, r.resp = false, "", false, time.Time{}, stored
+	r.expiry = time.Time{}
+	if r.retention > 0 {
+		r.expiry = now.Add(r.retention)
+	}
+	s.wakeLocked(id)
+	return true, nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
+	if err := ctxErr(ctx, "release"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder(id, token, s.now()) == nil {
+		return false, nil
+	}
+	delete(s.records, id)
+	s.wakeLocked(id)
+	return true, nil
+}
+
+// Extend implements store.Store.
+func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
+	if err := ctxErr(ctx, "extend"); err != nil {
+		return false, err
+	}
+	if lease <= 0 {
+		return false, fmt.Errorf("memory store: extend: lease %v must be > 0", lease)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.holder(id, token, now)
+	if r == nil {
+		return false, nil
+	}
+	r.leaseEnd = now.Add(lease.Truncate(time.Millisecond))
+	if r.retention == 0 {
+		r.expiry = r.leaseEnd.Add(abandonedKeep)
+	} else if r.leaseEnd.After(r.expiry) {
+		r.expiry = r.leaseEnd
+	}
+	return true, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
+	if err := ctxErr(ctx, "get"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.live(id, now)
+	if r == nil {
+		return nil, nil
+	}
+	out := &store.Record{
+		Identity:     id,
+		Fingerprint:  r.fingerprint,
+		CreatedAt:    r.created,
+		LeaseEnd:     r.leaseEnd,
+		RetentionEnd: r.expiry,
+	}
+	switch {
+	case !r.running:
+		out.State = store.Completed
+		out.Response = copyResponse(r.resp)
+	case over(r.leaseEnd, now):
+		out.State, out.Token = store.Abandoned, r.token
+	default:
+		out.State, out.Token = store.Running, r.token
+	}
+	return out, nil
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
+	if err := ctxErr(ctx, "delete"); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	existed := s.live(id, s.now()) != nil
+	delete(s.records, id)
+	if existed {
+		s.wakeLocked(id)
+	}
+	return existed, nil
+}
+
+// Watch implements store.Store; notifications are in-process only.
+func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
+	w := &watcher{ch: make(chan struct{})}
+	s.mu.Lock()
+	set := s.watchers[id]
+	if set == nil {
+		set = make(map[*watcher]struct{})
+		s.watchers[id] = set
+	}
+	set[w] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return w.ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if set := s.watchers[id]; set != nil {
+				delete(set, w)
+				if len(set) == 0 {
+					delete(s.watchers, id)
+				}
+			}
+		})
+	}
+}
+
+// wakeLocked closes and forgets every watcher of id. Caller holds s.mu.
+func (s *Store) wakeLocked(id store.Identity) {
+	for w := range s.watchers[id] {
+		close(w.ch)
+	}
+	delete(s.watchers, id)
+}
+
+// Ping implements store.Store; it only fails on a done ctx.
+func (s *Store) Ping(ctx context.Context) error { return ctxErr(ctx, "ping") }
+
+// Close stops the background sweep. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stopSweep)
+		<-s.sweepDone
+	})
+	return nil
+}
+
+func (s *Store) sweepLoop() {
+	defer close(s.sweepDone)
+	t := time.NewTicker(s.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSweep:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Sweep removes up to 10000 records past their expiry and returns how many
+// it removed. The background sweep calls it; tests may call it directly.
+func (s *Store) Sweep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	seen, removed := 0, 0
+	for id, r := range s.records {
+		if seen++; seen > sweepBatch {
+			break
+		}
+		if over(r.expiry, now) {
+			delete(s.records, id)
+			removed++
+		}
+	}
+	return removed
+}
+
+// Len returns the number of records held, expired ones not yet swept
+// included (for tests and metrics).
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+func copyResponse(r *store.Response) *store.Response {
+	if r == nil {
+		return nil
+	}
+	out := *r
+	if r.Header != nil {
+		out.Header = make(http.Header, len(r.Header))
+		for k, v := range r.Header {
+			out.Header[k] = append([]string(nil), v...)
+		}
+	}
+	if r.Body != nil {
+		out.Body = append([]byte{}, r.Body...)
+	}
+	return &out
+}
