@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/store"
+)
+
+// forward sends a claimed request upstream exactly once and records its
+// outcome: Complete for a replayable status, Release when the upstream
+// surely did not act (other statuses, connection never made), and nothing
+// when the outcome is unknown, so the claim runs out with its lease.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, token string) {
+	route := ex.route
+	p.m.ClaimsInFlight(1)
+	defer p.m.ClaimsInFlight(-1)
+
+	// Detached from the client: a client that leaves or times out does not
+	// cancel the upstream call, so its result is recorded for the retry.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
+	defer cancel()
+	stopHeartbeat := p.heartbeat(ex, token)
+	heartbeatStopped := false
+	defer func() {
+		if !heartbeatStopped {
+			stopHeartbeat()
+		}
+	}()
+
+	var connected atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	})
+	out := p.outbound(ctx, r, ex.body)
+	upStart := time.Now()
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		heartbeatStopped = true
+		if !connected.Load() && ctx.Err() == nil {
+			// No connection was made, so no byte reached the upstream: the
+			// key is free again.
+			p.release(r, ex, token)
+			p.upstreamFailed(w, r, ex, probUpstreamUnreached.with("the upstream could not be reached; the request was not sent and the key was released"), err)
+			return
+		}
+		p.upstreamAmbiguous(w, r, ex, ctx, err)
+		return
+	}
+	defer resp.Body.Close()
+
+	if !route.Replayable(resp.StatusCode) {
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		heartbeatStopped = true
+		p.release(r, ex, token)
+		p.copyResponse(w, resp, nil)
+		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+		p.done(r, ex)
+		return
+	}
+
+	body, err := io.ReadAll(io.LimitReader(resp.Body, route.MaxResponseBytes+1))
+	p.m.Upstream(route.Name, time.Since(upStart))
+	if err != nil {
+		// The upstream answered with a replayable status but the body was
+		// cut short: it may have acted, so never store it as success and
+		// never free the key at once.
+		stopHeartbeat()
+		heartbeatStopped = true
+		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
+		return
+	}
+	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body}
+	if int64(len(body)) > route.MaxResponseBytes {
+		stored = store.Response{Status: resp.StatusCode, Omitted: true}
+	}
+	p.complete(r, ex, token, stored, stopHeartbeat)
+	heartbeatStopped = true
+	if stored.Omitted {
+		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
+			"route", route.Name, "key_hash", keyHash(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
+		p.copyResponse(w, resp, body)
+	} else {
+		p.m.StoredResponse(route.Name, len(body))
+		h := w.Header()
+		for name, values := range stored.Header {
+			h[name] = values
+		}
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(resp.StatusCode)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	}
+	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+	p.done(r, ex)
+}
+
+// complete records the response. A store failure here is retried within the
+// lease (the heartbeat keeps running meanwhile): giving up would let a
+// retry take the claim over after the lease and run the operation twice.
+func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
+	defer stopHeartbeat()
+	deadline := time.Now().Add(ex.route.Lease)
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := p.storeCtx(r.Context())
+		ok, err := p.store.Complete(ctx, ex.id, token, resp)
+		cancel()
+		if err == nil {
+			if !ok {
+				p.log.Warn("claim lost before completion; response not recorded",
+					"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+			}
+			return
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			p.log.Error("could not record the response; a retry after the lease may run the operation again",
+				"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+			return
+		}
+		time.Sleep(backoff)
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
+	ctx, cancel := p.storeCtx(r.Context())
+	defer cancel()
+	if _, err := p.store.Release(ctx, ex.id, token); err != nil {
+		// The claim then ends with its lease; nothing runs twice.
+		p.log.Warn("release failed; the key stays claimed until its lease ends",
+			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+	}
+}
+
+// heartbeat extends the lease every lease/3 until the returned stop function
+// is called (stop waits for the heartbeat goroutine to end). A slow upstream
+// keeps its claim; a dead proxy's claim ends one lease later.
+func (p *Proxy) heartbeat(ex *exchange, token string) func() {
+	lease := ex.route.Lease
+	interval := lease / 3
+	if interval <= 0 {
+		interval = lease
+	}
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), min(interval, p.storeTimeout))
+			ok, err := p.store.Extend(ctx, ex.id, token, lease)
+			cancel()
+			if err != nil || !ok {
+				p.m.HeartbeatFailure(ex.route.Name)
+				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "lost", err == nil, "err", err)
+				if err == nil {
+					return // the claim is gone; extending again cannot help
+				}
+			}
+		}
+	}()
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			close(stop)
+			<-finished
+		}
+	}
+}
+
+// upstreamAmbiguous answers an exchange whose outcome is unknown: the claim
+// is kept (no heartbeat) until its lease ends, and is never stored as a
+// success nor released.
+func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *exchange, ctx context.Context, err error) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		p.upstreamFailed(w, r, ex, probUpstreamTimeout.with(fmt.Sprintf(
+			"the upstream did not answer within %s; it may have acted, so the key stays claimed until its lease ends", p.timeout)), err)
+		return
+	}
+	p.upstreamFailed(w, r, ex, probUpstreamFailed.with(
+		"the upstream exchange failed after the request was sent; it may have acted, so the key stays claimed until its lease ends"), err)
+}
+
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem, err error) {
+	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+	p.fail(w, r, ex, metrics.OutcomeUpstreamError, pr)
+}
+
+// outbound builds the upstream request for an enforced exchange. Body is a
+// non-rewindable reader with GetBody unset, so net/http's transport never
+// re-sends it on its own (it would for a request carrying Idempotency-Key).
+func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	out := r.Clone(ctx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = nil
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.RequestURI = ""
+	out.Close = false
+	removeHopByHop(out.Header)
+	// The body is already here; asking the upstream for 100 Continue would
+	// only add a round trip.
+	out.Header.Del("Expect")
+	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		out.Header.Del(name)
+	}
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "") // as ReverseProxy: do not add Go's default
+	}
+	p.rewrite(&httputil.ProxyRequest{In: r, Out: out})
+	return out
+}
+
+// copyResponse streams resp to the client, after the already-read prefix.
+func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, prefix []byte) {
+	h := w.Header()
+	for name, values := range resp.Header {
+		h[name] = append([]string(nil), values...)
+	}
+	removeHopByHop(h)
+	w.WriteHeader(resp.StatusCode)
+	if len(prefix) > 0 {
+		if _, err := w.Write(prefix); err != nil {
+			return
+		}
+	}
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// forwardUnprotected sends a request whose claim failed on a fail_open route:
+// it may run twice, which the route accepted.
+func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
+	defer cancel()
+	resp, err := p.transport.RoundTrip(p.outbound(ctx, r, ex.body))
+	if err != nil {
+		p.upstreamFailed(w, r, ex, probUpstreamFailed.with("the upstream exchange failed"), err)
+		return
+	}
+	defer resp.Body.Close()
+	p.copyResponse(w, resp, nil)
+	ex.outcome, ex.status = metrics.OutcomeFailOpen, resp.StatusCode
+	p.done(r, ex)
+}
+
+// passthroughServe proxies a request that is not enforced, untouched and
+// streamed, through httputil.ReverseProxy.
+func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	ex.outcome = metrics.OutcomePassthrough
+	p.passthrough.ServeHTTP(w, r)
+	p.done(r, ex)
+}
+
+func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
+	p.log.Warn("passthrough upstream exchange failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeProblem(w, probUpstreamTimeout.with("the upstream did not answer in time"))
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		w.WriteHeader(499) // client went away; nobody reads this
+		return
+	}
+	writeProblem(w, probUpstreamUnreached.with("the upstream exchange failed"))
+}

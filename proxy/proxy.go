@@ -1,0 +1,461 @@
+// Package proxy is the idempotency-enforcing reverse proxy: it forwards each operation once and answers retries from the store.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/store"
+)
+
+// ReplayedHeader marks a response that idemgate answered from the store.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// DefaultStoreTimeout bounds one store operation when Options.StoreTimeout is 0.
+const DefaultStoreTimeout = 2 * time.Second
+
+// Options configure a Proxy. Upstream, Store and Policy are required.
+type Options struct {
+	// Upstream is the absolute http(s) URL every request is sent to; its
+	// path is prefixed to the request path.
+	Upstream *url.URL
+	// Timeout bounds one enforced upstream exchange (headers and body);
+	// past it the client gets 504 and the claim is kept until its lease
+	// ends. 0 means 60 s.
+	Timeout time.Duration
+	// Store keeps the idempotency records.
+	Store store.Store
+	// Policy returns the policy in force; it is called once per request so a
+	// reload never changes the rules under a request in flight.
+	Policy func() *policy.Policy
+	// Transport sends upstream requests. Nil means a dedicated
+	// http.Transport that never retries and never decompresses.
+	Transport http.RoundTripper
+	// StoreTimeout bounds one store operation; 0 means DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// Logger receives one line per enforced request; nil discards.
+	Logger *slog.Logger
+	// Metrics records counters and histograms; nil records nothing.
+	Metrics *metrics.Metrics
+	// NewToken returns a unique claim token; nil means 128 random bits in hex.
+	NewToken func() string
+}
+
+// Proxy is an http.Handler that enforces idempotency in front of one
+// upstream. Create it with New.
+type Proxy struct {
+	upstream     *url.URL
+	timeout      time.Duration
+	store        store.Store
+	policy       func() *policy.Policy
+	transport    http.RoundTripper
+	storeTimeout time.Duration
+	log          *slog.Logger
+	m            *metrics.Metrics
+	newToken     func() string
+	passthrough  *httputil.ReverseProxy
+	waits        singleflight.Group
+	// background tracks work that outlives its request (Complete retries).
+	background sync.WaitGroup
+}
+
+// New returns a Proxy for opts. It returns an error when Upstream, Store or
+// Policy is missing or Upstream is not an absolute http(s) URL.
+func New(opts Options) (*Proxy, error) {
+	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
+		return nil, errors.New("proxy: upstream must be an absolute http or https URL")
+	}
+	if opts.Store == nil {
+		return nil, errors.New("proxy: store is required")
+	}
+	if opts.Policy == nil {
+		return nil, errors.New("proxy: policy is required")
+	}
+	p := &Proxy{
+		upstream:     opts.Upstream,
+		timeout:      opts.Timeout,
+		store:        opts.Store,
+		policy:       opts.Policy,
+		transport:    opts.Transport,
+		storeTimeout: opts.StoreTimeout,
+		log:          opts.Logger,
+		m:            opts.Metrics,
+		newToken:     opts.NewToken,
+	}
+	if p.timeout <= 0 {
+		p.timeout = 60 * time.Second
+	}
+	if p.storeTimeout <= 0 {
+		p.storeTimeout = DefaultStoreTimeout
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.newToken == nil {
+		p.newToken = randomToken
+	}
+	if p.transport == nil {
+		p.transport = NewTransport(p.timeout)
+	}
+	p.passthrough = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     p.transport,
+		FlushInterval: -1, // streaming responses reach the client as they come
+		ErrorHandler:  p.passthroughError,
+		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// NewTransport returns the upstream transport idemgate uses by default:
+// HTTP/1.1 and HTTP/2 with keep-alive, no transparent decompression (bodies
+// are stored and replayed as the upstream sent them) and a response header
+// timeout of timeout.
+func NewTransport(timeout time.Duration) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableCompression = true
+	t.MaxIdleConnsPerHost = 256
+	t.ResponseHeaderTimeout = timeout
+	return t
+}
+
+// Wait blocks until background work (retries of Complete) has finished or
+// ctx is done; call it after http.Server.Shutdown so records are written
+// before the process exits. It returns ctx's error when ctx ends first.
+func (p *Proxy) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { p.background.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("proxy: waiting for background work: %w", ctx.Err())
+	}
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// rewrite is the single place that shapes an outbound request, for both the
+// passthrough ReverseProxy and the enforced path: target URL, Host of the
+// upstream, and X-Forwarded-* set by idemgate (client-sent ones are dropped
+// before this runs, so they are never trusted).
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.upstream)
+	pr.SetXForwarded()
+}
+
+// exchange is the state of one request on its way through ServeHTTP.
+type exchange struct {
+	start   time.Time
+	route   *policy.Route
+	id      store.Identity
+	fp      string
+	body    []byte
+	outcome string
+	status  int
+}
+
+// ServeHTTP enforces the route's policy on r; see README.md for the flow.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ex := &exchange{start: time.Now(), route: p.policy().Match(r)}
+	route := ex.route
+	if !route.Enforces(r.Method) || isUpgrade(r) {
+		p.passthroughServe(w, r, ex)
+		return
+	}
+	key, err := policy.ParseKey(r.Header.Values(route.Header))
+	switch {
+	case errors.Is(err, policy.ErrKeyMissing):
+		if !route.Required {
+			p.passthroughServe(w, r, ex)
+			return
+		}
+		p.fail(w, r, ex, metrics.OutcomeMissingKey, probMissingKey.with(
+			fmt.Sprintf("route %q requires the %s field on %s requests", route.Name, route.Header, r.Method)))
+		return
+	case err != nil:
+		p.fail(w, r, ex, metrics.OutcomeInvalidKey, probInvalidKey.with(err.Error()))
+		return
+	}
+	owner, err := route.OwnerOf(r)
+	if err != nil {
+		p.fail(w, r, ex, metrics.OutcomeMissingOwner, probMissingOwner.with(
+			"the request carries an idempotency key but no owner ("+string(route.Owner.Kind)+"); keys are scoped per owner"))
+		return
+	}
+	ex.id = store.Identity{Owner: owner, Route: route.Name, Key: key}
+	if r.ContentLength > route.MaxRequestBytes {
+		// Rejected before the body is read, so net/http sends no 100 Continue.
+		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
+			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, route.MaxRequestBytes+1))
+	if err != nil {
+		p.fail(w, r, ex, metrics.OutcomeBadRequest, probBadRequest.with(err.Error()))
+		return
+	}
+	if int64(len(body)) > route.MaxRequestBytes {
+		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
+			fmt.Sprintf("route %q accepts at most %d bytes", route.Name, route.MaxRequestBytes)))
+		return
+	}
+	ex.body = body
+	ex.fp = route.FingerprintOf(r, body)
+	p.enforce(w, r, ex)
+}
+
+// enforce claims the identity and acts on the answer: forward, replay,
+// reject or wait, until the request is answered.
+func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	route := ex.route
+	var waitUntil time.Time
+	for {
+		token := p.newToken()
+		ctx, cancel := p.storeCtx(r.Context())
+		res, err := p.store.Claim(ctx, store.ClaimParams{
+			Identity:    ex.id,
+			Fingerprint: ex.fp,
+			Token:       token,
+			Lease:       route.Lease,
+			Retention:   route.Retention,
+			NoTakeover:  route.OnAbandoned == policy.AbandonedReject,
+		})
+		cancel()
+		if err != nil {
+			p.storeFailed(w, r, ex, "claim", err)
+			return
+		}
+		if res.State != store.Claimed && res.Fingerprint != ex.fp {
+			p.fail(w, r, ex, metrics.OutcomeMismatch, probMismatch.with(
+				"this idempotency key was already used for a request with a different method, path, query, headers or body"))
+			return
+		}
+		switch res.State {
+		case store.Claimed:
+			if res.Takeover {
+				p.m.Takeover(route.Name)
+				p.log.Warn("took over an abandoned claim", "route", route.Name, "key_hash", keyHash(ex.id.Key))
+			}
+			p.forward(w, r, ex, token)
+			return
+		case store.Completed:
+			p.replay(w, r, ex, res.Response)
+			return
+		case store.Abandoned:
+			p.fail(w, r, ex, metrics.OutcomeAbandoned, probOutcomeUnknown.with(
+				"the request that claimed this key stopped before it finished and the route does not retry it (on_abandoned: reject); an operator must purge the key"))
+			return
+		case store.Running:
+			retry := retryAfter(time.Until(res.LeaseEnd))
+			if route.Concurrent == policy.ConcurrentConflict {
+				p.conflict(w, r, ex, retry)
+				return
+			}
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(route.WaitTimeout)
+			}
+			if !time.Now().Before(waitUntil) {
+				p.conflict(w, r, ex, retry)
+				return
+			}
+			if err := p.waitWhileRunning(r.Context(), ex.id, waitUntil); err != nil {
+				if errors.Is(err, store.ErrUnavailable) {
+					p.storeFailed(w, r, ex, "wait", err)
+					return
+				}
+				if r.Context().Err() != nil {
+					ex.outcome, ex.status = metrics.OutcomeConflict, 499
+					p.done(r, ex)
+					return
+				}
+				p.conflict(w, r, ex, retry)
+				return
+			}
+		default:
+			p.storeFailed(w, r, ex, "claim", fmt.Errorf("%w: unexpected claim state %v", store.ErrUnavailable, res.State))
+			return
+		}
+	}
+}
+
+// waitWhileRunning returns once the identity's record is no longer running
+// (completed, released, purged or expired), waking on the store's
+// notification and at most every store.SafetyPoll. Waiters for one identity
+// in this process share one wait. It returns context.DeadlineExceeded at
+// until, the store's error, or ctx's error.
+func (p *Proxy) waitWhileRunning(ctx context.Context, id store.Identity, until time.Time) error {
+	p.m.Waiters(1)
+	defer p.m.Waiters(-1)
+	for {
+		ch := p.waits.DoChan(waitKey(id), func() (any, error) {
+			// Detached: one waiter leaving must not end the wait of the others.
+			wctx, cancel := context.WithDeadline(context.Background(), until)
+			defer cancel()
+			return nil, p.pollUntilNotRunning(wctx, id)
+		})
+		select {
+		case res := <-ch:
+			if res.Err == nil {
+				return nil
+			}
+			// The shared wait may have started with an earlier deadline than ours.
+			if errors.Is(res.Err, context.DeadlineExceeded) && time.Now().Before(until) {
+				continue
+			}
+			return res.Err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(until)):
+			return context.DeadlineExceeded
+		}
+	}
+}
+
+func (p *Proxy) pollUntilNotRunning(ctx context.Context, id store.Identity) error {
+	for {
+		changed, stop := p.store.Watch(id)
+		gctx, cancel := context.WithTimeout(ctx, p.storeTimeout)
+		rec, err := p.store.Get(gctx, id)
+		cancel()
+		if err != nil {
+			stop()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if rec == nil || rec.State != store.Running {
+			stop()
+			return nil
+		}
+		t := time.NewTimer(store.SafetyPoll)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func waitKey(id store.Identity) string {
+	return strconv.Itoa(len(id.Owner)) + ":" + id.Owner + strconv.Itoa(len(id.Route)) + ":" + id.Route + id.Key
+}
+
+// storeCtx bounds one store call. It is detached from the client: a claim or
+// a record written halfway because the client left would only cost a lease.
+func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(parent), p.storeTimeout)
+}
+
+// storeFailed answers a store failure: 503 (fail closed) or, on routes that
+// chose fail_open, forwards the request unprotected.
+func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
+	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
+	if ex.route.OnStoreError == policy.FailOpen && op == "claim" {
+		p.forwardUnprotected(w, r, ex)
+		return
+	}
+	pr := probStoreUnavailable.with("the idempotency store cannot be reached, so the request was not forwarded; retry later with the same key")
+	pr.RetryAfter = 1
+	p.fail(w, r, ex, metrics.OutcomeStoreError, pr)
+}
+
+func (p *Proxy) conflict(w http.ResponseWriter, r *http.Request, ex *exchange, retry int) {
+	pr := probInProgress.with("a request with this idempotency key is still being processed; retry after the indicated time")
+	pr.RetryAfter = retry
+	p.fail(w, r, ex, metrics.OutcomeConflict, pr)
+}
+
+// retryAfter rounds d up to whole seconds, at least 1 (RFC 9110 section 10.2.3).
+func retryAfter(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		return 1
+	}
+	return s
+}
+
+// replay writes a completed record's response exactly as stored, plus the
+// replay marker; the upstream is not touched.
+func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response) {
+	if resp == nil {
+		p.storeFailed(w, r, ex, "claim", fmt.Errorf("%w: completed record without a response", store.ErrUnavailable))
+		return
+	}
+	if resp.Omitted {
+		p.fail(w, r, ex, metrics.OutcomeAbandoned, probNotRetained.with(
+			fmt.Sprintf("the original request was processed (status %d) but its response exceeded max_response_bytes and was not stored; it will not be forwarded again", resp.Status)))
+		return
+	}
+	h := w.Header()
+	for name, values := range resp.Header {
+		h[name] = append([]string(nil), values...)
+	}
+	h.Set(ReplayedHeader, "true")
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(resp.Body)
+	}
+	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
+	p.done(r, ex)
+}
+
+// fail answers with a problem and logs the request.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, outcome string, pr Problem) {
+	writeProblem(w, pr)
+	ex.outcome, ex.status = outcome, pr.Status
+	p.done(r, ex)
+}
+
+// done records one finished request: the metric and one log line. Neither
+// the raw key nor the owner is logged, only a short hash of the key.
+func (p *Proxy) done(r *http.Request, ex *exchange) {
+	p.m.Request(ex.route.Name, ex.outcome)
+	if ex.outcome == metrics.OutcomePassthrough {
+		return
+	}
+	attrs := []any{"route", ex.route.Name, "method", r.Method, "path", r.URL.Path,
+		"outcome", ex.outcome, "status", ex.status, "duration_ms", time.Since(ex.start).Milliseconds()}
+	if ex.id.Key != "" {
+		attrs = append(attrs, "key_hash", keyHash(ex.id.Key))
+	}
+	p.log.Info("request", attrs...)
+}
+
+// keyHash is what logs show instead of an idempotency key: enough to
+// correlate lines, never the key itself.
+func keyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
+}
+
+func isUpgrade(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != ""
+}
