@@ -1,0 +1,428 @@
+// Package admin serves idemgate's operator listener: health, readiness, metrics and idempotency record inspection and purge.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/store"
+)
+
+// ReadyTimeout is how long /readyz waits for the store's Ping before it
+// reports the store check as failed.
+const ReadyTimeout = time.Second
+
+// ProblemBase is the prefix of every problem type URI the admin listener
+// answers with; the suffix names the case and never changes once published.
+const ProblemBase = "https://idemgate.dev/problems/"
+
+// Options configures the admin handler. Every field is optional except that
+// /readyz reports not ready without Store or Policy, /metrics answers 404
+// without Gatherer and /admin/ answers 403 without Token.
+type Options struct {
+	// Store is pinged by /readyz and read and purged by /admin/records.
+	Store store.Store
+	// Policy returns the current policy; it is called once per request
+	// because the policy can be reloaded. A nil result means no policy is
+	// loaded (not ready; /admin/records answers 503).
+	Policy func() *policy.Policy
+	// Gatherer is exposed on /metrics through promhttp.HandlerFor; the
+	// process-global registry is never used implicitly.
+	Gatherer prometheus.Gatherer
+	// Token is the bearer token (RFC 6750 section 2.1) every /admin/ request
+	// must present. "" disables /admin/: every request there answers 403.
+	Token string
+	// Logger receives purge audit lines and check failures; nil discards.
+	Logger *slog.Logger
+	// Now is the clock used to time the readiness checks; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+type handler struct {
+	opts  Options
+	log   *slog.Logger
+	now   func() time.Time
+	token [sha256.Size]byte // SHA-256 of Options.Token, compared in constant time
+	mux   *http.ServeMux
+}
+
+// New returns the admin listener's handler:
+//
+//   - GET /healthz: 200 "ok" while the process serves; touches nothing.
+//   - GET /readyz: 200 "ready" when a policy is loaded and the store answers
+//     Ping within ReadyTimeout, else 503 with a problem naming the failing
+//     check. Never cached.
+//   - GET /metrics: the Gatherer in the Prometheus exposition formats.
+//   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
+//     purge one idempotency record; authorization=RAW may replace owner for
+//     routes whose owner is the Authorization header.
+//
+// Every error is an RFC 9457 application/problem+json document whose type is
+// ProblemBase plus a stable case name.
+func New(opts Options) http.Handler {
+	h := &handler{opts: opts, log: opts.Logger, now: opts.Now}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	h.token = sha256.Sum256([]byte(opts.Token))
+	h.mux = http.NewServeMux()
+	h.mux.HandleFunc("/healthz", methods(h.healthz, http.MethodGet, http.MethodHead))
+	h.mux.HandleFunc("/readyz", methods(h.readyz, http.MethodGet, http.MethodHead))
+	h.mux.Handle("/metrics", h.metrics())
+	h.mux.HandleFunc("/admin/", h.authorized(h.adminNotFound))
+	h.mux.HandleFunc("/admin/records", h.authorized(methods(h.records, http.MethodGet, http.MethodHead, http.MethodDelete)))
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "not-found", "Not Found", fmt.Sprintf("no admin endpoint at %q", r.URL.Path))
+	})
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// methods answers 405 with Allow (RFC 9110 section 15.5.6) for any method
+// not listed.
+func methods(next http.HandlerFunc, allowed ...string) http.HandlerFunc {
+	allow := strings.Join(allowed, ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range allowed {
+			if r.Method == m {
+				next(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", allow)
+		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed",
+			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+	}
+}
+
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Policy == nil || h.opts.Policy() == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "policy check failed: no policy loaded")
+		return
+	}
+	if h.opts.Store == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "store check failed: no store configured")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
+	defer cancel()
+	start := h.now()
+	if err := h.opts.Store.Ping(ctx); err != nil {
+		took := h.now().Sub(start)
+		h.log.Warn("readiness store check failed", "err", err, "took_ms", took.Milliseconds())
+		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready",
+			fmt.Sprintf("store check failed after %d ms: %v", took.Milliseconds(), err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte("ready"))
+}
+
+func (h *handler) metrics() http.Handler {
+	if h.opts.Gatherer == nil {
+		return methods(func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusNotFound, "metrics-not-configured", "Metrics Not Configured",
+				"no metrics gatherer is configured")
+		}, http.MethodGet, http.MethodHead)
+	}
+	ph := promhttp.HandlerFor(h.opts.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(h.log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return methods(ph.ServeHTTP, http.MethodGet, http.MethodHead)
+}
+
+// authorized guards /admin/ with the bearer token. Authentication runs before
+// method and path checks so that an unauthenticated caller learns nothing
+// about the endpoints.
+func (h *handler) authorized(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if h.opts.Token == "" {
+			writeProblem(w, http.StatusForbidden, "admin-disabled", "Admin API Disabled",
+				"the admin token is not configured, so the admin API is disabled")
+			return
+		}
+		presented, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
+			writeProblem(w, http.StatusUnauthorized, "admin-unauthorized", "Unauthorized",
+				"the admin API requires Authorization: Bearer <token>")
+			return
+		}
+		// Hashing first makes the comparison constant time in the length
+		// of the presented token too.
+		sum := sha256.Sum256([]byte(presented))
+		if subtle.ConstantTimeCompare(sum[:], h.token[:]) != 1 {
+			// RFC 6750 section 3.1.
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin", error="invalid_token"`)
+			writeProblem(w, http.StatusUnauthorized, "admin-unauthorized", "Unauthorized",
+				"the admin bearer token is not valid")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// bearer extracts the token of an RFC 6750 section 2.1 credential; the
+// scheme is case-insensitive (RFC 9110 section 11.1).
+func bearer(v string) (string, bool) {
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+func (h *handler) adminNotFound(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, http.StatusNotFound, "not-found", "Not Found", fmt.Sprintf("no admin endpoint at %q", r.URL.Path))
+}
+
+// recordView is the JSON shape of GET /admin/records. Absent parts are
+// omitted rather than sent as zero values so an operator can tell "no
+// response yet" from "status 0".
+type recordView struct {
+	Route               string  `json:"route"`
+	Owner               string  `json:"owner"`
+	Key                 string  `json:"key"`
+	State               string  `json:"state"`
+	Fingerprint         string  `json:"fingerprint"`
+	Status              *int    `json:"status,omitempty"`
+	ResponseHeaderBytes *int    `json:"response_header_bytes,omitempty"`
+	ResponseBodyBytes   *int    `json:"response_body_bytes,omitempty"`
+	Omitted             *bool   `json:"omitted,omitempty"`
+	CreatedAt           *string `json:"created_at,omitempty"`
+	LeaseEnd            *string `json:"lease_end,omitempty"`
+	RetentionEnd        *string `json:"retention_end,omitempty"`
+	StoredAt            *string `json:"stored_at,omitempty"`
+}
+
+// rfc3339Milli is RFC 3339 with exactly millisecond precision, the store's
+// resolution.
+const rfc3339Milli = "2006-01-02T15:04:05.000Z07:00"
+
+func timeField(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(rfc3339Milli)
+	return &s
+}
+
+// headerBytes is the size of h in HTTP/1.1 field-line form ("Name: value\r\n"
+// per value), the closest measure to what a replay puts on the wire.
+func headerBytes(h http.Header) int {
+	n := 0
+	for name, values := range h {
+		for _, v := range values {
+			n += len(name) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+func viewOf(rec *store.Record) recordView {
+	v := recordView{
+		Route:        rec.Identity.Route,
+		Owner:        rec.Identity.Owner,
+		Key:          rec.Identity.Key,
+		State:        rec.State.String(),
+		Fingerprint:  rec.Fingerprint,
+		CreatedAt:    timeField(rec.CreatedAt),
+		LeaseEnd:     timeField(rec.LeaseEnd),
+		RetentionEnd: timeField(rec.RetentionEnd),
+	}
+	if resp := rec.Response; resp != nil {
+		status, hb, bb, omitted := resp.Status, headerBytes(resp.Header), len(resp.Body), resp.Omitted
+		v.Status, v.ResponseHeaderBytes, v.ResponseBodyBytes, v.Omitted = &status, &hb, &bb, &omitted
+		v.StoredAt = timeField(resp.StoredAt)
+	}
+	return v
+}
+
+// identity resolves the query of /admin/records to a store identity, or
+// writes the problem and returns false.
+func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identity, bool) {
+	q := r.URL.Query()
+	routeName, key := q.Get("route"), q.Get("key")
+	var missing []string
+	if routeName == "" {
+		missing = append(missing, "route")
+	}
+	if key == "" {
+		missing = append(missing, "key")
+	}
+	// owner may legitimately be "" (routes with owner: none), so presence,
+	// not emptiness, is what counts.
+	hasOwner, hasAuth := q.Has("owner"), q.Has("authorization")
+	if !hasOwner && !hasAuth {
+		missing = append(missing, "owner (or authorization)")
+	}
+	if len(missing) > 0 {
+		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
+			"missing query parameter: "+strings.Join(missing, ", "))
+		return store.Identity{}, false
+	}
+	if hasOwner && hasAuth {
+		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
+			"give either owner or authorization, not both")
+		return store.Identity{}, false
+	}
+	if h.opts.Policy == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "policy-not-loaded", "Policy Not Loaded", "no policy is loaded")
+		return store.Identity{}, false
+	}
+	p := h.opts.Policy()
+	if p == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "policy-not-loaded", "Policy Not Loaded", "no policy is loaded")
+		return store.Identity{}, false
+	}
+	var route *policy.Route
+	for _, rt := range p.Routes() {
+		if rt.Name == routeName {
+			route = rt
+			break
+		}
+	}
+	if route == nil {
+		writeProblem(w, http.StatusNotFound, "admin-unknown-route", "Unknown Route",
+			fmt.Sprintf("no route named %q in the current policy", routeName))
+		return store.Identity{}, false
+	}
+	owner := q.Get("owner")
+	if hasAuth {
+		if route.Owner.Kind != policy.OwnerAuthorization {
+			writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
+				fmt.Sprintf("route %q takes its owner from %q, not the Authorization header; give owner instead", route.Name, route.Owner.Kind))
+			return store.Identity{}, false
+		}
+		raw := q.Get("authorization")
+		if strings.Trim(raw, " \t") == "" {
+			// policy never derives an owner from an empty Authorization field.
+			writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request", "authorization is empty")
+			return store.Identity{}, false
+		}
+		// The one derivation the proxy uses, so the operator's hash always
+		// matches the stored owner.
+		owner = policy.AuthorizationOwner(raw)
+	}
+	return store.Identity{Owner: owner, Route: route.Name, Key: key}, true
+}
+
+func (h *handler) records(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Store == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "store-unavailable", "Store Unavailable", "no store is configured")
+		return
+	}
+	id, ok := h.identity(w, r)
+	if !ok {
+		return
+	}
+	if r.Method == http.MethodDelete {
+		h.purge(w, r, id)
+		return
+	}
+	rec, err := h.opts.Store.Get(r.Context(), id)
+	if err != nil {
+		h.storeError(w, "get", id, err)
+		return
+	}
+	if rec == nil {
+		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
+			fmt.Sprintf("no idempotency record for that owner and key on route %q", id.Route))
+		return
+	}
+	body, err := json.Marshal(viewOf(rec))
+	if err != nil {
+		h.log.Error("admin record encoding failed", "route", id.Route, "err", err)
+		writeProblem(w, http.StatusInternalServerError, "admin-internal", "Internal Error", "the record could not be encoded")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (h *handler) purge(w http.ResponseWriter, r *http.Request, id store.Identity) {
+	existed, err := h.opts.Store.Delete(r.Context(), id)
+	if err != nil {
+		h.storeError(w, "delete", id, err)
+		return
+	}
+	// Audit line: the raw key and owner may be secrets or personal data, so
+	// only short digests identify the record.
+	h.log.Info("admin purge", "route", id.Route, "owner_sha256", shortDigest(id.Owner),
+		"key_sha256", shortDigest(id.Key), "existed", existed, "remote", r.RemoteAddr)
+	if !existed {
+		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
+			fmt.Sprintf("no idempotency record for that owner and key on route %q", id.Route))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// storeError fails closed: a store failure is reported as such, never as an
+// absent record.
+func (h *handler) storeError(w http.ResponseWriter, op string, id store.Identity, err error) {
+	h.log.Error("admin store operation failed", "op", op, "route", id.Route, "key_sha256", shortDigest(id.Key), "err", err)
+	if errors.Is(err, store.ErrUnavailable) {
+		writeProblem(w, http.StatusServiceUnavailable, "store-unavailable", "Store Unavailable",
+			"the idempotency store could not be reached")
+		return
+	}
+	writeProblem(w, http.StatusInternalServerError, "admin-internal", "Internal Error", "the store operation failed")
+}
+
+// shortDigest is the first 8 bytes of SHA-256 in hex: enough to correlate
+// log lines without writing the value itself to the log.
+func shortDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+// problem is an RFC 9457 section 3 problem details object.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, kind, title, detail string) {
+	body, _ := json.Marshal(problem{Type: ProblemBase + kind, Title: title, Status: status, Detail: detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
