@@ -14,7 +14,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -71,8 +70,6 @@ type Proxy struct {
 	newToken     func() string
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
-	// background tracks work that outlives its request (Complete retries).
-	background sync.WaitGroup
 }
 
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
@@ -133,20 +130,6 @@ func NewTransport(timeout time.Duration) *http.Transport {
 	t.MaxIdleConnsPerHost = 256
 	t.ResponseHeaderTimeout = timeout
 	return t
-}
-
-// Wait blocks until background work (retries of Complete) has finished or
-// ctx is done; call it after http.Server.Shutdown so records are written
-// before the process exits. It returns ctx's error when ctx ends first.
-func (p *Proxy) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { p.background.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("proxy: waiting for background work: %w", ctx.Err())
-	}
 }
 
 func randomToken() string {

@@ -7,8 +7,8 @@ if command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 
   exit 0
 fi
 if [ ! -r /etc/os-release ] || ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
-  echo "install-valkey: valkey-server is not installed and this is not Debian 12 (bookworm)." >&2
-  echo "install-valkey: install valkey-server and valkey-cli (>= 7.2) with your package manager, then re-run." >&2
+  echo "install-valkey.sh: valkey-server is not installed and this is not Debian 12 (bookworm)." >&2
+  echo "install-valkey.sh: install valkey-server and valkey-cli (>= 7.2) with your package manager, then re-run." >&2
   exit 1
 fi
 SUDO=""
@@ -23,7 +23,7 @@ if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.
     mirror=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' /etc/apt/sources.list)
   fi
   if [ -z "$mirror" ]; then
-    echo "install-valkey: found no Debian mirror for bookworm in the apt sources; add bookworm-backports yourself." >&2
+    echo "install-valkey.sh: found no Debian mirror for bookworm in the apt sources; add bookworm-backports yourself." >&2
     exit 1
   fi
   echo "deb $mirror bookworm-backports main" | $SUDO tee /etc/apt/sources.list.d/idemgate-backports.list >/dev/null
@@ -34,5 +34,5 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -t bookworm-backport
 # The package starts a system service on :6379; tests start their own servers.
 $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
 command -v valkey-server >/dev/null && command -v valkey-cli >/dev/null || {
-  echo "install-valkey: valkey-server or valkey-cli still missing after apt-get install." >&2; exit 1; }
+  echo "install-valkey.sh: valkey-server or valkey-cli still missing after apt-get install." >&2; exit 1; }
 valkey-server --version
