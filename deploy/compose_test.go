@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // composeFile is the Docker Compose demo.
@@ -242,6 +243,12 @@ func TestCompose(t *testing.T) {
 		if env["IDEMGATE_STORE_VALKEY_PASSWORD"] != composeEnv(t, "valkey", vk)["REDISCLI_AUTH"] ||
 			env["IDEMGATE_STORE_VALKEY_PASSWORD"] != interpolate(flagValue(cmd, "--requirepass"), nil) {
 			t.Errorf("compose %s: IDEMGATE_STORE_VALKEY_PASSWORD differs from valkey's --requirepass/REDISCLI_AUTH", name)
+		}
+		grace, err := time.ParseDuration(fmt.Sprint(s["stop_grace_period"]))
+		if err != nil {
+			t.Errorf("compose %s: stop_grace_period %v: %v (Docker's 10s default cuts the drain short)", name, s["stop_grace_period"], err)
+		} else if drain := drainTime(t, containerConfig{where: "compose config", cfg: cfg}); grace <= drain {
+			t.Errorf("compose %s: stop_grace_period %v must exceed the drain %v", name, grace, drain)
 		}
 		if s["read_only"] != true || !slices.Contains(strs(t, "cap_drop", s["cap_drop"]), "ALL") {
 			t.Errorf("compose %s: want read_only: true and cap_drop: [ALL]", name)

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"testing"
+	"time"
 )
 
 // containerConfig is one config.yaml that a container runs with.
@@ -129,4 +130,14 @@ func TestConfigKeyCheckRejectsUnknown(t *testing.T) {
 			t.Errorf("key check did not report %s; got %q", w, rec.msgs)
 		}
 	}
+}
+
+// drainTime is how long a stopping idemgate may take after SIGTERM: the
+// graceful shutdown bound (server.shutdown_timeout) or, if longer, the
+// longest in-flight upstream call (upstream.timeout). The orchestrator's
+// grace period must exceed it, or in-flight claims are cut off and only
+// released by lease expiry.
+func drainTime(t *testing.T, c containerConfig) time.Duration {
+	t.Helper()
+	return max(duration(t, c.where, c.cfg, "server.shutdown_timeout"), duration(t, c.where, c.cfg, "upstream.timeout"))
 }

@@ -25,7 +25,7 @@ const repoRoot = ".."
 
 // configSchema is the known key set of idemgate's config.yaml, from the
 // shape fixed in the project brief plus policy.Route (mode,
-// allow_global_keys). A nil value is a leaf; a map is a nested section.
+// allow_global_keys) and config.ServerConfig (server.*). A nil value is a leaf; a map is a nested section.
 //
 // TODO: switch to config.Load(path, environ) once package config exists, so
 // the manifests are checked by the real loader instead of this copy.
@@ -41,7 +41,11 @@ var configSchema = map[string]any{
 		},
 		"bolt": map[string]any{"path": nil},
 	},
-	"log":      map[string]any{"format": nil, "level": nil},
+	"log": map[string]any{"format": nil, "level": nil},
+	"server": map[string]any{
+		"read_header_timeout": nil, "read_timeout": nil, "write_timeout": nil,
+		"idle_timeout": nil, "shutdown_timeout": nil, "max_header_bytes": nil,
+	},
 	"defaults": routeSchema(false),
 	// routes is a list of route sections; checked with routeSchema(true).
 	"routes": nil,
@@ -200,7 +204,10 @@ func str(t *testing.T, where string, m map[string]any, path string) string {
 
 // configDefaults are the defaults of the brief's shape for keys a file may
 // leave out.
-var configDefaults = map[string]string{"listen": ":8080", "admin.listen": "127.0.0.1:9090"}
+var configDefaults = map[string]string{
+	"listen": ":8080", "admin.listen": "127.0.0.1:9090",
+	"upstream.timeout": "60s", "server.shutdown_timeout": "30s",
+}
 
 // configStr returns the string at path or its default.
 func configStr(t *testing.T, where string, cfg map[string]any, path string) string {
@@ -237,10 +244,10 @@ func listenHost(t *testing.T, where, addr string) string {
 	return host
 }
 
-// duration parses a Go duration setting such as "30s".
+// duration parses a Go duration setting such as "30s" (or its default).
 func duration(t *testing.T, where string, cfg map[string]any, path string) time.Duration {
 	t.Helper()
-	s := str(t, where, cfg, path)
+	s := configStr(t, where, cfg, path)
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		t.Fatalf("%s: %s = %q: %v", where, path, s, err)

@@ -267,9 +267,8 @@ func TestKubernetes(t *testing.T) {
 	if s := lookup(c, "lifecycle.preStop.sleep.seconds"); s != nil {
 		preStop = time.Duration(toInt(t, "preStop.sleep.seconds", s)) * time.Second
 	}
-	need := preStop + duration(t, cfg.where, cfg.cfg, "upstream.timeout")
-	if grace <= need {
-		t.Errorf("Deployment: terminationGracePeriodSeconds %v must exceed preStop %v + upstream.timeout", grace, preStop)
+	if drain := drainTime(t, cfg); grace <= preStop+drain {
+		t.Errorf("Deployment: terminationGracePeriodSeconds %v must exceed preStop %v + the drain %v", grace, preStop, drain)
 	}
 
 	// Service: traffic port only; the admin port stays private.
