@@ -69,7 +69,10 @@ type handler struct {
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
 //     purge one idempotency record; authorization=RAW may replace owner for
-//     routes whose owner is the Authorization header.
+//     routes whose owner is the Authorization header. DELETE answers 204, 404
+//     when absent, and 409 for a record still running within its lease
+//     unless force=true is given (completed and abandoned records purge
+//     freely).
 //
 // Every error is an RFC 9457 application/problem+json document whose type is
 // ProblemBase plus a stable case name.
@@ -374,6 +377,31 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) purge(w http.ResponseWriter, r *http.Request, id store.Identity) {
+	force := r.URL.Query().Get("force") == "true"
+	state := store.Absent
+	if !force {
+		rec, err := h.opts.Store.Get(r.Context(), id)
+		if err != nil {
+			h.storeError(w, "get", id, err)
+			return
+		}
+		if rec != nil {
+			state = rec.State
+		}
+		if state == store.Running {
+			// Purging a record whose holder is alive lets the next retry
+			// reach the backend while the first request is still there:
+			// the one thing idemgate exists to prevent. It takes force.
+			// Get then Delete is not atomic: a record seen completed or
+			// abandoned can be re-claimed in between; the store has no
+			// conditional delete to close that window.
+			h.log.Warn("admin purge refused: record running", "route", id.Route,
+				"owner_sha256", shortDigest(id.Owner), "key_sha256", shortDigest(id.Key), "remote", r.RemoteAddr)
+			writeProblem(w, http.StatusConflict, "admin-record-running", "Record Running",
+				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true")
+			return
+		}
+	}
 	existed, err := h.opts.Store.Delete(r.Context(), id)
 	if err != nil {
 		h.storeError(w, "delete", id, err)
@@ -382,7 +410,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request, id store.Identit
 	// Audit line: the raw key and owner may be secrets or personal data, so
 	// only short digests identify the record.
 	h.log.Info("admin purge", "route", id.Route, "owner_sha256", shortDigest(id.Owner),
-		"key_sha256", shortDigest(id.Key), "existed", existed, "remote", r.RemoteAddr)
+		"key_sha256", shortDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
 		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
 			fmt.Sprintf("no idempotency record for that owner and key on route %q", id.Route))

@@ -36,18 +36,23 @@ const userTokenOwner = "sha256:b8f2c25d6e8d00fcf1f2844e82b27980ecf77eca5d03b0ac2
 // handler must fail closed on, and records the context Ping got.
 type faultyStore struct {
 	store.Store
-	mu      sync.Mutex
-	pingErr error
-	opErr   error // returned by Get and Delete
-	pingCtx context.Context
-	pings   int
+	mu        sync.Mutex
+	pingErr   error
+	pingBlock bool  // Ping waits for its context to end, like a hung server
+	opErr     error // returned by Get and Delete
+	pingCtx   context.Context
+	pings     int
 }
 
 func (f *faultyStore) Ping(ctx context.Context) error {
 	f.mu.Lock()
 	f.pingCtx, f.pings = ctx, f.pings+1
-	err := f.pingErr
+	err, block := f.pingErr, f.pingBlock
 	f.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return fmt.Errorf("ping: %w: %w", store.ErrUnavailable, ctx.Err())
+	}
 	if err != nil {
 		return err
 	}
@@ -284,6 +289,20 @@ func TestReadyz(t *testing.T) {
 			t.Errorf("Cache-Control = %q, want no-store", cc)
 		}
 	})
+	t.Run("store hangs", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.store.pingBlock = true
+		start := time.Now()
+		rec := f.do(t, http.MethodGet, "/readyz", nil)
+		took := time.Since(start)
+		detail := assertProblem(t, rec, http.StatusServiceUnavailable, "not-ready")
+		if !strings.Contains(detail, "store") {
+			t.Errorf("detail %q does not name the store check", detail)
+		}
+		if took < ReadyTimeout || took > ReadyTimeout+2*time.Second {
+			t.Errorf("/readyz answered after %v, want just over %v", took, ReadyTimeout)
+		}
+	})
 	t.Run("no policy", func(t *testing.T) {
 		f := newFixture(t, func(o *Options) { o.Policy = func() *policy.Policy { return nil } })
 		rec := f.do(t, http.MethodGet, "/readyz", nil)
@@ -515,11 +534,23 @@ func TestRecordsPurge(t *testing.T) {
 	defer stop()
 	otherChanged, stopOther := f.store.Watch(other)
 	defer stopOther()
-
 	target := recordsURL("route", "orders", "owner", "h:alice", "key", id.Key)
-	rec := f.do(t, http.MethodDelete, target, authed())
+
+	// A record within its lease is not purged without force: its request
+	// may still be at the backend.
+	assertProblem(t, f.do(t, http.MethodDelete, target, authed()), http.StatusConflict, "admin-record-running")
+	if got, _ := f.store.Get(context.Background(), id); got == nil || got.State != store.Running {
+		t.Fatalf("refused purge changed the record: %+v", got)
+	}
+	select {
+	case <-changed:
+		t.Fatal("refused purge woke the record's watchers")
+	default:
+	}
+
+	rec := f.do(t, http.MethodDelete, target+"&force=true", authed())
 	if rec.Code != http.StatusNoContent || rec.Body.Len() != 0 {
-		t.Fatalf("DELETE = %d %q, want 204 and no body", rec.Code, rec.Body)
+		t.Fatalf("DELETE force = %d %q, want 204 and no body", rec.Code, rec.Body)
 	}
 	select {
 	case <-changed:
@@ -536,19 +567,37 @@ func TestRecordsPurge(t *testing.T) {
 	if got, _ := f.store.Get(context.Background(), other); got == nil {
 		t.Error("purge removed another owner's record")
 	}
-	// The key can be claimed afresh.
-	if res, err := f.store.Claim(context.Background(), store.ClaimParams{Identity: id, Fingerprint: "fp2", Token: "t2", Lease: time.Minute}); err != nil || res.State != store.Claimed {
-		t.Fatalf("Claim after purge = %v, %v; want Claimed", res, err)
+	// A woken waiter re-claims and gets the key afresh; the purged holder
+	// can no longer complete it with its old token.
+	f.claim(t, id, "fp2", "t2", time.Minute, time.Hour)
+	if ok, err := f.store.Complete(context.Background(), id, "t", store.Response{Status: 200}); err != nil || ok {
+		t.Errorf("purged holder's Complete = %v, %v; want false", ok, err)
+	}
+
+	// Completed and abandoned records purge without force.
+	f.complete(t, id, "t2", store.Response{Status: 201})
+	if rec := f.do(t, http.MethodDelete, target, authed()); rec.Code != http.StatusNoContent {
+		t.Errorf("DELETE completed = %d %s, want 204", rec.Code, rec.Body)
+	}
+	f.clock.Advance(2 * time.Minute) // bob's lease ends: abandoned
+	bobTarget := recordsURL("route", "orders", "owner", "h:bob", "key", other.Key)
+	if rec := f.do(t, http.MethodDelete, bobTarget, authed()); rec.Code != http.StatusNoContent {
+		t.Errorf("DELETE abandoned = %d %s, want 204", rec.Code, rec.Body)
+	}
+	select {
+	case <-otherChanged:
+	default:
+		t.Error("purge of the abandoned record did not wake its watchers")
 	}
 
 	logs := f.logs.String()
-	if !strings.Contains(logs, "admin purge") || !strings.Contains(logs, "route=orders") {
-		t.Errorf("purge not logged with its route:\n%s", logs)
+	if !strings.Contains(logs, "admin purge") || !strings.Contains(logs, "route=orders") || !strings.Contains(logs, "force=true") {
+		t.Errorf("purge not logged with its route and force:\n%s", logs)
 	}
 	if !strings.Contains(logs, "key_sha256="+sha256Hex(id.Key)[:16]) {
 		t.Errorf("purge log lacks the key digest:\n%s", logs)
 	}
-	for _, secret := range []string{id.Key, "h:alice", "alice"} {
+	for _, secret := range []string{id.Key, "h:alice", "alice", "bob"} {
 		if strings.Contains(logs, secret) {
 			t.Errorf("log contains raw %q:\n%s", secret, logs)
 		}

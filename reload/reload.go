@@ -177,7 +177,7 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 	}
 	r.current.Store(p)
 	r.reloads.WithLabelValues("success").Inc()
-	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "sha256", fmt.Sprintf("%x", sum[:8]))
+	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "routes", len(p.Routes()), "sha256", fmt.Sprintf("%x", sum[:8]))
 	return nil
 }
 
