@@ -1,0 +1,262 @@
+// Package config loads and validates idemgate's YAML configuration into a Config with a compiled policy.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+)
+
+// Store drivers.
+const (
+	DriverMemory = "memory"
+	DriverValkey = "valkey"
+	DriverBolt   = "bolt"
+)
+
+// Config is the whole effective configuration: file, then environment, then
+// whatever flags the caller sets before calling Validate.
+type Config struct {
+	// Listen is the proxy's listen address, host:port (default ":8080").
+	Listen string
+	// Upstream is the backend every enforced request is forwarded to.
+	Upstream UpstreamConfig
+	// Admin is the operations listener (/metrics /healthz /readyz /admin/).
+	Admin AdminConfig
+	// Store selects and configures the record store.
+	Store StoreConfig
+	// Log configures the slog handler.
+	Log LogConfig
+	// Server holds the proxy listener's http.Server limits.
+	Server ServerConfig
+	// Policy is the compiled route policy (`defaults:` and `routes:`).
+	Policy *policy.Policy
+}
+
+// UpstreamConfig is the `upstream:` section.
+type UpstreamConfig struct {
+	// URL is the absolute http or https URL of the backend (upstream.url).
+	URL *url.URL
+	// Timeout bounds one upstream exchange; past it the client gets 504
+	// (upstream.timeout, default 60s).
+	Timeout time.Duration
+}
+
+// AdminConfig is the `admin:` section.
+type AdminConfig struct {
+	// Listen is the admin listen address, host:port (default
+	// "127.0.0.1:9090").
+	Listen string
+	// Token is the bearer token that /admin/ requires (admin.token,
+	// IDEMGATE_ADMIN_TOKEN); "" if none was configured.
+	Token string
+}
+
+// StoreConfig is the `store:` section.
+type StoreConfig struct {
+	// Driver is memory (default), valkey or bolt.
+	Driver string
+	// Valkey configures the valkey driver.
+	Valkey ValkeyConfig
+	// Bolt configures the bolt driver.
+	Bolt BoltConfig
+}
+
+// ValkeyConfig is the `store.valkey:` section.
+type ValkeyConfig struct {
+	// Addrs are host:port addresses: one for a single node, several for
+	// Cluster, or the sentinels when SentinelMaster is set.
+	Addrs []string
+	// Username and Password authenticate (AUTH); empty means none.
+	Username, Password string
+	// TLS enables TLS to every address.
+	TLS bool
+	// KeyPrefix starts every key idemgate writes (default "idemgate:").
+	KeyPrefix string
+	// SentinelMaster, when set, is the Sentinel master name to follow.
+	SentinelMaster string
+}
+
+// BoltConfig is the `store.bolt:` section.
+type BoltConfig struct {
+	// Path is the database file (default "/var/lib/idemgate/idemgate.db").
+	Path string
+}
+
+// LogConfig is the `log:` section.
+type LogConfig struct {
+	// Format is text (default) or json.
+	Format string
+	// Level is debug, info (default), warn or error.
+	Level string
+}
+
+// ServerConfig is the `server:` section: the proxy http.Server's limits.
+// A zero duration means no limit, as in net/http.
+type ServerConfig struct {
+	// ReadHeaderTimeout bounds reading request headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request (default 60s).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response from the end of the request
+	// headers (default 0: none, the upstream timeout bounds the exchange);
+	// when set it must exceed upstream.timeout.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds keep-alive idleness (default 120s).
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds a graceful shutdown (default 30s).
+	ShutdownTimeout time.Duration
+	// MaxHeaderBytes bounds request headers, in bytes (default 1 MiB).
+	MaxHeaderBytes int
+}
+
+// Default returns the built-in configuration: listen ":8080", admin
+// "127.0.0.1:9090", memory store, text logs at info, the server defaults
+// and a policy of only the defaults route (policy.DefaultRoute). Upstream.URL
+// is nil: the caller sets it (e.g. from --upstream) and calls Validate.
+func Default() *Config {
+	p, err := policy.New(policy.DefaultRoute(), nil)
+	if err != nil {
+		panic("config: built-in defaults do not compile: " + err.Error())
+	}
+	return &Config{
+		Listen:   ":8080",
+		Upstream: UpstreamConfig{Timeout: 60 * time.Second},
+		Admin:    AdminConfig{Listen: "127.0.0.1:9090"},
+		Store: StoreConfig{
+			Driver: DriverMemory,
+			Valkey: ValkeyConfig{KeyPrefix: "idemgate:"},
+			Bolt:   BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
+		},
+		Log: LogConfig{Format: "text", Level: "info"},
+		Server: ServerConfig{
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ShutdownTimeout:   30 * time.Second,
+			MaxHeaderBytes:    1 << 20,
+		},
+		Policy: p,
+	}
+}
+
+// Validate checks a built Config, e.g. after flags overrode fields, and
+// returns every problem at once: errors.Join of *policy.FieldError, each
+// naming the key path (e.g. "upstream.url", "routes[1].wait_timeout").
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &policy.FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+	}
+	if err := checkAddr(c.Listen); err != nil {
+		bad("listen", "%v", err)
+	}
+	switch u := c.Upstream.URL; {
+	case u == nil:
+		bad("upstream.url", "is required (an absolute http or https URL)")
+	case u.Scheme != "http" && u.Scheme != "https":
+		bad("upstream.url", "%q must be an absolute http or https URL", u.Redacted())
+	case u.Host == "":
+		bad("upstream.url", "%q has no host", u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "":
+		bad("upstream.url", "%q must not carry a query or fragment", u.Redacted())
+	}
+	if c.Upstream.Timeout <= 0 {
+		bad("upstream.timeout", "%v must be > 0", c.Upstream.Timeout)
+	}
+	if err := checkAddr(c.Admin.Listen); err != nil {
+		bad("admin.listen", "%v", err)
+	} else if c.Admin.Listen == c.Listen {
+		bad("admin.listen", "%q is also the proxy's listen address", c.Admin.Listen)
+	}
+	switch c.Store.Driver {
+	case DriverMemory:
+	case DriverValkey:
+		if len(c.Store.Valkey.Addrs) == 0 {
+			bad("store.valkey.addrs", "must list at least one host:port for driver valkey")
+		}
+		for i, a := range c.Store.Valkey.Addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				bad(fmt.Sprintf("store.valkey.addrs[%d]", i), "%q is not host:port", a)
+			}
+		}
+	case DriverBolt:
+		if c.Store.Bolt.Path == "" {
+			bad("store.bolt.path", "is required for driver bolt")
+		}
+	default:
+		bad("store.driver", "%q must be memory, valkey or bolt", c.Store.Driver)
+	}
+	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
+		bad("log.format", "%q must be text or json", c.Log.Format)
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "%q must be debug, info, warn or error", c.Log.Level)
+	}
+	for _, d := range []struct {
+		path string
+		v    time.Duration
+	}{
+		{"server.read_header_timeout", c.Server.ReadHeaderTimeout},
+		{"server.read_timeout", c.Server.ReadTimeout},
+		{"server.write_timeout", c.Server.WriteTimeout},
+		{"server.idle_timeout", c.Server.IdleTimeout},
+		{"server.shutdown_timeout", c.Server.ShutdownTimeout},
+	} {
+		if d.v < 0 {
+			bad(d.path, "%v must be >= 0 (0 means no limit)", d.v)
+		}
+	}
+	if w := c.Server.WriteTimeout; w > 0 && c.Upstream.Timeout > 0 && w <= c.Upstream.Timeout {
+		bad("server.write_timeout", "%v must exceed upstream.timeout (%v), or be 0, or responses are cut off", w, c.Upstream.Timeout)
+	}
+	if c.Server.MaxHeaderBytes <= 0 {
+		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)
+	}
+	if c.Policy == nil {
+		bad("routes", "no compiled policy")
+	} else {
+		routes := c.Policy.Routes()
+		vals := make([]policy.Route, len(routes))
+		for i, r := range routes {
+			vals[i] = *r
+		}
+		errs = append(errs, waitTimeoutErrs(vals, c.Upstream.Timeout)...)
+	}
+	return errors.Join(errs...)
+}
+
+// waitTimeoutErrs checks wait_timeout <= upstream.timeout for routes (file
+// order, then the defaults route last).
+func waitTimeoutErrs(routes []policy.Route, upstream time.Duration) []error {
+	if upstream <= 0 {
+		return nil
+	}
+	var errs []error
+	for i, r := range routes {
+		path := fmt.Sprintf("routes[%d].wait_timeout", i)
+		if i == len(routes)-1 {
+			path = "defaults.wait_timeout"
+		}
+		if r.WaitTimeout > upstream {
+			errs = append(errs, &policy.FieldError{Path: path, Err: fmt.Errorf(
+				"%v must be <= upstream.timeout (%v): a waiting retry cannot outlast the call it waits for", r.WaitTimeout, upstream)})
+		}
+	}
+	return errs
+}
+
+func checkAddr(addr string) error {
+	if addr == "" {
+		return errors.New("is required (host:port)")
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	return nil
+}
