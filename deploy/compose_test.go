@@ -108,6 +108,7 @@ func publishedTargets(t *testing.T, name string, s map[string]any) []int {
 func TestCompose(t *testing.T) {
 	services := loadCompose(t)
 	stages := byName(parseDockerfile(t, path("Dockerfile")))
+	cc := composeConfig(t)
 
 	// Every dependency waits for health, and only on services that have a
 	// healthcheck, so `up` starts idemgate after Valkey answers PING.
@@ -142,9 +143,9 @@ func TestCompose(t *testing.T) {
 				t.Errorf("compose service %s: build context %s has no %s", name, ctx, df)
 			}
 		}
-		for k := range composeEnv(t, name, s) {
-			if name != "valkey" {
-				checkEnvName(t, "compose service "+name, k)
+		if slices.Contains(composeReplicas(services), name) {
+			for k, v := range composeEnv(t, name, s) {
+				checkEnvName(t, "compose service "+name, cc, k, v)
 			}
 		}
 	}
@@ -173,20 +174,9 @@ func TestCompose(t *testing.T) {
 	}
 
 	// idemgate replicas: at least two, sharing the config and the store.
-	cfgRaw, err := os.ReadFile(composeConfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := parseConfig(t, "deploy/compose/config.yaml", cfgRaw)
-	listen := listenPort(t, "compose config", configStr(t, "compose config", cfg, "listen"))
-	admin := listenPort(t, "compose config", configStr(t, "compose config", cfg, "admin.listen"))
-	var replicas []string
-	for name, s := range services {
-		if lookup(s, "build.target") == "idemgate" {
-			replicas = append(replicas, name)
-		}
-	}
-	slices.Sort(replicas)
+	listen := listenPort(t, cc.where, cc.loaded.Listen)
+	admin := listenPort(t, cc.where, cc.loaded.Admin.Listen)
+	replicas := composeReplicas(services)
 	if len(replicas) < 2 {
 		t.Fatalf("compose: idemgate replicas %v, want at least two sharing Valkey", replicas)
 	}
@@ -247,7 +237,7 @@ func TestCompose(t *testing.T) {
 		grace, err := time.ParseDuration(fmt.Sprint(s["stop_grace_period"]))
 		if err != nil {
 			t.Errorf("compose %s: stop_grace_period %v: %v (Docker's 10s default cuts the drain short)", name, s["stop_grace_period"], err)
-		} else if drain := drainTime(t, containerConfig{where: "compose config", cfg: cfg}); grace <= drain {
+		} else if drain := drainTime(cc); grace <= drain {
 			t.Errorf("compose %s: stop_grace_period %v must exceed the drain %v", name, grace, drain)
 		}
 		if s["read_only"] != true || !slices.Contains(strs(t, "cap_drop", s["cap_drop"]), "ALL") {
@@ -256,7 +246,7 @@ func TestCompose(t *testing.T) {
 	}
 
 	// The config points at services of this compose file.
-	for _, a := range strs(t, "store.valkey.addrs", lookup(cfg, "store.valkey.addrs")) {
+	for _, a := range cc.loaded.Store.Valkey.Addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil {
 			t.Errorf("compose config: valkey addr %q: %v", a, err)
@@ -269,10 +259,7 @@ func TestCompose(t *testing.T) {
 			t.Errorf("compose config: valkey addr %s, valkey listens on %d", a, valkeyPort)
 		}
 	}
-	up, err := url.Parse(str(t, "compose config", cfg, "upstream.url"))
-	if err != nil {
-		t.Fatalf("compose config: upstream.url: %v", err)
-	}
+	up := cc.loaded.Upstream.URL
 	api, ok := services[up.Hostname()]
 	if !ok {
 		t.Fatalf("compose config: upstream %s is not a compose service", up.Host)
@@ -300,4 +287,17 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatalf("port %q: %v", s, err)
 	}
 	return n
+}
+
+// composeReplicas returns the services built from the idemgate target, in
+// name order.
+func composeReplicas(services map[string]map[string]any) []string {
+	var out []string
+	for name, s := range services {
+		if lookup(s, "build.target") == "idemgate" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -29,12 +29,14 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_build_info":                       {labels: []string{"version", "goversion"}},
 }
 
-// labelValues are the closed value sets of labels.
+// labelValues are the closed value sets of labels, per metric family and
+// label (metrics.Outcome* constants, store operations, reload results).
 var labelValues = map[string][]string{
-	"outcome": {"forwarded", "replayed", "conflict", "mismatch", "invalid_key", "missing_key",
-		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned"},
-	"operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
-	"result":    {"ok", "error"},
+	"idemgate_requests_total/outcome": {"forwarded", "replayed", "conflict", "mismatch", "invalid_key", "missing_key",
+		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned", "bad_request"},
+	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
+	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
+	"idemgate_config_reloads_total/result":                {"success", "failure"},
 }
 
 // targetLabels are added by Prometheus to every scraped series.
@@ -86,7 +88,7 @@ func checkExpr(t reporter, where, expr string) []string {
 				t.Errorf("%s: %s has no label %q", where, name, label)
 				continue
 			}
-			values, closed := labelValues[label]
+			values, closed := labelValues[name+"/"+label]
 			if !closed || strings.HasPrefix(value, "$") {
 				continue
 			}

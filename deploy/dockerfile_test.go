@@ -271,8 +271,8 @@ func TestDockerfile(t *testing.T) {
 	// EXPOSE matches the ports the container configs listen on.
 	exposed := exposedPorts(t, final)
 	for _, cfg := range containerConfigs(t) {
-		for _, key := range []string{"listen", "admin.listen"} {
-			p := listenPort(t, cfg.where, configStr(t, cfg.where, cfg.cfg, key))
+		for key, addr := range map[string]string{"listen": cfg.loaded.Listen, "admin.listen": cfg.loaded.Admin.Listen} {
+			p := listenPort(t, cfg.where, addr)
 			if !slices.Contains(exposed, p) {
 				t.Errorf("Dockerfile: EXPOSE %v lacks %d (%s %s)", exposed, p, cfg.where, key)
 			}

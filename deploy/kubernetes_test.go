@@ -81,13 +81,9 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	dep := k8sObject(t, objs, "Deployment", deploymentName)
-	cfgs := containerConfigs(t)
-	cfg := cfgs[len(cfgs)-1]
-	if !strings.Contains(cfg.where, "kubernetes") {
-		t.Fatalf("containerConfigs order changed: last is %s", cfg.where)
-	}
-	listen := listenPort(t, cfg.where, configStr(t, cfg.where, cfg.cfg, "listen"))
-	admin := listenPort(t, cfg.where, configStr(t, cfg.where, cfg.cfg, "admin.listen"))
+	cfg := k8sConfig(t)
+	listen := listenPort(t, cfg.where, cfg.loaded.Listen)
+	admin := listenPort(t, cfg.where, cfg.loaded.Admin.Listen)
 
 	if n := toInt(t, "replicas", lookup(dep, "spec.replicas")); n < 2 {
 		t.Errorf("Deployment: replicas %d, want >= 2", n)
@@ -243,7 +239,7 @@ func TestKubernetes(t *testing.T) {
 	secretEnv := map[string]bool{}
 	for _, e := range maps(t, "env", c["env"]) {
 		name := fmt.Sprint(e["name"])
-		checkEnvName(t, "Deployment", name)
+		checkEnvName(t, "Deployment", cfg, name, envValue(cfg.env, name))
 		if ref, ok := lookup(e, "valueFrom.secretKeyRef").(map[string]any); ok {
 			secretEnv[name] = true
 			if ref["name"] != lookup(secret, "metadata.name") || !secretKeys[fmt.Sprint(ref["key"])] {
@@ -267,7 +263,7 @@ func TestKubernetes(t *testing.T) {
 	if s := lookup(c, "lifecycle.preStop.sleep.seconds"); s != nil {
 		preStop = time.Duration(toInt(t, "preStop.sleep.seconds", s)) * time.Second
 	}
-	if drain := drainTime(t, cfg); grace <= preStop+drain {
+	if drain := drainTime(cfg); grace <= preStop+drain {
 		t.Errorf("Deployment: terminationGracePeriodSeconds %v must exceed preStop %v + the drain %v", grace, preStop, drain)
 	}
 
