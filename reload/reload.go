@@ -68,6 +68,9 @@ type Reloader struct {
 	current atomic.Pointer[policy.Policy]
 	reloads *prometheus.CounterVec
 	running atomic.Bool
+	// watching, when set (tests only), is called once Run's directory watch
+	// is in place, so a test knows its next file change will be seen.
+	watching func()
 
 	mu sync.Mutex // serializes reloads; guards lastSum
 	// lastSum is the SHA-256 of the file content last attempted by the
@@ -221,6 +224,9 @@ func (r *Reloader) Run(ctx context.Context) error {
 		}
 		realPath, _ = filepath.EvalSymlinks(target)
 		events, watchErrs = w.Events, w.Errors
+		if r.watching != nil {
+			r.watching()
+		}
 	}
 
 	var (
