@@ -1,0 +1,136 @@
+package reload_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/reload"
+)
+
+// loadConfig is the Load cmd/idemgate passes: the whole config file is
+// validated, only its policy is kept.
+func loadConfig(path string) (*policy.Policy, error) {
+	c, err := config.Load(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.Policy, nil
+}
+
+const configHead = `upstream:
+  url: "http://127.0.0.1:3000"
+routes:
+  - name: create-order
+    match: "POST /v1/orders"
+`
+
+func routeNames(p *policy.Policy) []string {
+	var out []string
+	for _, r := range p.Routes() {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// TestRealConfigEdits runs the Reloader against real YAML and config.Load:
+// an edit with a bad value is rejected with its key path and the running
+// policy stays; the corrected edit is applied.
+func TestRealConfigEdits(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "idemgate.yaml")
+	replace := func(content string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "idemgate.yaml.new")
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(configHead)
+	sig := make(chan os.Signal, 1)
+	reg := prometheus.NewRegistry()
+	r, err := reload.New(reload.Options{Path: path, Load: loadConfig, Registerer: reg, Signals: sig, Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if got := strings.Join(routeNames(r.Current()), ","); got != "create-order,default" {
+		t.Fatalf("initial routes = %q", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	before := r.Current()
+	replace(configHead + `  - name: refunds
+    match: "POST /v1/refunds"
+    lease: -1s
+`)
+	// The explicit reload does not depend on when the watcher started.
+	err = r.Reload()
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "routes[1].lease") {
+		t.Fatalf("Reload error = %v, want a *policy.FieldError naming routes[1].lease", err)
+	}
+	if r.Current() != before {
+		t.Fatal("a rejected config replaced the policy")
+	}
+	if got := reloads(t, reg, "failure"); got < 1 {
+		t.Errorf("failure count = %v, want >= 1", got)
+	}
+
+	replace(configHead + `  - name: refunds
+    match: "POST /v1/refunds"
+    lease: 5s
+`)
+	sig <- os.Interrupt // any value on the channel reloads
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Join(routeNames(r.Current()), ",") != "create-order,refunds,default" {
+		if time.Now().After(deadline) {
+			t.Fatalf("corrected config never applied; routes %v", routeNames(r.Current()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.Current().Routes()[1].Lease; got != 5*time.Second {
+		t.Errorf("refunds lease = %v, want 5s", got)
+	}
+}
+
+// reloads reads idemgate_config_reloads_total{result} from reg.
+func reloads(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idemgate_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no idemgate_config_reloads_total{result=%q} on the registry", result)
+	return 0
+}
