@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -69,7 +70,9 @@ type handler struct {
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
 //     purge one idempotency record; authorization=RAW may replace owner for
-//     routes whose owner is the Authorization header. DELETE answers 204, 404
+//     routes whose owner is the Authorization header (a credential in a URL
+//     may reach access logs on the way; prefer owner=sha256:HEX, see
+//     policy.AuthorizationOwner). DELETE answers 204, 404
 //     when absent, and 409 for a record still running within its lease
 //     unless force=true is given (completed and abandoned records purge
 //     freely).
@@ -277,7 +280,12 @@ func viewOf(rec *store.Record) recordView {
 // identity resolves the query of /admin/records to a store identity, or
 // writes the problem and returns false.
 func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identity, bool) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// URL.Query would drop the malformed pair and report it missing.
+		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request", "malformed query string: "+err.Error())
+		return store.Identity{}, false
+	}
 	routeName, key := q.Get("route"), q.Get("key")
 	var missing []string
 	if routeName == "" {

@@ -407,6 +407,7 @@ func TestRecordsBadRequests(t *testing.T) {
 		kind   string
 	}{
 		{"no params", "/admin/records", http.StatusBadRequest, "admin-bad-request"},
+		{"malformed query", "/admin/records?route=orders&owner=h:a&key=%zz", http.StatusBadRequest, "admin-bad-request"},
 		{"no route", recordsURL("owner", "h:a", "key", "k"), http.StatusBadRequest, "admin-bad-request"},
 		{"no key", recordsURL("route", "orders", "owner", "h:a"), http.StatusBadRequest, "admin-bad-request"},
 		{"empty key", recordsURL("route", "orders", "owner", "h:a", "key", ""), http.StatusBadRequest, "admin-bad-request"},
