@@ -1,0 +1,314 @@
+// Package e2e tests the real idemgate binary over HTTP, in front of real upstreams, on a real valkey-server.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// binary is the idemgate executable built once by TestMain (with -race, so
+// the e2e runs also check the binary for data races).
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idemgate-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "idemgate")
+	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/idemgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building idemgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Gate is one running idemgate process.
+type Gate struct {
+	t        *testing.T
+	URL      string // proxy base URL
+	AdminURL string
+	config   string
+	args     []string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	logs     *lockedBuffer
+	exited   chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// gateConfig describes a config file; Defaults and Routes are YAML
+// fragments indented as under their keys.
+type gateConfig struct {
+	Upstream    string
+	ValkeyAddrs []string // empty: memory store
+	Defaults    string   // extra lines under defaults:, each "  key: value"
+	Routes      string   // lines under routes:
+	AdminToken  string
+	UpTimeout   string
+}
+
+func (c gateConfig) yaml(listen, adminListen string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %q\n", listen)
+	timeout := c.UpTimeout
+	if timeout == "" {
+		timeout = "30s"
+	}
+	fmt.Fprintf(&b, "upstream:\n  url: %q\n  timeout: %s\n", c.Upstream, timeout)
+	fmt.Fprintf(&b, "admin:\n  listen: %q\n  token: %q\n", adminListen, c.AdminToken)
+	if len(c.ValkeyAddrs) > 0 {
+		fmt.Fprintf(&b, "store:\n  driver: valkey\n  valkey:\n    addrs: [%s]\n", quoteJoin(c.ValkeyAddrs))
+	} else {
+		b.WriteString("store:\n  driver: memory\n")
+	}
+	b.WriteString("log:\n  format: json\n  level: info\n")
+	b.WriteString("defaults:\n  owner: \"header:X-User\"\n  lease: 2s\n  wait_timeout: 10s\n")
+	b.WriteString(c.Defaults)
+	if c.Routes != "" {
+		b.WriteString("routes:\n")
+		b.WriteString(c.Routes)
+	}
+	return b.String()
+}
+
+func quoteJoin(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// startGate writes the config and starts idemgate on free loopback ports,
+// waiting until /healthz answers. The process is stopped in t.Cleanup.
+func startGate(t *testing.T, c gateConfig) *Gate {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	if err := os.WriteFile(path, []byte(c.yaml(listen, adminListen)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
+		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+	g.Start()
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("idemgate logs:\n%s", g.logs.String())
+		}
+	})
+	return g
+}
+
+// Start (re)starts the process with the same config and ports.
+func (g *Gate) Start() {
+	g.t.Helper()
+	cmd := exec.Command(binary, g.args...)
+	cmd.Stdout, cmd.Stderr = g.logs, g.logs
+	if err := cmd.Start(); err != nil {
+		g.t.Fatalf("starting idemgate: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	g.mu.Lock()
+	g.cmd, g.exited = cmd, exited
+	g.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(g.AdminURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {
+	g.mu.Lock()
+	cmd, exited := g.cmd, g.exited
+	g.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Stop sends SIGTERM and waits for a graceful exit (SIGKILL after 15 s).
+func (g *Gate) Stop() { g.signal(syscall.SIGTERM, 15*time.Second) }
+
+// Kill ends the process at once with SIGKILL, as a crash would.
+func (g *Gate) Kill() { g.signal(syscall.SIGKILL, 5*time.Second) }
+
+// Logs returns everything the process printed.
+func (g *Gate) Logs() string { return g.logs.String() }
+
+// Upstream is a real HTTP backend that counts what it executes per
+// (owner, idempotency key) and answers like an API creating a resource.
+type Upstream struct {
+	*httptest.Server
+	mu      sync.Mutex
+	calls   map[string]int
+	total   int
+	Handler http.HandlerFunc // optional override, called after counting
+	Delay   time.Duration
+	Entered chan struct{} // optional: receives once per call
+}
+
+func startUpstream(t *testing.T) *Upstream {
+	u := &Upstream{calls: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *Upstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	id := r.Header.Get("X-User") + "|" + r.Header.Get("Idempotency-Key")
+	u.mu.Lock()
+	u.calls[id]++
+	u.total++
+	n := u.total
+	h, delay, entered := u.Handler, u.Delay, u.Entered
+	u.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	if h != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h(w, r)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json; charset=utf-8")
+	hd.Set("Location", fmt.Sprintf("/v1/orders/%d", n))
+	hd.Set("ETag", fmt.Sprintf(`"%d"`, n))
+	hd.Add("Set-Cookie", "session=abc; Path=/; HttpOnly")
+	hd.Add("Set-Cookie", "theme=dark; Path=/")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"order":%d,"owner":%q,"request":%q}`, n, r.Header.Get("X-User"), body)
+}
+
+// Calls returns how many times the upstream executed (owner, key).
+func (u *Upstream) Calls(owner, key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.calls[owner+"|"+key]
+}
+
+// Total returns how many requests the upstream executed.
+func (u *Upstream) Total() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.total
+}
+
+// Set changes the handler, delay and entered channel under the lock.
+func (u *Upstream) Set(h http.HandlerFunc, delay time.Duration, entered chan struct{}) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.Handler, u.Delay, u.Entered = h, delay, entered
+}
+
+// Answer is a complete HTTP answer as a client saw it.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	Err    error
+}
+
+func (a Answer) replayed() bool { return a.Header.Get("Idempotent-Replayed") == "true" }
+
+// post sends one POST with an owner and key (either may be "") and reads
+// the whole answer.
+func post(ctx context.Context, url, owner, key, body string) Answer {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		return Answer{Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if owner != "" {
+		req.Header.Set("X-User", owner)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Answer{Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+}
+
+func mustPost(t *testing.T, url, owner, key, body string) Answer {
+	t.Helper()
+	a := post(context.Background(), url, owner, key, body)
+	if a.Err != nil {
+		t.Fatalf("POST %s: %v", url, a.Err)
+	}
+	return a
+}
