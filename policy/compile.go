@@ -296,9 +296,9 @@ func (s StatusRange) String() string {
 // route matches. Never nil.
 //
 // The path is matched after ServeMux's cleaning ("/a//b/../c" as "/a/c"),
-// since that is the resource an upstream sees; a request that ServeMux would
-// only redirect to a subtree ("/uploads" for pattern "/uploads/") matches no
-// route.
+// since that is the resource an upstream sees. A request that ServeMux would
+// only redirect to a subtree ("/uploads" when "/uploads/" is a pattern)
+// matches no route, even when a shorter subtree such as "/" covers it.
 func (p *Policy) Match(req *http.Request) *Route {
 	if req == nil || req.URL == nil || len(p.routes) == 0 {
 		return p.defaults
