@@ -1,0 +1,33 @@
+-- complete.lua: store the response while the record holds the token (store.Store.Complete).
+-- KEYS[1] record key. ARGV[1] token, ARGV[2] status, ARGV[3] headers
+-- (encoded), ARGV[4] body, ARGV[5] omitted "1"/"0", ARGV[6] events channel.
+-- Returns 1 when completed, 0 when the token does not hold the record.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt')
+if not rec[1] then
+  return 0
+end
+if tonumber(rec[3]) ~= 0 and tonumber(rec[3]) <= now then
+  redis.call('DEL', key)
+  return 0
+end
+if rec[1] ~= 'running' or rec[2] ~= ARGV[1] then
+  return 0
+end
+local retention = tonumber(rec[4])
+local expiry = 0
+if retention > 0 then
+  expiry = now + retention
+end
+redis.call('HDEL', key, 't', 'tk', 'l')
+redis.call('HSET', key, 's', 'completed', 'st', ARGV[2], 'h', ARGV[3], 'b', ARGV[4],
+  'om', ARGV[5], 'sa', string.format('%.0f', now), 'x', string.format('%.0f', expiry))
+if retention > 0 then
+  redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
+else
+  redis.call('PERSIST', key)
+end
+redis.call('PUBLISH', ARGV[6], key)
+return 1

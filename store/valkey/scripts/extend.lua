@@ -1,0 +1,27 @@
+-- extend.lua: move the lease end to now + lease while the record holds the token (store.Store.Extend).
+-- KEYS[1] record key. ARGV[1] token, ARGV[2] lease ms (> 0).
+-- Returns 1 when extended, 0 when the token does not hold the record.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt')
+if not rec[1] then
+  return 0
+end
+local expiry = tonumber(rec[3])
+if expiry ~= 0 and expiry <= now then
+  redis.call('DEL', key)
+  return 0
+end
+if rec[1] ~= 'running' or rec[2] ~= ARGV[1] then
+  return 0
+end
+local lease_end = now + tonumber(ARGV[2])
+if tonumber(rec[4]) > 0 then
+  expiry = math.max(expiry, lease_end)
+else
+  expiry = lease_end + 86400000
+end
+redis.call('HSET', key, 'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry))
+redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
+return 1

@@ -1,0 +1,20 @@
+-- release.lua: delete the record while it holds the token (store.Store.Release).
+-- KEYS[1] record key. ARGV[1] token, ARGV[2] events channel.
+-- Returns 1 when released, 0 when the token does not hold the record.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', key, 's', 't', 'x')
+if not rec[1] then
+  return 0
+end
+if tonumber(rec[3]) ~= 0 and tonumber(rec[3]) <= now then
+  redis.call('DEL', key)
+  return 0
+end
+if rec[1] ~= 'running' or rec[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', key)
+redis.call('PUBLISH', ARGV[2], key)
+return 1

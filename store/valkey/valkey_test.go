@@ -1,0 +1,407 @@
+package valkey_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
+	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+func randomPrefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "test-" + hex.EncodeToString(b) + ":"
+}
+
+func newStore(t testing.TB, opts valkey.Options) *valkey.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := valkey.New(ctx, opts)
+	if err != nil {
+		t.Fatalf("valkey.New(%v): %v", opts.Addrs, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func harness(addrs []string) storetest.Harness {
+	return storetest.Harness{
+		NewStore: func(t *testing.T) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix()})
+		},
+		NewPeer: func(t *testing.T, s store.Store) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix()})
+		},
+	}
+}
+
+func TestContractStandalone(t *testing.T) {
+	srv := valkeytest.Start(t)
+	storetest.RunHarness(t, harness([]string{srv.Addr()}))
+}
+
+func TestContractCluster(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	storetest.RunHarness(t, harness(c.Addrs()))
+}
+
+func TestContractSentinel(t *testing.T) {
+	srv := valkeytest.Start(t)
+	sen := valkeytest.StartSentinel(t, srv, "idemgate-test")
+	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix()})
+	ctx := t.Context()
+	id := store.Identity{Owner: "o", Route: "r", Key: "sentinel"}
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim through sentinel = %+v, %v", res, err)
+	}
+	// The record is on the master the sentinel named.
+	if out, err := srv.CLI("EXISTS", s.Key(id)); err != nil || out != "1" {
+		t.Fatalf("EXISTS on master = %q, %v", out, err)
+	}
+}
+
+// raw returns a plain client to srv for inspecting keys.
+func raw(t testing.TB, addr string) vk.Client {
+	t.Helper()
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("raw client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func serverTime(t *testing.T, c vk.Client) time.Time {
+	t.Helper()
+	v, err := c.Do(t.Context(), c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME: %v %v", v, err)
+	}
+	sec, _ := strconv.ParseInt(v[0], 10, 64)
+	usec, _ := strconv.ParseInt(v[1], 10, 64)
+	return time.Unix(sec, usec*1000)
+}
+
+func pttl(t *testing.T, c vk.Client, key string) int64 {
+	t.Helper()
+	n, err := c.Do(t.Context(), c.B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return n
+}
+
+func TestTimesAreServerTimes(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	ctx := t.Context()
+	id := store.Identity{Owner: "o", Route: "r", Key: "clock"}
+	before := serverTime(t, c).Truncate(time.Millisecond)
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %+v %v", res, err)
+	}
+	after := serverTime(t, c)
+	r, err := s.Get(ctx, id)
+	if err != nil || r == nil {
+		t.Fatalf("Get: %+v %v", r, err)
+	}
+	if r.CreatedAt.Before(before) || r.CreatedAt.After(after) {
+		t.Fatalf("CreatedAt %v outside the server's TIME window [%v, %v]", r.CreatedAt, before, after)
+	}
+	// The stored field is the same server time in unix ms.
+	created, err := c.Do(ctx, c.B().Hget().Key(s.Key(id)).Field("c").Build()).ToString()
+	if err != nil || created != strconv.FormatInt(r.CreatedAt.UnixMilli(), 10) {
+		t.Fatalf("field c = %q (%v), want %d", created, err, r.CreatedAt.UnixMilli())
+	}
+	// PEXPIRETIME is the record's end to the millisecond, on the server's clock.
+	exp, err := c.Do(ctx, c.B().Pexpiretime().Key(s.Key(id)).Build()).AsInt64()
+	if err != nil || exp != r.RetentionEnd.UnixMilli() {
+		t.Fatalf("PEXPIRETIME = %d (%v), want RetentionEnd %d", exp, err, r.RetentionEnd.UnixMilli())
+	}
+}
+
+func TestExpiryIsAlwaysSet(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	ctx := t.Context()
+	for _, retention := range []time.Duration{0, 50 * time.Millisecond, time.Hour} {
+		id := store.Identity{Owner: "o", Route: "r", Key: "ttl-" + retention.String()}
+		key := s.Key(id)
+		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t1", Lease: 150 * time.Millisecond, Retention: retention}
+		check := func(when string, min, max int64) {
+			t.Helper()
+			if got := pttl(t, c, key); got < min || got > max {
+				t.Fatalf("retention %v, %s: PTTL = %d, want %d..%d", retention, when, got, min, max)
+			}
+		}
+		running := func(lease int64) (int64, int64) {
+			if retention == 0 {
+				return 1, lease + 86_400_000
+			}
+			return 1, max(lease, retention.Milliseconds())
+		}
+		if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim: %+v %v", res, err)
+		}
+		lo, hi := running(150)
+		check("after Claim", lo, hi)
+		if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
+			t.Fatalf("repeated Claim: %+v %v", res, err)
+		}
+		check("after repeated Claim", lo, hi)
+		if ok, err := s.Extend(ctx, id, "t1", time.Minute); !ok || err != nil {
+			t.Fatalf("Extend: %v %v", ok, err)
+		}
+		lo, hi = running(60_000)
+		check("after Extend", lo, hi)
+		if ok, err := s.Complete(ctx, id, "t1", store.Response{Status: 200}); !ok || err != nil {
+			t.Fatalf("Complete: %v %v", ok, err)
+		}
+		if retention == 0 {
+			check("after Complete", -1, -1)
+		} else {
+			check("after Complete", 1, retention.Milliseconds())
+		}
+	}
+	// A takeover writes a fresh expiry too.
+	id := store.Identity{Owner: "o", Route: "r", Key: "takeover"}
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "a", Lease: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // let the lease pass
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "b", Lease: time.Minute})
+	if err != nil || !res.Takeover {
+		t.Fatalf("takeover Claim: %+v %v", res, err)
+	}
+	if got := pttl(t, c, s.Key(id)); got <= 60_000 || got > 60_000+86_400_000 {
+		t.Fatalf("PTTL after takeover = %d, want lease + 24h", got)
+	}
+}
+
+func TestRecordLayout(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: "layout:"})
+	ctx := t.Context()
+	id := store.Identity{Owner: "alice", Route: "POST /orders", Key: "k1"}
+	if got, want := s.Key(id), "layout:{"; !strings.HasPrefix(got, want) || !regexp.MustCompile(`^layout:\{[0-9a-f]{64}\}$`).MatchString(got) {
+		t.Fatalf("Key = %q, want layout:{<64 lowercase hex>}", got)
+	}
+	wantBytes := []byte("\x00\x00\x00\x00\x00\x00\x00\x05alice\x00\x00\x00\x00\x00\x00\x00\x0cPOST /orders\x00\x00\x00\x00\x00\x00\x00\x02k1")
+	if got := valkey.IdentityBytes(id); !bytes.Equal(got, wantBytes) {
+		t.Fatalf("IdentityBytes = %q, want %q", got, wantBytes)
+	}
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok", Lease: time.Minute, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fields, err := c.Do(ctx, c.B().Hgetall().Key(s.Key(id)).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"o": "alice", "r": "POST /orders", "k": "k1", "s": "running", "f": "fp", "t": "tok", "tk": "0", "rt": "3600000"} {
+		if fields[f] != want {
+			t.Fatalf("running record field %q = %q, want %q (all: %q)", f, fields[f], want, fields)
+		}
+	}
+	for _, f := range []string{"c", "l", "x"} {
+		if _, err := strconv.ParseInt(fields[f], 10, 64); err != nil {
+			t.Fatalf("field %q = %q, want unix ms", f, fields[f])
+		}
+	}
+	h := http.Header{"B": {"2"}, "A": {"1", "3"}}
+	if ok, err := s.Complete(ctx, id, "tok", store.Response{Status: 201, Header: h, Body: []byte("body"), Omitted: true}); !ok || err != nil {
+		t.Fatalf("Complete: %v %v", ok, err)
+	}
+	fields, err = c.Do(ctx, c.B().Hgetall().Key(s.Key(id)).Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fields["t"]; ok {
+		t.Fatalf("completed record keeps a token: %q", fields)
+	}
+	wantH := "\x00\x00\x00\x01A\x00\x00\x00\x011\x00\x00\x00\x01A\x00\x00\x00\x013\x00\x00\x00\x01B\x00\x00\x00\x012"
+	for f, want := range map[string]string{"s": "completed", "st": "201", "h": wantH, "b": "body", "om": "1"} {
+		if fields[f] != want {
+			t.Fatalf("completed record field %q = %q, want %q", f, fields[f], want)
+		}
+	}
+}
+
+func TestHeaderEncoding(t *testing.T) {
+	h := http.Header{"Set-Cookie": {"a=1", "b=2"}, "x-lower": {""}, "": {"empty name"}}
+	got, err := valkey.DecodeHeader(valkey.EncodeHeader(h))
+	if err != nil || !reflect.DeepEqual(got, h) {
+		t.Fatalf("round trip = %#v, %v; want %#v", got, err, h)
+	}
+	if got, err := valkey.DecodeHeader(nil); got != nil || err != nil {
+		t.Fatalf("DecodeHeader(nil) = %v, %v", got, err)
+	}
+	enc := valkey.EncodeHeader(http.Header{"A": {"value"}})
+	for i := 1; i < len(enc); i++ {
+		if _, err := valkey.DecodeHeader(enc[:i]); err == nil {
+			t.Fatalf("DecodeHeader of %d of %d bytes: want a truncation error", i, len(enc))
+		}
+	}
+}
+
+func TestScriptsInProtocolDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatalf("read docs/protocol.md: %v", err)
+	}
+	for name, src := range valkey.Scripts() {
+		if !bytes.Contains(doc, []byte(src)) {
+			t.Errorf("docs/protocol.md does not contain %s verbatim", name)
+		}
+	}
+}
+
+// checkUnavailable runs every operation with a ctx of the given timeout and
+// wants each to fail with ErrUnavailable within limit, never Claimed/true.
+func checkUnavailable(t *testing.T, s *valkey.Store, timeout, limit time.Duration, wantCtxErr error) {
+	t.Helper()
+	id := store.Identity{Owner: "o", Route: "r", Key: "down"}
+	ops := map[string]func(ctx context.Context) (bool, error){
+		"Claim": func(ctx context.Context) (bool, error) {
+			res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute})
+			return res.State == store.Claimed, err
+		},
+		"Complete": func(ctx context.Context) (bool, error) { return s.Complete(ctx, id, "t", store.Response{Status: 200}) },
+		"Release":  func(ctx context.Context) (bool, error) { return s.Release(ctx, id, "t") },
+		"Extend":   func(ctx context.Context) (bool, error) { return s.Extend(ctx, id, "t", time.Minute) },
+		"Delete":   func(ctx context.Context) (bool, error) { return s.Delete(ctx, id) },
+		"Get": func(ctx context.Context) (bool, error) {
+			r, err := s.Get(ctx, id)
+			return r != nil, err
+		},
+		"Ping": func(ctx context.Context) (bool, error) { return false, s.Ping(ctx) },
+	}
+	for name, op := range ops {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		start := time.Now()
+		ok, err := op(ctx)
+		took := time.Since(start)
+		cancel()
+		if err == nil || !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("%s: err = %v, want ErrUnavailable", name, err)
+		}
+		if wantCtxErr != nil && !errors.Is(err, wantCtxErr) {
+			t.Fatalf("%s: err = %v, want it to wrap %v", name, err, wantCtxErr)
+		}
+		if ok {
+			t.Fatalf("%s answered success with an error", name)
+		}
+		if took > limit {
+			t.Fatalf("%s took %v, want under %v", name, took, limit)
+		}
+	}
+}
+
+func TestStoppedServer(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	srv.Stop()
+	checkUnavailable(t, s, 2*time.Second, 3*time.Second, nil)
+}
+
+func TestStalledServer(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	checkUnavailable(t, s, 200*time.Millisecond, time.Second, context.DeadlineExceeded)
+
+	// A manual cancel (no deadline) returns promptly too.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Key: "cancel"}, Fingerprint: "fp", Token: "t", Lease: time.Minute})
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with canceled ctx: err = %v, want ErrUnavailable and context.Canceled", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Claim with ctx canceled after 100ms took %v", took)
+	}
+}
+
+func TestNewUnreachable(t *testing.T) {
+	port := valkeytest.FreePort(t) // nothing listens there
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	s, err := valkey.New(ctx, valkey.Options{Addrs: []string{"127.0.0.1:" + strconv.Itoa(port)}})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("New against a closed port: want an error")
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("New: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestRestartResubscribes checks that after the server restarts, the store
+// works again, waiting watchers are woken (spuriously: notifications may
+// have been lost) and notifications from a peer reach new watchers.
+func TestRestartResubscribes(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.WithAOF())
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}
+	s := newStore(t, opts)
+	peer := newStore(t, opts)
+	waiting, stop := s.Watch(store.Identity{Key: "waiting"})
+	defer stop()
+	srv.Restart()
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watcher not woken after the server restarted")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		id := store.Identity{Key: "after-restart-" + strconv.Itoa(i)}
+		ch, stop := s.Watch(id)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		res, err := peer.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute})
+		if err == nil && res.State == store.Claimed {
+			_, err = peer.Complete(ctx, id, "t", store.Response{Status: 200})
+		}
+		cancel()
+		woken := false
+		if err == nil {
+			select {
+			case <-ch:
+				woken = true
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+		stop()
+		if woken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no notification from a peer reached a watcher within 10s of the restart (last err %v)", err)
+		}
+	}
+}

@@ -1,0 +1,390 @@
+// Package valkeytest starts throwaway valkey-server processes (standalone, cluster, sentinel) on loopback ports for tests.
+//
+// Every process it starts binds 127.0.0.1 only, keeps its files under
+// t.TempDir() and is stopped by t.Cleanup. A missing valkey-server or
+// valkey-cli fails the test (t.Fatal) with install instructions; it never
+// skips.
+package valkeytest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// installHint is the message of the t.Fatal raised when a binary is missing.
+const installHint = "run .ci/install-valkey.sh (Debian 12: apt-get install -t bookworm-backports valkey-server)"
+
+// startTimeout bounds how long Start waits for a new server to answer PING.
+const startTimeout = 15 * time.Second
+
+// stopTimeout bounds how long Stop waits after SIGTERM before SIGKILL.
+const stopTimeout = 5 * time.Second
+
+// Option configures Start.
+type Option func(*config)
+
+type config struct {
+	aof     bool
+	args    []string
+	cluster bool
+	dir     string
+}
+
+// WithAOF turns on the append-only file with appendfsync always, so every
+// acknowledged write survives Kill followed by Restart.
+func WithAOF() Option { return func(c *config) { c.aof = true } }
+
+// WithArgs appends raw valkey-server arguments, e.g. WithArgs("--requirepass", "secret").
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithDir makes the server keep its data (and log) in dir instead of a fresh
+// directory under t.TempDir().
+func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// withCluster starts the server with cluster mode enabled.
+func withCluster() Option { return func(c *config) { c.cluster = true } }
+
+// Server is one valkey-server process on 127.0.0.1. Its methods are safe
+// for concurrent use.
+type Server struct {
+	t    testing.TB
+	port int
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has exited
+	paused bool
+}
+
+// Binary returns the path of name (valkey-server, valkey-cli,
+// valkey-sentinel) on PATH, or fails the test with install instructions.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not found: %s", name, installHint)
+	}
+	return p
+}
+
+// Start starts valkey-server on a free 127.0.0.1 port (whose port+10000
+// cluster bus port is free too), waits until it answers PING and stops it
+// in t.Cleanup. It fails the test when valkey-server is not installed.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin := Binary(t, "valkey-server")
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.dir == "" {
+		c.dir = t.TempDir()
+	}
+	port := FreePort(t)
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", c.dir,
+		"--logfile", filepath.Join(c.dir, "valkey.log"),
+		"--daemonize", "no",
+		"--save", "",
+		// DEBUG SLEEP and friends are used by fault tests.
+		"--enable-debug-command", "local",
+	}
+	if c.aof {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	if c.cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(c.dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		)
+	}
+	args = append(args, c.args...)
+	s := &Server{t: t, port: port, dir: c.dir, args: append([]string{bin}, args...)}
+	t.Cleanup(s.Stop)
+	s.start()
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.t.Fatalf("valkeytest: server on port %d already running", s.port)
+	}
+	cmd := exec.Command(s.args[0], s.args[1:]...)
+	cmd.Dir = s.dir
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("valkeytest: start %s: %v", s.args[0], err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done, s.paused = cmd, done, false
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if err := ping(s.Addr()); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			s.t.Fatalf("valkeytest: server on %s did not answer PING within %v: %v (log: %s)", s.Addr(), startTimeout, err, s.logTail())
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			s.t.Fatalf("valkeytest: server on %s exited during start (log: %s)", s.Addr(), s.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "valkey.log"))
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the TCP port the server listens on.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's data directory (AOF, nodes.conf, valkey.log).
+func (s *Server) Dir() string { return s.dir }
+
+// Stop ends the server (SIGTERM, SIGKILL after 5s) and waits for it to exit.
+// Stopping a stopped server does nothing.
+func (s *Server) Stop() { s.signalAndWait(syscall.SIGTERM) }
+
+// Kill ends the server with SIGKILL (a crash: no shutdown save) and waits
+// for it to exit.
+func (s *Server) Kill() { s.signalAndWait(syscall.SIGKILL) }
+
+func (s *Server) signalAndWait(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(stopTimeout):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+// Restart stops the server if it runs and starts it again on the same port
+// with the same data directory and arguments.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Pause freezes the server process (SIGSTOP): connections stay open but
+// nothing is answered, like a stalled server. Stop and Kill resume it first.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.paused = true
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+}
+
+// CLI runs valkey-cli against the server with args (e.g. "PTTL", key) and
+// returns its trimmed output. Output is raw (--no-raw is not set), so
+// integers print bare.
+func (s *Server) CLI(args ...string) (string, error) {
+	return cli(s.t, s.port, args...)
+}
+
+func cli(t testing.TB, port int, args ...string) (string, error) {
+	bin := Binary(t, "valkey-cli")
+	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
+	out, err := exec.Command(bin, full...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("valkey-cli %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// FreePort returns a loopback TCP port that is free, and whose port+10000
+// (the cluster bus port) is free as well, at the time of the call.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("valkeytest: listen on 127.0.0.1:0: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port+10000 > 65535 {
+			_ = l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port
+	}
+	t.Fatalf("valkeytest: found no free port pair (p, p+10000) on 127.0.0.1")
+	return 0
+}
+
+// ping sends an inline PING and accepts +PONG or a -NOAUTH error (a server
+// with requirepass answers too).
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
+		return nil
+	}
+	// -LOADING while the AOF is replayed: not ready yet.
+	return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+}
+
+// Cluster is a Valkey Cluster of masters without replicas.
+type Cluster struct {
+	// Servers are the master nodes, in the order given to --cluster create.
+	Servers []*Server
+}
+
+// StartCluster starts masters (>= 3) cluster-enabled servers, joins them
+// with valkey-cli --cluster create, waits until every node reports
+// cluster_state:ok and stops them in t.Cleanup.
+func StartCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	if masters < 3 {
+		t.Fatalf("valkeytest: a cluster needs at least 3 masters, got %d", masters)
+	}
+	Binary(t, "valkey-cli")
+	c := &Cluster{}
+	for range masters {
+		c.Servers = append(c.Servers, Start(t, withCluster()))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := cli(t, c.Servers[0].port, args...); err != nil {
+		t.Fatalf("valkeytest: cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Servers {
+		for {
+			out, err := s.CLI("CLUSTER", "INFO")
+			if err == nil && strings.Contains(out, "cluster_state:ok") && strings.Contains(out, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("valkeytest: node %s not cluster_state:ok after 30s: %v\n%s", s.Addr(), err, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// Addrs returns the "127.0.0.1:port" of every master.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// Sentinel is one valkey-sentinel process monitoring one master.
+type Sentinel struct {
+	*Server
+	// MasterName is the name the master is monitored under (the
+	// SentinelMaster of a client).
+	MasterName string
+}
+
+// StartSentinel starts a valkey-sentinel on a free port that monitors master
+// under masterName (quorum 1), waits until it knows the master's address and
+// stops it in t.Cleanup.
+func StartSentinel(t testing.TB, master *Server, masterName string) *Sentinel {
+	t.Helper()
+	bin := Binary(t, "valkey-server")
+	dir := t.TempDir()
+	port := FreePort(t)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+		port, dir, filepath.Join(dir, "valkey.log"), masterName, master.port, masterName)
+	confPath := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		t.Fatalf("valkeytest: write sentinel.conf: %v", err)
+	}
+	s := &Server{t: t, port: port, dir: dir, args: []string{bin, confPath, "--sentinel"}}
+	t.Cleanup(s.Stop)
+	s.start()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		out, err := s.CLI("SENTINEL", "get-master-addr-by-name", masterName)
+		if err == nil && strings.Contains(out, strconv.Itoa(master.port)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("valkeytest: sentinel on %s does not know master %q: %v %s", s.Addr(), masterName, err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return &Sentinel{Server: s, MasterName: masterName}
+}
