@@ -74,3 +74,15 @@ func TestBackgroundSweepStopsOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func BenchmarkClaimComplete(b *testing.B) {
+	s := memory.New()
+	b.Cleanup(func() { _ = s.Close() })
+	storetest.BenchmarkClaimComplete(b, s)
+}
+
+func BenchmarkClaimCompleted(b *testing.B) {
+	s := memory.New()
+	b.Cleanup(func() { _ = s.Close() })
+	storetest.BenchmarkClaimCompleted(b, s)
+}

@@ -405,3 +405,13 @@ func TestRestartResubscribes(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkClaimComplete(b *testing.B) {
+	srv := valkeytest.Start(b)
+	storetest.BenchmarkClaimComplete(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
+}
+
+func BenchmarkClaimCompleted(b *testing.B) {
+	srv := valkeytest.Start(b)
+	storetest.BenchmarkClaimCompleted(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
+}
