@@ -55,12 +55,20 @@ func waitListening(addr string, within time.Duration) error {
 	return fmt.Errorf("%s not listening after %v: %w", addr, within, err)
 }
 
-// TestComposeValkeyCommand runs the compose file's valkey command and
-// healthcheck against a real valkey-server: the flags must be accepted, AOF
-// must be on and written, the password must be enforced, and the
-// healthcheck must fail when authentication fails (valkey-cli exits 0 on a
-// NOAUTH reply, so a bare `valkey-cli ping` would always look healthy).
-func TestComposeValkeyCommand(t *testing.T) {
+// composeValkey is a valkey-server started with the compose command.
+type composeValkey struct {
+	service  map[string]any // the compose service
+	cli      string         // path of valkey-cli
+	port     int            // loopback port it listens on
+	password string         // its --requirepass (= REDISCLI_AUTH)
+	dir      string         // its data directory
+	args     []string       // the arguments it runs with
+}
+
+// startComposeValkey runs the compose file's valkey command on a free
+// loopback port in a temporary directory, stopped in t.Cleanup.
+func startComposeValkey(t *testing.T) composeValkey {
+	t.Helper()
 	server, cli := needValkey(t)
 	vk := loadCompose(t)["valkey"]
 	cmd := strs(t, "valkey command", vk["command"])
@@ -113,6 +121,17 @@ func TestComposeValkeyCommand(t *testing.T) {
 		}
 		t.Fatalf("%v\n%s", err, log)
 	}
+	return composeValkey{service: vk, cli: cli, port: port, password: password, dir: dir, args: args}
+}
+
+// TestComposeValkeyCommand runs the compose file's valkey command and
+// healthcheck against a real valkey-server: the flags must be accepted, AOF
+// must be on and written, the password must be enforced, and the
+// healthcheck must fail when authentication fails (valkey-cli exits 0 on a
+// NOAUTH reply, so a bare `valkey-cli ping` would always look healthy).
+func TestComposeValkeyCommand(t *testing.T) {
+	v := startComposeValkey(t)
+	vk, cli, port, password, dir, args := v.service, v.cli, v.port, v.password, v.dir, v.args
 
 	valkeyCLI := func(auth string, extra ...string) (string, error) {
 		c := exec.Command(cli, append([]string{"-p", strconv.Itoa(port)}, extra...)...)
