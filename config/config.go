@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
@@ -160,11 +162,11 @@ func (c *Config) Validate() error {
 	case u == nil:
 		bad("upstream.url", "is required (an absolute http or https URL)")
 	case u.Scheme != "http" && u.Scheme != "https":
-		bad("upstream.url", "%q must be an absolute http or https URL", u.Redacted())
+		bad("upstream.url", "%s must be an absolute http or https URL", showURL(u))
 	case u.Host == "":
-		bad("upstream.url", "%q has no host", u.Redacted())
+		bad("upstream.url", "%s has no host", showURL(u))
 	case u.RawQuery != "" || u.Fragment != "":
-		bad("upstream.url", "%q must not carry a query or fragment", u.Redacted())
+		bad("upstream.url", "%s must not carry a query or fragment", showURL(u))
 	}
 	if c.Upstream.Timeout <= 0 {
 		bad("upstream.timeout", "%v must be > 0", c.Upstream.Timeout)
@@ -249,6 +251,14 @@ func waitTimeoutErrs(routes []policy.Route, upstream time.Duration) []error {
 		}
 	}
 	return errs
+}
+
+// showURL quotes u for an error message, unless it may carry a credential.
+func showURL(u *url.URL) string {
+	if s := u.Redacted(); !strings.Contains(s, "@") {
+		return strconv.Quote(s)
+	}
+	return "the URL"
 }
 
 func checkAddr(addr string) error {

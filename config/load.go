@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -325,7 +326,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if raw.Upstream.URL != nil {
 		u, err := url.Parse(strings.TrimSpace(*raw.Upstream.URL))
 		if err != nil || !u.IsAbs() {
-			b.bad("upstream.url", "%q is not an absolute http or https URL", *raw.Upstream.URL)
+			shown := strconv.Quote(*raw.Upstream.URL)
+			if strings.Contains(*raw.Upstream.URL, "@") {
+				shown = "the value" // may carry a password
+			}
+			b.bad("upstream.url", "%s is not an absolute http or https URL", shown)
 		} else {
 			c.Upstream.URL = u
 		}

@@ -33,18 +33,21 @@ func ParseSize(s string) (int64, error) {
 		i++
 	}
 	if i == 0 {
-		return 0, fmt.Errorf("%q is not a size like 512, 64KiB, 1MiB or 1GiB", s)
+		return 0, fmt.Errorf("%q is not a byte size like 512, 64KiB, 1MiB or 1GiB", s)
+	}
+	if i < len(t) && t[i] == '.' {
+		return 0, fmt.Errorf("%q: fractions are not allowed in a byte size; use a smaller unit", s)
 	}
 	n, err := strconv.ParseInt(t[:i], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is too large", s)
+		return 0, fmt.Errorf("%q is too large a byte size", s)
 	}
 	mul, ok := sizeUnits[strings.ToUpper(strings.TrimSpace(t[i:]))]
 	if !ok {
 		return 0, fmt.Errorf("%q has an unknown unit; use B, KB, MB, GB, KiB, MiB or GiB", s)
 	}
 	if n > math.MaxInt64/mul {
-		return 0, fmt.Errorf("%q is too large", s)
+		return 0, fmt.Errorf("%q is too large a byte size", s)
 	}
 	return n * mul, nil
 }
