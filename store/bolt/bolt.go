@@ -1,0 +1,758 @@
+// Package bolt is a durable store.Store for a single idemgate instance, kept in one bbolt file that only one process may open at a time.
+//
+// File layout (also in docs/protocol.md, "Store records (bolt)"): bucket
+// "meta" holds "version" = FormatVersion; bucket "records" maps
+// RecordKey(identity) (SHA-256 of IdentityBytes, 32 bytes) to a record value;
+// bucket "expiry" maps expiry_ms (8 bytes big-endian) + record key to an
+// empty value, one entry per record that expires, so the sweep finds expired
+// records in expiry order without reading the others.
+//
+// A record value (format version 1), integers big-endian:
+//
+//	offset size field
+//	0      1    version (1)
+//	1      1    state: 1 running, 2 completed
+//	2      1    flags: 0x01 takeover, 0x02 response omitted,
+//	            0x04 response header non-nil, 0x08 response body non-nil
+//	3      8    created_ms     (unix milliseconds, signed)
+//	11     8    lease_end_ms   (0 once completed)
+//	19     8    expiry_ms      (when the record stops existing; 0 = never)
+//	27     8    retention_ms   (of the claim)
+//	35     8    stored_at_ms   (0 while running)
+//	43     2    status         (0 while running)
+//	45     ...  owner, route, key, fingerprint, token, header, body:
+//	            each a 4-byte length then that many bytes
+//
+// The header field is a 4-byte name count, then per name in byte order the
+// name (4-byte length + bytes), a 4-byte value count and each value (4-byte
+// length + bytes), so multi-value headers such as Set-Cookie keep their
+// order and names keep their exact spelling.
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// abandonedKeep is how long a running record whose claim had Retention 0
+// outlives its lease end, so an abandoned claim stays visible to
+// on_abandoned: reject while nothing lives forever (same rule as
+// store/memory and store/valkey).
+const abandonedKeep = 24 * time.Hour
+
+// DefaultSweepInterval is how often the background sweep runs by default.
+const DefaultSweepInterval = time.Minute
+
+// DefaultOpenTimeout is how long New waits for the file lock by default.
+const DefaultOpenTimeout = time.Second
+
+// sweepBatch bounds how many expired records one sweep transaction removes,
+// so the sweep never holds the write lock for long.
+const sweepBatch = 1000
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketRecords = []byte("records")
+	bucketExpiry  = []byte("expiry")
+	keyVersion    = []byte("version")
+)
+
+// ErrLocked is wrapped by New's error when another process (or another
+// Store in this process) holds the file open.
+var ErrLocked = errors.New("bolt file is locked by another process")
+
+// Option configures New.
+type Option func(*Store)
+
+// WithClock makes the store read now from clock instead of time.Now. The
+// store truncates every time it reads to milliseconds, like store/valkey.
+func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock = clock } }
+
+// WithSweepInterval sets how often expired records are swept in the
+// background (default DefaultSweepInterval); d <= 0 turns the background
+// sweep off (expired records are still treated as absent, and removed when
+// a write touches them).
+func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepEvery = d } }
+
+// WithOpenTimeout sets how long New waits for the file lock held by another
+// process before failing with ErrLocked (default DefaultOpenTimeout); d <= 0
+// means the default, never waiting forever.
+func WithOpenTimeout(d time.Duration) Option { return func(s *Store) { s.openTimeout = d } }
+
+// WithLogger sets the logger for background sweep failures (default: discard).
+func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.log = log } }
+
+// Store is a store.Store in one bbolt file. Every operation is one bbolt
+// transaction, so it is atomic and survives a crash once it returned.
+// Watch notifications are in-process only: the file cannot be shared.
+type Store struct {
+	db          *bbolt.DB
+	clock       func() time.Time
+	sweepEvery  time.Duration
+	openTimeout time.Duration
+	log         *slog.Logger
+
+	mu       sync.Mutex
+	watchers map[store.Identity]map[*watcher]struct{}
+
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+type watcher struct{ ch chan struct{} }
+
+// New opens or creates the bbolt file at path (mode 0600; its directory
+// must exist) and starts the background sweep. It fails with an error
+// wrapping ErrLocked and store.ErrUnavailable when another process holds
+// the file for longer than the open timeout, and with an error wrapping
+// store.ErrUnavailable when the directory is missing, the file is not a
+// bbolt file, or it was written in another FormatVersion. Call Close to
+// stop the sweep and release the file.
+func New(path string, opts ...Option) (*Store, error) {
+	s := &Store{
+		clock:       time.Now,
+		sweepEvery:  DefaultSweepInterval,
+		openTimeout: DefaultOpenTimeout,
+		watchers:    make(map[store.Identity]map[*watcher]struct{}),
+		sweepDone:   make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.openTimeout <= 0 {
+		s.openTimeout = DefaultOpenTimeout
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("bolt store: %w: empty path", store.ErrUnavailable)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("bolt store: directory %q of %q must exist: %w: %w", dir, path, store.ErrUnavailable, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("bolt store: %q of %q is not a directory: %w", dir, path, store.ErrUnavailable)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: s.openTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("bolt store: %q is open in another process (lock not acquired within %v; the bolt driver is single-instance): %w: %w: %w",
+			path, s.openTimeout, ErrLocked, store.ErrUnavailable, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bolt store: opening %q: %w: %w", path, store.ErrUnavailable, err)
+	}
+	if err := db.Update(initBuckets); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("bolt store: %q: %w: %w", path, store.ErrUnavailable, err)
+	}
+	s.db = db
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopSweep = cancel
+	if s.sweepEvery > 0 {
+		go s.sweepLoop(ctx)
+	} else {
+		close(s.sweepDone)
+	}
+	return s, nil
+}
+
+// initBuckets creates the buckets of a new file and checks the format
+// version of an existing one.
+func initBuckets(tx *bbolt.Tx) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	switch v := meta.Get(keyVersion); {
+	case v == nil:
+		if err := meta.Put(keyVersion, []byte{FormatVersion}); err != nil {
+			return err
+		}
+	case len(v) != 1 || v[0] != FormatVersion:
+		return fmt.Errorf("file format version %v, this build reads %d", v, FormatVersion)
+	}
+	for _, name := range [][]byte{bucketRecords, bucketExpiry} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Path returns the path of the bbolt file.
+func (s *Store) Path() string { return s.db.Path() }
+
+func (s *Store) nowMs() int64 { return s.clock().Truncate(time.Millisecond).UnixMilli() }
+
+// msTime converts stored unix milliseconds to a time; 0 is the zero time.
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// over reports whether an end time has been reached (end <= now); an end
+// of 0 (never) never is.
+func over(endMs, nowMs int64) bool { return endMs != 0 && endMs <= nowMs }
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("bolt store: %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+// errAbandoned makes a transaction roll back because its caller's context
+// ended before the transaction started.
+var errAbandoned = errors.New("caller gave up before the transaction started")
+
+// Transaction phases for update's hand-off between caller and transaction.
+const (
+	phaseWaiting int32 = iota
+	phaseRunning
+	phaseAbandoned
+)
+
+// update runs fn in one write transaction. The write lock may be held by
+// another transaction (and its fsync), so with a cancellable ctx it waits in
+// a goroutine: if ctx ends before fn starts, the transaction is abandoned
+// (it will roll back without changing anything) and update returns the
+// context error at once; once fn has started, its outcome stands and is
+// returned, so an error always means nothing was written.
+func (s *Store) update(ctx context.Context, op string, fn func(tx *bbolt.Tx, nowMs int64) error) error {
+	if err := ctx.Err(); err != nil {
+		return unavailable(op, err)
+	}
+	run := func(tx *bbolt.Tx) error { return fn(tx, s.nowMs()) }
+	if ctx.Done() == nil {
+		if err := s.db.Update(run); err != nil {
+			return unavailable(op, err)
+		}
+		return nil
+	}
+	var phase atomic.Int32
+	result := make(chan error, 1)
+	go func() {
+		result <- s.db.Update(func(tx *bbolt.Tx) error {
+			if !phase.CompareAndSwap(phaseWaiting, phaseRunning) {
+				return errAbandoned
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return run(tx)
+		})
+	}()
+	select {
+	case err := <-result:
+		if err != nil {
+			return unavailable(op, err)
+		}
+		return nil
+	case <-ctx.Done():
+		if phase.CompareAndSwap(phaseWaiting, phaseAbandoned) {
+			return unavailable(op, ctx.Err())
+		}
+		if err := <-result; err != nil {
+			return unavailable(op, err)
+		}
+		return nil
+	}
+}
+
+// view runs fn in one read transaction, which never waits for writers.
+func (s *Store) view(ctx context.Context, op string, fn func(tx *bbolt.Tx, nowMs int64) error) error {
+	if err := ctx.Err(); err != nil {
+		return unavailable(op, err)
+	}
+	if err := s.db.View(func(tx *bbolt.Tx) error { return fn(tx, s.nowMs()) }); err != nil {
+		return unavailable(op, err)
+	}
+	return nil
+}
+
+func buckets(tx *bbolt.Tx) (records, expiry *bbolt.Bucket, err error) {
+	records, expiry = tx.Bucket(bucketRecords), tx.Bucket(bucketExpiry)
+	if records == nil || expiry == nil {
+		return nil, nil, errors.New("buckets missing from the file")
+	}
+	return records, expiry, nil
+}
+
+// load returns the record stored under key, or nil when there is none or
+// it is past its expiry (treated as absent; removal is left to writes and
+// the sweep).
+func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64) (*record, error) {
+	v := records.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	r, err := decodeRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	if r.id != id {
+		// Two identities with one SHA-256: refuse rather than answer with
+		// another owner's record.
+		return nil, fmt.Errorf("%w: record key collision", errCorrupt)
+	}
+	if over(r.expiryMs, nowMs) {
+		return nil, nil
+	}
+	return r, nil
+}
+
+// writer is the write side of one transaction on one identity.
+type writer struct {
+	records, expiry *bbolt.Bucket
+	key             []byte
+	id              store.Identity
+	// oldExpiryMs is the expiry of the stored value (live or not), whose
+	// expiry entry a write must replace; 0 when there is none.
+	oldExpiryMs int64
+}
+
+// begin loads id's record for writing. An expired record is deleted on the
+// spot (and reported as nil) so no stale value outlives the transaction.
+func begin(tx *bbolt.Tx, id store.Identity, nowMs int64) (*writer, *record, error) {
+	records, expiry, err := buckets(tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &writer{records: records, expiry: expiry, key: RecordKey(id), id: id}
+	if v := records.Get(w.key); len(v) >= fixedLen {
+		w.oldExpiryMs = int64(binary.BigEndian.Uint64(v[expiryOffset:]))
+	}
+	r, err := load(records, w.key, id, nowMs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r == nil && w.oldExpiryMs != 0 && over(w.oldExpiryMs, nowMs) {
+		if err := w.remove(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w, r, nil
+}
+
+// put stores r and moves its expiry entry.
+func (w *writer) put(r *record) error {
+	v, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	if w.oldExpiryMs != r.expiryMs {
+		if w.oldExpiryMs != 0 {
+			if err := w.expiry.Delete(expiryKey(w.oldExpiryMs, w.key)); err != nil {
+				return err
+			}
+		}
+		if r.expiryMs != 0 {
+			if err := w.expiry.Put(expiryKey(r.expiryMs, w.key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.records.Put(w.key, v); err != nil {
+		return err
+	}
+	w.oldExpiryMs = r.expiryMs
+	return nil
+}
+
+// remove deletes the record and its expiry entry.
+func (w *writer) remove() error {
+	if w.oldExpiryMs != 0 {
+		if err := w.expiry.Delete(expiryKey(w.oldExpiryMs, w.key)); err != nil {
+			return err
+		}
+	}
+	w.oldExpiryMs = 0
+	return w.records.Delete(w.key)
+}
+
+// runningExpiry is when a running record stops existing: the later of lease
+// end and claim time + retention, or lease end + 24h for retention 0.
+func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
+	if retentionMs == 0 {
+		return leaseEndMs + abandonedKeep.Milliseconds()
+	}
+	return max(nowMs+retentionMs, leaseEndMs)
+}
+
+// answer is Claim's answer for a live record that it must not replace; ok
+// is false when the claim may take the record (takeover).
+func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult, ok bool) {
+	switch {
+	case !r.running:
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Response: r.resp}, true
+	case r.token == p.Token:
+		// A retried claim whose first answer was lost: it holds the record.
+		return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+	case !over(r.leaseEndMs, nowMs):
+		return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+	case p.NoTakeover || r.fingerprint != p.Fingerprint:
+		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+	}
+	return store.ClaimResult{}, false
+}
+
+// Claim implements store.Store. Answers that change nothing (Completed,
+// Running, Abandoned, a repeated claim) come from a read transaction, so
+// replays do not queue behind writes; the rest is decided again inside one
+// write transaction. Errors wrap store.ErrUnavailable.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if p.Lease <= 0 {
+		return store.ClaimResult{}, fmt.Errorf("bolt store: claim: lease %v must be > 0", p.Lease)
+	}
+	var (
+		res  store.ClaimResult
+		done bool
+	)
+	err := s.view(ctx, "claim", func(tx *bbolt.Tx, nowMs int64) error {
+		records, _, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		r, err := load(records, RecordKey(p.Identity), p.Identity, nowMs)
+		if err != nil || r == nil {
+			return err
+		}
+		res, done = answer(r, p, nowMs)
+		return nil
+	})
+	if err != nil || done {
+		return res, err
+	}
+	err = s.update(ctx, "claim", func(tx *bbolt.Tx, nowMs int64) error {
+		w, r, err := begin(tx, p.Identity, nowMs)
+		if err != nil {
+			return err
+		}
+		takeover := false
+		if r != nil {
+			if res, done = answer(r, p, nowMs); done {
+				return nil
+			}
+			takeover = true
+		}
+		leaseEnd := nowMs + p.Lease.Milliseconds()
+		retention := p.Retention.Milliseconds()
+		if err := w.put(&record{
+			id:          p.Identity,
+			running:     true,
+			takeover:    takeover,
+			fingerprint: p.Fingerprint,
+			token:       p.Token,
+			createdMs:   nowMs,
+			leaseEndMs:  leaseEnd,
+			expiryMs:    runningExpiry(nowMs, leaseEnd, retention),
+			retentionMs: retention,
+		}); err != nil {
+			return err
+		}
+		res = store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, LeaseEnd: msTime(leaseEnd)}
+		return nil
+	})
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	return res, nil
+}
+
+// holding is an update on id that acts only while the live record is
+// running and holds token; act changes the record (w, r) and reports
+// whether watchers must be woken.
+func (s *Store) holding(ctx context.Context, op string, id store.Identity, token string, act func(w *writer, r *record, nowMs int64) (wake bool, err error)) (bool, error) {
+	var did, wake bool
+	err := s.update(ctx, op, func(tx *bbolt.Tx, nowMs int64) error {
+		w, r, err := begin(tx, id, nowMs)
+		if err != nil {
+			return err
+		}
+		if r == nil || !r.running || r.token != token {
+			return nil
+		}
+		wake, err = act(w, r, nowMs)
+		did = err == nil
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if wake {
+		s.wake(id)
+	}
+	return did, nil
+}
+
+// Complete implements store.Store. Errors wrap store.ErrUnavailable.
+func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
+	return s.holding(ctx, "complete", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
+		stored := resp
+		stored.StoredAt = msTime(nowMs)
+		r.running, r.token, r.takeover, r.leaseEndMs = false, "", false, 0
+		r.resp, r.storedAtMs = &stored, nowMs
+		r.expiryMs = 0
+		if r.retentionMs > 0 {
+			r.expiryMs = nowMs + r.retentionMs
+		}
+		return true, w.put(r)
+	})
+}
+
+// Release implements store.Store. Errors wrap store.ErrUnavailable.
+func (s *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
+	return s.holding(ctx, "release", id, token, func(w *writer, _ *record, _ int64) (bool, error) {
+		return true, w.remove()
+	})
+}
+
+// Extend implements store.Store. Errors wrap store.ErrUnavailable.
+func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
+	if lease <= 0 {
+		return false, fmt.Errorf("bolt store: extend: lease %v must be > 0", lease)
+	}
+	return s.holding(ctx, "extend", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
+		r.leaseEndMs = nowMs + lease.Milliseconds()
+		if r.retentionMs == 0 {
+			r.expiryMs = r.leaseEndMs + abandonedKeep.Milliseconds()
+		} else if r.leaseEndMs > r.expiryMs {
+			r.expiryMs = r.leaseEndMs
+		}
+		return false, w.put(r)
+	})
+}
+
+// Get implements store.Store with a read transaction. Errors wrap
+// store.ErrUnavailable.
+func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
+	var out *store.Record
+	err := s.view(ctx, "get", func(tx *bbolt.Tx, nowMs int64) error {
+		records, _, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		r, err := load(records, RecordKey(id), id, nowMs)
+		if err != nil || r == nil {
+			return err
+		}
+		out = &store.Record{
+			Identity:     r.id,
+			Fingerprint:  r.fingerprint,
+			CreatedAt:    msTime(r.createdMs),
+			LeaseEnd:     msTime(r.leaseEndMs),
+			RetentionEnd: msTime(r.expiryMs),
+		}
+		switch {
+		case !r.running:
+			out.State, out.Response = store.Completed, r.resp
+		case over(r.leaseEndMs, nowMs):
+			out.State, out.Token = store.Abandoned, r.token
+		default:
+			out.State, out.Token = store.Running, r.token
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Delete implements store.Store. Errors wrap store.ErrUnavailable.
+func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
+	var existed bool
+	err := s.update(ctx, "delete", func(tx *bbolt.Tx, nowMs int64) error {
+		w, r, err := begin(tx, id, nowMs)
+		if err != nil || r == nil {
+			return err
+		}
+		existed = true
+		return w.remove()
+	})
+	if err != nil {
+		return false, err
+	}
+	if existed {
+		s.wake(id)
+	}
+	return existed, nil
+}
+
+// Watch implements store.Store; notifications are in-process only, which
+// is all there is since no other process can open the file.
+func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
+	w := &watcher{ch: make(chan struct{})}
+	s.mu.Lock()
+	set := s.watchers[id]
+	if set == nil {
+		set = make(map[*watcher]struct{})
+		s.watchers[id] = set
+	}
+	set[w] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return w.ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if set := s.watchers[id]; set != nil {
+				delete(set, w)
+				if len(set) == 0 {
+					delete(s.watchers, id)
+				}
+			}
+		})
+	}
+}
+
+// wake closes and forgets every watcher of id.
+func (s *Store) wake(id store.Identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers[id] {
+		close(w.ch)
+	}
+	delete(s.watchers, id)
+}
+
+// Ping implements store.Store: it checks that the file is open and holds
+// the store's buckets. Errors wrap store.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.view(ctx, "ping", func(tx *bbolt.Tx, _ int64) error {
+		_, _, err := buckets(tx)
+		return err
+	})
+}
+
+// Close stops the background sweep, wakes every watcher (their re-Claim
+// then fails closed) and closes the file, releasing its lock. It is safe
+// to call more than once; later calls return the first call's error.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stopSweep()
+		<-s.sweepDone
+		s.mu.Lock()
+		for id, set := range s.watchers {
+			for w := range set {
+				close(w.ch)
+			}
+			delete(s.watchers, id)
+		}
+		s.mu.Unlock()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("bolt store: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Store) sweepLoop(ctx context.Context) {
+	defer close(s.sweepDone)
+	t := time.NewTicker(s.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("bolt store: sweeping expired records failed", "err", err)
+			}
+		}
+	}
+}
+
+// Sweep removes every record past its expiry, at most 1000 per write
+// transaction so writers never wait long, and returns how many it removed.
+// The background sweep calls it; tests may call it directly. It stops
+// early with an error wrapping store.ErrUnavailable when ctx ends or a
+// transaction fails.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		removed, seen := 0, 0
+		err := s.update(ctx, "sweep", func(tx *bbolt.Tx, nowMs int64) error {
+			var err error
+			removed, seen, err = sweepOnce(tx, nowMs)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += removed
+		if seen < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// sweepOnce handles up to sweepBatch due expiry entries and returns how
+// many records it removed and how many entries it handled. Keys are
+// collected before deleting because deleting under a bbolt cursor can skip
+// entries.
+func sweepOnce(tx *bbolt.Tx, nowMs int64) (removed, seen int, err error) {
+	records, expiry, err := buckets(tx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var due [][]byte
+	c := expiry.Cursor()
+	for k, _ := c.First(); k != nil && len(due) < sweepBatch; k, _ = c.Next() {
+		if len(k) != 8+32 {
+			return 0, 0, fmt.Errorf("%w: expiry entry of %d bytes", errCorrupt, len(k))
+		}
+		if !over(int64(binary.BigEndian.Uint64(k)), nowMs) {
+			break
+		}
+		due = append(due, bytes.Clone(k))
+	}
+	for _, k := range due {
+		key := k[8:]
+		// Only remove the record if this entry is still its expiry; an
+		// entry left behind by a bug must not delete a live record.
+		if v := records.Get(key); len(v) >= fixedLen && bytes.Equal(v[expiryOffset:expiryOffset+8], k[:8]) {
+			if err := records.Delete(key); err != nil {
+				return 0, 0, err
+			}
+			removed++
+		}
+		if err := expiry.Delete(k); err != nil {
+			return 0, 0, err
+		}
+	}
+	return removed, len(due), nil
+}
+
+// Len returns the number of records in the file, expired ones not yet
+// swept included (for tests and metrics). Errors wrap store.ErrUnavailable.
+func (s *Store) Len(ctx context.Context) (int, error) {
+	n := 0
+	err := s.view(ctx, "len", func(tx *bbolt.Tx, _ int64) error {
+		records, _, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		n = records.Stats().KeyN
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,215 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+func newTestStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := New(filepath.Join(t.TempDir(), "idemgate.db"), WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestDoneContextWhileWriteLockHeld checks that a caller whose context ends
+// while another transaction holds the write lock gets its error promptly,
+// and that the abandoned operation never happens later.
+func TestDoneContextWhileWriteLockHeld(t *testing.T) {
+	s := newTestStore(t)
+	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute})
+	elapsed := time.Since(start)
+	if err == nil || !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || res.State == store.Claimed {
+		t.Fatalf("Claim behind a held write lock = %+v %v, want an error wrapping ErrUnavailable and DeadlineExceeded", res, err)
+	}
+	if elapsed > 2*time.Second {
+		t.Fatalf("Claim took %v to give up on a 50ms deadline", elapsed)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned transaction now gets the lock and must roll back: a
+	// later write serializes after it, and the record must still be absent.
+	if _, err := s.Delete(t.Context(), store.Identity{Key: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get(t.Context(), id); err != nil || r != nil {
+		t.Fatalf("record after the abandoned Claim = %+v %v, want absent", r, err)
+	}
+}
+
+func TestCorruptRecordIsAnError(t *testing.T) {
+	s := newTestStore(t)
+	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	ctx := t.Context()
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(v []byte) []byte{
+		"future version": func(v []byte) []byte { v[0] = FormatVersion + 1; return v },
+		"unknown state":  func(v []byte) []byte { v[1] = 9; return v },
+		"truncated":      func(v []byte) []byte { return v[:len(v)-1] },
+		"trailing bytes": func(v []byte) []byte { return append(v, 0) },
+		"short":          func(v []byte) []byte { return v[:10] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var saved []byte
+			err := s.db.Update(func(tx *bbolt.Tx) error {
+				b := tx.Bucket(bucketRecords)
+				saved = bytes.Clone(b.Get(RecordKey(id)))
+				return b.Put(RecordKey(id), mutate(bytes.Clone(saved)))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketRecords).Put(RecordKey(id), saved) })
+			})
+			res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t2", Lease: time.Minute})
+			if !errors.Is(err, store.ErrUnavailable) || res.State == store.Claimed {
+				t.Fatalf("Claim on a corrupt record = %+v %v, want an error wrapping ErrUnavailable", res, err)
+			}
+			if r, err := s.Get(ctx, id); !errors.Is(err, store.ErrUnavailable) || r != nil {
+				t.Fatalf("Get on a corrupt record = %+v %v, want an error", r, err)
+			}
+			if ok, err := s.Delete(ctx, id); !errors.Is(err, store.ErrUnavailable) || ok {
+				t.Fatalf("Delete on a corrupt record = %v %v, want an error", ok, err)
+			}
+		})
+	}
+}
+
+func TestFormatVersionMismatchRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.db")
+	s, err := New(path, WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyVersion, []byte{FormatVersion + 1}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(path)
+	if err == nil {
+		_ = s2.Close()
+		t.Fatal("New on a file of another format version succeeded")
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("New: %v, want an error wrapping ErrUnavailable", err)
+	}
+}
+
+func TestRecordEncodingRoundTrip(t *testing.T) {
+	for name, r := range map[string]*record{
+		"running": {
+			id: store.Identity{Owner: "\x00", Route: "", Key: "k\xff"}, running: true, takeover: true,
+			fingerprint: "fp", token: "tok", createdMs: 1, leaseEndMs: 2, expiryMs: 3, retentionMs: 4,
+		},
+		"completed, nil header and body": {
+			id: store.Identity{Owner: "o"}, fingerprint: "fp", createdMs: 1, retentionMs: 0, storedAtMs: 5,
+			resp: &store.Response{Status: 599, Omitted: true, StoredAt: msTime(5)},
+		},
+		"completed, empty header and body": {
+			id: store.Identity{Owner: "o"}, fingerprint: "fp", storedAtMs: 5,
+			resp: &store.Response{Status: 200, Header: http.Header{}, Body: []byte{}, StoredAt: msTime(5)},
+		},
+		"completed, full": {
+			id: store.Identity{Owner: "o"}, fingerprint: "fp", expiryMs: 99, storedAtMs: 7,
+			resp: &store.Response{
+				Status: 201,
+				Header: http.Header{"Set-Cookie": {"a=1", "b=2"}, "x-raw": {"", ""}, "X-None": {}},
+				Body:   []byte("\x00\xff"), StoredAt: msTime(7),
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := encodeRecord(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v[0] != FormatVersion {
+				t.Fatalf("version byte = %d", v[0])
+			}
+			got, err := decodeRecord(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, r) {
+				t.Fatalf("round trip:\n got %+v %+v\nwant %+v %+v", got, got.resp, r, r.resp)
+			}
+		})
+	}
+}
+
+// TestSweepSpansBatches checks that Sweep removes more expired records than
+// one transaction's batch, and leaves live ones alone.
+func TestSweepSpansBatches(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := New(filepath.Join(t.TempDir(), "idemgate.db"), WithSweepInterval(0), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	const expired, live = 2*sweepBatch + 500, 10
+	nowMs := now.UnixMilli()
+	// One transaction writes them all; a Claim each would fsync 2500 times.
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		for i := range expired + live {
+			id := store.Identity{Key: string(rune('a'+i%26)) + time.Duration(i).String()}
+			w, _, err := begin(tx, id, nowMs)
+			if err != nil {
+				return err
+			}
+			end := nowMs - 1 // expired
+			if i >= expired {
+				end = nowMs + 1
+			}
+			if err := w.put(&record{id: id, running: true, token: "t", createdMs: nowMs - 10, leaseEndMs: end, expiryMs: end}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sweep(t.Context())
+	if err != nil || got != expired {
+		t.Fatalf("Sweep removed %d (%v), want %d", got, err, expired)
+	}
+	if n, err := s.Len(t.Context()); err != nil || n != live {
+		t.Fatalf("Len after Sweep = %d (%v), want %d", n, err, live)
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if n := tx.Bucket(bucketExpiry).Stats().KeyN; n != live {
+			t.Errorf("expiry entries after Sweep = %d, want %d", n, live)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

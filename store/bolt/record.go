@@ -1,0 +1,297 @@
+package bolt
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// FormatVersion is the first byte of every record value and the value of
+// the "version" key in the meta bucket. A store refuses files and records
+// written in any other version rather than guess at their meaning.
+const FormatVersion byte = 1
+
+// Record states as stored in byte 1 of a record value.
+const (
+	stateRunning   byte = 1
+	stateCompleted byte = 2
+)
+
+// Flag bits of byte 2 of a record value.
+const (
+	flagTakeover  byte = 1 << 0 // the running claim took over an abandoned one
+	flagOmitted   byte = 1 << 1 // store.Response.Omitted
+	flagHeaderSet byte = 1 << 2 // store.Response.Header was non-nil
+	flagBodySet   byte = 1 << 3 // store.Response.Body was non-nil
+)
+
+// fixedLen is the size in bytes of the fixed part of a record value, before
+// the length-prefixed fields.
+const fixedLen = 1 + 1 + 1 + 5*8 + 2
+
+// expiryOffset is where expiry_ms starts in a record value; the sweep reads
+// it without decoding the rest.
+const expiryOffset = 3 + 2*8
+
+// IdentityBytes is the unambiguous encoding of id hashed into the record
+// key: for Owner, Route and Key in that order, the field's length in bytes
+// as an 8-byte big-endian unsigned integer followed by the field's bytes.
+// It is the same encoding as store/valkey's IdentityBytes (kept separate so
+// this package does not pull in the Valkey client).
+func IdentityBytes(id store.Identity) []byte {
+	b := make([]byte, 0, 24+len(id.Owner)+len(id.Route)+len(id.Key))
+	for _, f := range []string{id.Owner, id.Route, id.Key} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// RecordKey returns the key of id's record in the records bucket: the
+// 32-byte SHA-256 of IdentityBytes(id).
+func RecordKey(id store.Identity) []byte {
+	sum := sha256.Sum256(IdentityBytes(id))
+	return sum[:]
+}
+
+// expiryKey is the key of a record's entry in the expiry bucket: expiry_ms
+// as an 8-byte big-endian unsigned integer, then the 32-byte record key, so
+// a cursor walks entries in expiry order.
+func expiryKey(expiryMs int64, recordKey []byte) []byte {
+	b := make([]byte, 0, 8+len(recordKey))
+	b = binary.BigEndian.AppendUint64(b, uint64(expiryMs))
+	return append(b, recordKey...)
+}
+
+// record is one decoded record value. Times are unix milliseconds from the
+// store's clock; 0 means unset (lease end of a completed record) or never
+// (expiry of a completed record with retention 0).
+type record struct {
+	id          store.Identity
+	running     bool
+	takeover    bool
+	fingerprint string
+	token       string
+	createdMs   int64
+	leaseEndMs  int64
+	expiryMs    int64
+	retentionMs int64
+	resp        *store.Response // set when !running; StoredAt as given
+	storedAtMs  int64
+}
+
+var errCorrupt = errors.New("corrupt record")
+
+// encodeRecord serializes r in format version 1 (see the package comment).
+func encodeRecord(r *record) ([]byte, error) {
+	var (
+		header []byte
+		body   []byte
+		status int
+		flags  byte
+	)
+	if r.takeover {
+		flags |= flagTakeover
+	}
+	state := stateRunning
+	if !r.running {
+		state = stateCompleted
+		if r.resp == nil {
+			return nil, errors.New("completed record without response")
+		}
+		if r.resp.Status < 0 || r.resp.Status > math.MaxUint16 {
+			return nil, fmt.Errorf("response status %d out of range", r.resp.Status)
+		}
+		status = r.resp.Status
+		if r.resp.Omitted {
+			flags |= flagOmitted
+		}
+		if r.resp.Header != nil {
+			flags |= flagHeaderSet
+			var err error
+			if header, err = encodeHeader(r.resp.Header); err != nil {
+				return nil, err
+			}
+		}
+		if r.resp.Body != nil {
+			flags |= flagBodySet
+			body = r.resp.Body
+		}
+	}
+	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Route), []byte(r.id.Key), []byte(r.fingerprint), []byte(r.token), header, body}
+	size := fixedLen
+	for _, f := range fields {
+		if uint64(len(f)) > math.MaxUint32 {
+			return nil, fmt.Errorf("record field of %d bytes exceeds 4 GiB", len(f))
+		}
+		size += 4 + len(f)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, FormatVersion, state, flags)
+	for _, v := range []int64{r.createdMs, r.leaseEndMs, r.expiryMs, r.retentionMs, r.storedAtMs} {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(status))
+	for _, f := range fields {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b, nil
+}
+
+// decodeRecord parses a record value; it copies everything out of b, which
+// bbolt only lends for the length of the transaction.
+func decodeRecord(b []byte) (*record, error) {
+	if len(b) < fixedLen {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte fixed part", errCorrupt, len(b), fixedLen)
+	}
+	if b[0] != FormatVersion {
+		return nil, fmt.Errorf("%w: format version %d, this build reads %d", errCorrupt, b[0], FormatVersion)
+	}
+	state, flags := b[1], b[2]
+	if state != stateRunning && state != stateCompleted {
+		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, state)
+	}
+	times := make([]int64, 5)
+	for i := range times {
+		times[i] = int64(binary.BigEndian.Uint64(b[3+8*i:]))
+	}
+	status := int(binary.BigEndian.Uint16(b[3+5*8:]))
+	rest := b[fixedLen:]
+	fields := make([][]byte, 7)
+	for i := range fields {
+		if len(rest) < 4 {
+			return nil, fmt.Errorf("%w: truncated at field %d", errCorrupt, i)
+		}
+		n := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(len(rest)) < uint64(n) {
+			return nil, fmt.Errorf("%w: field %d of %d bytes truncated", errCorrupt, i, n)
+		}
+		fields[i], rest = rest[:n], rest[n:]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(rest))
+	}
+	r := &record{
+		id:          store.Identity{Owner: string(fields[0]), Route: string(fields[1]), Key: string(fields[2])},
+		running:     state == stateRunning,
+		takeover:    flags&flagTakeover != 0,
+		fingerprint: string(fields[3]),
+		token:       string(fields[4]),
+		createdMs:   times[0],
+		leaseEndMs:  times[1],
+		expiryMs:    times[2],
+		retentionMs: times[3],
+		storedAtMs:  times[4],
+	}
+	if r.running {
+		return r, nil
+	}
+	resp := &store.Response{Status: status, Omitted: flags&flagOmitted != 0, StoredAt: msTime(r.storedAtMs)}
+	if flags&flagHeaderSet != 0 {
+		h, err := decodeHeader(fields[5])
+		if err != nil {
+			return nil, err
+		}
+		resp.Header = h
+	}
+	if flags&flagBodySet != 0 {
+		resp.Body = append([]byte{}, fields[6]...)
+	}
+	r.resp = resp
+	return r, nil
+}
+
+// encodeHeader serializes h keeping every name exactly as in the map (not
+// canonicalized), the order of each name's values, and names with no
+// values: the name count as a 4-byte big-endian unsigned integer, then for
+// each name in byte order its length (4 bytes) and bytes, its value count
+// (4 bytes), and each value's length (4 bytes) and bytes.
+func encodeHeader(h http.Header) ([]byte, error) {
+	names := make([]string, 0, len(h))
+	size := 4
+	for name, vals := range h {
+		names = append(names, name)
+		size += 8 + len(name)
+		for _, v := range vals {
+			size += 4 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
+	for _, name := range names {
+		vals := h[name]
+		b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+		b = append(b, name...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
+		for _, v := range vals {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		}
+	}
+	if uint64(len(b)) > math.MaxUint32 {
+		return nil, fmt.Errorf("response header of %d bytes exceeds 4 GiB", len(b))
+	}
+	return b, nil
+}
+
+// decodeHeader reverses encodeHeader into a fresh map.
+func decodeHeader(b []byte) (http.Header, error) {
+	u32 := func() (uint32, error) {
+		if len(b) < 4 {
+			return 0, fmt.Errorf("%w: header truncated", errCorrupt)
+		}
+		n := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		return n, nil
+	}
+	str := func() (string, error) {
+		n, err := u32()
+		if err != nil {
+			return "", err
+		}
+		if uint64(len(b)) < uint64(n) {
+			return "", fmt.Errorf("%w: header truncated", errCorrupt)
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, nil
+	}
+	count, err := u32()
+	if err != nil {
+		return nil, err
+	}
+	// Every name takes at least 8 bytes, which bounds the map size hint.
+	h := make(http.Header, min(int(count), len(b)/8))
+	for range count {
+		name, err := str()
+		if err != nil {
+			return nil, err
+		}
+		nvals, err := u32()
+		if err != nil {
+			return nil, err
+		}
+		vals := make([]string, 0, min(int(nvals), len(b)/4))
+		for range nvals {
+			v, err := str()
+			if err != nil {
+				return nil, err
+			}
+			vals = append(vals, v)
+		}
+		h[name] = vals
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing header bytes", errCorrupt, len(b))
+	}
+	return h, nil
+}
