@@ -31,6 +31,7 @@ import (
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/bolt"
 	"github.com/idemgate/idemgate/store/memory"
 	"github.com/idemgate/idemgate/store/valkey"
 )
@@ -284,6 +285,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store
 			SentinelMaster: v.SentinelMaster,
 			Logger:         log,
 		})
+	case config.DriverBolt:
+		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("using the bolt store: records survive restarts on this machine, but only one process can open the file, so run a single instance; use store.driver: valkey to share records between instances",
+			"path", cfg.Store.Bolt.Path)
+		return b, nil
 	}
 	return nil, fmt.Errorf("store driver %q is not available in this build", cfg.Store.Driver)
 }
