@@ -1,0 +1,128 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/memory"
+)
+
+func TestMetricsLintAndValues(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg, "v1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Request("orders", metrics.OutcomeForwarded)
+	m.Request("orders", metrics.OutcomeReplayed)
+	m.Request("orders", metrics.OutcomeReplayed)
+	m.Upstream("orders", 30*time.Millisecond)
+	m.ClaimsInFlight(1)
+	m.Waiters(1)
+	m.Waiters(1)
+	m.Waiters(-1)
+	m.Takeover("orders")
+	m.HeartbeatFailure("orders")
+	m.StoredResponse("orders", 200)
+
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	want := `
+# HELP idemgate_requests_total Requests handled, by route and outcome.
+# TYPE idemgate_requests_total counter
+idemgate_requests_total{outcome="forwarded",route="orders"} 1
+idemgate_requests_total{outcome="replayed",route="orders"} 2
+# HELP idemgate_waiters Requests waiting for a running record of the same identity.
+# TYPE idemgate_waiters gauge
+idemgate_waiters 1
+# HELP idemgate_claims_in_flight Claims this instance holds while their upstream call runs.
+# TYPE idemgate_claims_in_flight gauge
+idemgate_claims_in_flight 1
+# HELP idemgate_lease_takeovers_total Claims that took over a running record whose lease had ended.
+# TYPE idemgate_lease_takeovers_total counter
+idemgate_lease_takeovers_total{route="orders"} 1
+# HELP idemgate_heartbeat_failures_total Lease extensions that failed or found the claim lost.
+# TYPE idemgate_heartbeat_failures_total counter
+idemgate_heartbeat_failures_total{route="orders"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"idemgate_requests_total", "idemgate_waiters", "idemgate_claims_in_flight",
+		"idemgate_lease_takeovers_total", "idemgate_heartbeat_failures_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "idemgate_upstream_duration_seconds", "idemgate_stored_response_size_bytes", "idemgate_build_info"); n != 3 {
+		t.Fatalf("histograms and build info: %d series, want 3", n)
+	}
+	// A second registration on the same registry is an error, not a panic.
+	if _, err := metrics.New(reg, "again"); err == nil {
+		t.Fatal("registering twice must fail")
+	}
+}
+
+func TestNilMetricsRecordNothing(t *testing.T) {
+	var m *metrics.Metrics
+	m.Request("r", metrics.OutcomeForwarded)
+	m.Upstream("r", time.Second)
+	m.Waiters(1)
+	if s := metrics.InstrumentStore(memory.New(), nil); s == nil {
+		t.Fatal("InstrumentStore(nil metrics) must return the store")
+	}
+}
+
+type brokenStore struct{ store.Store }
+
+func (brokenStore) Ping(context.Context) error { return errors.New("down") }
+
+func TestInstrumentedStoreTimesOperations(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := metrics.New(reg, "dev")
+	mem := memory.New()
+	defer mem.Close()
+	s := metrics.InstrumentStore(brokenStore{mem}, m)
+	ctx := context.Background()
+	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "f", Token: "t", Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Complete(ctx, id, "t", store.Response{Status: 201}); !ok || err != nil {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+	_ = s.Ping(ctx)
+	for _, c := range []struct{ op, result string }{{"claim", "ok"}, {"complete", "ok"}, {"ping", "error"}} {
+		h, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range h {
+			if mf.GetName() != "idemgate_store_operation_duration_seconds" {
+				continue
+			}
+			for _, metric := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range metric.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["operation"] == c.op && labels["result"] == c.result && metric.GetHistogram().GetSampleCount() == 1 {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no observation for operation=%s result=%s", c.op, c.result)
+		}
+	}
+}
