@@ -21,6 +21,14 @@ const (
 	DriverBolt   = "bolt"
 )
 
+// OTLP transport protocols of tracing.protocol, named as in
+// OTEL_EXPORTER_OTLP_PROTOCOL (OpenTelemetry specification, "OTLP Exporter
+// Configuration").
+const (
+	ProtocolGRPC         = "grpc"
+	ProtocolHTTPProtobuf = "http/protobuf"
+)
+
 // Config is the whole effective configuration: file, then environment, then
 // whatever flags the caller sets before calling Validate.
 type Config struct {
@@ -36,6 +44,8 @@ type Config struct {
 	Log LogConfig
 	// Server holds the proxy listener's http.Server limits.
 	Server ServerConfig
+	// Tracing configures OpenTelemetry tracing (off by default).
+	Tracing TracingConfig
 	// Policy is the compiled route policy (`defaults:` and `routes:`).
 	Policy *policy.Policy
 }
@@ -117,6 +127,34 @@ type ServerConfig struct {
 	MaxHeaderBytes int
 }
 
+// TracingConfig is the `tracing:` section: OpenTelemetry spans exported over
+// OTLP. The exporter also honours the OTEL_EXPORTER_OTLP_* and
+// OTEL_EXPORTER_OTLP_TRACES_* environment variables for whatever this
+// section leaves unset (endpoint "", insecure false), as the OpenTelemetry
+// Go SDK reads them itself.
+type TracingConfig struct {
+	// Enabled turns tracing on (tracing.enabled, default false); when false
+	// no exporter is built and no span is recorded.
+	Enabled bool
+	// Endpoint is the collector: host:port, or an http(s) URL whose scheme
+	// also chooses TLS. "" (default) means OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// or OTEL_EXPORTER_OTLP_ENDPOINT, else the SDK's localhost:4317 (grpc) or
+	// localhost:4318 (http/protobuf).
+	Endpoint string
+	// Protocol is ProtocolGRPC (default) or ProtocolHTTPProtobuf.
+	Protocol string
+	// Insecure sends spans without TLS (default false: TLS, unless
+	// OTEL_EXPORTER_OTLP_INSECURE or an http:// endpoint says otherwise).
+	Insecure bool
+	// SampleRatio is the fraction of new traces recorded, 0..1 (default 1);
+	// a request that carries a traceparent follows its parent's sampled
+	// flag instead.
+	SampleRatio float64
+	// ServiceName is the service.name resource attribute (default
+	// "idemgate"); OTEL_SERVICE_NAME overrides it.
+	ServiceName string
+}
+
 // Default returns the built-in configuration: listen ":8080", admin
 // "127.0.0.1:9090", memory store, text logs at info, the server defaults
 // and a policy of only the defaults route (policy.DefaultRoute). Upstream.URL
@@ -143,7 +181,8 @@ func Default() *Config {
 			ShutdownTimeout:   30 * time.Second,
 			MaxHeaderBytes:    1 << 20,
 		},
-		Policy: p,
+		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
+		Policy:  p,
 	}
 }
 
@@ -220,6 +259,7 @@ func (c *Config) Validate() error {
 	if c.Server.MaxHeaderBytes <= 0 {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)
 	}
+	errs = append(errs, c.Tracing.validate()...)
 	if c.Policy == nil {
 		bad("routes", "no compiled policy")
 	} else {
@@ -259,6 +299,38 @@ func showURL(u *url.URL) string {
 		return strconv.Quote(s)
 	}
 	return "the URL"
+}
+
+// validate checks the tracing section whether or not it is enabled, so a
+// typo is caught before someone turns tracing on.
+func (t *TracingConfig) validate() []error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &policy.FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+	}
+	if t.Protocol != ProtocolGRPC && t.Protocol != ProtocolHTTPProtobuf {
+		bad("tracing.protocol", "%q must be %s or %s", t.Protocol, ProtocolGRPC, ProtocolHTTPProtobuf)
+	}
+	if e := t.Endpoint; e != "" {
+		if strings.Contains(e, "://") {
+			u, err := url.Parse(e)
+			switch {
+			case err != nil || (u.Scheme != "http" && u.Scheme != "https"):
+				bad("tracing.endpoint", "%q must be host:port or an http(s) URL", e)
+			case u.Host == "":
+				bad("tracing.endpoint", "%q has no host", e)
+			}
+		} else if _, _, err := net.SplitHostPort(e); err != nil {
+			bad("tracing.endpoint", "%q must be host:port or an http(s) URL", e)
+		}
+	}
+	if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) { // also rejects NaN
+		bad("tracing.sample_ratio", "%v must be between 0 and 1", t.SampleRatio)
+	}
+	if strings.TrimSpace(t.ServiceName) == "" {
+		bad("tracing.service_name", "must not be empty")
+	}
+	return errs
 }
 
 func checkAddr(addr string) error {

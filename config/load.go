@@ -34,6 +34,8 @@ var envKeys = []string{
 	"log.format", "log.level",
 	"server.read_header_timeout", "server.read_timeout", "server.write_timeout",
 	"server.idle_timeout", "server.shutdown_timeout", "server.max_header_bytes",
+	"tracing.enabled", "tracing.endpoint", "tracing.protocol", "tracing.insecure",
+	"tracing.sample_ratio", "tracing.service_name",
 }
 
 // EnvName returns the environment variable that overrides key, e.g.
@@ -168,6 +170,9 @@ func decodeErrors(err error) []error {
 				continue
 			}
 			path, problem := m[1], m[2]
+			if path == rawTypeName {
+				path = "" // mapstructure >= v2.5 names the top level by its Go type
+			}
 			if keys, ok := strings.CutPrefix(problem, "has invalid keys: "); ok {
 				for _, k := range strings.Split(keys, ", ") {
 					if path != "" {
@@ -185,6 +190,9 @@ func decodeErrors(err error) []error {
 	}
 	return out
 }
+
+// rawTypeName is how mapstructure names the top level in its errors.
+var rawTypeName = fmt.Sprintf("%T", rawConfig{})
 
 // decodeLineRE matches mapstructure's "'path' problem" error lines.
 var decodeLineRE = regexp.MustCompile(`^'([^']*)' (.*)$`)
@@ -238,6 +246,14 @@ type rawConfig struct {
 		ShutdownTimeout   *string `mapstructure:"shutdown_timeout"`
 		MaxHeaderBytes    *string `mapstructure:"max_header_bytes"`
 	} `mapstructure:"server"`
+	Tracing struct {
+		Enabled     *bool    `mapstructure:"enabled"`
+		Endpoint    *string  `mapstructure:"endpoint"`
+		Protocol    *string  `mapstructure:"protocol"`
+		Insecure    *bool    `mapstructure:"insecure"`
+		SampleRatio *float64 `mapstructure:"sample_ratio"`
+		ServiceName *string  `mapstructure:"service_name"`
+	} `mapstructure:"tracing"`
 	Defaults rawSettings `mapstructure:"defaults"`
 	Routes   []rawRoute  `mapstructure:"routes"`
 }
@@ -367,6 +383,19 @@ func (b *builder) build(raw *rawConfig) *Config {
 			c.Server.MaxHeaderBytes = int(n)
 		}
 	}
+	tr := raw.Tracing
+	if tr.Enabled != nil {
+		c.Tracing.Enabled = *tr.Enabled
+	}
+	b.str(&c.Tracing.Endpoint, tr.Endpoint)
+	b.str(&c.Tracing.Protocol, tr.Protocol)
+	if tr.Insecure != nil {
+		c.Tracing.Insecure = *tr.Insecure
+	}
+	if tr.SampleRatio != nil {
+		c.Tracing.SampleRatio = *tr.SampleRatio
+	}
+	b.str(&c.Tracing.ServiceName, tr.ServiceName)
 
 	defaults := policy.DefaultRoute()
 	b.apply(&defaults, &raw.Defaults, "defaults")
