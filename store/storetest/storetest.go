@@ -298,6 +298,14 @@ func (s *suite) testClaimFree(t *testing.T) {
 
 func (s *suite) testConcurrentClaims(t *testing.T) {
 	st := s.newStore(t)
+	// With a second instance, half the claimers race through it: exclusion
+	// must hold between processes, not only within one.
+	stores := []store.Store{st}
+	if s.h.NewPeer != nil {
+		peer := s.h.NewPeer(t, st)
+		t.Cleanup(func() { _ = peer.Close() })
+		stores = append(stores, peer)
+	}
 	const rounds, n = 20, 64
 	for round := range rounds {
 		id := newID()
@@ -310,7 +318,7 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 			tokens[i] = newToken()
 			wg.Go(func() {
 				<-start
-				results[i], errs[i] = st.Claim(ctx(t), store.ClaimParams{
+				results[i], errs[i] = stores[i%len(stores)].Claim(ctx(t), store.ClaimParams{
 					Identity: id, Fingerprint: fmt.Sprintf("fp-%d", i), Token: tokens[i],
 					Lease: longLease, Retention: time.Hour,
 				})

@@ -277,10 +277,20 @@ func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyRe
 }
 
 // Claim implements store.Store with claim.lua. Errors wrap
-// store.ErrUnavailable; a Lease under 1ms is rejected.
+// store.ErrUnavailable; an empty token, a lease under 1ms or a negative
+// retention is rejected with an error that does not.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	// An empty token would let two claimers both hold the record (a claim
+	// finding its own token answers Claimed); a sub-millisecond lease would
+	// end the moment it starts.
+	if p.Token == "" {
+		return store.ClaimResult{}, errors.New("valkey store: claim: empty token")
+	}
 	if p.Lease < time.Millisecond {
 		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: lease %v must be >= 1ms", p.Lease)
+	}
+	if p.Retention < 0 {
+		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: negative retention %v", p.Retention)
 	}
 	noTakeover := "0"
 	if p.NoTakeover {
