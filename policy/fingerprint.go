@@ -40,7 +40,8 @@ const (
 
 // FingerprintHeader is one configured header of a FingerprintInput.
 type FingerprintHeader struct {
-	// Name is the field name; it is lowercased in the encoding.
+	// Name is the field name; its ASCII letters are lowercased in the
+	// encoding.
 	Name string
 	// Values are the field line values in the order received; none means
 	// the header is absent, which differs from one empty value.
@@ -60,8 +61,9 @@ type FingerprintInput struct {
 	IncludeQuery bool
 	// Query is the raw query as sent (url.URL.RawQuery), without "?".
 	Query string
-	// Headers are the configured headers; Fingerprint lowercases the names
-	// and orders them by name (stable), as FingerprintSpec does.
+	// Headers are the configured headers; Fingerprint lowercases the names'
+	// ASCII letters and orders them by name bytewise (stable), as
+	// FingerprintSpec does.
 	Headers []FingerprintHeader
 	// BodyMode says how Body enters: raw, json or ignore; any other value
 	// counts as raw.
@@ -137,7 +139,7 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 	if !sortedLower(headers) {
 		headers = slices.Clone(headers)
 		for i := range headers {
-			headers[i].Name = strings.ToLower(headers[i].Name)
+			headers[i].Name = asciiLower(headers[i].Name)
 		}
 		slices.SortStableFunc(headers, func(a, b FingerprintHeader) int { return strings.Compare(a.Name, b.Name) })
 	}
@@ -159,6 +161,19 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 	default:
 		put(tagBodyRaw, in.Body)
 	}
+}
+
+// asciiLower lowercases A-Z only: field names are ASCII tokens, and bytes
+// outside ASCII must pass through unchanged so that the encoding stays
+// injective (strings.ToLower would turn invalid UTF-8 into U+FFFD).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func sortedLower(hs []FingerprintHeader) bool {

@@ -358,7 +358,7 @@ func canonicalInput(in FingerprintInput) (FingerprintInput, string) {
 		out.Query = in.Query
 	}
 	for _, h := range in.Headers {
-		out.Headers = append(out.Headers, FingerprintHeader{Name: strings.ToLower(h.Name), Values: h.Values})
+		out.Headers = append(out.Headers, FingerprintHeader{Name: asciiLower(h.Name), Values: h.Values})
 	}
 	slices.SortStableFunc(out.Headers, func(a, b FingerprintHeader) int { return strings.Compare(a.Name, b.Name) })
 	bodyTag := "B"
