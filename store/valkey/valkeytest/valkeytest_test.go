@@ -1,0 +1,73 @@
+package valkeytest_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+func TestKillRestartKeepsAOFWrites(t *testing.T) {
+	s := valkeytest.Start(t, valkeytest.WithAOF())
+	if out, err := s.CLI("SET", "k", "v"); err != nil || out != "OK" {
+		t.Fatalf("SET = %q, %v", out, err)
+	}
+	s.Kill() // no shutdown save: only appendfsync always keeps the write
+	if _, err := s.CLI("PING"); err == nil {
+		t.Fatal("PING answered after Kill")
+	}
+	s.Restart()
+	if out, err := s.CLI("GET", "k"); err != nil || out != "v" {
+		t.Fatalf("GET after Kill+Restart = %q, %v; want v", out, err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	s := valkeytest.Start(t)
+	s.Pause()
+	s.Resume()
+	if out, err := s.CLI("PING"); err != nil || out != "PONG" {
+		t.Fatalf("PING after Resume = %q, %v", out, err)
+	}
+	s.Pause() // Stop in t.Cleanup must resume a paused server first
+}
+
+func TestClusterCoversAllSlots(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	if len(c.Addrs()) != 3 {
+		t.Fatalf("Addrs = %v", c.Addrs())
+	}
+	for _, s := range c.Servers {
+		out, err := s.CLI("CLUSTER", "INFO")
+		if err != nil || !strings.Contains(out, "cluster_known_nodes:3") {
+			t.Fatalf("%s CLUSTER INFO = %q, %v", s.Addr(), out, err)
+		}
+	}
+}
+
+// fatalRecorder records Fatalf instead of failing the real test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		valkeytest.Start(rec)
+	}()
+	<-done
+	if !strings.Contains(rec.msg, "valkey-server not found") || !strings.Contains(rec.msg, ".ci/install-valkey.sh") {
+		t.Fatalf("Fatalf message = %q, want the install hint", rec.msg)
+	}
+}
