@@ -1,0 +1,382 @@
+// Command bench measures idemgate against the bare upstream and a bare httputil.ReverseProxy in one run on one machine (see docs/performance.md).
+//
+// Run from the repository root:
+//
+//	go run ./e2e/bench -out docs/performance.md
+//
+// It builds the upstream, the bare proxy and idemgate, starts them and a
+// throwaway valkey-server on 127.0.0.1, drives every workload against
+// every target with vegeta, prints the results and, with -out, writes them
+// into the file between the bench markers. Every process it starts is
+// stopped when it ends or is interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// target is one system under test.
+type target struct {
+	id, desc string
+	base     string // base URL the load goes to
+	proc     *proc  // the process whose CPU and memory are measured
+}
+
+type options struct {
+	duration, warmup time.Duration
+	concurrency      int
+	openFraction     float64
+	dupRequests      int
+	idleConns        int
+	workloads        []string
+	targets          string
+	logLevel         string
+	out              string
+}
+
+func main() {
+	var o options
+	var workloads string
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured length of each closed- and open-loop phase")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured closed-loop load before each target's phases")
+	flag.IntVar(&o.concurrency, "concurrency", 64, "closed-loop concurrency (connections and in-flight requests)")
+	flag.Float64Var(&o.openFraction, "open-fraction", 0.5, "open-loop rate as a fraction of B's closed-loop throughput for the workload")
+	flag.IntVar(&o.dupRequests, "dup", 1000, "concurrent requests with one idempotency key (0 skips)")
+	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
+	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
+	flag.StringVar(&o.targets, "targets", "ABCD", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey")
+	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
+	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
+	flag.Parse()
+	o.workloads = strings.Split(workloads, ",")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, args []string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "idemgate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ps := &procs{dir: dir}
+	defer ps.stopAll()
+
+	fmt.Fprintln(os.Stderr, "building upstream, bareproxy and idemgate ...")
+	bins := map[string]string{}
+	for name, pkg := range map[string]string{"upstream": "./e2e/bench/upstream", "bareproxy": "./e2e/bench/bareproxy", "idemgate": "./cmd/idemgate"} {
+		bins[name] = filepath.Join(dir, name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bins[name], pkg)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build %s: %w", pkg, err)
+		}
+	}
+
+	up, err := ps.start("upstream", bins["upstream"], []string{"-listen", "127.0.0.1:0"}, true)
+	if err != nil {
+		return err
+	}
+	upURL := "http://" + up.addr
+	targets := []*target{{id: "A", desc: "upstream directly", base: upURL, proc: up}}
+	if strings.Contains(o.targets, "B") {
+		bp, err := ps.start("bareproxy", bins["bareproxy"], []string{"-listen", "127.0.0.1:0", "-upstream", upURL}, true)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{id: "B", desc: "bare httputil.ReverseProxy", base: "http://" + bp.addr, proc: bp})
+	}
+	if strings.Contains(o.targets, "C") {
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "", o.logLevel)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{id: "C", desc: "idemgate, memory store", base: g.addr, proc: g})
+	}
+	var vk *proc
+	if strings.Contains(o.targets, "D") {
+		if vk, err = startValkey(ctx, ps); err != nil {
+			return err
+		}
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, vk.addr, o.logLevel)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{id: "D", desc: "idemgate, Valkey store", base: g.addr, proc: g})
+	}
+	if !strings.Contains(o.targets, "A") {
+		targets = targets[1:]
+	}
+
+	rep := &report{opts: o, args: args, machine: machineInfo(), started: time.Now()}
+	for _, w := range o.workloads {
+		if err := runWorkload(ctx, o, w, targets, vk, rep); err != nil {
+			return err
+		}
+	}
+	if o.dupRequests > 0 {
+		for _, t := range targets {
+			if err := runDup(ctx, o, t, upURL, vk, rep); err != nil {
+				return err
+			}
+		}
+	}
+	if o.idleConns > 0 {
+		for _, t := range targets {
+			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, time.Second)
+			if err != nil {
+				return fmt.Errorf("idle connections on %s: %w", t.id, err)
+			}
+			s.fds = countFDs(t.proc.pid())
+			rep.idle = append(rep.idle, idleRow{target: t, s: s})
+			fmt.Fprintf(os.Stderr, "idle %s: %d conns, RSS %.1f MiB (fds %d, errors %d)\n", t.id, s.conns, float64(s.rssIdleKB)/1024, s.fds, s.errors)
+		}
+	}
+	rep.finished = time.Now()
+	text := rep.markdown()
+	fmt.Println(text)
+	if o.out != "" {
+		path := o.out
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(root, path)
+		}
+		if err := writeSection(path, text); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "wrote", path)
+	}
+	return ctx.Err()
+}
+
+// runWorkload measures one workload: closed loop on every target, then open
+// loop on every target at openFraction of B's closed-loop throughput.
+func runWorkload(ctx context.Context, o options, w string, targets []*target, vk *proc, rep *report) error {
+	clients := map[string]*http.Client{}
+	for _, t := range targets {
+		clients[t.id] = newClient(o.concurrency * 4)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	openRate := 0
+	for _, mode := range []string{"closed", "open"} {
+		for _, t := range targets {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			prefix := fmt.Sprintf("%s-%s-%s-", w, t.id, mode)
+			c := clients[t.id]
+			if w == wReplay {
+				if err := preloadReplay(ctx, c, t.base, prefix); err != nil {
+					return fmt.Errorf("%s replay preload: %w", t.id, err)
+				}
+			}
+			if mode == "closed" && o.warmup > 0 {
+				attack(ctx, c, newTargeter(w, t.base, prefix+"warm-"), 0, o.concurrency, o.warmup)
+			}
+			rate := 0
+			if mode == "open" {
+				if openRate == 0 {
+					return fmt.Errorf("open loop needs B's closed-loop throughput (run target B)")
+				}
+				rate = openRate
+			}
+			m, err := measure(ctx, t, vk, func() *phaseStats {
+				return attack(ctx, c, newTargeter(w, t.base, prefix), rate, o.concurrency, o.duration)
+			})
+			if err != nil {
+				return err
+			}
+			m.workload, m.mode, m.rate = w, mode, rate
+			rep.rows = append(rep.rows, m)
+			if mode == "closed" && t.id == "B" {
+				openRate = max(1, int(m.s.rps()*o.openFraction))
+			}
+			fmt.Fprintf(os.Stderr, "%-11s %-6s %s: %8.0f req/s p50 %v p99 %v errors %d replayed %d %s\n",
+				w, mode, t.id, m.s.rps(), m.s.quantile(0.5), m.s.quantile(0.99), m.s.errors, m.s.replayed, m.s.firstErr)
+		}
+	}
+	return nil
+}
+
+// row is one measured phase of one target.
+type row struct {
+	target         *target
+	workload, mode string
+	rate           int
+	s              *phaseStats
+	cpuPer1k       float64 // target process CPU seconds per 1,000 requests
+	peakRSSKB      int64
+	valkeyCmds     float64 // per request, scripts' inner commands included
+	valkeyTrips    float64 // client commands (round trips) per request
+	valkeyCPUPer1k float64
+}
+
+// measure runs phase and adds the server-side figures: CPU and peak RSS of
+// the target process and, for a target using Valkey, the commands it sent.
+func measure(ctx context.Context, t *target, vk *proc, phase func() *phaseStats) (*row, error) {
+	pid := t.proc.pid()
+	_ = resetPeak(pid)
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	useValkey := vk != nil && t.id == "D"
+	var stats0 cmdStats
+	var vcpu0 float64
+	if useValkey {
+		if stats0, err = readCmdStats(vk.addr); err != nil {
+			return nil, err
+		}
+		vcpu0, _ = cpuSeconds(vk.pid())
+	}
+	s := phase()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	r := &row{target: t, s: s}
+	if s.requests > 0 {
+		r.cpuPer1k = (cpu1 - cpu0) * 1000 / float64(s.requests)
+	}
+	if r.peakRSSKB, err = memKB(pid, "VmHWM"); err != nil {
+		return nil, err
+	}
+	if useValkey && s.requests > 0 {
+		stats1, err := readCmdStats(vk.addr)
+		if err != nil {
+			return nil, err
+		}
+		all, trips := stats1.delta(stats0)
+		r.valkeyCmds = float64(all) / float64(s.requests)
+		r.valkeyTrips = float64(trips) / float64(s.requests)
+		vcpu1, _ := cpuSeconds(vk.pid())
+		r.valkeyCPUPer1k = (vcpu1 - vcpu0) * 1000 / float64(s.requests)
+	}
+	return r, nil
+}
+
+// runDup runs the one-key storm against t.
+func runDup(ctx context.Context, o options, t *target, upURL string, vk *proc, rep *report) error {
+	useValkey := vk != nil && t.id == "D"
+	var stats0 cmdStats
+	var err error
+	if useValkey {
+		if stats0, err = readCmdStats(vk.addr); err != nil {
+			return err
+		}
+	}
+	cpu0, _ := cpuSeconds(t.proc.pid())
+	s, err := duplicates(ctx, t.base, upURL, "dup-"+t.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), o.dupRequests)
+	if err != nil {
+		return fmt.Errorf("duplicates on %s: %w", t.id, err)
+	}
+	cpu1, _ := cpuSeconds(t.proc.pid())
+	d := dupRow{target: t, s: s, cpu: cpu1 - cpu0}
+	if useValkey {
+		stats1, err := readCmdStats(vk.addr)
+		if err != nil {
+			return err
+		}
+		d.valkeyCmds, d.valkeyTrips = stats1.delta(stats0)
+		d.valkeyByName = map[string]int64{}
+		for name, n := range stats1 {
+			if name != "info" && n-stats0[name] > 0 {
+				d.valkeyByName[name] = n - stats0[name]
+			}
+		}
+	}
+	rep.dups = append(rep.dups, d)
+	fmt.Fprintf(os.Stderr, "dup %s: %d requests, %d upstream calls, codes %v, replayed %d, max %v, valkey %d cmds (%d round trips)\n",
+		t.id, s.requests, s.upstreamCalls, s.codes, s.replayed, s.max, d.valkeyCmds, d.valkeyTrips)
+	return nil
+}
+
+// startIdemgate writes a config for the benchmark and starts idemgate with
+// the memory store (valkeyAddr "") or Valkey, waiting for /healthz.
+func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr, logLevel string) (*proc, error) {
+	port, err1 := freePort()
+	adminPort, err2 := freePort()
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+	storeYAML := "store:\n  driver: memory\n"
+	if valkeyAddr != "" {
+		storeYAML = fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", valkeyAddr)
+	}
+	cfg := fmt.Sprintf(`listen: %q
+upstream:
+  url: %q
+  timeout: 30s
+admin:
+  listen: %q
+%slog:
+  format: json
+  level: %s
+defaults:
+  owner: "header:X-User"
+  lease: 10s
+  wait_timeout: 10s
+`, listen, upURL, admin, storeYAML, logLevel)
+	path := filepath.Join(ps.dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := ps.start(name, bin, []string{"serve", "--config", path}, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, p, "http://"+admin+"/healthz"); err != nil {
+		return nil, err
+	}
+	p.addr = "http://" + listen
+	return p, nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run from inside the idemgate module (go run ./e2e/bench)")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func countFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}

@@ -1,0 +1,57 @@
+// Command upstream is the benchmark's backend: it answers every request with 201 and a fixed ~200-byte JSON body, and counts what it executed.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// body is the ~200-byte JSON answer of every create; it is fixed so that
+// every target moves the same bytes.
+var body = []byte(`{"id":"ord_0000000000000001","status":"created","amount":4200,"currency":"EUR",` +
+	`"customer":"cus_00000000000042","items":[{"sku":"sku-1","qty":1},{"sku":"sku-2","qty":2}],` +
+	`"created_at":"2025-01-01T00:00:00Z","pad":"xxxxxxxxxxxx"}` + "\n")
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback only)")
+	slowPrefix := flag.String("slow-prefix", "/v1/slow", "requests whose path starts with this are delayed by -delay")
+	delay := flag.Duration("delay", 200*time.Millisecond, "delay of slow requests")
+	flag.Parse()
+
+	var calls, slowCalls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int64{"calls": calls.Load(), "slow_calls": slowCalls.Load()})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// Read the whole request as a real API would before acting on it.
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		if strings.HasPrefix(r.URL.Path, *slowPrefix) {
+			slowCalls.Add(1)
+			time.Sleep(*delay)
+		}
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Location", "/v1/orders/ord_0000000000000001")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	})
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Fprintln(os.Stdout, l.Addr().String())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	log.Fatal(srv.Serve(l))
+}
