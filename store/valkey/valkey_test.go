@@ -331,9 +331,19 @@ func TestStalledServer(t *testing.T) {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	peer := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: s.KeyPrefix()})
 	srv.Pause()
 	t.Cleanup(srv.Resume)
 	checkUnavailable(t, s, 200*time.Millisecond, time.Second, context.DeadlineExceeded)
+	defer func() {
+		// Once the server answers again, so does the store, and its
+		// subscription delivers notifications again.
+		srv.Resume()
+		if err := s.Ping(t.Context()); err != nil {
+			t.Fatalf("Ping after Resume: %v", err)
+		}
+		notificationsFlow(t, s, peer)
+	}()
 
 	// A manual cancel (no deadline) returns promptly too.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -378,6 +388,13 @@ func TestRestartResubscribes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("watcher not woken after the server restarted")
 	}
+	notificationsFlow(t, s, peer)
+}
+
+// notificationsFlow waits (up to 10s) until a Complete through peer wakes a
+// watcher on s, i.e. s's subscription works again.
+func notificationsFlow(t *testing.T, s, peer *valkey.Store) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
 		id := store.Identity{Key: "after-restart-" + strconv.Itoa(i)}
@@ -401,7 +418,7 @@ func TestRestartResubscribes(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no notification from a peer reached a watcher within 10s of the restart (last err %v)", err)
+			t.Fatalf("no notification from a peer reached a watcher within 10s (last err %v)", err)
 		}
 	}
 }
