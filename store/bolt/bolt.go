@@ -108,6 +108,7 @@ type Store struct {
 
 	mu       sync.Mutex
 	watchers map[store.Identity]map[*watcher]struct{}
+	closed   bool // set by Close under mu; later watchers start woken
 
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
@@ -152,7 +153,9 @@ func New(path string, opts ...Option) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("bolt store: %q of %q is not a directory: %w", dir, path, store.ErrUnavailable)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: s.openTimeout})
+	// The hashmap freelist stays fast as deletes (release, retention,
+	// sweep) fragment the file; the array one degrades.
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: s.openTimeout, FreelistType: bbolt.FreelistMapType})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("bolt store: %q is open in another process (lock not acquired within %v; the bolt driver is single-instance): %w: %w: %w",
 			path, s.openTimeout, ErrLocked, store.ErrUnavailable, err)
@@ -602,6 +605,13 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
 	w := &watcher{ch: make(chan struct{})}
 	s.mu.Lock()
+	if s.closed {
+		// Nothing will ever wake it: answer at once so the caller
+		// re-Claims, gets the store's error and fails closed.
+		s.mu.Unlock()
+		close(w.ch)
+		return w.ch, func() {}
+	}
 	set := s.watchers[id]
 	if set == nil {
 		set = make(map[*watcher]struct{})
@@ -643,14 +653,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	})
 }
 
-// Close stops the background sweep, wakes every watcher (their re-Claim
-// then fails closed) and closes the file, releasing its lock. It is safe
+// Close stops the background sweep, wakes every watcher, present and
+// future (their re-Claim then fails closed), and closes the file, releasing
+// its lock. It is safe
 // to call more than once; later calls return the first call's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.stopSweep()
 		<-s.sweepDone
 		s.mu.Lock()
+		s.closed = true
 		for id, set := range s.watchers {
 			for w := range set {
 				close(w.ch)

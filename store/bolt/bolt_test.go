@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,6 +293,13 @@ func TestCloseWakesWatchers(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("watcher not woken by Close")
 	}
+	late, stopLate := s.Watch(store.Identity{Key: "k"})
+	defer stopLate()
+	select {
+	case <-late:
+	default:
+		t.Fatal("Watch after Close returned a channel that is not closed; its waiter would only ever poll")
+	}
 }
 
 func TestSecondOpenIsRefused(t *testing.T) {
@@ -446,6 +454,29 @@ func BenchmarkClaimCompletedParallel(b *testing.B) {
 		for pb.Next() {
 			if res, err := s.Claim(ctx, p); err != nil || res.State != store.Completed {
 				b.Errorf("Claim: %+v %v", res, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkClaimCompleteParallel is BenchmarkClaimComplete from many
+// goroutines: write transactions, and their fsyncs, are serialized.
+func BenchmarkClaimCompleteParallel(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	resp := replayResponse()
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := store.Identity{Owner: "o", Route: "POST /orders", Key: fmt.Sprint("k-", n.Add(1))}
+			res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
+			if err != nil || res.State != store.Claimed {
+				b.Errorf("Claim: %+v %v", res, err)
+				return
+			}
+			if ok, err := s.Complete(ctx, id, "t", resp); !ok || err != nil {
+				b.Errorf("Complete: %v %v", ok, err)
 				return
 			}
 		}
