@@ -1,10 +1,4 @@
 // Package storetest checks that a store.Store keeps every rule of the store contract, one subtest per behaviour.
-//
-// An implementation's test calls Run (real clock) or RunHarness (injected
-// clock, second instance sharing the backing server). With a real clock the
-// suite uses short real leases (100-300 ms) and only ever sleeps to make a
-// time pass, never to hope something has not happened yet; the exact
-// end <= now boundary is checked only with an injected Clock.
 package storetest
 
 import (
@@ -25,6 +19,11 @@ import (
 )
 
 // Harness describes the store under test.
+//
+// With a real clock (Clock nil) the suite uses short real leases (100-300
+// ms) and only ever sleeps to make time pass, never to hope something has
+// not happened yet; the exact end <= now boundary is checked only with an
+// injected Clock.
 type Harness struct {
 	// NewStore returns a fresh, empty store for one subtest; the harness
 	// closes it in t.Cleanup. Required.

@@ -1,10 +1,4 @@
 // Package valkey is the store.Store shared by idemgate instances, kept in Valkey (standalone, Sentinel or Cluster) with one atomic Lua script per operation.
-//
-// Layout (documented byte for byte in docs/protocol.md, "Store records"):
-// one hash per identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}",
-// all times in unix milliseconds from the server's TIME, expiry always set on
-// running records, and Complete/Release/Delete PUBLISH the record key on
-// KeyPrefix + "events".
 package valkey
 
 import (
@@ -99,6 +93,12 @@ type Options struct {
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
 // and one subscription to the events channel, dispatched to in-process
 // watchers by record key.
+//
+// Layout (byte for byte in docs/protocol.md, "Store records"): one hash per
+// identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
+// in unix milliseconds from the server's TIME, an expiry always set on
+// running records, and Complete/Release/Delete PUBLISH the record key on
+// KeyPrefix + "events".
 type Store struct {
 	client  valkey.Client
 	prefix  string

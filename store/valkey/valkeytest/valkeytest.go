@@ -1,9 +1,4 @@
 // Package valkeytest starts throwaway valkey-server processes (standalone, cluster, sentinel) on loopback ports for tests.
-//
-// Every process it starts binds 127.0.0.1 only, keeps its files under
-// t.TempDir() and is stopped by t.Cleanup. A missing valkey-server or
-// valkey-cli fails the test (t.Fatal) with install instructions; it never
-// skips.
 package valkeytest
 
 import (
@@ -58,6 +53,11 @@ func withCluster() Option { return func(c *config) { c.cluster = true } }
 
 // Server is one valkey-server process on 127.0.0.1. Its methods are safe
 // for concurrent use.
+//
+// Every process this package starts binds 127.0.0.1 only, keeps its files
+// under t.TempDir() and is stopped by t.Cleanup. A missing valkey-server or
+// valkey-cli fails the test (t.Fatal) with install instructions; it never
+// skips.
 type Server struct {
 	t    testing.TB
 	port int
