@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// adminToken is the bearer token of every gate the fault tests start.
+const adminToken = "fault-suite-admin-token"
+
+// startGateWith is startGate with the generated YAML passed through edit
+// first (to add a server: section or change the log level), so the fault
+// tests can reach settings gateConfig has no field for.
+func startGateWith(t *testing.T, c gateConfig, edit func(string) string) *Gate {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	doc := c.yaml(listen, adminListen)
+	if edit != nil {
+		doc = edit(doc)
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
+		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+	g.Start()
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("idemgate logs (%s):\n%s", listen, g.logs.String())
+		}
+	})
+	return g
+}
+
+// appendYAML returns an edit for startGateWith that appends top-level YAML.
+func appendYAML(extra string) func(string) string {
+	return func(doc string) string { return doc + extra }
+}
+
+// addr is the host:port of the gate's proxy listener.
+func (g *Gate) addr() string { return strings.TrimPrefix(g.URL, "http://") }
+
+// problemType returns the suffix of an idemgate problem type URI in body
+// ("store-unavailable"), or "" when body is not a problem document.
+func problemType(body []byte) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(body, &p) != nil {
+		return ""
+	}
+	return strings.TrimPrefix(p.Type, "https://idemgate.dev/problems/")
+}
+
+// isProblem reports whether a is an RFC 9457 problem of type kind with status.
+func (a Answer) isProblem(status int, kind string) bool {
+	return a.Err == nil && a.Status == status &&
+		a.Header.Get("Content-Type") == "application/problem+json" && problemType(a.Body) == kind
+}
+
+func (a Answer) String() string {
+	if a.Err != nil {
+		return "error: " + a.Err.Error()
+	}
+	return fmt.Sprintf("%d replayed=%v %s", a.Status, a.replayed(), a.Body)
+}
+
+// postTimeout is post with a deadline, so a hung exchange fails the test
+// instead of hanging it.
+func postTimeout(d time.Duration, url, owner, key, body string) Answer {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return post(ctx, url, owner, key, body)
+}
+
+// adminDo sends an admin API request with the given bearer token ("" sends
+// none) and returns the answer.
+func adminDo(t *testing.T, method, url, token string) Answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Answer{Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+}
+
+// recordURL is the admin URL of the record of (owner h:OWNER, key) on the
+// defaults route.
+func recordURL(g *Gate, route, owner, key string, extra string) string {
+	return fmt.Sprintf("%s/admin/records?route=%s&owner=h:%s&key=%s%s", g.AdminURL, route, owner, key, extra)
+}
+
+// eventually polls cond every 20 ms until it returns true or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// idemgateKeys returns every key under the idemgate: prefix on v with its
+// PTTL in milliseconds (-1: no expiry, -2: gone meanwhile).
+func idemgateKeys(t *testing.T, v *valkeytest.Server) map[string]int64 {
+	t.Helper()
+	out, err := v.CLI("--scan", "--pattern", "idemgate:*")
+	if err != nil {
+		t.Fatalf("scanning keys: %v", err)
+	}
+	keys := map[string]int64{}
+	for _, k := range strings.Fields(out) {
+		p, err := v.CLI("PTTL", k)
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", k, err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil {
+			t.Fatalf("PTTL %s answered %q", k, p)
+		}
+		keys[k] = n
+	}
+	return keys
+}
+
+// rawExchange writes req on a new TCP connection to addr and reads one
+// response (the connection is closed afterwards). It is for inputs net/http's
+// client refuses to send.
+func rawExchange(addr, req string, timeout time.Duration) (*http.Response, []byte, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, req); err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// relayMode is what a relay does with the bytes between idemgate and Valkey.
+type relayMode int
+
+const (
+	relayPass      relayMode = iota // forward both ways at once
+	relayDelay                      // forward requests at once, replies after Delay
+	relayBlackhole                  // accept and swallow everything, answer nothing
+	relayReset                      // close every connection, refuse new ones
+)
+
+// relay is a TCP proxy in front of one Valkey server that can delay or cut
+// its replies, to play a slow or lossy network link. It listens on 127.0.0.1
+// and is closed in t.Cleanup.
+type relay struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	mode  relayMode
+	delay time.Duration
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *relay) Addr() string { return r.ln.Addr().String() }
+
+// Set changes the mode; relayReset also closes every open connection, while
+// relayBlackhole leaves them open and silent, like a link that died without
+// a FIN.
+func (r *relay) Set(mode relayMode, delay time.Duration) {
+	r.mu.Lock()
+	r.mode, r.delay = mode, delay
+	var cut []net.Conn
+	if mode == relayReset {
+		for c := range r.conns {
+			cut = append(cut, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range cut {
+		_ = c.Close()
+	}
+}
+
+func (r *relay) current() (relayMode, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mode, r.delay
+}
+
+func (r *relay) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns == nil {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *relay) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	_ = c.Close()
+}
+
+func (r *relay) close() {
+	_ = r.ln.Close()
+	r.mu.Lock()
+	conns := r.conns
+	r.conns = nil
+	r.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	r.wg.Wait()
+}
+
+func (r *relay) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !r.track(c) {
+			_ = c.Close()
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.serve(c)
+		}()
+	}
+}
+
+func (r *relay) serve(c net.Conn) {
+	defer r.untrack(c)
+	switch mode, _ := r.current(); mode {
+	case relayReset:
+		return
+	case relayBlackhole:
+		_, _ = io.Copy(io.Discard, c)
+		return
+	}
+	s, err := net.DialTimeout("tcp", r.target, time.Second)
+	if err != nil {
+		return
+	}
+	if !r.track(s) {
+		_ = s.Close()
+		return
+	}
+	defer r.untrack(s)
+	done := make(chan struct{}, 2)
+	go func() { // requests: forwarded unless the link swallows them
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if mode, _ := r.current(); mode != relayBlackhole {
+					if _, werr := s.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
+	go func() { // replies: delayed, swallowed or forwarded, in order
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := s.Read(buf)
+			if n > 0 {
+				mode, delay := r.current()
+				if mode == relayDelay {
+					time.Sleep(delay)
+				}
+				if mode != relayBlackhole {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
+	<-done
+}
