@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/idemgate/idemgate/metrics"
@@ -417,10 +419,14 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, outco
 	p.done(r, ex)
 }
 
-// done records one finished request: the metric and one log line. Neither
-// the raw key nor the owner is logged, only a short hash of the key.
+// done records one finished request: the metric, the request span's route
+// and outcome (a no-op without a recording span; see package tracing) and
+// one log line. Neither the raw key nor the owner is logged or traced, only
+// a short hash of the key in the log.
 func (p *Proxy) done(r *http.Request, ex *exchange) {
 	p.m.Request(ex.route.Name, ex.outcome)
+	trace.SpanFromContext(r.Context()).SetAttributes(
+		attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
 	if ex.outcome == metrics.OutcomePassthrough {
 		return
 	}
