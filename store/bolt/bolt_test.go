@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,14 +26,55 @@ import (
 // file named by its value (see TestMain and TestSecondProcessIsRefused).
 const helperPathEnv = "IDEMGATE_BOLT_TEST_HELPER_PATH"
 
+// helperCrashEnv, set to "1" with helperPathEnv, makes the helper write
+// records and then hang until killed (see TestRecordsSurviveKill).
+const helperCrashEnv = "IDEMGATE_BOLT_TEST_HELPER_CRASH"
+
 // helperLockedExit is the helper's exit code when New failed with ErrLocked.
 const helperLockedExit = 3
 
+// Identities and token the crashing helper writes.
+var (
+	crashCompleted = store.Identity{Owner: "crash", Route: "POST /orders", Key: "completed"}
+	crashRunning   = store.Identity{Owner: "crash", Route: "POST /orders", Key: "running"}
+)
+
+const crashToken = "token-of-the-killed-process"
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv(helperPathEnv); path != "" {
+		if os.Getenv(helperCrashEnv) == "1" {
+			os.Exit(helperCrash(path))
+		}
 		os.Exit(helperOpen(path))
 	}
 	os.Exit(m.Run())
+}
+
+// helperCrash completes one record, claims another, reports "ready" on
+// stdout and waits to be killed (for at most 30s, so it never outlives a
+// broken test).
+func helperCrash(path string) int {
+	s, err := bolt.New(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	steps := []error{}
+	_, err = s.Claim(ctx, store.ClaimParams{Identity: crashCompleted, Fingerprint: "fp", Token: crashToken, Lease: time.Minute, Retention: time.Hour})
+	steps = append(steps, err)
+	_, err = s.Complete(ctx, crashCompleted, crashToken, replayResponse())
+	steps = append(steps, err)
+	_, err = s.Claim(ctx, store.ClaimParams{Identity: crashRunning, Fingerprint: "fp", Token: crashToken, Lease: time.Minute, Retention: time.Hour})
+	steps = append(steps, err)
+	if err := errors.Join(steps...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	time.Sleep(30 * time.Second)
+	return 2
 }
 
 func helperOpen(path string) int {
@@ -481,4 +524,111 @@ func BenchmarkClaimCompleteParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestRecordsSurviveKill kills a process holding the file (SIGKILL, no
+// Close) right after its writes returned, then reopens the file: the
+// completed record replays byte for byte, and the running claim is still
+// there, so a retry waits for its lease and only then takes it over.
+func TestRecordsSurviveKill(t *testing.T) {
+	path := dbPath(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperPathEnv+"="+path, helperCrashEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("helper: read %q (%v), stderr %q", line, err, stderr.String())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	// The kernel drops the dead process's flock; the file opens at once.
+	var offset atomic.Int64
+	s := open(t, path, bolt.WithOpenTimeout(5*time.Second), bolt.WithClock(func() time.Time {
+		return time.Now().Add(time.Duration(offset.Load()))
+	}))
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: crashCompleted, Fingerprint: "fp", Token: "retry", Lease: time.Minute})
+	want := replayResponse()
+	if err != nil || res.State != store.Completed || res.Response.Status != want.Status ||
+		!bytes.Equal(res.Response.Body, want.Body) || !reflect.DeepEqual(res.Response.Header, want.Header) {
+		t.Fatalf("Claim of the completed record after kill = %+v %v, want a byte-identical replay", res, err)
+	}
+	res, err = s.Claim(t.Context(), store.ClaimParams{Identity: crashRunning, Fingerprint: "fp", Token: "retry", Lease: time.Minute})
+	if err != nil || res.State != store.Running {
+		t.Fatalf("Claim of the killed process's running claim = %+v %v, want Running until its lease ends", res, err)
+	}
+	offset.Store(int64(time.Minute))
+	res, err = s.Claim(t.Context(), store.ClaimParams{Identity: crashRunning, Fingerprint: "fp", Token: "retry", Lease: time.Minute})
+	if err != nil || res.State != store.Claimed || !res.Takeover {
+		t.Fatalf("Claim past the killed process's lease = %+v %v, want a takeover", res, err)
+	}
+}
+
+// TestMutualExclusionUnderSweep hammers one identity from many goroutines
+// while the background sweep runs every millisecond and completed records
+// expire after 1ms: a claim must never be granted while another holder's
+// lease is valid, whatever the sweep removes meanwhile.
+func TestMutualExclusionUnderSweep(t *testing.T) {
+	s := open(t, dbPath(t), bolt.WithSweepInterval(time.Millisecond))
+	id := store.Identity{Owner: "o", Route: "POST /orders", Key: "contended"}
+	const workers, rounds = 8, 60
+	var holders, granted atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range rounds {
+				tok := fmt.Sprintf("w%d-%d", w, i)
+				res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: tok, Lease: time.Minute, Retention: time.Millisecond})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.State != store.Claimed {
+					continue
+				}
+				granted.Add(1)
+				if n := holders.Add(1); n != 1 {
+					errs <- fmt.Errorf("claim %s granted while %d other holders were inside their lease", tok, n-1)
+					return
+				}
+				// Leave before giving the record up, so the next holder
+				// never counts this one.
+				holders.Add(-1)
+				var ok bool
+				if i%2 == 0 {
+					ok, err = s.Complete(ctx, id, tok, store.Response{Status: 200, Body: []byte(tok)})
+				} else {
+					ok, err = s.Release(ctx, id, tok)
+				}
+				if err != nil || !ok {
+					errs <- fmt.Errorf("holder %s giving up the record: %v %v", tok, ok, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if granted.Load() < 2 {
+		t.Fatalf("only %d claims granted; the test did not exercise hand-overs", granted.Load())
+	}
 }
