@@ -36,6 +36,7 @@ func fieldErr(path, format string, args ...any) error {
 }
 
 // Policy is a compiled, immutable set of routes; safe for concurrent use.
+// Build one with New; the zero Policy has no defaults route.
 type Policy struct {
 	routes   []*Route // file order
 	defaults *Route
@@ -46,6 +47,7 @@ type Policy struct {
 // the mux returns (not found, method not allowed, redirects) means defaults.
 type routeHandler struct{ route *Route }
 
+// ServeHTTP is never called: the mux is only asked which handler matches.
 func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 var routeNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
