@@ -194,6 +194,10 @@ func normalize(r *Route, path string) []error {
 	for _, m := range r.Methods {
 		if !validToken(m) {
 			bad("methods", "%q is not a valid method token", m)
+		} else if m != strings.ToUpper(m) {
+			// Methods are case-sensitive (RFC 9110 section 9.1): "post"
+			// would silently never match a POST request.
+			bad("methods", "%q must be upper case, e.g. %s", m, strings.ToUpper(m))
 		} else if !slices.Contains(methods, m) {
 			methods = append(methods, m)
 		}

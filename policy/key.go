@@ -53,6 +53,9 @@ func parseQuotedKey(v string) (string, error) {
 	if err := checkASCII(v, true); err != nil {
 		return "", err
 	}
+	if s, ok := simpleSFString(v); ok {
+		return checkQuotedKey(s)
+	}
 	item, err := httpsfv.UnmarshalItem([]string{v})
 	if err != nil {
 		if l, lerr := httpsfv.UnmarshalList([]string{v}); lerr == nil && len(l) > 1 {
@@ -70,6 +73,27 @@ func parseQuotedKey(v string) (string, error) {
 	if item.Params != nil && len(item.Params.Names()) > 0 {
 		return "", fmt.Errorf("%w: parameters (;name=value) are not allowed", ErrKeyInvalid)
 	}
+	return checkQuotedKey(s)
+}
+
+// simpleSFString returns the content of v when v is one sf-string without
+// escapes, parameters or anything after it, the form nearly every client
+// sends; such a value means what RFC 8941 section 4.2.5 parses it to,
+// without the general parser's allocations.
+func simpleSFString(v string) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	s := v[1 : len(v)-1]
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' || c < 0x20 || c > 0x7e {
+			return "", false
+		}
+	}
+	return s, true
+}
+
+func checkQuotedKey(s string) (string, error) {
 	switch {
 	case s == "":
 		return "", fmt.Errorf("%w: the quoted key is empty", ErrKeyInvalid)

@@ -87,6 +87,13 @@ func FuzzParseKey(f *testing.F) {
 	}
 	f.Add(`"a"`, `"b"`)
 	f.Fuzz(func(t *testing.T, v1, v2 string) {
+		// The allocation-free fast path must agree with the RFC 8941 parser.
+		if s, ok := simpleSFString(v1); ok {
+			item, err := httpsfv.UnmarshalItem([]string{v1})
+			if err != nil || item.Value != s {
+				t.Fatalf("simpleSFString(%q) = %q but httpsfv says %v, %v", v1, s, item.Value, err)
+			}
+		}
 		values := []string{v1}
 		if v2 != "" {
 			values = append(values, v2)

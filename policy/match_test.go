@@ -147,6 +147,7 @@ func TestNewErrors(t *testing.T) {
 		{"mode", []Route{mod("a", "/a", func(r *Route) { r.Mode = "off" })}, "routes[0].mode", "enforce or passthrough"},
 		{"header", []Route{mod("a", "/a", func(r *Route) { r.Header = "Bad Header" })}, "routes[0].header", "valid field name"},
 		{"no methods", []Route{mod("a", "/a", func(r *Route) { r.Methods = nil })}, "routes[0].methods", "at least one"},
+		{"lowercase method", []Route{mod("a", "/a", func(r *Route) { r.Methods = []string{"post"} })}, "routes[0].methods", "upper case"},
 		{"bad method", []Route{mod("a", "/a", func(r *Route) { r.Methods = []string{"PO ST"} })}, "routes[0].methods", "valid method"},
 		{"owner none", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: OwnerNone} })}, "routes[0].owner", "allow_global_keys"},
 		{"owner kind", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: "ip"} })}, "routes[0].owner", "unknown owner"},
