@@ -78,8 +78,9 @@ type ClaimParams struct {
 	// Fingerprint identifies the request (see policy.Fingerprint), at most
 	// 128 bytes.
 	Fingerprint string
-	// Token is a random, unique string naming this claim attempt; only the
-	// holder of the token may Complete, Release or Extend the record.
+	// Token is a random, unique, non-empty string naming this claim
+	// attempt; only the holder of the token may Complete, Release or Extend
+	// the record.
 	Token string
 	// Lease is how long the claim holds the record without an Extend; > 0,
 	// millisecond resolution.
@@ -123,7 +124,9 @@ type Record struct {
 	CreatedAt time.Time
 	// LeaseEnd is the end of the current lease; zero once completed.
 	LeaseEnd time.Time
-	// RetentionEnd is when the record stops existing; zero means never.
+	// RetentionEnd is when the record stops existing; zero means never. For
+	// a running record it is its expiry: the later of the lease end and
+	// claim time plus retention, or lease end plus 24 h when retention is 0.
 	RetentionEnd time.Time
 }
 
@@ -150,7 +153,9 @@ const SafetyPoll = time.Second
 //     Claimed. Of N concurrent Claims on a free identity exactly one answers
 //     Claimed. A running record with a different fingerprint is never taken
 //     over. A running record within its lease answers Running; a completed
-//     record answers Completed with its Response.
+//     record answers Completed with its Response. A Claim repeating the
+//     token that holds the record answers Claimed again, so a client may
+//     retry a Claim whose reply was lost without locking itself out.
 //  2. A lease or retention has run out once its end time is reached: end <= now
 //     is over, end > now is valid. A record past its retention end is absent
 //     to every operation.
