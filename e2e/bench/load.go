@@ -105,9 +105,28 @@ type phaseStats struct {
 	codes     map[int]int
 	replayed  int // answers carrying Idempotent-Replayed: true
 	wall      time.Duration
-	latencies []time.Duration // sorted
+	latencies []time.Duration // sorted by finish
 	firstErr  string
 }
+
+// merge adds o (another round of the same phase) to s; call finish after
+// the last merge.
+func (s *phaseStats) merge(o *phaseStats) {
+	s.requests += o.requests
+	s.errors += o.errors
+	for c, n := range o.codes {
+		s.codes[c] += n
+	}
+	s.replayed += o.replayed
+	s.wall += o.wall
+	s.latencies = append(s.latencies, o.latencies...)
+	if s.firstErr == "" {
+		s.firstErr = o.firstErr
+	}
+}
+
+// finish sorts the latencies for quantile.
+func (s *phaseStats) finish() { slices.Sort(s.latencies) }
 
 func (s *phaseStats) rps() float64 { return float64(s.requests) / s.wall.Seconds() }
 
@@ -153,7 +172,7 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 		}
 	}
 	s.wall = time.Since(start)
-	slices.Sort(s.latencies)
+	s.finish()
 	return s
 }
 

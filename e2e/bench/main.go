@@ -37,6 +37,7 @@ type target struct {
 type options struct {
 	duration, warmup time.Duration
 	concurrency      int
+	rounds           int
 	openFraction     float64
 	dupRequests      int
 	idleConns        int
@@ -49,7 +50,8 @@ type options struct {
 func main() {
 	var o options
 	var workloads string
-	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured length of each closed- and open-loop phase")
+	flag.DurationVar(&o.duration, "duration", 6*time.Second, "measured length of each closed- and open-loop phase of each target")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds each phase is split into, alternating between targets")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured closed-loop load before each target's phases")
 	flag.IntVar(&o.concurrency, "concurrency", 64, "closed-loop concurrency (connections and in-flight requests)")
 	flag.Float64Var(&o.openFraction, "open-fraction", 0.5, "open-loop rate as a fraction of B's closed-loop throughput for the workload")
@@ -61,6 +63,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
+	o.rounds = max(1, o.rounds)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -148,7 +151,6 @@ func run(ctx context.Context, o options, args []string) error {
 			if err != nil {
 				return fmt.Errorf("idle connections on %s: %w", t.id, err)
 			}
-			s.fds = countFDs(t.proc.pid())
 			rep.idle = append(rep.idle, idleRow{target: t, s: s})
 			fmt.Fprintf(os.Stderr, "idle %s: %d conns, RSS %.1f MiB (fds %d, errors %d)\n", t.id, s.conns, float64(s.rssIdleKB)/1024, s.fds, s.errors)
 		}
@@ -170,7 +172,10 @@ func run(ctx context.Context, o options, args []string) error {
 }
 
 // runWorkload measures one workload: closed loop on every target, then open
-// loop on every target at openFraction of B's closed-loop throughput.
+// loop on every target at openFraction of B's closed-loop throughput. Each
+// phase is split into rounds that alternate between the targets (in a
+// rotating order), so a change of background load on the machine hits
+// every target alike instead of whichever ran at that moment.
 func runWorkload(ctx context.Context, o options, w string, targets []*target, vk *proc, rep *report) error {
 	clients := map[string]*http.Client{}
 	for _, t := range targets {
@@ -181,36 +186,50 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 			c.CloseIdleConnections()
 		}
 	}()
+	roundLen := o.duration / time.Duration(o.rounds)
 	openRate := 0
 	for _, mode := range []string{"closed", "open"} {
+		rows := map[string]*row{}
+		for round := range o.rounds {
+			for k := range targets {
+				t := targets[(k+round)%len(targets)]
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				prefix := fmt.Sprintf("%s-%s-%s-%d-", w, t.id, mode, round)
+				c := clients[t.id]
+				if w == wReplay {
+					if err := preloadReplay(ctx, c, t.base, prefix); err != nil {
+						return fmt.Errorf("%s replay preload: %w", t.id, err)
+					}
+				}
+				if mode == "closed" && round == 0 && o.warmup > 0 {
+					attack(ctx, c, newTargeter(w, t.base, prefix+"warm-"), 0, o.concurrency, o.warmup)
+				}
+				rate := 0
+				if mode == "open" {
+					if openRate == 0 {
+						return fmt.Errorf("open loop needs B's closed-loop throughput (run target B)")
+					}
+					rate = openRate
+				}
+				m, err := measure(ctx, t, vk, func() *phaseStats {
+					return attack(ctx, c, newTargeter(w, t.base, prefix), rate, o.concurrency, roundLen)
+				})
+				if err != nil {
+					return err
+				}
+				m.workload, m.mode, m.rate = w, mode, rate
+				if rows[t.id] == nil {
+					rows[t.id] = m
+				} else {
+					rows[t.id].merge(m)
+				}
+			}
+		}
 		for _, t := range targets {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			prefix := fmt.Sprintf("%s-%s-%s-", w, t.id, mode)
-			c := clients[t.id]
-			if w == wReplay {
-				if err := preloadReplay(ctx, c, t.base, prefix); err != nil {
-					return fmt.Errorf("%s replay preload: %w", t.id, err)
-				}
-			}
-			if mode == "closed" && o.warmup > 0 {
-				attack(ctx, c, newTargeter(w, t.base, prefix+"warm-"), 0, o.concurrency, o.warmup)
-			}
-			rate := 0
-			if mode == "open" {
-				if openRate == 0 {
-					return fmt.Errorf("open loop needs B's closed-loop throughput (run target B)")
-				}
-				rate = openRate
-			}
-			m, err := measure(ctx, t, vk, func() *phaseStats {
-				return attack(ctx, c, newTargeter(w, t.base, prefix), rate, o.concurrency, o.duration)
-			})
-			if err != nil {
-				return err
-			}
-			m.workload, m.mode, m.rate = w, mode, rate
+			m := rows[t.id]
+			m.s.finish()
 			rep.rows = append(rep.rows, m)
 			if mode == "closed" && t.id == "B" {
 				openRate = max(1, int(m.s.rps()*o.openFraction))
@@ -222,17 +241,42 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 	return nil
 }
 
-// row is one measured phase of one target.
+// row is one measured phase of one target (all its rounds together).
 type row struct {
 	target         *target
 	workload, mode string
 	rate           int
 	s              *phaseStats
-	cpuPer1k       float64 // target process CPU seconds per 1,000 requests
+	cpuSec         float64 // target process CPU seconds
 	peakRSSKB      int64
-	valkeyCmds     float64 // per request, scripts' inner commands included
-	valkeyTrips    float64 // client commands (round trips) per request
-	valkeyCPUPer1k float64
+	valkeyCmds     int64 // scripts' inner commands included
+	valkeyTrips    int64 // commands the client sent (round trips)
+	valkeyCPUSec   float64
+}
+
+func (r *row) merge(o *row) {
+	r.s.merge(o.s)
+	r.cpuSec += o.cpuSec
+	r.peakRSSKB = max(r.peakRSSKB, o.peakRSSKB)
+	r.valkeyCmds += o.valkeyCmds
+	r.valkeyTrips += o.valkeyTrips
+	r.valkeyCPUSec += o.valkeyCPUSec
+}
+
+// per1k returns v per 1,000 requests of the row.
+func (r *row) per1k(v float64) float64 {
+	if r.s.requests == 0 {
+		return 0
+	}
+	return v * 1000 / float64(r.s.requests)
+}
+
+// perReq returns n per request of the row.
+func (r *row) perReq(n int64) float64 {
+	if r.s.requests == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.s.requests)
 }
 
 // measure runs phase and adds the server-side figures: CPU and peak RSS of
@@ -261,23 +305,18 @@ func measure(ctx context.Context, t *target, vk *proc, phase func() *phaseStats)
 	if err != nil {
 		return nil, err
 	}
-	r := &row{target: t, s: s}
-	if s.requests > 0 {
-		r.cpuPer1k = (cpu1 - cpu0) * 1000 / float64(s.requests)
-	}
+	r := &row{target: t, s: s, cpuSec: cpu1 - cpu0}
 	if r.peakRSSKB, err = memKB(pid, "VmHWM"); err != nil {
 		return nil, err
 	}
-	if useValkey && s.requests > 0 {
+	if useValkey {
 		stats1, err := readCmdStats(vk.addr)
 		if err != nil {
 			return nil, err
 		}
-		all, trips := stats1.delta(stats0)
-		r.valkeyCmds = float64(all) / float64(s.requests)
-		r.valkeyTrips = float64(trips) / float64(s.requests)
+		r.valkeyCmds, r.valkeyTrips = stats1.delta(stats0)
 		vcpu1, _ := cpuSeconds(vk.pid())
-		r.valkeyCPUPer1k = (vcpu1 - vcpu0) * 1000 / float64(s.requests)
+		r.valkeyCPUSec = vcpu1 - vcpu0
 	}
 	return r, nil
 }

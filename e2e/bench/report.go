@@ -58,12 +58,12 @@ func (r *report) markdown() string {
 	p("Command: `go run ./e2e/bench %s`  \n", strings.Join(r.args, " "))
 	p("Run: %s, %s.  \n", r.started.UTC().Format(time.RFC3339), r.finished.Sub(r.started).Round(time.Second))
 	p("Machine: %s\n\n", r.machine)
-	p("Closed loop: %d concurrent requests (keep-alive connections), %v per phase after a %v warm-up. "+
+	p("Closed loop: %d concurrent requests (keep-alive connections), %v per target and phase in %d rounds that alternate between the targets, after a %v warm-up. "+
 		"Open loop: a fixed rate of %.0f%% of B's closed-loop throughput for the same workload, %v, vegeta adding workers so no request waits for an earlier one. "+
 		"Latency is measured by the client (vegeta) from request start to the end of the response body. "+
 		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B, C and D; Valkey's is shown apart). "+
 		"Peak RSS is the target process's VmHWM during the phase. Valkey cmds counts every command in INFO commandstats (commands run inside scripts included); round trips counts the commands idemgate sent (EVALSHA, EVALSHA_RO, ...).\n\n",
-		r.opts.concurrency, r.opts.duration, r.opts.warmup, r.opts.openFraction*100, r.opts.duration)
+		r.opts.concurrency, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.openFraction*100, r.opts.duration)
 	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (log level %s).\n\n", r.opts.logLevel)
 
 	for _, w := range r.opts.workloads {
@@ -83,11 +83,11 @@ func (r *report) markdown() string {
 				trips := "-"
 				vcpu := "-"
 				if x.target.id == "D" {
-					vk, trips, vcpu = fmt.Sprintf("%.2f", x.valkeyCmds), fmt.Sprintf("%.2f", x.valkeyTrips), fmt.Sprintf("%.3f", x.valkeyCPUPer1k)
+					vk, trips, vcpu = fmt.Sprintf("%.2f", x.perReq(x.valkeyCmds)), fmt.Sprintf("%.2f", x.perReq(x.valkeyTrips)), fmt.Sprintf("%.3f", x.per1k(x.valkeyCPUSec))
 				}
 				p("| %s | %s | %s | %.0f | %s | %s | %s | %d | %d | %.3f | %.1f | %s | %s | %s |\n",
 					x.target.id, mode, rate, x.s.rps(), ms(x.s.quantile(0.5)), ms(x.s.quantile(0.99)), ms(x.s.quantile(0.999)),
-					x.s.errors, x.s.replayed, x.cpuPer1k, float64(x.peakRSSKB)/1024, vk, trips, vcpu)
+					x.s.errors, x.s.replayed, x.per1k(x.cpuSec), float64(x.peakRSSKB)/1024, vk, trips, vcpu)
 			}
 		}
 		p("\n")
@@ -117,8 +117,8 @@ func (r *report) markdown() string {
 			return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
 		}
 		cpu := "-"
-		if dc != nil && bc != nil && bc.cpuPer1k > 0 {
-			cpu = fmt.Sprintf("%.2f", dc.cpuPer1k/bc.cpuPer1k)
+		if dc != nil && bc != nil && bc.cpuSec > 0 {
+			cpu = fmt.Sprintf("%.2f", dc.per1k(dc.cpuSec)/bc.per1k(bc.cpuSec))
 		}
 		p("| %s | %s | %s | %s | %s | %s |\n", w, ratio(cc, bc), ratio(dc, bc), added(co, bo), added(do, bo), cpu)
 	}

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -98,9 +103,9 @@ type idleStats struct {
 	firstErr    string
 }
 
-// idleConns opens n keep-alive connections to base, sends one POST with a
-// fresh key on each (all at once, so each needs its own connection), leaves
-// them idle for settle and reads pid's RSS.
+// idleConns opens n keep-alive connections to base (raw TCP, so each is
+// surely its own connection), sends one POST with a fresh key on each, keeps
+// them open and idle for settle, reads pid's RSS, then closes them.
 func idleConns(ctx context.Context, base, prefix string, pid, n int, settle time.Duration) (*idleStats, error) {
 	s := &idleStats{conns: n}
 	var err error
@@ -108,34 +113,50 @@ func idleConns(ctx context.Context, base, prefix string, pid, n int, settle time
 		return nil, err
 	}
 	_ = resetPeak(pid)
-	client := newClient(n)
-	defer client.CloseIdleConnections()
-	start := make(chan struct{})
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]net.Conn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for i := range n {
+	var next atomic.Int64
+	for range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			<-start
-			code, _, err := post(ctx, client, base+"/v1/orders", fmt.Sprintf("user-%d", i%owners), fmt.Sprintf("%sidle%d", prefix, i))
-			if err != nil || code != http.StatusCreated {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				c, err := oneRequest(u.Host, fmt.Sprintf("user-%d", i%owners), fmt.Sprintf("%sidle%d", prefix, i))
 				mu.Lock()
-				s.errors++
-				if s.firstErr == "" {
-					s.firstErr = fmt.Sprintf("status %d err %v", code, err)
+				conns[i] = c
+				if err != nil {
+					s.errors++
+					if s.firstErr == "" {
+						s.firstErr = err.Error()
+					}
 				}
 				mu.Unlock()
 			}
 		}()
 	}
-	close(start)
 	wg.Wait()
 	select {
 	case <-time.After(settle):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	s.fds = countFDs(pid)
 	if s.rssIdleKB, err = memKB(pid, "VmRSS"); err != nil {
 		return nil, err
 	}
@@ -143,4 +164,30 @@ func idleConns(ctx context.Context, base, prefix string, pid, n int, settle time
 		return nil, err
 	}
 	return s, nil
+}
+
+// oneRequest dials host, sends one keep-alive POST with owner and key, reads
+// the answer and returns the still open connection.
+func oneRequest(host, owner, key string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", host, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	head := fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nX-User: %s\r\nIdempotency-Key: \"%s\"\r\nContent-Length: %d\r\n\r\n",
+		host, owner, key, len(requestBody))
+	if _, err := c.Write(append([]byte(head), requestBody...)); err != nil {
+		return c, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return c, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_ = c.SetDeadline(time.Time{})
+	if resp.StatusCode != http.StatusCreated || resp.Close {
+		return c, fmt.Errorf("idle request answered %d (close %v)", resp.StatusCode, resp.Close)
+	}
+	return c, nil
 }
