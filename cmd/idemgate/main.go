@@ -34,6 +34,7 @@ import (
 	"github.com/idemgate/idemgate/store/bolt"
 	"github.com/idemgate/idemgate/store/memory"
 	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -145,7 +146,7 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.upstream, "upstream", "", "upstream URL (overrides upstream.url)")
 	fs.StringVar(&f.listen, "listen", "", "proxy listen address (overrides listen)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address (overrides admin.listen)")
-	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey (overrides store.driver)")
+	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt (overrides store.driver)")
 	fs.StringVar(&f.valkeyAddrs, "valkey-addrs", "", "comma-separated Valkey addresses (overrides store.valkey.addrs)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
@@ -307,6 +308,19 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	if err != nil {
 		return err
 	}
+	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version, tracing.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the servers: the spans of the last requests are flushed too.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Warn("tracing: flushing spans at shutdown failed", "err", err)
+		}
+	}()
+	propagator := tracing.Propagator()
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	st, err := openStore(openCtx, cfg, log)
 	cancel()
@@ -315,6 +329,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	}
 	defer st.Close()
 	st = metrics.InstrumentStore(st, m)
+	st = tracing.InstrumentStore(st, tp)
 
 	hup := make(chan os.Signal, 1)
 	if configPath != "" {
@@ -340,18 +355,19 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	}
 
 	p, err := proxy.New(proxy.Options{
-		Upstream: cfg.Upstream.URL,
-		Timeout:  cfg.Upstream.Timeout,
-		Store:    st,
-		Policy:   reloader.Current,
-		Logger:   log,
-		Metrics:  m,
+		Upstream:  cfg.Upstream.URL,
+		Timeout:   cfg.Upstream.Timeout,
+		Store:     st,
+		Policy:    reloader.Current,
+		Transport: tracing.Transport(proxy.NewTransport(cfg.Upstream.Timeout), tp, propagator),
+		Logger:    log,
+		Metrics:   m,
 	})
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           p,
+		Handler:           tracing.Handler(p, tp, propagator),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Server.ReadTimeout,
 		WriteTimeout:      cfg.Server.WriteTimeout,
