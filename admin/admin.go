@@ -26,6 +26,11 @@ import (
 // reports the store check as failed.
 const ReadyTimeout = time.Second
 
+// StoreTimeout bounds each store call of /admin/records. Without it a dead
+// store can hold the request for as long as the client waits (the Valkey
+// client retries until its context ends); after it the answer is 503.
+const StoreTimeout = 3 * time.Second
+
 // ProblemBase is the prefix of every problem type URI the admin listener
 // answers with; the suffix names the case and never changes once published.
 const ProblemBase = "https://idemgate.dev/problems/"
@@ -360,11 +365,13 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), StoreTimeout)
+	defer cancel()
 	if r.Method == http.MethodDelete {
-		h.purge(w, r, id)
+		h.purge(ctx, w, r, id)
 		return
 	}
-	rec, err := h.opts.Store.Get(r.Context(), id)
+	rec, err := h.opts.Store.Get(ctx, id)
 	if err != nil {
 		h.storeError(w, "get", id, err)
 		return
@@ -384,11 +391,11 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-func (h *handler) purge(w http.ResponseWriter, r *http.Request, id store.Identity) {
+func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Request, id store.Identity) {
 	force := r.URL.Query().Get("force") == "true"
 	state := store.Absent
 	if !force {
-		rec, err := h.opts.Store.Get(r.Context(), id)
+		rec, err := h.opts.Store.Get(ctx, id)
 		if err != nil {
 			h.storeError(w, "get", id, err)
 			return
@@ -410,7 +417,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request, id store.Identit
 			return
 		}
 	}
-	existed, err := h.opts.Store.Delete(r.Context(), id)
+	existed, err := h.opts.Store.Delete(ctx, id)
 	if err != nil {
 		h.storeError(w, "delete", id, err)
 		return

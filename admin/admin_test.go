@@ -33,7 +33,7 @@ const testToken = "s3cret-admin-token"
 const userTokenOwner = "sha256:b8f2c25d6e8d00fcf1f2844e82b27980ecf77eca5d03b0ac22806f5532de6f3a"
 
 // faultyStore wraps the memory store to inject the failures the admin
-// handler must fail closed on, and records the context Ping got.
+// handler must fail closed on, and records the contexts it is called with.
 type faultyStore struct {
 	store.Store
 	mu        sync.Mutex
@@ -42,6 +42,7 @@ type faultyStore struct {
 	opErr     error // returned by Get and Delete
 	pingCtx   context.Context
 	pings     int
+	getCtx    context.Context // the context of the last Get
 }
 
 func (f *faultyStore) Ping(ctx context.Context) error {
@@ -62,6 +63,7 @@ func (f *faultyStore) Ping(ctx context.Context) error {
 func (f *faultyStore) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
 	f.mu.Lock()
 	err := f.opErr
+	f.getCtx = ctx
 	f.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -517,6 +519,10 @@ func TestRecordsInspect(t *testing.T) {
 		recordsURL("route", "payments", "authorization", "Bearer other-token", "key", "pay 1/é"),
 	} {
 		assertProblem(t, f.do(t, http.MethodGet, target, authed()), http.StatusNotFound, "admin-record-not-found")
+	}
+	// A hung store cannot hold an admin request forever.
+	if dl, ok := f.store.getCtx.Deadline(); !ok || time.Until(dl) > StoreTimeout {
+		t.Errorf("Get context deadline = %v (set %v), want within %v", dl, ok, StoreTimeout)
 	}
 	// The holder token is never exposed.
 	rec := f.do(t, http.MethodGet, recordsURL("route", "orders", "owner", "h:alice", "key", "order-1"), authed())
