@@ -169,7 +169,7 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 		// when it comes back with the old content it must load again.
 		r.lastSum = [sha256.Size]byte{}
 	}
-	p, err := r.load(r.path)
+	p, err := r.safeLoad()
 	if err == nil && p == nil {
 		err = errors.New("load returned no policy")
 	}
@@ -182,6 +182,17 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 	r.reloads.WithLabelValues("success").Inc()
 	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "routes", len(p.Routes()), "sha256", fmt.Sprintf("%x", sum[:8]))
 	return nil
+}
+
+// safeLoad turns a panic in Load into a rejected file: a config edit must
+// never take down a proxy that is serving with the previous policy.
+func (r *Reloader) safeLoad() (p *policy.Policy, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p, err = nil, fmt.Errorf("load panicked: %v", v)
+		}
+	}()
+	return r.load(r.path)
 }
 
 func fileSum(path string) ([sha256.Size]byte, error) {

@@ -371,6 +371,39 @@ func TestRemovedFileKeepsPolicy(t *testing.T) {
 	}
 }
 
+func TestPanickingLoadIsRejected(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	writeFile(t, path, "orders")
+	initial, err := loadNames(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Path: path, Initial: initial, Load: func(string) (*policy.Policy, error) { panic("compiler bug") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "compiler bug") {
+		t.Errorf("Reload = %v, want the panic as an error", err)
+	}
+	if r.Current() != initial {
+		t.Error("a panicking load replaced the policy")
+	}
+	if got := testutil.ToFloat64(r.reloads.WithLabelValues("failure")); got != 1 {
+		t.Errorf("failure count = %v, want 1", got)
+	}
+
+	// A Load that reports no error but no policy either is a rejection,
+	// never a nil Current.
+	r.load = func(string) (*policy.Policy, error) { return nil, nil }
+	if err := r.Reload(); err == nil {
+		t.Error("Reload accepted a nil policy")
+	}
+	if r.Current() != initial {
+		t.Error("a nil policy replaced the current one")
+	}
+}
+
 func TestInFlightPolicySurvivesReload(t *testing.T) {
 	f := newFixture(t, "orders", nil)
 	inFlight := f.r.Current() // what a request read when it started
