@@ -425,8 +425,11 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, outco
 // a short hash of the key in the log.
 func (p *Proxy) done(r *http.Request, ex *exchange) {
 	p.m.Request(ex.route.Name, ex.outcome)
-	trace.SpanFromContext(r.Context()).SetAttributes(
-		attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		// Guarded: building the attributes costs an allocation per request
+		// even for the no-op span when tracing is off.
+		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
+	}
 	if ex.outcome == metrics.OutcomePassthrough {
 		return
 	}
