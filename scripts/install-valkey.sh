@@ -4,6 +4,7 @@
 # sources, so no registry host is written into this repository.
 set -euo pipefail
 if command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; then
+  echo "install-valkey.sh: found $(valkey-server --version | cut -d' ' -f1-3)"
   exit 0
 fi
 if [ ! -r /etc/os-release ] || ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
