@@ -109,12 +109,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	p.done(r, ex)
 }
 
-// complete records the response. A store failure here is retried within the
-// lease (the heartbeat keeps running meanwhile): giving up would let a
-// retry take the claim over after the lease and run the operation twice.
+// complete records the response. A store failure here is retried, with the
+// heartbeat still running, for as long as an upstream exchange may take (at
+// least the lease), not just within the lease: while the store cannot be
+// reached nobody can take the claim over either, and Complete still acts
+// past the lease end as long as nobody has (store contract, rule 3). Giving
+// up after one lease left a store outage longer than the lease with claims
+// that retries took over once the store was back, running operations whose
+// response the client had already received a second time.
 func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
 	defer stopHeartbeat()
-	deadline := time.Now().Add(ex.route.Lease)
+	deadline := time.Now().Add(max(ex.route.Lease, p.timeout))
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := p.storeCtx(r.Context())
@@ -133,7 +138,9 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 			return
 		}
 		time.Sleep(backoff)
-		backoff = min(backoff*2, time.Second)
+		// Short: once the store is back, this write races the retries that
+		// were refused meanwhile and would take over an ended lease.
+		backoff = min(backoff*2, 250*time.Millisecond)
 	}
 }
 
