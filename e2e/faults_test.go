@@ -526,3 +526,39 @@ func TestFaultUpstreamAmbiguousFailure(t *testing.T) {
 		})
 	}
 }
+
+// A Valkey outage longer than the lease, while the upstream call runs: the
+// response must still be recorded once Valkey is back (Complete acts past
+// the lease end while nobody took the claim over), so the retry replays
+// instead of running the operation again. idemgate used to give up
+// recording after one lease and answer the client anyway.
+func TestFaultValkeyOutageLongerThanLeaseDuringCall(t *testing.T) {
+	v := valkeytest.Start(t, valkeytest.WithAOF())
+	up := startUpstream(t)
+	entered := make(chan struct{}, 2)
+	up.Set(nil, 300*time.Millisecond, entered)
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
+		Routes: ordersRoute("lease: 1s")})
+	first := make(chan Answer, 1)
+	go func() { first <- postTimeout(60*time.Second, g.URL+"/v1/orders", "alice", "outage", "{}") }()
+	waitEntered(t, entered, 5*time.Second)
+	v.Kill()
+	time.Sleep(3 * time.Second) // three leases without the store
+	v.Restart()
+	orig := <-first
+	if orig.Status != 201 {
+		t.Fatalf("original: %v", orig)
+	}
+	up.Set(nil, 0, nil)
+	var a Answer
+	eventually(t, 20*time.Second, "a non-503 retry", func() bool {
+		a = postTimeout(15*time.Second, g.URL+"/v1/orders", "alice", "outage", "{}")
+		return a.Status != 503
+	})
+	if !a.replayed() || !bytes.Equal(a.Body, orig.Body) {
+		t.Fatalf("retry after the outage: %v, want a replay of %s", a, orig.Body)
+	}
+	if n := up.Calls("alice", "outage"); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
