@@ -331,9 +331,11 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
 	}
-	bad := fmt.Errorf("claim reply %q: unexpected shape", v)
+	// Built only on failure: formatting a completed reply quotes the whole
+	// stored response, which cost more than the rest of Claim.
+	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
 	if len(v) < 3 {
-		return store.ClaimResult{}, bad
+		return store.ClaimResult{}, bad()
 	}
 	switch v[0] {
 	case "claimed", "running", "abandoned":
@@ -345,7 +347,7 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 		switch v[0] {
 		case "claimed":
 			if len(v) != 4 {
-				return store.ClaimResult{}, bad
+				return store.ClaimResult{}, bad()
 			}
 			out.State, out.Takeover = store.Claimed, v[3] == "1"
 		case "running":
@@ -356,7 +358,7 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 		return out, nil
 	case "completed":
 		if len(v) != 7 {
-			return store.ClaimResult{}, bad
+			return store.ClaimResult{}, bad()
 		}
 		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
 		if err != nil {
@@ -364,7 +366,7 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 		}
 		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Response: resp}, nil
 	}
-	return store.ClaimResult{}, bad
+	return store.ClaimResult{}, bad()
 }
 
 func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, id store.Identity, wake bool, args ...string) (bool, error) {
