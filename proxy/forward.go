@@ -72,7 +72,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 
-	body, err := io.ReadAll(io.LimitReader(resp.Body, route.MaxResponseBytes+1))
+	body, err := readLimited(resp.Body, resp.ContentLength, route.MaxResponseBytes)
 	p.m.Upstream(route.Name, time.Since(upStart))
 	if err != nil {
 		// The upstream answered with a replayable status but the body was

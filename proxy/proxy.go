@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -116,6 +115,7 @@ func New(opts Options) (*Proxy, error) {
 		Rewrite:       p.rewrite,
 		Transport:     p.transport,
 		FlushInterval: -1, // streaming responses reach the client as they come
+		BufferPool:    newBufferPool(),
 		ErrorHandler:  p.passthroughError,
 		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
@@ -195,7 +195,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, route.MaxRequestBytes+1))
+	body, err := readLimited(r.Body, r.ContentLength, route.MaxRequestBytes)
 	if err != nil {
 		p.fail(w, r, ex, metrics.OutcomeBadRequest, probBadRequest.with(err.Error()))
 		return
@@ -400,7 +400,9 @@ func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, res
 	}
 	h := w.Header()
 	for name, values := range resp.Header {
-		h[name] = append([]string(nil), values...)
+		// The store hands out its own copy of the record, so the values
+		// need no second copy.
+		h[name] = values
 	}
 	h.Set(ReplayedHeader, "true")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
@@ -433,12 +435,18 @@ func (p *Proxy) done(r *http.Request, ex *exchange) {
 	if ex.outcome == metrics.OutcomePassthrough {
 		return
 	}
-	attrs := []any{"route", ex.route.Name, "method", r.Method, "path", r.URL.Path,
-		"outcome", ex.outcome, "status", ex.status, "duration_ms", time.Since(ex.start).Milliseconds()}
-	if ex.id.Key != "" {
-		attrs = append(attrs, "key_hash", keyHash(ex.id.Key))
+	if !p.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
 	}
-	p.log.Info("request", attrs...)
+	// Typed attributes: this line is written for every enforced request.
+	attrs := [7]slog.Attr{slog.String("route", ex.route.Name), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("outcome", ex.outcome), slog.Int("status", ex.status), slog.Int64("duration_ms", time.Since(ex.start).Milliseconds())}
+	n := 6
+	if ex.id.Key != "" {
+		attrs[n] = slog.String("key_hash", keyHash(ex.id.Key))
+		n++
+	}
+	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs[:n]...)
 }
 
 // keyHash is what logs show instead of an idempotency key: enough to

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"io"
+	"sync"
+)
+
+// readLimited reads r to its end, but at most limit+1 bytes, exactly as
+// io.ReadAll(io.LimitReader(r, limit+1)) would. When size (the declared
+// Content-Length; -1 when unknown) is within limit, the body lands in one
+// allocation of size+1 bytes instead of ReadAll's growing copies.
+func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size > limit {
+		return io.ReadAll(io.LimitReader(r, limit+1))
+	}
+	// One spare byte, so the EOF after a body of exactly size bytes is read
+	// without growing the buffer.
+	buf := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			// Longer than declared: read the rest the slow way, still capped.
+			rest, err := io.ReadAll(io.LimitReader(r, limit+1-int64(len(buf))))
+			return append(buf, rest...), err
+		}
+	}
+}
+
+// copyBufferSize is the size of the buffers httputil.ReverseProxy copies
+// passthrough bodies with (its own default).
+const copyBufferSize = 32 << 10
+
+// bufferPool lends the passthrough ReverseProxy its copy buffers, which it
+// would otherwise allocate, 32 KiB each, for every request.
+type bufferPool struct{ pool sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}}
+}
+
+// Get implements httputil.BufferPool.
+func (p *bufferPool) Get() []byte { return *p.pool.Get().(*[]byte) }
+
+// Put implements httputil.BufferPool.
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) == copyBufferSize {
+		b = b[:copyBufferSize]
+		p.pool.Put(&b)
+	}
+}

@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// TestReadLimitedMatchesReadAll checks readLimited against the
+// io.ReadAll(io.LimitReader) it replaces, for declared sizes that are
+// right, short, long and unknown, and for readers that return one byte at
+// a time or the data with the EOF.
+func TestReadLimitedMatchesReadAll(t *testing.T) {
+	const limit = 16
+	for _, n := range []int{0, 1, 15, 16, 17, 40} {
+		data := strings.Repeat("x", n)
+		want, _ := io.ReadAll(io.LimitReader(strings.NewReader(data), limit+1))
+		for _, size := range []int64{-1, 0, int64(n) - 1, int64(n), int64(n) + 1, limit, limit + 1} {
+			for name, r := range map[string]func() io.Reader{
+				"plain":   func() io.Reader { return strings.NewReader(data) },
+				"onebyte": func() io.Reader { return iotest.OneByteReader(strings.NewReader(data)) },
+				"dataeof": func() io.Reader { return iotest.DataErrReader(strings.NewReader(data)) },
+			} {
+				got, err := readLimited(r(), size, limit)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("n=%d size=%d %s: got %q, %v; want %q", n, size, name, got, err, want)
+				}
+			}
+		}
+	}
+}
+
+// TestReadLimitedError checks that a failing reader's error comes back.
+func TestReadLimitedError(t *testing.T) {
+	boom := errors.New("boom")
+	r := io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom))
+	if _, err := readLimited(r, 10, 16); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+}
