@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -456,6 +458,23 @@ func keyHash(key string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
+// isUpgrade reports whether r is a protocol switch the way a WebSocket
+// handshake is one (RFC 6455 section 4.1): a GET with an Upgrade field and
+// the "upgrade" token in Connection (RFC 9110 section 7.8). Its response is
+// a stream nobody can replay, so it passes through unclaimed. An Upgrade
+// field on any other request is an ordinary hop-by-hop field: honouring it
+// let a client skip the route's enforcement, required keys included, by
+// adding one header.
 func isUpgrade(r *http.Request) bool {
-	return r.Header.Get("Upgrade") != ""
+	if r.Method != http.MethodGet || r.Header.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range r.Header["Connection"] {
+		for _, token := range strings.Split(v, ",") {
+			if strings.EqualFold(textproto.TrimString(token), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
