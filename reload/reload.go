@@ -240,6 +240,7 @@ func (r *Reloader) Run(ctx context.Context) error {
 		}
 	}
 
+	signals := r.signals // local: a closed channel is dropped for this Run only
 	var (
 		timer    *time.Timer
 		fire     <-chan time.Time
@@ -254,9 +255,9 @@ func (r *Reloader) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case sig, ok := <-r.signals:
+		case sig, ok := <-signals:
 			if !ok {
-				r.signals = nil
+				signals = nil
 				continue
 			}
 			name := "signal"
