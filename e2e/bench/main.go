@@ -38,7 +38,7 @@ type options struct {
 	duration, warmup time.Duration
 	concurrency      int
 	rounds           int
-	openFraction     float64
+	openFractions    []float64
 	dupRequests      int
 	idleConns        int
 	workloads        []string
@@ -54,7 +54,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds each phase is split into, alternating between targets")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured closed-loop load before each target's phases")
 	flag.IntVar(&o.concurrency, "concurrency", 64, "closed-loop concurrency (connections and in-flight requests)")
-	flag.Float64Var(&o.openFraction, "open-fraction", 0.5, "open-loop rate as a fraction of B's closed-loop throughput for the workload")
+	var open string
+	flag.StringVar(&open, "open", "0.5,0.25", "open-loop rates, as fractions of B's closed-loop throughput for the workload (comma-separated)")
 	flag.IntVar(&o.dupRequests, "dup", 1000, "concurrent requests with one idempotency key (0 skips)")
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
@@ -64,6 +65,14 @@ func main() {
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
 	o.rounds = max(1, o.rounds)
+	for _, f := range strings.Split(open, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -open: bad fraction %q\n", f)
+			os.Exit(2)
+		}
+		o.openFractions = append(o.openFractions, v)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,6 +142,19 @@ func run(ctx context.Context, o options, args []string) error {
 	}
 
 	rep := &report{opts: o, args: args, machine: machineInfo(), started: time.Now()}
+	// First, while the processes are fresh: later the memory store holds
+	// every record of the run and its RSS says more about them than about
+	// connections.
+	if o.idleConns > 0 {
+		for _, t := range targets {
+			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, time.Second)
+			if err != nil {
+				return fmt.Errorf("idle connections on %s: %w", t.id, err)
+			}
+			rep.idle = append(rep.idle, idleRow{target: t, s: s})
+			fmt.Fprintf(os.Stderr, "idle %s: %d conns, RSS %.1f MiB (fds %d, errors %d)\n", t.id, s.conns, float64(s.rssIdleKB)/1024, s.fds, s.errors)
+		}
+	}
 	for _, w := range o.workloads {
 		if err := runWorkload(ctx, o, w, targets, vk, rep); err != nil {
 			return err
@@ -143,16 +165,6 @@ func run(ctx context.Context, o options, args []string) error {
 			if err := runDup(ctx, o, t, upURL, vk, rep); err != nil {
 				return err
 			}
-		}
-	}
-	if o.idleConns > 0 {
-		for _, t := range targets {
-			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, time.Second)
-			if err != nil {
-				return fmt.Errorf("idle connections on %s: %w", t.id, err)
-			}
-			rep.idle = append(rep.idle, idleRow{target: t, s: s})
-			fmt.Fprintf(os.Stderr, "idle %s: %d conns, RSS %.1f MiB (fds %d, errors %d)\n", t.id, s.conns, float64(s.rssIdleKB)/1024, s.fds, s.errors)
 		}
 	}
 	rep.finished = time.Now()
@@ -172,7 +184,8 @@ func run(ctx context.Context, o options, args []string) error {
 }
 
 // runWorkload measures one workload: closed loop on every target, then open
-// loop on every target at openFraction of B's closed-loop throughput. Each
+// loop on every target at each of openFractions of B's closed-loop
+// throughput. Each
 // phase is split into rounds that alternate between the targets (in a
 // rotating order), so a change of background load on the machine hits
 // every target alike instead of whichever ran at that moment.
@@ -187,8 +200,13 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 		}
 	}()
 	roundLen := o.duration / time.Duration(o.rounds)
-	openRate := 0
-	for _, mode := range []string{"closed", "open"} {
+	bMax := 0.0
+	for m := range 1 + len(o.openFractions) {
+		mode, frac := "closed", 0.0
+		if m > 0 {
+			frac = o.openFractions[m-1]
+			mode = fmt.Sprintf("open %.0f%%", frac*100)
+		}
 		rows := map[string]*row{}
 		for round := range o.rounds {
 			for k := range targets {
@@ -196,7 +214,7 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				prefix := fmt.Sprintf("%s-%s-%s-%d-", w, t.id, mode, round)
+				prefix := fmt.Sprintf("%s-%s-%d-%d-", w, t.id, m, round)
 				c := clients[t.id]
 				if w == wReplay {
 					if err := preloadReplay(ctx, c, t.base, prefix); err != nil {
@@ -207,35 +225,35 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 					attack(ctx, c, newTargeter(w, t.base, prefix+"warm-"), 0, o.concurrency, o.warmup)
 				}
 				rate := 0
-				if mode == "open" {
-					if openRate == 0 {
+				if frac > 0 {
+					if bMax == 0 {
 						return fmt.Errorf("open loop needs B's closed-loop throughput (run target B)")
 					}
-					rate = openRate
+					rate = max(1, int(bMax*frac))
 				}
-				m, err := measure(ctx, t, vk, func() *phaseStats {
+				x, err := measure(ctx, t, vk, func() *phaseStats {
 					return attack(ctx, c, newTargeter(w, t.base, prefix), rate, o.concurrency, roundLen)
 				})
 				if err != nil {
 					return err
 				}
-				m.workload, m.mode, m.rate = w, mode, rate
+				x.workload, x.mode, x.rate = w, mode, rate
 				if rows[t.id] == nil {
-					rows[t.id] = m
+					rows[t.id] = x
 				} else {
-					rows[t.id].merge(m)
+					rows[t.id].merge(x)
 				}
 			}
 		}
 		for _, t := range targets {
-			m := rows[t.id]
-			m.s.finish()
-			rep.rows = append(rep.rows, m)
-			if mode == "closed" && t.id == "B" {
-				openRate = max(1, int(m.s.rps()*o.openFraction))
+			x := rows[t.id]
+			x.s.finish()
+			rep.rows = append(rep.rows, x)
+			if m == 0 && t.id == "B" {
+				bMax = x.s.rps()
 			}
-			fmt.Fprintf(os.Stderr, "%-11s %-6s %s: %8.0f req/s p50 %v p99 %v errors %d replayed %d %s\n",
-				w, mode, t.id, m.s.rps(), m.s.quantile(0.5), m.s.quantile(0.99), m.s.errors, m.s.replayed, m.s.firstErr)
+			fmt.Fprintf(os.Stderr, "%-11s %-8s %s: %8.0f req/s p50 %v p99 %v errors %d replayed %d host busy %.0f%% %s\n",
+				w, mode, t.id, x.s.rps(), x.s.quantile(0.5), x.s.quantile(0.99), x.s.errors, x.s.replayed, x.hostBusy()*100, x.s.firstErr)
 		}
 	}
 	return nil
@@ -252,6 +270,18 @@ type row struct {
 	valkeyCmds     int64 // scripts' inner commands included
 	valkeyTrips    int64 // commands the client sent (round trips)
 	valkeyCPUSec   float64
+	loadCPUSec     float64 // the benchmark's own CPU (load generator)
+	hostBusy0      int64   // jiffies of the whole machine not idle
+	hostTotal0     int64   // all jiffies of the whole machine
+}
+
+// hostBusy returns the fraction of the machine's CPU time that was busy
+// (any process, including work outside the benchmark) during the row.
+func (r *row) hostBusy() float64 {
+	if r.hostTotal0 == 0 {
+		return 0
+	}
+	return float64(r.hostBusy0) / float64(r.hostTotal0)
 }
 
 func (r *row) merge(o *row) {
@@ -261,6 +291,9 @@ func (r *row) merge(o *row) {
 	r.valkeyCmds += o.valkeyCmds
 	r.valkeyTrips += o.valkeyTrips
 	r.valkeyCPUSec += o.valkeyCPUSec
+	r.loadCPUSec += o.loadCPUSec
+	r.hostBusy0 += o.hostBusy0
+	r.hostTotal0 += o.hostTotal0
 }
 
 // per1k returns v per 1,000 requests of the row.
@@ -297,15 +330,19 @@ func measure(ctx context.Context, t *target, vk *proc, phase func() *phaseStats)
 		}
 		vcpu0, _ = cpuSeconds(vk.pid())
 	}
+	self0, _ := cpuSeconds(os.Getpid())
+	busy0, total0, _ := hostJiffies()
 	s := phase()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	busy1, total1, _ := hostJiffies()
+	self1, _ := cpuSeconds(os.Getpid())
 	cpu1, err := cpuSeconds(pid)
 	if err != nil {
 		return nil, err
 	}
-	r := &row{target: t, s: s, cpuSec: cpu1 - cpu0}
+	r := &row{target: t, s: s, cpuSec: cpu1 - cpu0, loadCPUSec: self1 - self0, hostBusy0: busy1 - busy0, hostTotal0: total1 - total0}
 	if r.peakRSSKB, err = memKB(pid, "VmHWM"); err != nil {
 		return nil, err
 	}

@@ -193,3 +193,31 @@ func memKB(pid int, field string) (int64, error) {
 func resetPeak(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
+
+// hostJiffies returns the machine's busy (all but idle and iowait) and total
+// CPU time from the first line of /proc/stat, in clock ticks.
+func hostJiffies() (busy, total int64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, errors.New("malformed /proc/stat")
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if i >= 8 { // guest time is already counted in user and nice
+			break
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
+}

@@ -59,18 +59,23 @@ func (r *report) markdown() string {
 	p("Run: %s, %s.  \n", r.started.UTC().Format(time.RFC3339), r.finished.Sub(r.started).Round(time.Second))
 	p("Machine: %s\n\n", r.machine)
 	p("Closed loop: %d concurrent requests (keep-alive connections), %v per target and phase in %d rounds that alternate between the targets, after a %v warm-up. "+
-		"Open loop: a fixed rate of %.0f%% of B's closed-loop throughput for the same workload, %v, vegeta adding workers so no request waits for an earlier one. "+
+		"Open loop: a fixed rate, a fraction of B's closed-loop throughput for the same workload, for %v; vegeta adds workers so no request waits for an earlier one (no coordinated omission). "+
 		"Latency is measured by the client (vegeta) from request start to the end of the response body. "+
-		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B, C and D; Valkey's is shown apart). "+
+		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B, C and D; Valkey's is shown apart; the load generator's too). "+
+		"Host busy is the share of the whole machine's CPU time that was not idle during the phase, whatever ran (other work on the machine included). "+
 		"Peak RSS is the target process's VmHWM during the phase. Valkey cmds counts every command in INFO commandstats (commands run inside scripts included); round trips counts the commands idemgate sent (EVALSHA, EVALSHA_RO, ...).\n\n",
-		r.opts.concurrency, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.openFraction*100, r.opts.duration)
+		r.opts.concurrency, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.duration)
 	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (log level %s).\n\n", r.opts.logLevel)
 
+	modes := []string{"closed"}
+	for _, f := range r.opts.openFractions {
+		modes = append(modes, fmt.Sprintf("open %.0f%%", f*100))
+	}
 	for _, w := range r.opts.workloads {
 		p("### Workload %s\n\n", w)
-		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | Valkey cmds/req | round trips/req | Valkey CPU s/1k |\n")
-		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, mode := range []string{"closed", "open"} {
+		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | Valkey cmds/req | round trips/req | Valkey CPU s/1k | load gen CPU s/1k | host busy |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, mode := range modes {
 			for _, x := range r.rows {
 				if x.workload != w || x.mode != mode {
 					continue
@@ -79,15 +84,13 @@ func (r *report) markdown() string {
 				if x.rate > 0 {
 					rate = fmt.Sprint(x.rate)
 				}
-				vk := "-"
-				trips := "-"
-				vcpu := "-"
+				vk, trips, vcpu := "-", "-", "-"
 				if x.target.id == "D" {
 					vk, trips, vcpu = fmt.Sprintf("%.2f", x.perReq(x.valkeyCmds)), fmt.Sprintf("%.2f", x.perReq(x.valkeyTrips)), fmt.Sprintf("%.3f", x.per1k(x.valkeyCPUSec))
 				}
-				p("| %s | %s | %s | %.0f | %s | %s | %s | %d | %d | %.3f | %.1f | %s | %s | %s |\n",
+				p("| %s | %s | %s | %.0f | %s | %s | %s | %d | %d | %.3f | %.1f | %s | %s | %s | %.3f | %.0f%% |\n",
 					x.target.id, mode, rate, x.s.rps(), ms(x.s.quantile(0.5)), ms(x.s.quantile(0.99)), ms(x.s.quantile(0.999)),
-					x.s.errors, x.s.replayed, x.per1k(x.cpuSec), float64(x.peakRSSKB)/1024, vk, trips, vcpu)
+					x.s.errors, x.s.replayed, x.per1k(x.cpuSec), float64(x.peakRSSKB)/1024, vk, trips, vcpu, x.per1k(x.loadCPUSec), x.hostBusy()*100)
 			}
 		}
 		p("\n")
@@ -99,11 +102,18 @@ func (r *report) markdown() string {
 	}
 
 	p("### Ratios to B (bare reverse proxy)\n\n")
-	p("Throughput ratio: closed-loop req/s of C or D over B's. Added p99: open-loop p99 of C or D minus B's at the same rate.\n\n")
-	p("| workload | C/B throughput | D/B throughput | C added p99 ms | D added p99 ms | D/B CPU per request |\n|---|---:|---:|---:|---:|---:|\n")
+	p("Throughput: closed-loop req/s of C or D over B's. Added p99: open-loop p99 of C or D minus B's at the same rate. CPU: target process CPU per request over B's.\n\n")
+	p("| workload | C/B throughput | D/B throughput |")
+	for _, m := range modes[1:] {
+		p(" C added p99 ms (%s) | D added p99 ms (%s) |", m, m)
+	}
+	p(" C/B CPU per request | D/B CPU per request |\n|---|---:|---:|")
+	for range modes[1:] {
+		p("---:|---:|")
+	}
+	p("---:|---:|\n")
 	for _, w := range r.opts.workloads {
 		bc, cc, dc := r.find(w, "closed", "B"), r.find(w, "closed", "C"), r.find(w, "closed", "D")
-		bo, co, do := r.find(w, "open", "B"), r.find(w, "open", "C"), r.find(w, "open", "D")
 		ratio := func(x, y *row) string {
 			if x == nil || y == nil || y.s.rps() == 0 {
 				return "-"
@@ -116,11 +126,18 @@ func (r *report) markdown() string {
 			}
 			return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
 		}
-		cpu := "-"
-		if dc != nil && bc != nil && bc.cpuSec > 0 {
-			cpu = fmt.Sprintf("%.2f", dc.per1k(dc.cpuSec)/bc.per1k(bc.cpuSec))
+		cpu := func(x, y *row) string {
+			if x == nil || y == nil || y.cpuSec == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", x.per1k(x.cpuSec)/y.per1k(y.cpuSec))
 		}
-		p("| %s | %s | %s | %s | %s | %s |\n", w, ratio(cc, bc), ratio(dc, bc), added(co, bo), added(do, bo), cpu)
+		p("| %s | %s | %s |", w, ratio(cc, bc), ratio(dc, bc))
+		for _, m := range modes[1:] {
+			bo := r.find(w, m, "B")
+			p(" %s | %s |", added(r.find(w, m, "C"), bo), added(r.find(w, m, "D"), bo))
+		}
+		p(" %s | %s |\n", cpu(cc, bc), cpu(dc, bc))
 	}
 	p("\n")
 
