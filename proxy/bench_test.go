@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,10 +11,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
+	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
 // benchBody is a 1 KiB JSON request body, as in e2e/bench.
@@ -53,6 +58,25 @@ func newBenchProxy(b *testing.B) (*proxy.Proxy, *cannedUpstream) {
 	b.Helper()
 	st := memory.New()
 	b.Cleanup(func() { st.Close() })
+	return newBenchProxyOn(b, st)
+}
+
+// newBenchProxyValkey is newBenchProxy on a Valkey store backed by a
+// throwaway valkey-server (the benchmark fails when it is not installed).
+func newBenchProxyValkey(b *testing.B) (*proxy.Proxy, *cannedUpstream) {
+	b.Helper()
+	srv := valkeytest.Start(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := valkey.New(ctx, valkey.Options{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return newBenchProxyOn(b, st)
+}
+
+func newBenchProxyOn(b *testing.B, st store.Store) (*proxy.Proxy, *cannedUpstream) {
 	up := &cannedUpstream{}
 	route := baseRoute()
 	route.MaxRequestBytes, route.MaxResponseBytes = 1<<20, 1<<20
@@ -119,6 +143,45 @@ func BenchmarkProxyFresh(b *testing.B) {
 			serveBench(b, p, benchRequest("fresh-"+strconv.FormatInt(i, 10), "user-"+strconv.FormatInt(i%16, 10)), http.StatusCreated)
 		}
 	})
+}
+
+// valkeyParallelism is goroutines per CPU in the Valkey benchmarks: a
+// server has many requests waiting on the store at once, which is when
+// valkey-go pipelines them.
+const valkeyParallelism = 16
+
+// BenchmarkProxyFreshValkey is BenchmarkProxyFresh on the Valkey store: two
+// store round trips (claim, complete) per request.
+func BenchmarkProxyFreshValkey(b *testing.B) {
+	p, _ := newBenchProxyValkey(b)
+	var n atomic.Int64
+	b.SetParallelism(valkeyParallelism)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchBody)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			serveBench(b, p, benchRequest("fresh-"+strconv.FormatInt(i, 10), "user-"+strconv.FormatInt(i%16, 10)), http.StatusCreated)
+		}
+	})
+}
+
+// BenchmarkProxyReplayValkey is BenchmarkProxyReplay on the Valkey store:
+// one store round trip per request.
+func BenchmarkProxyReplayValkey(b *testing.B) {
+	p, up := newBenchProxyValkey(b)
+	serveBench(b, p, benchRequest("replay", "user-1"), http.StatusCreated)
+	b.SetParallelism(valkeyParallelism)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchBody)))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			serveBench(b, p, benchRequest("replay", "user-1"), http.StatusCreated)
+		}
+	})
+	if c := up.calls.Load(); c != 1 {
+		b.Fatalf("upstream called %d times, want 1", c)
+	}
 }
 
 // BenchmarkProxyReplay measures a retry of a completed key: answered from
