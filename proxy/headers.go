@@ -23,29 +23,50 @@ var hopHeaders = []string{
 
 // removeHopByHop deletes hop-by-hop fields from h, including every field
 // that the Connection field names.
-func removeHopByHop(h http.Header) {
-	for _, v := range h["Connection"] {
-		for _, name := range strings.Split(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
+func removeHopByHop(h http.Header) { removeFields(h) }
+
+// removeFields deletes the hop-by-hop fields, the fields any Connection field
+// names, and extra (canonical names) from h, whatever the letter case of the
+// map keys: field names are case-insensitive (RFC 9110 section 5.1) and a
+// header map from a custom Transport need not be canonical. h.Del alone
+// missed a "content-length" or "connection" key, which a replay then wrote
+// next to its own Content-Length.
+func removeFields(h http.Header, extra ...string) {
+	drop := make(map[string]bool, len(hopHeaders)+len(extra))
+	for _, name := range hopHeaders {
+		drop[name] = true
+	}
+	for _, name := range extra {
+		drop[name] = true
+	}
+	for key, values := range h {
+		if textproto.CanonicalMIMEHeaderKey(key) != "Connection" {
+			continue
+		}
+		for _, v := range values {
+			for _, name := range strings.Split(v, ",") {
+				if name = textproto.TrimString(name); name != "" {
+					drop[textproto.CanonicalMIMEHeaderKey(name)] = true
+				}
 			}
 		}
 	}
-	for _, name := range hopHeaders {
-		h.Del(name)
+	for key := range h {
+		if drop[textproto.CanonicalMIMEHeaderKey(key)] {
+			delete(h, key)
+		}
 	}
 }
 
 // StoredHeader returns the response fields of h that a replay repeats: a deep
 // copy without hop-by-hop fields and without Content-Length (a replay sets it
-// from the stored body). Values keep their order; Set-Cookie lines stay
-// separate.
+// from the stored body), in any letter case. Values keep their order;
+// Set-Cookie lines stay separate.
 func StoredHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	for name, values := range h {
 		out[name] = append([]string(nil), values...)
 	}
-	removeHopByHop(out)
-	out.Del("Content-Length")
+	removeFields(out, "Content-Length")
 	return out
 }
