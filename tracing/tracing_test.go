@@ -1,9 +1,11 @@
 package tracing_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -45,7 +47,9 @@ type rig struct {
 	traceparents []string
 }
 
-func newRig(t *testing.T, wrapStore func(store.Store) store.Store) *rig {
+// newRig starts the rig; wrapStore (may be nil) decorates the memory store
+// and backend (may be nil: 201 with an echo of the body) answers upstream.
+func newRig(t *testing.T, wrapStore func(store.Store) store.Store, backend http.HandlerFunc) *rig {
 	t.Helper()
 	r := &rig{t: t, spans: tracetest.NewInMemoryExporter(), served: make(chan struct{}, 16)}
 	// A syncer exports each span when it ends, so a span is in the exporter
@@ -53,18 +57,23 @@ func newRig(t *testing.T, wrapStore func(store.Store) store.Store) *rig {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(r.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
+	if backend == nil {
+		backend = func(w http.ResponseWriter, req *http.Request) {
+			body, _ := io.ReadAll(req.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"echo":%q}`, body)
+		}
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.upstreamHits++
 		r.traceparents = append(r.traceparents, req.Header.Get("Traceparent"))
 		r.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"echo":%q}`, body)
+		backend(w, req)
 	}))
-	t.Cleanup(backend.Close)
-	target, _ := url.Parse(backend.URL)
+	t.Cleanup(up.Close)
+	target, _ := url.Parse(up.URL)
 
 	var st store.Store = memory.New()
 	t.Cleanup(func() { st.Close() })
@@ -94,8 +103,11 @@ func newRig(t *testing.T, wrapStore func(store.Store) store.Store) *rig {
 	}
 	h := tracing.Handler(p, tp, prop)
 	r.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Deferred: ReverseProxy panics with http.ErrAbortHandler when the
+		// client leaves mid-stream. Either way the server span has ended
+		// and been exported by now.
+		defer func() { r.served <- struct{}{} }()
 		h.ServeHTTP(w, req)
-		r.served <- struct{}{} // after the server span has ended and been exported
 	}))
 	t.Cleanup(r.front.Close)
 	return r
@@ -118,12 +130,18 @@ func (r *rig) post(key, body string, header ...string) *http.Response {
 	}
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
+	r.wait()
+	return resp
+}
+
+// wait returns once the proxy handler of the next request has returned.
+func (r *rig) wait() {
+	r.t.Helper()
 	select {
 	case <-r.served:
 	case <-time.After(10 * time.Second):
 		r.t.Fatal("the proxy handler did not return")
 	}
-	return resp
 }
 
 // take returns the spans exported since the last call.
@@ -231,7 +249,7 @@ func noSecrets(t *testing.T, spans tracetest.SpanStubs) {
 }
 
 func TestRequestSpansStoreChildrenAndUpstreamTraceparent(t *testing.T) {
-	r := newRig(t, nil)
+	r := newRig(t, nil, nil)
 	var all tracetest.SpanStubs
 
 	// First request: claimed, forwarded once, completed.
@@ -323,7 +341,7 @@ func (f failingStore) Claim(_ context.Context, p store.ClaimParams) (store.Claim
 }
 
 func TestStoreErrorIsRecordedWithoutKeyOrOwner(t *testing.T) {
-	r := newRig(t, func(s store.Store) store.Store { return failingStore{s} })
+	r := newRig(t, func(s store.Store) store.Store { return failingStore{s} }, nil)
 	if resp := r.post(secretKey, `{"n":1}`); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503 (fail closed)", resp.StatusCode)
 	}
@@ -391,4 +409,85 @@ func TestStoreSpansOnlyWithinATrace(t *testing.T) {
 		}
 	}
 	noSecrets(t, spans)
+}
+
+// TestPassthroughStreamsAndUpgradesWhenTraced checks that the otelhttp
+// wrappers keep what the passthrough path relies on: flushing a streamed
+// response as it comes, and a protocol switch (101) whose connection both
+// sides keep using.
+func TestPassthroughStreamsAndUpgradesWhenTraced(t *testing.T) {
+	step := make(chan struct{})
+	r := newRig(t, nil, func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Upgrade") == "echo" {
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			buf.Flush()
+			line, _ := buf.ReadString('\n')
+			buf.WriteString("echo " + line)
+			buf.Flush()
+			return
+		}
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-step
+		io.WriteString(w, "second\n")
+	})
+
+	resp, err := r.front.Client().Get(r.front.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	close(step)
+	if err != nil || line != "first\n" {
+		t.Fatalf("first line = %q, %v: not flushed before the response ended", line, err)
+	}
+	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
+		t.Fatalf("rest of the stream = %q, %v", rest, err)
+	}
+	resp.Body.Close()
+	r.wait()
+
+	conn, err := net.Dial("tcp", r.front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /chat HTTP/1.1\r\nHost: idemgate\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	br = bufio.NewReader(conn)
+	up, err := http.ReadResponse(br, nil)
+	if err != nil || up.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %v, %v; want 101", up, err)
+	}
+	io.WriteString(conn, "ping\n")
+	if got, err := br.ReadString('\n'); err != nil || got != "echo ping\n" {
+		t.Fatalf("over the upgraded connection got %q, %v", got, err)
+	}
+	conn.Close()
+	r.wait()
+
+	hits, tps := r.upstream()
+	if hits != 2 {
+		t.Fatalf("upstream hits = %d, want 2", hits)
+	}
+	servers := 0
+	for _, s := range r.take() {
+		if s.SpanKind != trace.SpanKindServer {
+			continue
+		}
+		servers++
+		wantAttr(t, s, tracing.AttrOutcome, "passthrough")
+		if !strings.Contains(strings.Join(tps, " "), s.SpanContext.TraceID().String()) {
+			t.Errorf("no upstream traceparent in trace %s: %v", s.SpanContext.TraceID(), tps)
+		}
+	}
+	if servers != 2 {
+		t.Errorf("%d server spans, want 2 (stream, upgrade)", servers)
+	}
 }
