@@ -422,7 +422,14 @@ defaults:
   lease: 10s
   wait_timeout: 10s
 `, listen, upURL, admin, storeYAML, logLevel)
-	path := filepath.Join(ps.dir, name+".yaml")
+	// A directory of its own: idemgate watches the config's directory for
+	// reloads, and the log files written next to it would wake the watcher
+	// on every request.
+	cfgDir := filepath.Join(ps.dir, name+"-config")
+	if err := os.Mkdir(cfgDir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfgDir, "idemgate.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
