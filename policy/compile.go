@@ -127,8 +127,41 @@ func register(mux *http.ServeMux, r *Route) (err error) {
 			err = fmt.Errorf("%v", v)
 		}
 	}()
-	mux.Handle(r.Match, routeHandler{route: r})
+	mux.Handle(lowerPatternHost(r.Match), routeHandler{route: r})
 	return nil
+}
+
+// lowerPatternHost lowercases the host of a ServeMux pattern
+// "[METHOD ][HOST]/[PATH]", since Match compares it with a lowercased
+// request host.
+func lowerPatternHost(pattern string) string {
+	rest := pattern
+	if i := strings.IndexAny(rest, " \t"); i >= 0 {
+		rest = strings.TrimLeft(rest[i:], " \t")
+	}
+	slash := strings.IndexByte(rest, '/')
+	if slash <= 0 {
+		return pattern
+	}
+	start := len(pattern) - len(rest)
+	return pattern[:start] + strings.ToLower(rest[:slash]) + rest[slash:]
+}
+
+// canonicalHost returns the request host (with any port) as ServeMux should
+// compare it: host names are case-insensitive and a fully qualified name may
+// end in one dot (RFC 3986 section 3.2.2, RFC 1034 section 3.1), so
+// "API.Example.COM." is "api.example.com".
+func canonicalHost(host string) string {
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port = host[:i], host[i:]
+	}
+	if strings.HasSuffix(name, ".") && !strings.HasSuffix(name, "..") {
+		name = name[:len(name)-1]
+	} else if !strings.ContainsFunc(name, func(c rune) bool { return 'A' <= c && c <= 'Z' }) {
+		return host
+	}
+	return strings.ToLower(name) + port
 }
 
 // matchError explains why r's pattern did not register: either it is
@@ -318,6 +351,12 @@ func (p *Policy) Match(req *http.Request) *Route {
 		}
 		lookup = &http.Request{Method: req.Method, Host: req.Host, Header: req.Header,
 			URL: &url.URL{Path: unesc, RawPath: clean}}
+	}
+	if host := canonicalHost(req.Host); host != req.Host {
+		if lookup == req {
+			lookup = &http.Request{Method: req.Method, Header: req.Header, URL: req.URL}
+		}
+		lookup.Host = host
 	}
 	if h, _ := p.mux.Handler(lookup); h != nil {
 		if rh, ok := h.(routeHandler); ok {
