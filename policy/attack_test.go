@@ -2,7 +2,9 @@ package policy
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestAttackMatchHostIsCaseInsensitive: host names are case-insensitive and
@@ -34,5 +36,29 @@ func TestAttackMatchHostIsCaseInsensitive(t *testing.T) {
 	}
 	if got := p.Routes()[1].Match; got != "POST Shop.Example.com/v1/orders" {
 		t.Errorf("route keeps its pattern as written, got %q", got)
+	}
+}
+
+// TestAttackSubMillisecondDurations: the stores keep leases and retentions in
+// whole milliseconds. A lease under 1ms validated, then every Claim on the
+// route failed (503 on every request, or with on_store_error: fail_open every
+// request forwarded unprotected, duplicates included); a retention under 1ms
+// became 0, which means "keep forever".
+func TestAttackSubMillisecondDurations(t *testing.T) {
+	for name, f := range map[string]func(*Route){
+		"lease":     func(r *Route) { r.Lease = 500 * time.Microsecond },
+		"retention": func(r *Route) { r.Retention = time.Microsecond },
+	} {
+		r := testRoute("a", "/a")
+		f(&r)
+		_, err := New(DefaultRoute(), []Route{r})
+		if err == nil || !strings.Contains(err.Error(), "routes[0]."+name) || !strings.Contains(err.Error(), "1ms") {
+			t.Errorf("%s under 1ms: New returned %v, want a routes[0].%s error naming 1ms", name, err, name)
+		}
+	}
+	r := testRoute("a", "/a")
+	r.Lease, r.Retention = time.Millisecond, 0
+	if _, err := New(DefaultRoute(), []Route{r}); err != nil {
+		t.Errorf("lease 1ms and retention 0 are valid: %v", err)
 	}
 }

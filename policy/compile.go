@@ -268,11 +268,18 @@ func normalize(r *Route, path string) []error {
 	default:
 		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
 	}
+	// The stores keep leases and retentions in whole milliseconds: a shorter
+	// lease fails every Claim, and a shorter retention would become 0,
+	// which keeps records forever.
 	if r.Lease <= 0 {
 		bad("lease", "%v must be > 0", r.Lease)
+	} else if r.Lease < time.Millisecond {
+		bad("lease", "%v must be at least 1ms, the store's resolution", r.Lease)
 	}
 	if r.Retention < 0 {
 		bad("retention", "%v must be >= 0 (0 keeps records forever)", r.Retention)
+	} else if r.Retention > 0 && r.Retention < time.Millisecond {
+		bad("retention", "%v must be 0 (forever) or at least 1ms, the store's resolution", r.Retention)
 	}
 	if r.Concurrent != ConcurrentWait && r.Concurrent != ConcurrentConflict {
 		bad("concurrent", "%q must be wait or conflict", r.Concurrent)
