@@ -35,6 +35,7 @@ var (
 	probMissingKey        = problemKind{"missing-key", http.StatusBadRequest, "Idempotency key required"}
 	probMissingOwner      = problemKind{"missing-owner", http.StatusBadRequest, "Request owner missing"}
 	probBadRequest        = problemKind{"bad-request", http.StatusBadRequest, "Request body could not be read"}
+	probAmbiguous         = problemKind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous"}
 	probTooLarge          = problemKind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
 	probMismatch          = problemKind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request"}
 	probInProgress        = problemKind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress"}

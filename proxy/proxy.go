@@ -164,8 +164,13 @@ type exchange struct {
 
 // ServeHTTP enforces the route's policy on r; see README.md for the flow.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := &exchange{start: time.Now(), route: p.policy().Match(r)}
+	pol := p.policy()
+	ex := &exchange{start: time.Now(), route: pol.Match(r)}
 	route := ex.route
+	if why := ambiguity(pol, r, route); why != "" {
+		p.fail(w, r, ex, metrics.OutcomeBadRequest, probAmbiguous.with(why))
+		return
+	}
 	if !route.Enforces(r.Method) || isUpgrade(r) {
 		p.passthroughServe(w, r, ex)
 		return

@@ -1,0 +1,171 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/store/memory"
+)
+
+// atkUpstream records the request line of everything that reaches it, so an
+// attack test can tell "refused at the edge" from "executed by the backend".
+type atkUpstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func (u *atkUpstream) requests() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
+// atkProxy starts an upstream that answers 201 to everything and idemgate in
+// front of it with defaults (mode passthrough unless a test changes it) and
+// routes; it returns the proxy's address for raw requests.
+func atkProxy(t *testing.T, defaults policy.Route, routes ...policy.Route) (*atkUpstream, string) {
+	t.Helper()
+	u := &atkUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, r.Method+" "+r.RequestURI)
+		u.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "created")
+	}))
+	t.Cleanup(u.Close)
+	pol, err := policy.New(defaults, routes)
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	target, _ := url.Parse(u.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Timeout: 5 * time.Second,
+		Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return u, front.Listener.Addr().String()
+}
+
+// atkRoute is a route that requires a key on POST, owned by X-User.
+func atkRoute(name, match string) policy.Route {
+	r := baseRoute()
+	r.Name, r.Match, r.Required = name, match, true
+	return r
+}
+
+// atkSend writes one raw HTTP/1.1 request (head lines without the final
+// CRLF pair, body appended) and returns the status and body of the answer.
+func atkSend(t *testing.T, addr, head, body string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if body != "" && !strings.Contains(strings.ToLower(head), "content-length") {
+		head += "\r\nContent-Length: " + itoa(len(body))
+	}
+	if _, err := io.WriteString(c, head+"\r\nConnection: close\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: reading the response: %v", head, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// TestAttackNonCanonicalRequestsCannotSkipEnforcement sends, without an
+// idempotency key, requests that a backend (or a normalizing hop in front
+// of it such as nginx, or a framework that ignores case, trailing slashes or
+// method case, or honours X-HTTP-Method-Override) may treat as the
+// protected POST /v1/orders, while ServeMux matching on the raw form would
+// put them on the passthrough defaults. Each must be refused at the edge,
+// never forwarded without its route's enforcement.
+func TestAttackNonCanonicalRequestsCannotSkipEnforcement(t *testing.T) {
+	defaults := baseRoute()
+	defaults.Mode = policy.ModePassthrough
+	host := atkRoute("host-orders", "POST api.example.com/v2/orders")
+	uploads := atkRoute("uploads", "/v1/uploads/")
+	uploads.Mode = policy.ModePassthrough
+	up, addr := atkProxy(t, defaults, atkRoute("orders", "POST /v1/orders"), host,
+		atkRoute("items", "POST /v1/items/{id}"), uploads)
+
+	attacks := []struct{ name, head string }{
+		{"encoded dot segment", "POST /v1/%2e/orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"encoded dot-dot", "POST /v1/x/%2E%2E/orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"encoded slash", "POST /v1%2Forders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"encoded slash out of a wildcard", "POST /v1/items/..%2F..%2Forders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"encoded slash out of a passthrough subtree", "POST /v1/uploads/..%2F..%2Fv1%2Forders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"backslash", "POST /v1\\orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"trailing slash", "POST /v1/orders/ HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"upper-case path", "POST /V1/Orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"lower-case method", "post /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"mixed-case method", "Post /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u"},
+		{"method override on GET", "GET /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nX-HTTP-Method-Override: POST"},
+		{"method override on PUT", "PUT /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nX-Method-Override: post"},
+		{"upper-case host", "POST /v2/orders HTTP/1.1\r\nHost: API.Example.COM\r\nX-User: u"},
+		{"host with trailing dot", "POST /v2/orders HTTP/1.1\r\nHost: api.example.com.\r\nX-User: u"},
+		{"absolute form, upper-case host", "POST http://API.EXAMPLE.COM/v2/orders HTTP/1.1\r\nHost: api.example.com\r\nX-User: u"},
+	}
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			before := len(up.requests())
+			status, body := atkSend(t, addr, a.head, `{"amount":1}`)
+			if got := up.requests()[before:]; len(got) > 0 || status < 400 || status >= 500 {
+				t.Errorf("%s: got %d %s and the upstream received %q; want a 4xx problem and nothing forwarded", a.name, status, body, got)
+			}
+		})
+	}
+
+	// The canonical forms still work: refused without a key, forwarded with one.
+	if status, body := atkSend(t, addr, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u", "{}"); status != http.StatusBadRequest || !strings.Contains(body, "missing-key") {
+		t.Errorf("canonical request without key: %d %s, want 400 missing-key", status, body)
+	}
+	for _, head := range []string{
+		"POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k1\"",
+		"POST /v2/orders HTTP/1.1\r\nHost: api.example.com\r\nX-User: u\r\nIdempotency-Key: \"k2\"",
+		"POST /v1/uploads/a/b HTTP/1.1\r\nHost: x\r\nX-User: u",
+		"POST /v1/uploads/ HTTP/1.1\r\nHost: x\r\nX-User: u",
+		"GET /v1/orders/ HTTP/1.1\r\nHost: x",
+		"GET /V1/Orders?x=%2F HTTP/1.1\r\nHost: x",
+		"POST /v1/items/a%2Fb HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k3\"",
+	} {
+		if status, body := atkSend(t, addr, head, "{}"); status != http.StatusCreated {
+			t.Errorf("%q: %d %s, want 201 from the upstream", head, status, body)
+		}
+	}
+}
