@@ -5,12 +5,19 @@ import (
 	"sync"
 )
 
+// maxPrealloc is the largest declared length readLimited allocates before
+// the bytes arrive, in bytes: a declared Content-Length costs the client one
+// header line, so trusting a larger one let each idle connection pin up to
+// max_request_bytes of memory.
+const maxPrealloc = 64 << 10
+
 // readLimited reads r to its end, but at most limit+1 bytes, exactly as
 // io.ReadAll(io.LimitReader(r, limit+1)) would. When size (the declared
-// Content-Length; -1 when unknown) is within limit, the body lands in one
-// allocation of size+1 bytes instead of ReadAll's growing copies.
+// Content-Length; -1 when unknown) is within limit and at most maxPrealloc,
+// the body lands in one allocation of size+1 bytes instead of ReadAll's
+// growing copies; larger bodies grow with the bytes actually received.
 func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
-	if size < 0 || size > limit {
+	if size < 0 || size > limit || size > maxPrealloc {
 		return io.ReadAll(io.LimitReader(r, limit+1))
 	}
 	// One spare byte, so the EOF after a body of exactly size bytes is read
