@@ -109,38 +109,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	p.done(r, ex)
 }
 
-// complete records the response. A store failure here is retried, with the
-// heartbeat still running, for as long as an upstream exchange may take (at
-// least the lease), not just within the lease: while the store cannot be
-// reached nobody can take the claim over either, and Complete still acts
-// past the lease end as long as nobody has (store contract, rule 3). Giving
-// up after one lease left a store outage longer than the lease with claims
-// that retries took over once the store was back, running operations whose
-// response the client had already received a second time.
+// complete records the response. When the store refuses, the client still
+// gets its answer at once and the response is recorded in the background
+// (completeLater), with the heartbeat running: while the store cannot be
+// reached nobody can take the claim over, and Complete still acts past the
+// lease end as long as nobody has (store contract, rule 3).
 func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
-	defer stopHeartbeat()
-	deadline := time.Now().Add(max(ex.route.Lease, p.timeout))
-	backoff := 50 * time.Millisecond
-	for {
-		ctx, cancel := p.storeCtx(r.Context())
-		ok, err := p.store.Complete(ctx, ex.id, token, resp)
-		cancel()
-		if err == nil {
-			if !ok {
-				p.log.Warn("claim lost before completion; response not recorded",
-					"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
-			}
-			return
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			p.log.Error("could not record the response; a retry after the lease may run the operation again",
-				"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
-			return
-		}
-		time.Sleep(backoff)
-		// Short: once the store is back, this write races the retries that
-		// were refused meanwhile and would take over an ended lease.
-		backoff = min(backoff*2, 250*time.Millisecond)
+	ctx, cancel := p.storeCtx(r.Context())
+	ok, err := p.store.Complete(ctx, ex.id, token, resp)
+	cancel()
+	if err != nil {
+		p.noteStoreError()
+		p.log.Warn("could not record the response yet; retrying in the background",
+			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+		p.completeLater(r, ex, token, resp, stopHeartbeat)
+		return
+	}
+	stopHeartbeat()
+	if !ok {
+		p.log.Warn("claim lost before completion; response not recorded",
+			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
 	}
 }
 
@@ -148,6 +136,7 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 	ctx, cancel := p.storeCtx(r.Context())
 	defer cancel()
 	if _, err := p.store.Release(ctx, ex.id, token); err != nil {
+		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.
 		p.log.Warn("release failed; the key stays claimed until its lease ends",
 			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
@@ -178,6 +167,9 @@ func (p *Proxy) heartbeat(ex *exchange, token string) func() {
 			ctx, cancel := context.WithTimeout(context.Background(), min(interval, p.storeTimeout))
 			ok, err := p.store.Extend(ctx, ex.id, token, lease)
 			cancel()
+			if err != nil {
+				p.noteStoreError()
+			}
 			if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
 				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "lost", err == nil, "err", err)

@@ -73,6 +73,7 @@ type Proxy struct {
 	newToken     func() string
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
+	pending      pending
 }
 
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
@@ -223,7 +224,15 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	route := ex.route
 	var waitUntil time.Time
 	for {
+		// A response this instance could not record yet is recorded first:
+		// the claim below would otherwise find the record past its lease and
+		// run the operation again.
+		if err := p.recordPending(r.Context(), ex.id); err != nil {
+			p.storeFailed(w, r, ex, "complete", err)
+			return
+		}
 		token := p.newToken()
+		held := route.OnAbandoned != policy.AbandonedReject && p.holdTakeover(route)
 		ctx, cancel := p.storeCtx(r.Context())
 		res, err := p.store.Claim(ctx, store.ClaimParams{
 			Identity:    ex.id,
@@ -231,13 +240,14 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			Token:       token,
 			Lease:       route.Lease,
 			Retention:   route.Retention,
-			NoTakeover:  route.OnAbandoned == policy.AbandonedReject,
+			NoTakeover:  route.OnAbandoned == policy.AbandonedReject || held,
 		})
 		cancel()
 		if err != nil {
 			p.storeFailed(w, r, ex, "claim", err)
 			return
 		}
+		p.noteStoreOK()
 		if res.State != store.Claimed && res.Fingerprint != ex.fp {
 			p.fail(w, r, ex, metrics.OutcomeMismatch, probMismatch.with(
 				"this idempotency key was already used for a request with a different method, path, query, headers or body"))
@@ -255,6 +265,12 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			p.replay(w, r, ex, res.Response)
 			return
 		case store.Abandoned:
+			if held {
+				// The store was failing until less than a lease ago: the
+				// holder may be alive and about to record its response.
+				p.conflict(w, r, ex, retryAfter(route.Lease))
+				return
+			}
 			p.fail(w, r, ex, metrics.OutcomeAbandoned, probOutcomeUnknown.with(
 				"the request that claimed this key stopped before it finished and the route does not retry it (on_abandoned: reject); an operator must purge the key"))
 			return
@@ -368,6 +384,7 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 // storeFailed answers a store failure: 503 (fail closed) or, on routes that
 // chose fail_open, forwards the request unprotected.
 func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
+	p.noteStoreError()
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
 	if ex.route.OnStoreError == policy.FailOpen && op == "claim" {
 		p.forwardUnprotected(w, r, ex)

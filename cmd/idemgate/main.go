@@ -413,9 +413,14 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 		log.Info("shutting down: no new connections, waiting for requests in flight")
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
 		defer cancel()
-		// Shutdown waits for running handlers, and a handler returns only
-		// after its outcome is recorded in the store.
+		// Shutdown waits for running handlers; a handler returns once its
+		// outcome is recorded or handed to the proxy's background retry.
 		err := srv.Shutdown(sctx)
+		// Responses the store refused during an outage are still being
+		// recorded in the background; give them the rest of the budget.
+		if werr := p.Wait(sctx); werr != nil && err == nil {
+			err = werr
+		}
 		_ = adminSrv.Shutdown(sctx)
 		if err != nil {
 			return fmt.Errorf("graceful shutdown: %w", err)

@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/store"
+)
+
+// CompleteRetryWindow is how long idemgate keeps trying to record a response
+// the store refused (it was unreachable), at least a lease and an upstream
+// timeout. The response stays in memory meanwhile, one per operation that
+// finished during the outage.
+const CompleteRetryWindow = 10 * time.Minute
+
+// pendingCompletion is a response this instance received from the upstream
+// but could not record yet.
+type pendingCompletion struct {
+	token string
+	resp  store.Response
+	done  chan struct{} // closed once recorded, lost to a takeover, or given up
+}
+
+// pending tracks responses waiting to be recorded and when the store last
+// failed. Both exist for one danger: the operation ran, the store was away,
+// and once it is back a retry would find a running record past its lease and
+// take it over, running the operation a second time. This instance keeps
+// retrying Complete in the background, records it before any claim of the
+// same identity it serves, and, once the store answers again after a
+// failure it saw, holds takeovers back for one lease so that the instance
+// holding the response (this one or another) gets to record it first.
+type pending struct {
+	mu   sync.Mutex
+	byID map[string]*pendingCompletion
+	wg   sync.WaitGroup
+	// failing is set (unix nanoseconds) by a store failure and cleared by the
+	// next successful claim, which sets recovered.
+	failing   atomic.Int64
+	recovered atomic.Int64
+}
+
+// noteStoreError remembers that the store just failed.
+func (p *Proxy) noteStoreError() { p.pending.failing.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// noteStoreOK remembers that the store answered a claim.
+func (p *Proxy) noteStoreOK() {
+	if since := p.pending.failing.Load(); since != 0 && p.pending.failing.CompareAndSwap(since, 0) {
+		p.pending.recovered.Store(time.Now().UnixNano())
+	}
+}
+
+// holdTakeover reports whether a takeover on route must wait: the store has
+// failed since its last answer, or answered again less than a lease ago, so
+// a claim past its lease end may belong to an instance that is alive and
+// about to record the response.
+func (p *Proxy) holdTakeover(route *policy.Route) bool {
+	if p.pending.failing.Load() != 0 {
+		return true
+	}
+	last := p.pending.recovered.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < route.Lease
+}
+
+// recordPending records a response still pending for id before id is
+// claimed again on this instance. It returns the store's error when the
+// store is still unreachable (the caller fails closed).
+func (p *Proxy) recordPending(ctx context.Context, id store.Identity) error {
+	key := waitKey(id)
+	p.pending.mu.Lock()
+	pc := p.pending.byID[key]
+	p.pending.mu.Unlock()
+	if pc == nil {
+		return nil
+	}
+	sctx, cancel := p.storeCtx(ctx)
+	ok, err := p.store.Complete(sctx, id, pc.token, pc.resp)
+	cancel()
+	if err != nil {
+		p.noteStoreError()
+		return fmt.Errorf("recording a pending response: %w", err)
+	}
+	if !ok {
+		p.log.Warn("claim lost before completion; response not recorded", "route", id.Route, "key_hash", keyHash(id.Key))
+	}
+	p.forgetPending(key, pc)
+	return nil
+}
+
+func (p *Proxy) forgetPending(key string, pc *pendingCompletion) {
+	p.pending.mu.Lock()
+	defer p.pending.mu.Unlock()
+	if p.pending.byID[key] == pc {
+		delete(p.pending.byID, key)
+		close(pc.done)
+	}
+}
+
+// completeLater keeps trying to record resp in the background, for up to
+// CompleteRetryWindow, with the heartbeat running until it ends.
+func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
+	key := waitKey(ex.id)
+	pc := &pendingCompletion{token: token, resp: resp, done: make(chan struct{})}
+	p.pending.mu.Lock()
+	if p.pending.byID == nil {
+		p.pending.byID = make(map[string]*pendingCompletion)
+	}
+	p.pending.byID[key] = pc
+	p.pending.mu.Unlock()
+	p.pending.wg.Add(1)
+	go func() {
+		defer p.pending.wg.Done()
+		defer stopHeartbeat()
+		deadline := time.Now().Add(max(CompleteRetryWindow, ex.route.Lease, p.timeout))
+		backoff := 50 * time.Millisecond
+		for {
+			select {
+			case <-pc.done: // recorded by recordPending
+				return
+			case <-time.After(backoff):
+			}
+			ctx, cancel := p.storeCtx(r.Context())
+			ok, err := p.store.Complete(ctx, ex.id, token, resp)
+			cancel()
+			if err == nil {
+				if !ok {
+					p.log.Warn("claim lost before completion; response not recorded",
+						"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+				} else {
+					p.log.Info("recorded a response after a store outage", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+				}
+				p.forgetPending(key, pc)
+				return
+			}
+			p.noteStoreError()
+			if time.Now().After(deadline) {
+				p.log.Error("could not record the response; a retry after the lease may run the operation again",
+					"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+				p.forgetPending(key, pc)
+				return
+			}
+			// Short: once the store is back, this write must come before
+			// the retries that were refused meanwhile.
+			backoff = min(backoff*2, 250*time.Millisecond)
+		}
+	}()
+}
+
+// Wait blocks until every response still pending has been recorded (or
+// given up), or until ctx ends; call it after http.Server.Shutdown so the
+// process does not exit holding responses the store has not seen. It
+// returns ctx's error when ctx ends first.
+func (p *Proxy) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { p.pending.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("proxy: responses still waiting to be recorded: %w", ctx.Err())
+	}
+}
