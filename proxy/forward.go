@@ -267,8 +267,10 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 // streamed, through httputil.ReverseProxy.
 func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	ex.outcome = metrics.OutcomePassthrough
+	// Deferred: ReverseProxy aborts the handler with http.ErrAbortHandler
+	// when the client leaves mid-stream, and the request still counts.
+	defer p.done(r, ex)
 	p.passthrough.ServeHTTP(w, r)
-	p.done(r, ex)
 }
 
 func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
