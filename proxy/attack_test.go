@@ -169,3 +169,59 @@ func TestAttackNonCanonicalRequestsCannotSkipEnforcement(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackConnectionNamedFieldsDoNotSplitFingerprintFromUpstream: a field
+// the Connection field names is hop-by-hop and never reaches the upstream
+// (RFC 9110 section 7.6.1), so it must not enter the fingerprint or the
+// owner either. "Connection: Content-Type" made a request that the upstream
+// saw without its Content-Type share the fingerprint of the same request
+// with it, and the second got the first's response replayed although the
+// upstream would have treated it differently.
+func TestAttackConnectionNamedFieldsDoNotSplitFingerprintFromUpstream(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Content-Type"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "content-type seen: "+r.Header.Get("Content-Type"))
+	}))
+	t.Cleanup(u.Close)
+	pol, err := policy.New(baseRoute(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	target, _ := url.Parse(u.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	addr := front.Listener.Addr().String()
+
+	head := "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k\"\r\nContent-Type: application/json"
+	status, body := atkSend(t, addr, head+"\r\nConnection: Content-Type", "{}")
+	if status != http.StatusCreated {
+		t.Fatalf("first request: %d %s", status, body)
+	}
+	status, body = atkSend(t, addr, head, "{}")
+	if status != http.StatusUnprocessableEntity {
+		t.Errorf("same key, request the upstream would see with a Content-Type: %d %q, want 422 (the upstream saw the first without one: %q)", status, body, seen)
+	}
+}
+
+// TestAttackOwnerFieldNamedByConnectionIsNoOwner: with owner: header:X-User,
+// "Connection: X-User" keeps the owner from the upstream; idemgate must not
+// scope the key by a value the upstream never sees.
+func TestAttackOwnerFieldNamedByConnectionIsNoOwner(t *testing.T) {
+	up, addr := atkProxy(t, baseRoute())
+	status, body := atkSend(t, addr, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k\"\r\nConnection: X-User", "{}")
+	if status != http.StatusBadRequest || !strings.Contains(body, "missing-owner") || len(up.requests()) != 0 {
+		t.Errorf("got %d %s, upstream saw %q; want 400 missing-owner and nothing forwarded", status, body, up.requests())
+	}
+}

@@ -176,6 +176,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.passthroughServe(w, r, ex)
 		return
 	}
+	// What the upstream never gets must not decide the owner or the
+	// fingerprint: "Connection: Content-Type" would otherwise make two
+	// requests the upstream tells apart share one fingerprint.
+	removeHopByHop(r.Header)
 	key, err := policy.ParseKey(r.Header.Values(route.Header))
 	switch {
 	case errors.Is(err, policy.ErrKeyMissing):
