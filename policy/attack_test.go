@@ -62,3 +62,27 @@ func TestAttackSubMillisecondDurations(t *testing.T) {
 		t.Errorf("lease 1ms and retention 0 are valid: %v", err)
 	}
 }
+
+// TestAttackHostInFingerprintHeaders: net/http moves the Host field out of
+// Request.Header into Request.Host, so `fingerprint.headers: [Host]` read
+// an absent header for every request and two requests for different hosts
+// (tenants, for an upstream that routes on X-Forwarded-Host) shared a
+// fingerprint: one got the other's response replayed.
+func TestAttackHostInFingerprintHeaders(t *testing.T) {
+	r := testRoute("a", "/a")
+	r.Fingerprint.Headers = []string{"Host", "Content-Type"}
+	p := mustNew(t, r)
+	route := p.Routes()[0]
+	a := httptest.NewRequest("POST", "/a", nil)
+	a.Host = "tenant-a.example.com"
+	b := httptest.NewRequest("POST", "/a", nil)
+	b.Host = "tenant-b.example.com"
+	if route.FingerprintOf(a, nil) == route.FingerprintOf(b, nil) {
+		t.Error("requests for two hosts share a fingerprint although Host is a fingerprint header")
+	}
+	want := Fingerprint(FingerprintInput{Method: "POST", Path: "/a", IncludeQuery: true,
+		Headers: []FingerprintHeader{{Name: "content-type"}, {Name: "host", Values: []string{"tenant-a.example.com"}}}, BodyMode: BodyRaw})
+	if got := route.FingerprintOf(a, nil); got != want {
+		t.Errorf("FingerprintOf = %s, want the hs1 fingerprint with the Host value as one field line: %s", got, want)
+	}
+}

@@ -107,6 +107,11 @@ func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
 		in.Headers = make([]FingerprintHeader, len(r.Fingerprint.Headers))
 		for i, name := range r.Fingerprint.Headers {
 			in.Headers[i] = FingerprintHeader{Name: name, Values: req.Header.Values(name)}
+			if name == "host" && req.Host != "" {
+				// net/http moves the Host field out of Header; without this
+				// it would read as absent and every host share a fingerprint.
+				in.Headers[i].Values = []string{req.Host}
+			}
 		}
 	}
 	return Fingerprint(in)
