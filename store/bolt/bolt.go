@@ -46,6 +46,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/watch"
 )
 
 // abandonedKeep is how long a running record whose claim had Retention 0
@@ -106,9 +107,9 @@ type Store struct {
 	openTimeout time.Duration
 	log         *slog.Logger
 
-	mu       sync.Mutex
-	watchers map[store.Identity]map[*watcher]struct{}
-	closed   bool // set by Close under mu; later watchers start woken
+	// watchers are woken by Close too, and later ones start woken, so a
+	// waiter re-Claims, gets the store's error and fails closed.
+	watchers watch.Set[store.Identity]
 
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
@@ -117,8 +118,6 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-
-type watcher struct{ ch chan struct{} }
 
 // New opens or creates the bbolt file at path (mode 0600; its directory
 // must exist) and starts the background sweep. It fails with an error
@@ -132,7 +131,6 @@ func New(path string, opts ...Option) (*Store, error) {
 		clock:       time.Now,
 		sweepEvery:  DefaultSweepInterval,
 		openTimeout: DefaultOpenTimeout,
-		watchers:    make(map[store.Identity]map[*watcher]struct{}),
 		sweepDone:   make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -602,47 +600,10 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 
 // Watch implements store.Store; notifications are in-process only, which
 // is all there is since no other process can open the file.
-func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	w := &watcher{ch: make(chan struct{})}
-	s.mu.Lock()
-	if s.closed {
-		// Nothing will ever wake it: answer at once so the caller
-		// re-Claims, gets the store's error and fails closed.
-		s.mu.Unlock()
-		close(w.ch)
-		return w.ch, func() {}
-	}
-	set := s.watchers[id]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		s.watchers[id] = set
-	}
-	set[w] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if set := s.watchers[id]; set != nil {
-				delete(set, w)
-				if len(set) == 0 {
-					delete(s.watchers, id)
-				}
-			}
-		})
-	}
-}
+func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) { return s.watchers.Watch(id) }
 
-// wake closes and forgets every watcher of id.
-func (s *Store) wake(id store.Identity) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watchers[id] {
-		close(w.ch)
-	}
-	delete(s.watchers, id)
-}
+// wake wakes every watcher of id.
+func (s *Store) wake(id store.Identity) { s.watchers.Wake(id) }
 
 // Ping implements store.Store: it checks that the file is open and holds
 // the store's buckets. Errors wrap store.ErrUnavailable.
@@ -661,15 +622,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.stopSweep()
 		<-s.sweepDone
-		s.mu.Lock()
-		s.closed = true
-		for id, set := range s.watchers {
-			for w := range set {
-				close(w.ch)
-			}
-			delete(s.watchers, id)
-		}
-		s.mu.Unlock()
+		s.watchers.Close()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("bolt store: close: %w", err)
 		}

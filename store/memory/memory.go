@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/watch"
 )
 
 // abandonedKeep is how long a running record whose claim had Retention 0
@@ -44,7 +45,7 @@ type Store struct {
 
 	mu       sync.Mutex
 	records  map[store.Identity]*record
-	watchers map[store.Identity]map[*watcher]struct{}
+	watchers watch.Set[store.Identity]
 
 	stopSweep chan struct{}
 	sweepDone chan struct{}
@@ -66,15 +67,12 @@ type record struct {
 	resp      *store.Response
 }
 
-type watcher struct{ ch chan struct{} }
-
 // New returns an empty store. Call Close to stop its background sweep.
 func New(opts ...Option) *Store {
 	s := &Store{
 		clock:      time.Now,
 		sweepEvery: DefaultSweepInterval,
 		records:    make(map[store.Identity]*record),
-		watchers:   make(map[store.Identity]map[*watcher]struct{}),
 		stopSweep:  make(chan struct{}),
 		sweepDone:  make(chan struct{}),
 	}
@@ -307,38 +305,11 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 }
 
 // Watch implements store.Store; notifications are in-process only.
-func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	w := &watcher{ch: make(chan struct{})}
-	s.mu.Lock()
-	set := s.watchers[id]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		s.watchers[id] = set
-	}
-	set[w] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if set := s.watchers[id]; set != nil {
-				delete(set, w)
-				if len(set) == 0 {
-					delete(s.watchers, id)
-				}
-			}
-		})
-	}
-}
+func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) { return s.watchers.Watch(id) }
 
-// wakeLocked closes and forgets every watcher of id. Caller holds s.mu.
-func (s *Store) wakeLocked(id store.Identity) {
-	for w := range s.watchers[id] {
-		close(w.ch)
-	}
-	delete(s.watchers, id)
-}
+// wakeLocked wakes every watcher of id. Caller holds s.mu, so a watcher
+// that re-reads the record sees the change that woke it.
+func (s *Store) wakeLocked(id store.Identity) { s.watchers.Wake(id) }
 
 // Ping implements store.Store; it only fails on a done ctx.
 func (s *Store) Ping(ctx context.Context) error { return ctxErr(ctx, "ping") }

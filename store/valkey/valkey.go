@@ -21,6 +21,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/watch"
 )
 
 // DefaultKeyPrefix is the KeyPrefix used when Options.KeyPrefix is empty.
@@ -107,8 +108,7 @@ type Store struct {
 
 	claim, complete, release, extend, del, get *valkey.Lua
 
-	mu       sync.Mutex
-	watchers map[string]map[*watcher]struct{}
+	watchers watch.Set[string] // by record key
 
 	stopSub   context.CancelFunc
 	subDone   chan struct{}
@@ -116,8 +116,6 @@ type Store struct {
 }
 
 var _ store.Store = (*Store)(nil)
-
-type watcher struct{ ch chan struct{} }
 
 // New connects to Valkey, subscribes to the events channel and returns the
 // store once the subscription is confirmed. It returns an error wrapping
@@ -166,11 +164,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, unavailable("connect", err)
 	}
 	s := &Store{
-		client:   client,
-		prefix:   opts.KeyPrefix,
-		channel:  opts.KeyPrefix + "events",
-		log:      log,
-		watchers: make(map[string]map[*watcher]struct{}),
+		client:  client,
+		prefix:  opts.KeyPrefix,
+		channel: opts.KeyPrefix + "events",
+		log:     log,
 		// Claim is safe to retry: a claim whose record already holds its
 		// token answers Claimed again. Extend only moves the lease forward.
 		// Complete, Release and Delete would answer false on a retry after
@@ -561,50 +558,12 @@ func DecodeHeader(b []byte) (http.Header, error) {
 // Complete, Release and Delete from any process, and spuriously whenever the
 // subscription is lost or re-established.
 func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	key := s.Key(id)
-	w := &watcher{ch: make(chan struct{})}
-	s.mu.Lock()
-	set := s.watchers[key]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		s.watchers[key] = set
-	}
-	set[w] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if set := s.watchers[key]; set != nil {
-				delete(set, w)
-				if len(set) == 0 {
-					delete(s.watchers, key)
-				}
-			}
-		})
-	}
+	return s.watchers.Watch(s.Key(id))
 }
 
-func (s *Store) wake(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watchers[key] {
-		close(w.ch)
-	}
-	delete(s.watchers, key)
-}
+func (s *Store) wake(key string) { s.watchers.Wake(key) }
 
-func (s *Store) wakeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key, set := range s.watchers {
-		for w := range set {
-			close(w.ch)
-		}
-		delete(s.watchers, key)
-	}
-}
+func (s *Store) wakeAll() { s.watchers.WakeAll() }
 
 // subscribe keeps one SUBSCRIBE to the events channel until ctx ends,
 // re-subscribing with backoff after errors. Every (re)subscription wakes all
@@ -661,7 +620,7 @@ func (s *Store) Close() error {
 		s.stopSub()
 		s.client.Close()
 		<-s.subDone
-		s.wakeAll()
+		s.watchers.Close()
 	})
 	return nil
 }
