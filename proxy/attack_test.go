@@ -2,11 +2,13 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -224,4 +226,149 @@ func TestAttackOwnerFieldNamedByConnectionIsNoOwner(t *testing.T) {
 	if status != http.StatusBadRequest || !strings.Contains(body, "missing-owner") || len(up.requests()) != 0 {
 		t.Errorf("got %d %s, upstream saw %q; want 400 missing-owner and nothing forwarded", status, body, up.requests())
 	}
+}
+
+// TestAttackWaitersThatLeaveLeakNothing: duplicates wait while the first
+// request runs; some of their clients give up. The operation must still run
+// once, the waiters that stayed get the replay, a request of another owner
+// with the same key is never held by that wait, and once everything is
+// answered no goroutine (waits, heartbeats, timers) is left behind.
+func TestAttackWaitersThatLeaveLeakNothing(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	hits := map[string]int{}
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		owner := r.Header.Get("X-User")
+		mu.Lock()
+		hits[owner]++
+		mu.Unlock()
+		if owner == "a" {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "done for "+owner)
+	}))
+	t.Cleanup(u.Close)
+	d := baseRoute()
+	d.Lease = 300 * time.Millisecond // several heartbeats while the first request runs
+	pol, err := policy.New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	target, _ := url.Parse(u.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	send := func(ctx context.Context, owner string) (int, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", front.URL+"/v1/orders", strings.NewReader("{}"))
+		req.Header.Set("X-User", owner)
+		req.Header.Set("Idempotency-Key", `"same"`)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			runtime.Gosched()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	first := make(chan string, 1)
+	go func() { _, b, _ := send(context.Background(), "a"); first <- b }()
+	waitFor("the first request upstream", func() bool { mu.Lock(); defer mu.Unlock(); return hits["a"] == 1 })
+
+	var wg, left sync.WaitGroup
+	stayed := make(chan string, 3)
+	for i := 0; i < 6; i++ {
+		if i%2 == 0 {
+			left.Add(1)
+		} else {
+			wg.Add(1)
+		}
+		go func(i int) {
+			if i%2 == 0 {
+				defer left.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				if _, _, err := send(ctx, "a"); err == nil {
+					t.Errorf("waiter %d: answered before the first request finished", i)
+				}
+				return
+			}
+			defer wg.Done()
+			status, b, err := send(context.Background(), "a")
+			if err != nil || status != http.StatusCreated {
+				t.Errorf("waiter %d: %d %q %v", i, status, b, err)
+			}
+			stayed <- b
+		}(i)
+	}
+	// Another owner with the same key is another identity: not held.
+	if status, b, err := send(context.Background(), "b"); err != nil || status != http.StatusCreated || b != "done for b" {
+		t.Errorf("owner b: %d %q %v, want its own 201 while owner a's request runs", status, b, err)
+	}
+	left.Wait()
+	if len(proxyGoroutines()) == 0 {
+		t.Fatal("no goroutine runs idemgate code while requests wait: the leak check below would prove nothing")
+	}
+	close(release)
+	wg.Wait()
+	close(stayed)
+	for b := range stayed {
+		if b != "done for a" {
+			t.Errorf("waiter got %q, want the replay of owner a's response", b)
+		}
+	}
+	if b := <-first; b != "done for a" {
+		t.Errorf("first request got %q", b)
+	}
+	mu.Lock()
+	if hits["a"] != 1 || hits["b"] != 1 {
+		t.Errorf("upstream executions per owner: %v, want one each", hits)
+	}
+	mu.Unlock()
+	// Idle upstream connections may stay pooled; what must end is every
+	// goroutine running idemgate code: waits, heartbeats, handlers.
+	var stuck []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if stuck = proxyGoroutines(); len(stuck) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(stuck) > 0 {
+		t.Errorf("%d goroutines still run idemgate code after every request was answered:\n%s", len(stuck), strings.Join(stuck, "\n\n"))
+	}
+}
+
+// proxyGoroutines returns the stacks of the goroutines that run code of
+// package proxy or a singleflight wait, other than the caller's.
+func proxyGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "proxyGoroutines") {
+			continue
+		}
+		if strings.Contains(g, "idemgate/proxy.") || strings.Contains(g, "singleflight") {
+			out = append(out, g)
+		}
+	}
+	return out
 }
