@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -371,4 +372,58 @@ func proxyGoroutines() []string {
 		}
 	}
 	return out
+}
+
+// TestAttackLargestSizeLimitsKeepTheBody: max_request_bytes and
+// max_response_bytes validate up to math.MaxInt64 bytes, where reading
+// "limit+1 bytes" overflowed to a negative count: the request body (sent
+// chunked, or longer than 64 KiB) reached the upstream empty and the
+// response was stored and replayed empty, both as a success.
+func TestAttackLargestSizeLimitsKeepTheBody(t *testing.T) {
+	d := baseRoute()
+	d.MaxRequestBytes, d.MaxResponseBytes = math.MaxInt64, math.MaxInt64
+	var mu sync.Mutex
+	var got []int
+	u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, len(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(u.Close)
+	pol, err := policy.New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	target, _ := url.Parse(u.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	body := strings.Repeat("z", 100<<10)
+	for i, key := range []string{`"a"`, `"a"`} {
+		req, _ := http.NewRequest("POST", front.URL+"/v1/orders", io.MultiReader(strings.NewReader(body))) // unknown length: chunked
+		req.Header.Set("X-User", "u")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(b) != body {
+			t.Errorf("request %d: %d with %d bytes, want 201 echoing the %d bytes sent", i, resp.StatusCode, len(b), len(body))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != len(body) {
+		t.Errorf("upstream received bodies of %v bytes, want one of %d", got, len(body))
+	}
 }

@@ -17,8 +17,14 @@ const maxPrealloc = 64 << 10
 // the body lands in one allocation of size+1 bytes instead of ReadAll's
 // growing copies; larger bodies grow with the bytes actually received.
 func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
+	// limit+1 overflows for a limit of math.MaxInt64 (a valid setting), and
+	// a negative count reads nothing: the body would silently become empty.
+	most := limit + 1
+	if most < limit {
+		most = limit
+	}
 	if size < 0 || size > limit || size > maxPrealloc {
-		return io.ReadAll(io.LimitReader(r, limit+1))
+		return io.ReadAll(io.LimitReader(r, most))
 	}
 	// One spare byte, so the EOF after a body of exactly size bytes is read
 	// without growing the buffer.
@@ -34,7 +40,7 @@ func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
 		}
 		if len(buf) == cap(buf) {
 			// Longer than declared: read the rest the slow way, still capped.
-			rest, err := io.ReadAll(io.LimitReader(r, limit+1-int64(len(buf))))
+			rest, err := io.ReadAll(io.LimitReader(r, most-int64(len(buf))))
 			return append(buf, rest...), err
 		}
 	}
