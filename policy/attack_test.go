@@ -86,3 +86,19 @@ func TestAttackHostInFingerprintHeaders(t *testing.T) {
 		t.Errorf("FingerprintOf = %s, want the hs1 fingerprint with the Host value as one field line: %s", got, want)
 	}
 }
+
+// TestAttackStoredResponseLimit: a max_response_bytes beyond what Valkey
+// accepts as one value (proto-max-bulk-len, 512MB by default) validated;
+// a response that large could not be completed, so its claim ran out and a
+// retry ran the operation a second time.
+func TestAttackStoredResponseLimit(t *testing.T) {
+	r := testRoute("a", "/a")
+	r.MaxResponseBytes = 1 << 30
+	if _, err := New(DefaultRoute(), []Route{r}); err == nil || !strings.Contains(err.Error(), "routes[0].max_response_bytes") {
+		t.Errorf("max_response_bytes 1GiB: New returned %v, want a routes[0].max_response_bytes error", err)
+	}
+	r.MaxResponseBytes = 256 << 20
+	if _, err := New(DefaultRoute(), []Route{r}); err != nil {
+		t.Errorf("max_response_bytes 256MiB is valid: %v", err)
+	}
+}

@@ -203,6 +203,11 @@ func cloneRoute(r Route) *Route {
 	return &r
 }
 
+// maxStoredResponseBytes bounds max_response_bytes, in bytes: half of
+// Valkey's default proto-max-bulk-len, leaving room for the headers that
+// travel with the body in the same Complete call.
+const maxStoredResponseBytes = 256 << 20
+
 // normalize canonicalizes r in place and returns its out-of-range fields.
 func normalize(r *Route, path string) []error {
 	var errs []error
@@ -300,6 +305,8 @@ func normalize(r *Route, path string) []error {
 	}
 	if r.MaxResponseBytes <= 0 {
 		bad("max_response_bytes", "%d must be > 0", r.MaxResponseBytes)
+	} else if r.MaxResponseBytes > maxStoredResponseBytes {
+		bad("max_response_bytes", "%d must be at most %d (256MiB): a response is stored as one value and Valkey refuses values over proto-max-bulk-len (512MB by default), so a larger one could not be recorded and would run again on a retry after its lease", r.MaxResponseBytes, maxStoredResponseBytes)
 	}
 	if r.OnStoreError != FailClosed && r.OnStoreError != FailOpen {
 		bad("on_store_error", "%q must be fail_closed or fail_open", r.OnStoreError)

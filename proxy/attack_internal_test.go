@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,6 +27,10 @@ func TestAttackDeclaredLengthDoesNotPreallocate(t *testing.T) {
 	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 		t.Errorf("reading a 1-byte body declared as %d bytes allocated %d bytes; want allocation to follow the bytes received", declared, grew)
+	}
+	// The largest limit must not overflow into reading nothing.
+	if got, err := readLimited(strings.NewReader("abc"), -1, math.MaxInt64); err != nil || string(got) != "abc" {
+		t.Errorf("limit math.MaxInt64: got %q, %v; want the whole body", got, err)
 	}
 	// Still exact for bodies that are as long as declared, longer or shorter.
 	for _, n := range []int{0, 1, maxPrealloc - 1, maxPrealloc, maxPrealloc + 1, 3*maxPrealloc + 7} {
