@@ -102,3 +102,47 @@ func TestAttackStoredResponseLimit(t *testing.T) {
 		t.Errorf("max_response_bytes 256MiB is valid: %v", err)
 	}
 }
+
+// TestAttackJSONFingerprintEdgeCases: under body: json, bodies that a JSON
+// parser may read differently must not share a fingerprint: duplicate
+// member names (first-wins and last-wins parsers disagree), lone surrogate
+// escapes (decoders substitute U+FFFD differently), a byte order mark,
+// numbers beyond a double. Bodies the hs1 format merges on purpose
+// (RFC 8785: member order, whitespace, escapes, 1.0 = 1, -0 = 0) are listed
+// as the documented behaviour; an upstream that parses 1.0 into an integer
+// field differently from 1 gets the replay of the other form.
+func TestAttackJSONFingerprintEdgeCases(t *testing.T) {
+	fp := func(body string) string {
+		return Fingerprint(FingerprintInput{Method: "POST", Path: "/a", BodyMode: BodyJSON, Body: []byte(body)})
+	}
+	for _, pair := range [][2]string{
+		{`{"a":1,"a":2}`, `{"a":2}`},
+		{`{"a":1,"a":2}`, `{"a":1}`},
+		{`{"a":1,"a":2}`, `{"a":2,"a":1}`},
+		{`"\ud800"`, `"\ufffd"`},
+		{`"\ud800"`, `"\udc00"`},
+		{"\ufeff{}", "{}"},
+		{`[9007199254740993]`, `[9007199254740992]`},
+		{`[1e400]`, `[1e401]`},
+		{`[1e-400]`, `[0]`},
+		{`[0.1000000000000000055511151231257827]`, `[0.1]`},
+		{`{"a":"\u0000"}`, `{"a":""}`},
+		{`{"a":"e\u0301"}`, `{"a":"\u00e9"}`},
+		{`{"a":"\u00e9"}`, `{"a":"\u00c3\u00a9"}`},
+	} {
+		if fp(pair[0]) == fp(pair[1]) {
+			t.Errorf("%s and %s share a fingerprint", pair[0], pair[1])
+		}
+	}
+	for _, pair := range [][2]string{
+		{`{"b":1,"a":2}`, `{"a":2, "b":1}`},
+		{`{"a":"\u00e9"}`, `{"a":"é"}`},
+		{`[1.0]`, `[1]`},
+		{`[-0]`, `[0]`},
+		{`[1e2]`, `[100]`},
+	} {
+		if fp(pair[0]) != fp(pair[1]) {
+			t.Errorf("%s and %s: different fingerprints, documented as the same (RFC 8785)", pair[0], pair[1])
+		}
+	}
+}

@@ -26,6 +26,7 @@ type atkUpstream struct {
 	*httptest.Server
 	mu   sync.Mutex
 	seen []string
+	auth []string // Authorization values received
 }
 
 func (u *atkUpstream) requests() []string {
@@ -44,6 +45,7 @@ func atkProxy(t *testing.T, defaults policy.Route, routes ...policy.Route) (*atk
 		_, _ = io.Copy(io.Discard, r.Body)
 		u.mu.Lock()
 		u.seen = append(u.seen, r.Method+" "+r.RequestURI)
+		u.auth = append(u.auth, r.Header.Values("Authorization")...)
 		u.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "created")
@@ -426,5 +428,26 @@ func TestAttackLargestSizeLimitsKeepTheBody(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 1 || got[0] != len(body) {
 		t.Errorf("upstream received bodies of %v bytes, want one of %d", got, len(body))
+	}
+}
+
+// TestAttackAbsoluteFormUserinfoAddsNoCredential: an absolute-form target
+// "http://alice:secret@host/..." must not become an Authorization field on
+// the way upstream (net/http's transport turns URL userinfo into Basic
+// credentials), or a client would reach the upstream as a principal that
+// idemgate never saw as the owner.
+func TestAttackAbsoluteFormUserinfoAddsNoCredential(t *testing.T) {
+	up, addr := atkProxy(t, baseRoute())
+	for _, head := range []string{
+		"POST http://alice:secret@x/v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k1\"",
+		"POST http://alice:secret@x/v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u",
+		"GET http://alice:secret@x/v1/orders HTTP/1.1\r\nHost: x",
+	} {
+		atkSend(t, addr, head, "{}")
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if len(up.seen) == 0 || len(up.auth) > 0 {
+		t.Errorf("upstream saw %q with Authorization %q; want requests without credentials", up.seen, up.auth)
 	}
 }
