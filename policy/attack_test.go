@@ -146,3 +146,22 @@ func TestAttackJSONFingerprintEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackInformationalStatusesAreNotReplayable: replay_statuses accepted
+// the 1xx class, which is never a final response (RFC 9110 section 15.2).
+// The only 1xx net/http's transport returns is 101, whose body is another
+// protocol's stream: it would be read as a body until the upstream closed
+// it, then stored and replayed with a status no client takes as final.
+func TestAttackInformationalStatusesAreNotReplayable(t *testing.T) {
+	for _, s := range []string{"1xx", "101", "103"} {
+		st, err := ParseStatus(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := testRoute("a", "/a")
+		r.ReplayStatuses = []StatusRange{{Min: 200, Max: 299}, st}
+		if _, err := New(DefaultRoute(), []Route{r}); err == nil || !strings.Contains(err.Error(), "routes[0].replay_statuses") {
+			t.Errorf("replay_statuses [2xx, %s]: New returned %v, want a routes[0].replay_statuses error", s, err)
+		}
+	}
+}

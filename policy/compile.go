@@ -298,6 +298,11 @@ func normalize(r *Route, path string) []error {
 	for _, s := range r.ReplayStatuses {
 		if s.Min < 100 || s.Max > 599 || s.Min > s.Max {
 			bad("replay_statuses", "range %d-%d is not within 100-599", s.Min, s.Max)
+		} else if s.Min < 200 {
+			// RFC 9110 section 15.2: a 1xx is never the final response. The
+			// only one a transport returns is 101, whose body is another
+			// protocol's stream, nothing a replay can repeat.
+			bad("replay_statuses", "%s: informational (1xx) responses are not final and cannot be replayed", s)
 		}
 	}
 	if r.MaxRequestBytes <= 0 {
