@@ -59,14 +59,15 @@ func removeFields(h http.Header, extra ...string) {
 }
 
 // StoredHeader returns the response fields of h that a replay repeats: a deep
-// copy without hop-by-hop fields and without Content-Length (a replay sets it
-// from the stored body), in any letter case. Values keep their order;
-// Set-Cookie lines stay separate.
+// copy without hop-by-hop fields, without Content-Length (a replay sets it
+// from the stored body) and without Idempotent-Replayed (only idemgate says
+// whether a response is a replay), in any letter case. Values keep their
+// order; Set-Cookie lines stay separate.
 func StoredHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	for name, values := range h {
 		out[name] = append([]string(nil), values...)
 	}
-	removeFields(out, "Content-Length")
+	removeFields(out, "Content-Length", ReplayedHeader)
 	return out
 }

@@ -695,3 +695,16 @@ func TestLogsNeverContainSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestUpstreamCannotClaimAReplay(t *testing.T) {
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(proxy.ReplayedHeader, "true")
+		created(w, r)
+	})
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.header.Get(proxy.ReplayedHeader) != "" {
+		t.Fatalf("original response carries %s from the upstream", proxy.ReplayedHeader)
+	}
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); len(r.header.Values(proxy.ReplayedHeader)) != 1 {
+		t.Fatalf("replay has %q, want one marker", r.header.Values(proxy.ReplayedHeader))
+	}
+}
