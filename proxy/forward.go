@@ -87,7 +87,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if int64(len(body)) > route.MaxResponseBytes {
 		stored = store.Response{Status: resp.StatusCode, Omitted: true}
 	}
-	p.complete(r, ex, token, stored, stopHeartbeat)
+	stopHeartbeat()
+	heartbeatStopped = true
+	p.complete(r, ex, token, stored)
 	heartbeatStopped = true
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
@@ -109,12 +111,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	p.done(r, ex)
 }
 
-// complete records the response. When the store refuses, the client still
-// gets its answer at once and the response is recorded in the background
-// (completeLater), with the heartbeat running: while the store cannot be
-// reached nobody can take the claim over, and Complete still acts past the
-// lease end as long as nobody has (store contract, rule 3).
-func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
+// complete records the response; the caller has stopped the heartbeat, so
+// no Extend races the Complete and reports a lost claim. When the store
+// refuses, the client still gets its answer at once and the response is
+// recorded in the background (completeLater), with a heartbeat again: while
+// the store cannot be reached nobody can take the claim over, and Complete
+// still acts past the lease end as long as nobody has (store contract,
+// rule 3).
+func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) {
 	ctx, cancel := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
 	cancel()
@@ -122,10 +126,9 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
 			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
-		p.completeLater(r, ex, token, resp, stopHeartbeat)
+		p.completeLater(r, ex, token, resp)
 		return
 	}
-	stopHeartbeat()
 	if !ok {
 		p.log.Warn("claim lost before completion; response not recorded",
 			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))

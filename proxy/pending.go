@@ -101,8 +101,8 @@ func (p *Proxy) forgetPending(key string, pc *pendingCompletion) {
 }
 
 // completeLater keeps trying to record resp in the background, for up to
-// CompleteRetryWindow, with the heartbeat running until it ends.
-func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response, stopHeartbeat func()) {
+// CompleteRetryWindow, with a heartbeat running until it ends.
+func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response) {
 	key := waitKey(ex.id)
 	pc := &pendingCompletion{token: token, resp: resp, done: make(chan struct{})}
 	p.pending.mu.Lock()
@@ -111,6 +111,7 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 	}
 	p.pending.byID[key] = pc
 	p.pending.mu.Unlock()
+	stopHeartbeat := p.heartbeat(ex, token)
 	p.pending.wg.Add(1)
 	go func() {
 		defer p.pending.wg.Done()
