@@ -26,9 +26,6 @@ var requestBody = func() []byte {
 // owners is how many distinct owners (X-User values) the load spreads over.
 const owners = 16
 
-// replayKeys is how many completed keys the replay workload cycles through.
-const replayKeys = 1000
-
 // workload names.
 const (
 	wFresh       = "fresh"
@@ -39,8 +36,9 @@ const (
 
 // newTargeter returns the request generator of workload against base, with
 // keys under prefix (unique per target and phase so stores never share a
-// key across phases). Safe for concurrent use, as vegeta requires.
-func newTargeter(workload, base, prefix string) vegeta.Targeter {
+// key across phases); the replay workload cycles through replayKeys keys.
+// Safe for concurrent use, as vegeta requires.
+func newTargeter(workload, base, prefix string, replayKeys int64) vegeta.Targeter {
 	url := base + "/v1/orders"
 	var seq, fresh atomic.Int64
 	return func(t *vegeta.Target) error {
@@ -176,9 +174,9 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 	return s
 }
 
-// preloadReplay completes every replay key of prefix, so the replay phase
-// only meets completed records.
-func preloadReplay(ctx context.Context, client *http.Client, base, prefix string) error {
+// preloadReplay completes the replayKeys replay keys of prefix, so the
+// replay phase only meets completed records.
+func preloadReplay(ctx context.Context, client *http.Client, base, prefix string, replayKeys int64) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)

@@ -41,6 +41,8 @@ type options struct {
 	openFractions    []float64
 	dupRequests      int
 	idleConns        int
+	idleSettle       time.Duration
+	replayKeys       int64
 	workloads        []string
 	targets          string
 	logLevel         string
@@ -58,6 +60,8 @@ func main() {
 	flag.StringVar(&open, "open", "0.5,0.25", "open-loop rates, as fractions of B's closed-loop throughput for the workload (comma-separated)")
 	flag.IntVar(&o.dupRequests, "dup", 1000, "concurrent requests with one idempotency key (0 skips)")
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
+	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
+	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
 	flag.StringVar(&o.targets, "targets", "ABCD", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
@@ -87,9 +91,31 @@ func run(ctx context.Context, o options, args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "idemgate-bench-")
+	rep, err := measureAll(ctx, o, root, args)
 	if err != nil {
 		return err
+	}
+	text := rep.markdown()
+	fmt.Println(text)
+	if o.out != "" {
+		path := o.out
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(root, path)
+		}
+		if err := writeSection(path, text); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "wrote", path)
+	}
+	return nil
+}
+
+// measureAll builds and starts the targets from the module at root, runs
+// every measurement o asks for and stops every process again.
+func measureAll(ctx context.Context, o options, root string, args []string) (*report, error) {
+	dir, err := os.MkdirTemp("", "idemgate-bench-")
+	if err != nil {
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	ps := &procs{dir: dir}
@@ -102,38 +128,38 @@ func run(ctx context.Context, o options, args []string) error {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", bins[name], pkg)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go build %s: %w", pkg, err)
+			return nil, fmt.Errorf("go build %s: %w", pkg, err)
 		}
 	}
 
 	up, err := ps.start("upstream", bins["upstream"], []string{"-listen", "127.0.0.1:0"}, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	upURL := "http://" + up.addr
 	targets := []*target{{id: "A", desc: "upstream directly", base: upURL, proc: up}}
 	if strings.Contains(o.targets, "B") {
 		bp, err := ps.start("bareproxy", bins["bareproxy"], []string{"-listen", "127.0.0.1:0", "-upstream", upURL}, true)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		targets = append(targets, &target{id: "B", desc: "bare httputil.ReverseProxy", base: "http://" + bp.addr, proc: bp})
 	}
 	if strings.Contains(o.targets, "C") {
 		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "", o.logLevel)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		targets = append(targets, &target{id: "C", desc: "idemgate, memory store", base: g.addr, proc: g})
 	}
 	var vk *proc
 	if strings.Contains(o.targets, "D") {
 		if vk, err = startValkey(ctx, ps); err != nil {
-			return err
+			return nil, err
 		}
 		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, vk.addr, o.logLevel)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		targets = append(targets, &target{id: "D", desc: "idemgate, Valkey store", base: g.addr, proc: g})
 	}
@@ -147,9 +173,9 @@ func run(ctx context.Context, o options, args []string) error {
 	// connections.
 	if o.idleConns > 0 {
 		for _, t := range targets {
-			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, time.Second)
+			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, o.idleSettle)
 			if err != nil {
-				return fmt.Errorf("idle connections on %s: %w", t.id, err)
+				return nil, fmt.Errorf("idle connections on %s: %w", t.id, err)
 			}
 			rep.idle = append(rep.idle, idleRow{target: t, s: s})
 			fmt.Fprintf(os.Stderr, "idle %s: %d conns, RSS %.1f MiB (fds %d, errors %d)\n", t.id, s.conns, float64(s.rssIdleKB)/1024, s.fds, s.errors)
@@ -157,30 +183,18 @@ func run(ctx context.Context, o options, args []string) error {
 	}
 	for _, w := range o.workloads {
 		if err := runWorkload(ctx, o, w, targets, vk, rep); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if o.dupRequests > 0 {
 		for _, t := range targets {
 			if err := runDup(ctx, o, t, upURL, vk, rep); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	rep.finished = time.Now()
-	text := rep.markdown()
-	fmt.Println(text)
-	if o.out != "" {
-		path := o.out
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(root, path)
-		}
-		if err := writeSection(path, text); err != nil {
-			return err
-		}
-		fmt.Fprintln(os.Stderr, "wrote", path)
-	}
-	return ctx.Err()
+	return rep, ctx.Err()
 }
 
 // runWorkload measures one workload: closed loop on every target, then open
@@ -217,12 +231,12 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 				prefix := fmt.Sprintf("%s-%s-%d-%d-", w, t.id, m, round)
 				c := clients[t.id]
 				if w == wReplay {
-					if err := preloadReplay(ctx, c, t.base, prefix); err != nil {
+					if err := preloadReplay(ctx, c, t.base, prefix, o.replayKeys); err != nil {
 						return fmt.Errorf("%s replay preload: %w", t.id, err)
 					}
 				}
 				if mode == "closed" && round == 0 && o.warmup > 0 {
-					attack(ctx, c, newTargeter(w, t.base, prefix+"warm-"), 0, o.concurrency, o.warmup)
+					attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
 				}
 				rate := 0
 				if frac > 0 {
@@ -232,7 +246,7 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 					rate = max(1, int(bMax*frac))
 				}
 				x, err := measure(ctx, t, vk, func() *phaseStats {
-					return attack(ctx, c, newTargeter(w, t.base, prefix), rate, o.concurrency, roundLen)
+					return attack(ctx, c, newTargeter(w, t.base, prefix, o.replayKeys), rate, o.concurrency, roundLen)
 				})
 				if err != nil {
 					return err

@@ -163,7 +163,7 @@ func (r *report) markdown() string {
 	}
 	if len(r.idle) > 0 {
 		p("### %d idle keep-alive connections\n\n", r.opts.idleConns)
-		p("One POST with a fresh key on each connection (all at once), then idle for 1 s.\n\n")
+		p("One POST with a fresh key on each connection (64 at a time), then idle for %v.\n\n", r.opts.idleSettle)
 		p("| target | open fds | RSS before MiB | RSS with idle conns MiB | peak RSS MiB | errors |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.idle {
 			p("| %s | %d | %.1f | %.1f | %.1f | %d |\n", x.target.id, x.s.fds, float64(x.s.rssBeforeKB)/1024, float64(x.s.rssIdleKB)/1024, float64(x.s.peakKB)/1024, x.s.errors)

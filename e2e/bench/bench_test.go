@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestBenchSmoke runs every workload of the benchmark briefly against all
+// four targets and checks what must hold on any machine: no errors, replays
+// answered from the store, one upstream call for a storm of duplicates,
+// two Valkey round trips per fresh request, idle connections held open.
+func TestBenchSmoke(t *testing.T) {
+	if _, err := exec.LookPath("valkey-server"); err != nil {
+		t.Fatal(valkeyInstall)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{
+		duration: 200 * time.Millisecond, rounds: 1, concurrency: 8,
+		openFractions: []float64{0.25}, dupRequests: 50, idleConns: 20,
+		idleSettle: 100 * time.Millisecond, replayKeys: 50,
+		workloads: []string{wFresh, wReplay, wMix, wPassthrough}, targets: "ABCD", logLevel: "info",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := measureAll(ctx, o, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(o.workloads) * 4 * (1 + len(o.openFractions)); len(rep.rows) != want {
+		t.Fatalf("%d result rows, want %d", len(rep.rows), want)
+	}
+	for _, r := range rep.rows {
+		name := r.workload + " " + r.mode + " " + r.target.id
+		if r.s.requests == 0 || r.s.errors != 0 {
+			t.Errorf("%s: %d requests, %d errors (first: %s)", name, r.s.requests, r.s.errors, r.s.firstErr)
+		}
+		idem := r.target.id == "C" || r.target.id == "D"
+		switch {
+		case r.workload == wReplay && idem && r.s.replayed != r.s.requests:
+			t.Errorf("%s: %d of %d answers were replays, want all", name, r.s.replayed, r.s.requests)
+		case (r.workload == wFresh || r.workload == wPassthrough || !idem) && r.s.replayed != 0:
+			t.Errorf("%s: %d replays, want none", name, r.s.replayed)
+		}
+		if r.target.id == "D" && r.workload == wFresh {
+			if trips := r.perReq(r.valkeyTrips); trips < 2 || trips > 2.1 {
+				t.Errorf("%s: %.2f Valkey round trips per request, want 2 (claim, complete)", name, trips)
+			}
+		}
+	}
+	for _, d := range rep.dups {
+		want := int64(o.dupRequests)
+		if d.target.id == "C" || d.target.id == "D" {
+			want = 1
+		}
+		if d.s.upstreamCalls != want || d.s.errors != 0 {
+			t.Errorf("duplicates on %s: %d upstream calls (want %d), %d errors (%s)", d.target.id, d.s.upstreamCalls, want, d.s.errors, d.s.firstErr)
+		}
+	}
+	for _, x := range rep.idle {
+		if x.s.errors != 0 || x.s.fds < x.s.conns {
+			t.Errorf("idle connections on %s: %d errors (%s), %d fds for %d connections", x.target.id, x.s.errors, x.s.firstErr, x.s.fds, x.s.conns)
+		}
+	}
+	if md := rep.markdown(); len(md) == 0 {
+		t.Error("empty report")
+	}
+}
