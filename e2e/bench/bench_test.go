@@ -20,7 +20,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := options{
-		duration: 200 * time.Millisecond, rounds: 1, concurrency: 8,
+		duration: 100 * time.Millisecond, rounds: 1, concurrency: 8,
 		openFractions: []float64{0.25}, dupRequests: 50, idleConns: 20,
 		idleSettle: 100 * time.Millisecond, replayKeys: 50,
 		workloads: []string{wFresh, wReplay, wMix, wPassthrough}, targets: "ABCD", logLevel: "info",
