@@ -43,7 +43,7 @@ var version = "dev"
 const usage = `idemgate: an idempotency-enforcing reverse proxy
 
 Usage:
-  idemgate serve --config FILE        run the proxy (flags below override the file)
+  idemgate serve --config FILE        run the proxy (idemgate serve -h lists the flags that override the file)
   idemgate serve --upstream URL       run with built-in defaults and the memory store
   idemgate demo                       run an example API on 127.0.0.1:3000 behind idemgate on 127.0.0.1:8080
   idemgate validate --config FILE     check a config file and print every route's effective policy
@@ -85,7 +85,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file to check")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "idemgate validate: --config FILE is required")
@@ -107,13 +107,22 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// parseExit is the exit code for a flag parsing error: 0 when help was
+// asked for (-h), 2 for a usage error.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
 func healthcheck(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	target := fs.String("url", "http://127.0.0.1:9090/healthz", "health endpoint to GET")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	client := &http.Client{Timeout: *timeout}
 	resp, err := client.Get(*target)
@@ -131,7 +140,7 @@ func healthcheck(args []string, stderr io.Writer) int {
 
 // serveFlags are the command-line overrides of serve and demo.
 type serveFlags struct {
-	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, logFormat, logLevel string
+	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, logFormat, logLevel string
 }
 
 func serve(args []string, stderr io.Writer, demo bool) int {
@@ -148,10 +157,11 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address (overrides admin.listen)")
 	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt (overrides store.driver)")
 	fs.StringVar(&f.valkeyAddrs, "valkey-addrs", "", "comma-separated Valkey addresses (overrides store.valkey.addrs)")
+	fs.StringVar(&f.boltPath, "bolt-path", "", "bolt database file; its directory must exist (overrides store.bolt.path)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if demo {
 		if f.upstream == "" {
@@ -234,6 +244,9 @@ func loadConfig(f serveFlags) (*config.Config, error) {
 	}
 	if f.valkeyAddrs != "" {
 		cfg.Store.Valkey.Addrs = strings.Split(f.valkeyAddrs, ",")
+	}
+	if f.boltPath != "" {
+		cfg.Store.Bolt.Path = f.boltPath
 	}
 	if f.logFormat != "" {
 		cfg.Log.Format = f.logFormat

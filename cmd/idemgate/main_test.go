@@ -92,3 +92,15 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatalf("unreachable: exit %d, want 1", code)
 	}
 }
+
+func TestHelpExitsZero(t *testing.T) {
+	var out, errOut bytes.Buffer
+	for _, args := range [][]string{{"serve", "-h"}, {"demo", "-h"}, {"validate", "-h"}, {"healthcheck", "-h"}, {"help"}} {
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Errorf("%v: exit %d, want 0", args, code)
+		}
+	}
+	if !strings.Contains(errOut.String(), "-bolt-path") {
+		t.Errorf("serve -h does not list --bolt-path:\n%s", errOut.String())
+	}
+}
