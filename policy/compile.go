@@ -362,8 +362,8 @@ func (p *Policy) Match(req *http.Request) *Route {
 		return p.defaults
 	}
 	lookup := req
-	if esc := req.URL.EscapedPath(); req.Method != http.MethodConnect && cleanPath(esc) != esc {
-		clean := cleanPath(esc)
+	if esc := req.URL.EscapedPath(); req.Method != http.MethodConnect && CleanPath(esc) != esc {
+		clean := CleanPath(esc)
 		unesc, err := url.PathUnescape(clean)
 		if err != nil {
 			return p.defaults
@@ -385,8 +385,10 @@ func (p *Policy) Match(req *http.Request) *Route {
 	return p.defaults
 }
 
-// cleanPath mirrors net/http's: rooted, path.Clean'd, trailing slash kept.
-func cleanPath(p string) string {
+// CleanPath returns p as net/http's ServeMux matches it: rooted, dot
+// segments resolved, repeated slashes merged, a trailing slash kept. The
+// proxy uses it too, so a route decision and its bypass checks see one path.
+func CleanPath(p string) string {
 	if p == "" {
 		return "/"
 	}

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"net/url"
-	pathpkg "path"
 	"strings"
 
 	"github.com/idemgate/idemgate/policy"
@@ -54,7 +53,7 @@ func ambiguity(pol *policy.Policy, r *http.Request, route *policy.Route) string 
 	if r.URL == nil || r.Method == http.MethodConnect {
 		return ""
 	}
-	decoded := cleanPath(strings.ReplaceAll(r.URL.Path, `\`, "/"))
+	decoded := policy.CleanPath(strings.ReplaceAll(r.URL.Path, `\`, "/"))
 	// RawPath is set exactly when the path was sent with escapes that
 	// differ from the default encoding: %2F, %2E, %5C, an escaped letter.
 	if r.URL.RawPath != "" || strings.Contains(r.URL.Path, `\`) {
@@ -92,18 +91,3 @@ func variant(r *http.Request, method string, u *url.URL) *http.Request {
 	return v
 }
 
-// cleanPath mirrors net/http's ServeMux: rooted, dot segments resolved,
-// repeated slashes merged, trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := pathpkg.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
