@@ -90,4 +90,3 @@ func variant(r *http.Request, method string, u *url.URL) *http.Request {
 	}
 	return v
 }
-
