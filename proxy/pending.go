@@ -37,7 +37,10 @@ type pendingCompletion struct {
 type pending struct {
 	mu   sync.Mutex
 	byID map[string]*pendingCompletion
-	wg   sync.WaitGroup
+	// count mirrors len(byID) so the request path skips the lock (and the
+	// key it would build) while nothing is pending, which is nearly always.
+	count atomic.Int64
+	wg    sync.WaitGroup
 	// failing is set (unix nanoseconds) by a store failure and cleared by the
 	// next successful claim, which sets recovered.
 	failing   atomic.Int64
@@ -70,6 +73,9 @@ func (p *Proxy) holdTakeover(route *policy.Route) bool {
 // claimed again on this instance. It returns the store's error when the
 // store is still unreachable (the caller fails closed).
 func (p *Proxy) recordPending(ctx context.Context, id store.Identity) error {
+	if p.pending.count.Load() == 0 {
+		return nil
+	}
 	key := waitKey(id)
 	p.pending.mu.Lock()
 	pc := p.pending.byID[key]
@@ -96,6 +102,7 @@ func (p *Proxy) forgetPending(key string, pc *pendingCompletion) {
 	defer p.pending.mu.Unlock()
 	if p.pending.byID[key] == pc {
 		delete(p.pending.byID, key)
+		p.pending.count.Add(-1)
 		close(pc.done)
 	}
 }
@@ -108,6 +115,11 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 	p.pending.mu.Lock()
 	if p.pending.byID == nil {
 		p.pending.byID = make(map[string]*pendingCompletion)
+	}
+	if old := p.pending.byID[key]; old != nil {
+		close(old.done) // superseded: its claim was taken over by this one
+	} else {
+		p.pending.count.Add(1)
 	}
 	p.pending.byID[key] = pc
 	p.pending.mu.Unlock()
