@@ -50,6 +50,14 @@ type pending struct {
 // noteStoreError remembers that the store just failed.
 func (p *Proxy) noteStoreError() { p.pending.failing.CompareAndSwap(0, time.Now().UnixNano()) }
 
+// NoteStoreFailure tells the proxy that the store may have been
+// unreachable although no request of this instance saw it fail (for
+// example the Valkey store's events subscription was lost). Until the store
+// has answered a claim again and one lease has passed since, this instance
+// answers 409 instead of taking over a claim whose lease ended: its holder
+// may be alive and about to record its response. Safe for concurrent use.
+func (p *Proxy) NoteStoreFailure() { p.noteStoreError() }
+
 // noteStoreOK remembers that the store answered a claim.
 func (p *Proxy) noteStoreOK() {
 	if since := p.pending.failing.Load(); since != 0 && p.pending.failing.CompareAndSwap(since, 0) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,6 +171,56 @@ func TestPendingResponseIsRecordedBeforeTheNextClaim(t *testing.T) {
 	st.down.Store(false)
 	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 || r.header.Get(proxy.ReplayedHeader) != "true" {
 		t.Fatalf("retry = %d %v, want a replay", r.status, r.header)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times, want 1", n)
+	}
+}
+
+// TestNoteStoreFailureHoldsTakeover: an instance that sent no request during
+// an outage learns of it (the Valkey store reports a lost subscription) and
+// so does not take over a claim whose lease ended meanwhile until the store
+// has answered it for one lease; after that a dead holder's claim is taken
+// over as usual.
+func TestNoteStoreFailureHoldsTakeover(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		created(w, r)
+	}))
+	t.Cleanup(up.Close)
+	target, _ := url.Parse(up.URL)
+	route := baseRoute()
+	route.Lease = 300 * time.Millisecond
+	route.Concurrent = policy.ConcurrentConflict
+	pol, _ := policy.New(route, nil)
+	p, _ := proxy.New(proxy.Options{Upstream: target, Store: mem, Policy: func() *policy.Policy { return pol }})
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	h := &harness{t: t, front: front}
+
+	// The same request, claimed by an instance that then died.
+	r0, _ := http.NewRequest("POST", front.URL+"/v1/orders", strings.NewReader("{}"))
+	r0.Header.Set("Content-Type", "application/json")
+	fp := route.FingerprintOf(r0, []byte("{}"))
+	id := store.Identity{Owner: "h:alice", Route: "default", Key: "k"}
+	if res, err := mem.Claim(context.Background(), store.ClaimParams{Identity: id, Fingerprint: fp, Token: "dead", Lease: route.Lease, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("setup claim: %+v %v", res, err)
+	}
+	p.NoteStoreFailure()
+	time.Sleep(route.Lease + 50*time.Millisecond) // the dead holder's lease ends
+
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 409 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("right after the disruption: %d %s, want 409 with Retry-After, not a takeover", r.status, r.body)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("upstream ran %d times during the hold", n)
+	}
+	time.Sleep(route.Lease + 50*time.Millisecond) // one lease after the store answered
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 || r.header.Get(proxy.ReplayedHeader) != "" {
+		t.Fatalf("after the hold: %d %s, want the takeover's forward", r.status, r.body)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("upstream ran %d times, want 1", n)

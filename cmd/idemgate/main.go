@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -279,7 +280,9 @@ func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {
 }
 
 // openStore builds the configured store driver.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
+// onDisruption is called by the store when it may have been unreachable
+// without any request noticing (see proxy.Proxy.NoteStoreFailure).
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisruption func()) (store.Store, error) {
 	switch cfg.Store.Driver {
 	case config.DriverMemory:
 		log.Warn("using the in-memory store: records are lost on restart and not shared between instances; use store.driver: valkey in production")
@@ -298,6 +301,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store
 			KeyPrefix:      v.KeyPrefix,
 			SentinelMaster: v.SentinelMaster,
 			Logger:         log,
+			OnDisruption:   onDisruption,
 		})
 	case config.DriverBolt:
 		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
@@ -335,7 +339,13 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	}()
 	propagator := tracing.Propagator()
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	st, err := openStore(openCtx, cfg, log)
+	// The store exists before the proxy it reports disruptions to.
+	var gate atomic.Pointer[proxy.Proxy]
+	st, err := openStore(openCtx, cfg, log, func() {
+		if p := gate.Load(); p != nil {
+			p.NoteStoreFailure()
+		}
+	})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("opening the %s store: %w", cfg.Store.Driver, err)
@@ -379,6 +389,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	if err != nil {
 		return err
 	}
+	gate.Store(p)
 	srv := &http.Server{
 		Handler:           tracing.Handler(p, tp, propagator),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,

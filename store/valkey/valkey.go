@@ -89,6 +89,12 @@ type Options struct {
 	// Logger receives subscription losses and re-subscriptions; nil
 	// discards them.
 	Logger *slog.Logger
+	// OnDisruption, when set, is called from the subscription goroutine
+	// (it must not block) each time the events subscription is lost or
+	// re-established after a reconnection: the server may have been
+	// unreachable, even for a process that sent no command meanwhile. The proxy uses it to hold lease takeovers back
+	// after an outage (proxy.Proxy.NoteStoreFailure).
+	OnDisruption func()
 }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
@@ -101,10 +107,11 @@ type Options struct {
 // running records, and Complete/Release/Delete PUBLISH the record key on
 // KeyPrefix + "events".
 type Store struct {
-	client  valkey.Client
-	prefix  string
-	channel string
-	log     *slog.Logger
+	client       valkey.Client
+	prefix       string
+	channel      string
+	log          *slog.Logger
+	onDisruption func()
 
 	claim, complete, release, extend, del, get *valkey.Lua
 
@@ -164,10 +171,11 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, unavailable("connect", err)
 	}
 	s := &Store{
-		client:  client,
-		prefix:  opts.KeyPrefix,
-		channel: opts.KeyPrefix + "events",
-		log:     log,
+		client:       client,
+		prefix:       opts.KeyPrefix,
+		channel:      opts.KeyPrefix + "events",
+		log:          log,
+		onDisruption: opts.OnDisruption,
 		// Claim is safe to retry: a claim whose record already holds its
 		// token answers Claimed again. Extend only moves the lease forward.
 		// Complete, Release and Delete would answer false on a retry after
@@ -578,7 +586,12 @@ func (s *Store) subscribe(ctx context.Context, ready chan struct{}) {
 			if sub.Kind != "subscribe" || sub.Channel != s.channel {
 				return
 			}
-			subscribed.Store(true)
+			// valkey-go re-subscribes by itself after a reconnection, so a
+			// second confirmation in one Receive is the other sign of an
+			// outage.
+			if subscribed.Swap(true) && s.onDisruption != nil {
+				s.onDisruption()
+			}
 			s.wakeAll()
 			readyOnce.Do(func() { close(ready) })
 		})
@@ -589,6 +602,9 @@ func (s *Store) subscribe(ctx context.Context, ready chan struct{}) {
 			return
 		}
 		s.log.Warn("valkey store: events subscription lost; re-subscribing", "channel", s.channel, "err", err)
+		if s.onDisruption != nil {
+			s.onDisruption()
+		}
 		s.wakeAll()
 		if subscribed.Load() {
 			delay = 50 * time.Millisecond

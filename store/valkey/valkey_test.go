@@ -378,7 +378,15 @@ func TestNewUnreachable(t *testing.T) {
 func TestRestartResubscribes(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.WithAOF())
 	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}
-	s := newStore(t, opts)
+	disrupted := make(chan struct{}, 1)
+	sOpts := opts
+	sOpts.OnDisruption = func() {
+		select {
+		case disrupted <- struct{}{}:
+		default:
+		}
+	}
+	s := newStore(t, sOpts)
 	peer := newStore(t, opts)
 	waiting, stop := s.Watch(store.Identity{Key: "waiting"})
 	defer stop()
@@ -387,6 +395,13 @@ func TestRestartResubscribes(t *testing.T) {
 	case <-waiting:
 	case <-time.After(10 * time.Second):
 		t.Fatal("watcher not woken after the server restarted")
+	}
+	// The store sent no command during the restart, yet it reports the
+	// disruption: the proxy holds takeovers back on it.
+	select {
+	case <-disrupted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnDisruption not called after the server restarted")
 	}
 	notificationsFlow(t, s, peer)
 }
