@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -30,13 +29,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	// cancel the upstream call, so its result is recorded for the retry.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
+	// stopHeartbeat is idempotent: every path below stops it before it
+	// answers; the defer covers a panic.
 	stopHeartbeat := p.heartbeat(ex, token)
-	heartbeatStopped := false
-	defer func() {
-		if !heartbeatStopped {
-			stopHeartbeat()
-		}
-	}()
+	defer stopHeartbeat()
 
 	var connected atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -48,7 +44,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
-		heartbeatStopped = true
 		if !connected.Load() && ctx.Err() == nil {
 			// No connection was made, so no byte reached the upstream: the
 			// key is free again.
@@ -64,7 +59,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if !route.Replayable(resp.StatusCode) {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
-		heartbeatStopped = true
 		p.release(r, ex, token)
 		p.copyResponse(w, resp, nil)
 		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
@@ -79,7 +73,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		// cut short: it may have acted, so never store it as success and
 		// never free the key at once.
 		stopHeartbeat()
-		heartbeatStopped = true
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
@@ -88,24 +81,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		stored = store.Response{Status: resp.StatusCode, Omitted: true}
 	}
 	stopHeartbeat()
-	heartbeatStopped = true
 	p.complete(r, ex, token, stored)
-	heartbeatStopped = true
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
 			"route", route.Name, "key_hash", keyHash(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
 		p.copyResponse(w, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
-		h := w.Header()
-		for name, values := range stored.Header {
-			h[name] = values
-		}
-		h.Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(resp.StatusCode)
-		if r.Method != http.MethodHead {
-			_, _ = w.Write(body)
-		}
+		writeStored(w, r, &stored, false)
 	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.done(r, ex)
@@ -130,9 +113,14 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 		return
 	}
 	if !ok {
-		p.log.Warn("claim lost before completion; response not recorded",
-			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+		p.logClaimLost(ex.id)
 	}
+}
+
+// logClaimLost logs a Complete that found the record no longer held by its
+// token (taken over, or purged by an operator).
+func (p *Proxy) logClaimLost(id store.Identity) {
+	p.log.Warn("claim lost before completion; response not recorded", "route", id.Route, "key_hash", keyHash(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {

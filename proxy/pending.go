@@ -99,7 +99,7 @@ func (p *Proxy) recordPending(ctx context.Context, id store.Identity) error {
 		return fmt.Errorf("recording a pending response: %w", err)
 	}
 	if !ok {
-		p.log.Warn("claim lost before completion; response not recorded", "route", id.Route, "key_hash", keyHash(id.Key))
+		p.logClaimLost(id)
 	}
 	p.forgetPending(key, pc)
 	return nil
@@ -149,8 +149,7 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 			cancel()
 			if err == nil {
 				if !ok {
-					p.log.Warn("claim lost before completion; response not recorded",
-						"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+					p.logClaimLost(ex.id)
 				} else {
 					p.log.Info("recorded a response after a store outage", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
 				}

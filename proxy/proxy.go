@@ -426,20 +426,30 @@ func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, res
 			fmt.Sprintf("the original request was processed (status %d) but its response exceeded max_response_bytes and was not stored; it will not be forwarded again", resp.Status)))
 		return
 	}
+	writeStored(w, r, resp, true)
+	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
+	p.done(r, ex)
+}
+
+// writeStored writes a stored response: its headers as stored, the replay
+// marker when replayed, Content-Length from the body, and the body unless
+// the request is HEAD. The original answer and every replay go through it,
+// so they differ only by the marker.
+func writeStored(w http.ResponseWriter, r *http.Request, resp *store.Response, replayed bool) {
 	h := w.Header()
 	for name, values := range resp.Header {
-		// The store hands out its own copy of the record, so the values
-		// need no second copy.
+		// resp.Header is this request's own copy (filtered from the
+		// upstream's, or handed out by the store), so no second copy.
 		h[name] = values
 	}
-	h.Set(ReplayedHeader, "true")
+	if replayed {
+		h.Set(ReplayedHeader, "true")
+	}
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
-	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
-	p.done(r, ex)
 }
 
 // fail answers with a problem and logs the request.
