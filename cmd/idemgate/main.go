@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -202,37 +201,15 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 // loadConfig reads the file (or the built-in defaults), applies flag
 // overrides and validates the result.
 func loadConfig(f serveFlags) (*config.Config, error) {
-	var cfg *config.Config
-	if f.config != "" {
-		c, err := config.Load(f.config, os.Environ())
-		if err != nil && f.upstream == "" {
-			return nil, err
-		}
-		if err != nil {
-			// The file may lack upstream.url that the flag provides: load
-			// again once the flag is in the environment.
-			c, err = config.Load(f.config, append(os.Environ(), "IDEMGATE_UPSTREAM_URL="+f.upstream))
-			if err != nil {
-				return nil, err
-			}
-		}
-		cfg = c
-	} else {
-		c, err := config.Load("", os.Environ())
-		if err != nil {
-			if f.upstream == "" {
-				return nil, err
-			}
-			c = config.Default()
-		}
-		cfg = c
-	}
+	environ := os.Environ()
 	if f.upstream != "" {
-		u, err := url.Parse(f.upstream)
-		if err != nil {
-			return nil, fmt.Errorf("--upstream: %w", err)
-		}
-		cfg.Upstream.URL = u
+		// Through the environment, so a file without upstream.url loads and
+		// the flag is checked like the key it overrides.
+		environ = append(environ, config.EnvName("upstream.url")+"="+f.upstream)
+	}
+	cfg, err := config.Load(f.config, environ)
+	if err != nil {
+		return nil, err
 	}
 	if f.listen != "" {
 		cfg.Listen = f.listen
