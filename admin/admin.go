@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -32,8 +33,8 @@ const ReadyTimeout = time.Second
 const StoreTimeout = 3 * time.Second
 
 // ProblemBase is the prefix of every problem type URI the admin listener
-// answers with; the suffix names the case and never changes once published.
-const ProblemBase = "https://idemgate.dev/problems/"
+// answers with (problem.Base).
+const ProblemBase = problem.Base
 
 // Options configures the admin handler. Every field is optional except that
 // /readyz reports not ready without Store or Policy, /metrics answers 404
@@ -454,18 +455,6 @@ func shortDigest(s string) string {
 }
 
 // problem is an RFC 9457 section 3 problem details object.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-}
-
 func writeProblem(w http.ResponseWriter, status int, kind, title, detail string) {
-	body, _ := json.Marshal(problem{Type: ProblemBase + kind, Title: title, Status: status, Detail: detail})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	problem.Write(w, problem.New(kind, status, title, detail))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -267,12 +268,12 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
 	p.log.Warn("passthrough upstream exchange failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	if errors.Is(err, context.DeadlineExceeded) {
-		writeProblem(w, probUpstreamTimeout.with("the upstream did not answer in time"))
+		problem.Write(w, probUpstreamTimeout.with("the upstream did not answer in time"))
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(499) // client went away; nobody reads this
 		return
 	}
-	writeProblem(w, probUpstreamUnreached.with("the upstream exchange failed"))
+	problem.Write(w, probUpstreamUnreached.with("the upstream exchange failed"))
 }

@@ -1,26 +1,17 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
-// ProblemBase is the prefix of every problem type URI idemgate produces; the
-// suffix names the case and never changes once released.
-const ProblemBase = "https://idemgate.dev/problems/"
+// ProblemBase is the prefix of every problem type URI (problem.Base).
+const ProblemBase = problem.Base
 
 // Problem is an RFC 9457 problem details object, the body of every error
-// response idemgate itself produces (media type application/problem+json).
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	// RetryAfter, in whole seconds, is sent as the Retry-After field when > 0
-	// (RFC 9110 section 10.2.3); it is not part of the JSON body.
-	RetryAfter int `json:"-"`
-}
+// response the proxy produces (problem.Details).
+type Problem = problem.Details
 
 // problemKind is one documented case: its type suffix, status and title.
 type problemKind struct {
@@ -48,24 +39,5 @@ var (
 )
 
 func (k problemKind) with(detail string) Problem {
-	return Problem{Type: ProblemBase + k.slug, Title: k.title, Status: k.status, Detail: detail}
-}
-
-// writeProblem writes p as application/problem+json. The body is built
-// without user-controlled HTML so it is safe to show anywhere.
-func writeProblem(w http.ResponseWriter, p Problem) {
-	body, err := json.Marshal(p)
-	if err != nil { // cannot happen for these field types
-		body = []byte(`{"title":"internal error","status":500}`)
-		p.Status = http.StatusInternalServerError
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
-	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(body)
+	return problem.New(k.slug, k.status, k.title, detail)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -454,7 +455,7 @@ func writeStored(w http.ResponseWriter, r *http.Request, resp *store.Response, r
 
 // fail answers with a problem and logs the request.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, outcome string, pr Problem) {
-	writeProblem(w, pr)
+	problem.Write(w, pr)
 	ex.outcome, ex.status = outcome, pr.Status
 	p.done(r, ex)
 }
