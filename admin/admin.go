@@ -225,7 +225,7 @@ func (h *handler) adminNotFound(w http.ResponseWriter, r *http.Request) {
 // omitted rather than sent as zero values so an operator can tell "no
 // response yet" from "status 0".
 type recordView struct {
-	Route               string  `json:"route"`
+	Scope               string  `json:"scope"`
 	Owner               string  `json:"owner"`
 	Key                 string  `json:"key"`
 	State               string  `json:"state"`
@@ -266,7 +266,7 @@ func headerBytes(h http.Header) int {
 
 func viewOf(rec *store.Record) recordView {
 	v := recordView{
-		Route:        rec.Identity.Route,
+		Scope:        rec.Identity.Scope,
 		Owner:        rec.Identity.Owner,
 		Key:          rec.Identity.Key,
 		State:        rec.State.String(),
@@ -354,7 +354,17 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		// matches the stored owner.
 		owner = policy.AuthorizationOwner(raw)
 	}
-	return store.Identity{Owner: owner, Route: route.Name, Key: key}, true
+	return store.Identity{Owner: owner, Scope: route.Scope, Key: key}, true
+}
+
+// v1Identity is where a build before layout 2 kept the record of id for
+// route (scoped by the route's name; docs/protocol.md, "Layout versions"),
+// or false when that is id itself.
+func v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
+	if id.Scope == routeName {
+		return id, false
+	}
+	return store.Identity{Owner: id.Owner, Scope: routeName, Key: id.Key}, true
 }
 
 func (h *handler) records(w http.ResponseWriter, r *http.Request) {
@@ -373,18 +383,24 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := h.opts.Store.Get(ctx, id)
+	if err == nil && rec == nil {
+		// Records written before layout 2 sit under the route's name.
+		if old, ok := v1Identity(id, r.URL.Query().Get("route")); ok {
+			rec, err = h.opts.Store.Get(ctx, old)
+		}
+	}
 	if err != nil {
 		h.storeError(w, "get", id, err)
 		return
 	}
 	if rec == nil {
 		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
-			fmt.Sprintf("no idempotency record for that owner and key on route %q", id.Route))
+			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route")))
 		return
 	}
 	body, err := json.Marshal(viewOf(rec))
 	if err != nil {
-		h.log.Error("admin record encoding failed", "route", id.Route, "err", err)
+		h.log.Error("admin record encoding failed", "scope", id.Scope, "err", err)
 		writeProblem(w, http.StatusInternalServerError, "admin-internal", "Internal Error", "the record could not be encoded")
 		return
 	}
@@ -395,14 +411,22 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Request, id store.Identity) {
 	force := r.URL.Query().Get("force") == "true"
 	state := store.Absent
+	ids := []store.Identity{id}
+	if old, ok := v1Identity(id, r.URL.Query().Get("route")); ok {
+		// A layout 1 record of the same operation would otherwise answer
+		// the next retry (proxy v1_lookup) after the purge.
+		ids = append(ids, old)
+	}
 	if !force {
-		rec, err := h.opts.Store.Get(ctx, id)
-		if err != nil {
-			h.storeError(w, "get", id, err)
-			return
-		}
-		if rec != nil {
-			state = rec.State
+		for _, id := range ids {
+			rec, err := h.opts.Store.Get(ctx, id)
+			if err != nil {
+				h.storeError(w, "get", id, err)
+				return
+			}
+			if rec != nil && state != store.Running {
+				state = rec.State
+			}
 		}
 		if state == store.Running {
 			// Purging a record whose holder is alive lets the next retry
@@ -411,25 +435,29 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			// Get then Delete is not atomic: a record seen completed or
 			// abandoned can be re-claimed in between; the store has no
 			// conditional delete to close that window.
-			h.log.Warn("admin purge refused: record running", "route", id.Route,
+			h.log.Warn("admin purge refused: record running", "route", r.URL.Query().Get("route"), "scope", id.Scope,
 				"owner_sha256", shortDigest(id.Owner), "key_sha256", shortDigest(id.Key), "remote", r.RemoteAddr)
 			writeProblem(w, http.StatusConflict, "admin-record-running", "Record Running",
 				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true")
 			return
 		}
 	}
-	existed, err := h.opts.Store.Delete(ctx, id)
-	if err != nil {
-		h.storeError(w, "delete", id, err)
-		return
+	existed := false
+	for _, id := range ids {
+		ok, err := h.opts.Store.Delete(ctx, id)
+		if err != nil {
+			h.storeError(w, "delete", id, err)
+			return
+		}
+		existed = existed || ok
 	}
 	// Audit line: the raw key and owner may be secrets or personal data, so
 	// only short digests identify the record.
-	h.log.Info("admin purge", "route", id.Route, "owner_sha256", shortDigest(id.Owner),
+	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_sha256", shortDigest(id.Owner),
 		"key_sha256", shortDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
 		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
-			fmt.Sprintf("no idempotency record for that owner and key on route %q", id.Route))
+			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route")))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -438,7 +466,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // storeError fails closed: a store failure is reported as such, never as an
 // absent record.
 func (h *handler) storeError(w http.ResponseWriter, op string, id store.Identity, err error) {
-	h.log.Error("admin store operation failed", "op", op, "route", id.Route, "key_sha256", shortDigest(id.Key), "err", err)
+	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_sha256", shortDigest(id.Key), "err", err)
 	if errors.Is(err, store.ErrUnavailable) {
 		writeProblem(w, http.StatusServiceUnavailable, "store-unavailable", "Store Unavailable",
 			"the idempotency store could not be reached")

@@ -381,7 +381,7 @@ func TestAdminAuth(t *testing.T) {
 
 func TestAdminDisabledWithoutToken(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.Token = "" })
-	f.claim(t, store.Identity{Owner: "h:alice", Route: "orders", Key: "k1"}, "fp", "t", time.Minute, time.Hour)
+	f.claim(t, store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}, "fp", "t", time.Minute, time.Hour)
 	target := recordsURL("route", "orders", "owner", "h:alice", "key", "k1")
 	for _, h := range []http.Header{nil, {"Authorization": {"Bearer "}}, {"Authorization": {"Bearer x"}}} {
 		for _, m := range []string{http.MethodGet, http.MethodDelete} {
@@ -391,7 +391,7 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 			}
 		}
 	}
-	if rec, _ := f.store.Get(context.Background(), store.Identity{Owner: "h:alice", Route: "orders", Key: "k1"}); rec == nil {
+	if rec, _ := f.store.Get(context.Background(), store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}); rec == nil {
 		t.Fatal("record deleted through a disabled admin API")
 	}
 	// The rest of the listener keeps working.
@@ -435,14 +435,14 @@ func TestRecordsBadRequests(t *testing.T) {
 
 func TestRecordsInspect(t *testing.T) {
 	f := newFixture(t, nil)
-	running := store.Identity{Owner: "h:alice", Route: "orders", Key: "order-1"}
+	running := store.Identity{Owner: "h:alice", Scope: "orders", Key: "order-1"}
 	const holderToken = "secret-holder-token"
 	f.claim(t, running, "hs1:running", holderToken, 30*time.Second, 24*time.Hour)
-	stale := store.Identity{Owner: "h:alice", Route: "orders", Key: "stale"}
+	stale := store.Identity{Owner: "h:alice", Scope: "orders", Key: "stale"}
 	f.claim(t, stale, "hs1:stale", "t-stale", time.Second, 24*time.Hour)
-	completed := store.Identity{Owner: userTokenOwner, Route: "payments", Key: "pay 1/é"}
+	completed := store.Identity{Owner: userTokenOwner, Scope: "payments", Key: "pay 1/é"}
 	f.claim(t, completed, "hs1:done", "t-done", 30*time.Second, 24*time.Hour)
-	global := store.Identity{Owner: "", Route: "default", Key: "g"}
+	global := store.Identity{Owner: "", Scope: "default", Key: "g"}
 	f.claim(t, global, "hs1:big", "t-big", 30*time.Second, 0)
 	f.clock.Advance(1500 * time.Millisecond)
 	f.complete(t, completed, "t-done", store.Response{
@@ -483,20 +483,20 @@ func TestRecordsInspect(t *testing.T) {
 	}
 
 	want(get(recordsURL("route", "orders", "owner", "h:alice", "key", "order-1")), map[string]any{
-		"route": "orders", "owner": "h:alice", "key": "order-1", "state": "running",
+		"scope": "orders", "owner": "h:alice", "key": "order-1", "state": "running",
 		"fingerprint": "hs1:running", "created_at": "2026-03-01T12:00:00.125Z", "lease_end": "2026-03-01T12:00:30.125Z",
 		"retention_end": "2026-03-02T12:00:00.125Z",
 	})
 	// Running past its lease end: the holder is presumed dead.
 	want(get(recordsURL("route", "orders", "owner", "h:alice", "key", "stale")), map[string]any{
-		"route": "orders", "owner": "h:alice", "key": "stale", "state": "abandoned",
+		"scope": "orders", "owner": "h:alice", "key": "stale", "state": "abandoned",
 		"fingerprint": "hs1:stale", "created_at": "2026-03-01T12:00:00.125Z", "lease_end": "2026-03-01T12:00:01.125Z",
 		"retention_end": "2026-03-02T12:00:00.125Z",
 	})
 	// The operator gives the raw Authorization value; the handler derives the
 	// owner.
 	wantCompleted := map[string]any{
-		"route": "payments", "owner": userTokenOwner, "key": "pay 1/é", "state": "completed",
+		"scope": "payments", "owner": userTokenOwner, "key": "pay 1/é", "state": "completed",
 		"fingerprint": "hs1:done", "status": float64(201),
 		"response_header_bytes": float64(len("Content-Type: application/json\r\n") + len("Set-Cookie: a=1\r\n") + len("Set-Cookie: b=2\r\n")),
 		"response_body_bytes":   float64(8), "omitted": false,
@@ -506,7 +506,7 @@ func TestRecordsInspect(t *testing.T) {
 	want(get(recordsURL("route", "payments", "owner", userTokenOwner, "key", "pay 1/é")), wantCompleted)
 	// owner= present but empty is the global scope, not a missing parameter.
 	want(get("/admin/records?route=default&owner=&key=g"), map[string]any{
-		"route": "default", "owner": "", "key": "g", "state": "completed", "fingerprint": "hs1:big",
+		"scope": "default", "owner": "", "key": "g", "state": "completed", "fingerprint": "hs1:big",
 		"status": float64(200), "response_header_bytes": float64(0), "response_body_bytes": float64(0), "omitted": true,
 		"created_at": "2026-03-01T12:00:00.125Z", "stored_at": "2026-03-01T12:00:01.625Z",
 	})
@@ -533,9 +533,9 @@ func TestRecordsInspect(t *testing.T) {
 
 func TestRecordsPurge(t *testing.T) {
 	f := newFixture(t, nil)
-	id := store.Identity{Owner: "h:alice", Route: "orders", Key: "very-secret-key"}
+	id := store.Identity{Owner: "h:alice", Scope: "orders", Key: "very-secret-key"}
 	f.claim(t, id, "fp", "t", time.Minute, time.Hour)
-	other := store.Identity{Owner: "h:bob", Route: "orders", Key: "very-secret-key"}
+	other := store.Identity{Owner: "h:bob", Scope: "orders", Key: "very-secret-key"}
 	f.claim(t, other, "fp", "t-bob", time.Minute, time.Hour)
 	changed, stop := f.store.Watch(id)
 	defer stop()

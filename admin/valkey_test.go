@@ -36,7 +36,7 @@ func TestWithValkey(t *testing.T) {
 		t.Fatalf("/readyz with Valkey up = %d, want 200", code)
 	}
 
-	id := store.Identity{Owner: "h:alice", Route: "orders", Key: "order-7"}
+	id := store.Identity{Owner: "h:alice", Scope: "orders", Key: "order-7"}
 	if res, err := st.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "hs1:x", Token: "tok", Lease: 10 * time.Second, Retention: time.Hour}); err != nil || res.State != store.Claimed {
 		t.Fatalf("Claim = %v, %v", res.State, err)
 	}

@@ -77,6 +77,13 @@ type StoreConfig struct {
 	Valkey ValkeyConfig
 	// Bolt configures the bolt driver.
 	Bolt BoltConfig
+	// V1Lookup (store.v1_lookup, default true) makes a new key also look
+	// for a record written before layout 2, which scoped records by route
+	// name (docs/protocol.md, "Layout versions"): one more store read per
+	// fresh key, so that operations completed before an upgrade keep
+	// replaying. Set it false once the longest retention has passed since
+	// the upgrade, or on a store that never held layout 1 records.
+	V1Lookup bool
 }
 
 // ValkeyConfig is the `store.valkey:` section.
@@ -169,9 +176,10 @@ func Default() *Config {
 		Upstream: UpstreamConfig{Timeout: 60 * time.Second},
 		Admin:    AdminConfig{Listen: "127.0.0.1:9090"},
 		Store: StoreConfig{
-			Driver: DriverMemory,
-			Valkey: ValkeyConfig{KeyPrefix: "idemgate:"},
-			Bolt:   BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
+			Driver:   DriverMemory,
+			V1Lookup: true,
+			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:"},
+			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 		},
 		Log: LogConfig{Format: "text", Level: "info"},
 		Server: ServerConfig{

@@ -30,7 +30,7 @@ var envKeys = []string{
 	"store.driver",
 	"store.valkey.addrs", "store.valkey.username", "store.valkey.password",
 	"store.valkey.tls", "store.valkey.key_prefix", "store.valkey.sentinel_master",
-	"store.bolt.path",
+	"store.bolt.path", "store.v1_lookup",
 	"log.format", "log.level",
 	"server.read_header_timeout", "server.read_timeout", "server.write_timeout",
 	"server.idle_timeout", "server.shutdown_timeout", "server.max_header_bytes",
@@ -233,6 +233,7 @@ type rawConfig struct {
 		Bolt struct {
 			Path *string `mapstructure:"path"`
 		} `mapstructure:"bolt"`
+		V1Lookup *bool `mapstructure:"v1_lookup"`
 	} `mapstructure:"store"`
 	Log struct {
 		Format *string `mapstructure:"format"`
@@ -266,6 +267,7 @@ type rawRoute struct {
 
 type rawSettings struct {
 	Mode             *string         `mapstructure:"mode"`
+	Scope            *string         `mapstructure:"scope"`
 	Header           *string         `mapstructure:"header"`
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
@@ -366,6 +368,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	b.str(&c.Store.Valkey.KeyPrefix, raw.Store.Valkey.KeyPrefix)
 	b.str(&c.Store.Valkey.SentinelMaster, raw.Store.Valkey.SentinelMaster)
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
+	if v := raw.Store.V1Lookup; v != nil {
+		c.Store.V1Lookup = *v
+	}
 	b.str(&c.Log.Format, raw.Log.Format)
 	b.str(&c.Log.Level, raw.Log.Level)
 	s := raw.Server
@@ -439,6 +444,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	if s.Mode != nil {
 		r.Mode = policy.Mode(*s.Mode)
 	}
+	b.str(&r.Scope, s.Scope)
 	b.str(&r.Header, s.Header)
 	if s.Methods != nil {
 		r.Methods = append([]string(nil), (*s.Methods)...)
@@ -510,6 +516,7 @@ func (s *rawSettings) setFields() map[string]bool {
 		}
 	}
 	add("mode", s.Mode != nil)
+	add("scope", s.Scope != nil)
 	add("header", s.Header != nil)
 	add("methods", s.Methods != nil)
 	add("required", s.Required != nil)

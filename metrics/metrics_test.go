@@ -93,7 +93,7 @@ func TestInstrumentedStoreTimesOperations(t *testing.T) {
 	defer mem.Close()
 	s := metrics.InstrumentStore(brokenStore{mem}, m)
 	ctx := context.Background()
-	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "k"}
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "f", Token: "t", Lease: time.Second}); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,10 @@ type routeHandler struct{ route *Route }
 // ServeHTTP is never called: the mux is only asked which handler matches.
 func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-var routeNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+var (
+	routeNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+	scopeRE     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+)
 
 // New compiles a Policy from the defaults route and the routes in file
 // order. Each route must already carry its effective settings (defaults
@@ -273,6 +276,12 @@ func normalize(r *Route, path string) []error {
 	default:
 		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
 	}
+	r.recipe = r.Fingerprint.Recipe()
+	if r.Scope == "" {
+		r.Scope = DefaultScope
+	} else if !scopeRE.MatchString(r.Scope) {
+		bad("scope", "%q must match ^[a-z0-9-]{1,64}$", r.Scope)
+	}
 	// The stores keep leases and retentions in whole milliseconds: a shorter
 	// lease fails every Claim, and a shorter retention would become 0,
 	// which keeps records forever.
@@ -440,6 +449,7 @@ func DefaultRoute() Route {
 	return Route{
 		Name:             DefaultRouteName,
 		Mode:             ModeEnforce,
+		Scope:            DefaultScope,
 		Header:           "Idempotency-Key",
 		Methods:          []string{http.MethodPost, http.MethodPatch},
 		Owner:            OwnerSource{Kind: OwnerAuthorization},

@@ -28,6 +28,7 @@ func (r *Route) describe(w *bufio.Writer) {
 	fmt.Fprintf(w, "- name: %s\n", strconv.Quote(r.Name))
 	kv("match", strconv.Quote(r.Match))
 	kv("mode", string(r.Mode))
+	kv("scope", strconv.Quote(r.Scope))
 	kv("header", r.Header)
 	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
 	kv("required", strconv.FormatBool(r.Required))
@@ -35,6 +36,7 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
 	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s}\n",
 		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body)
+	kv("fingerprint_recipe", strconv.Quote(r.Recipe())+" # recorded with each key: a retry is compared by its record's recipe")
 	kv("lease", r.Lease.String())
 	if r.Retention == 0 {
 		kv("retention", "0s # completed records are kept forever")

@@ -93,19 +93,27 @@ func FingerprintEncoding(in FingerprintInput) []byte {
 // FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
 // per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
 func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
+	return r.Fingerprint.Of(req, body)
+}
+
+// Of returns the hs1 fingerprint of req with the given body bytes under s;
+// the byte layout is frozen in docs/protocol.md. The proxy calls it with a
+// record's recorded recipe (ParseRecipe) to compare a retry the way its
+// first request was fingerprinted.
+func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 	in := FingerprintInput{
 		Method:       req.Method,
-		IncludeQuery: r.Fingerprint.Query,
-		BodyMode:     r.Fingerprint.Body,
+		IncludeQuery: s.Query,
+		BodyMode:     s.Body,
 		Body:         body,
 	}
 	if req.URL != nil {
 		in.Path = req.URL.EscapedPath()
 		in.Query = req.URL.RawQuery
 	}
-	if len(r.Fingerprint.Headers) > 0 {
-		in.Headers = make([]FingerprintHeader, len(r.Fingerprint.Headers))
-		for i, name := range r.Fingerprint.Headers {
+	if len(s.Headers) > 0 {
+		in.Headers = make([]FingerprintHeader, len(s.Headers))
+		for i, name := range s.Headers {
 			in.Headers[i] = FingerprintHeader{Name: name, Values: req.Header.Values(name)}
 			if name == "host" && req.Host != "" {
 				// net/http moves the Host field out of Header; without this

@@ -82,8 +82,13 @@ type StatusRange struct{ Min, Max int }
 
 // Route is the effective policy of one route (defaults already merged in).
 type Route struct {
-	Name             string
-	Match            string // net/http ServeMux pattern; "" for the defaults route
+	Name  string
+	Match string // net/http ServeMux pattern; "" for the defaults route
+	// Scope is the key scope of the route's records (store.Identity.Scope):
+	// DefaultScope unless the route sets `scope`. Records are found by owner,
+	// scope and key, never by the route's name or match, so a reload that
+	// adds, renames or reorders routes leaves every record reachable.
+	Scope            string
 	Mode             Mode
 	Header           string // canonical name of the idempotency key field
 	Methods          []string
@@ -100,6 +105,23 @@ type Route struct {
 	MaxResponseBytes int64 // bytes
 	OnStoreError     OnStoreError
 	OnAbandoned      OnAbandoned
+
+	// recipe caches Fingerprint.Recipe(), set by New.
+	recipe string
+}
+
+// DefaultScope is the key scope that every route shares unless it sets
+// `scope`: one idempotency key names one operation per owner, whichever
+// route the request matched, and the fingerprint (which covers method and
+// path) tells a reuse on another endpoint apart (422).
+const DefaultScope = "default"
+
+// Recipe returns r.Fingerprint.Recipe(), computed once by New.
+func (r *Route) Recipe() string {
+	if r.recipe == "" {
+		return r.Fingerprint.Recipe()
+	}
+	return r.recipe
 }
 
 // Errors of key and owner extraction; the proxy maps each to a problem type.

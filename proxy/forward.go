@@ -121,7 +121,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 // logClaimLost logs a Complete that found the record no longer held by its
 // token (taken over, or purged by an operator).
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "route", id.Route, "key_hash", keyHash(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "route", id.Scope, "key_hash", keyHash(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {

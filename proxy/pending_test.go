@@ -205,7 +205,7 @@ func TestNoteStoreFailureHoldsTakeover(t *testing.T) {
 	r0, _ := http.NewRequest("POST", front.URL+"/v1/orders", strings.NewReader("{}"))
 	r0.Header.Set("Content-Type", "application/json")
 	fp := route.FingerprintOf(r0, []byte("{}"))
-	id := store.Identity{Owner: "h:alice", Route: "default", Key: "k"}
+	id := store.Identity{Owner: "h:alice", Scope: "default", Key: "k"}
 	if res, err := mem.Claim(context.Background(), store.ClaimParams{Identity: id, Fingerprint: fp, Token: "dead", Lease: route.Lease, Retention: time.Hour}); err != nil || res.State != store.Claimed {
 		t.Fatalf("setup claim: %+v %v", res, err)
 	}

@@ -58,6 +58,12 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// NewToken returns a unique claim token; nil means 128 random bits in hex.
 	NewToken func() string
+	// V1Lookup makes a new key look for a record of layout 1, which was
+	// scoped by route name (docs/protocol.md, "Layout versions"), before
+	// the request is forwarded: one more store read per fresh key, so that
+	// operations completed before an upgrade still replay. Turn it off once
+	// the longest retention has passed since the upgrade.
+	V1Lookup bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -72,6 +78,7 @@ type Proxy struct {
 	log          *slog.Logger
 	m            *metrics.Metrics
 	newToken     func() string
+	v1Lookup     bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
 	pending      pending
@@ -99,6 +106,7 @@ func New(opts Options) (*Proxy, error) {
 		log:          opts.Logger,
 		m:            opts.Metrics,
 		newToken:     opts.NewToken,
+		v1Lookup:     opts.V1Lookup,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -159,6 +167,7 @@ type exchange struct {
 	route   *policy.Route
 	id      store.Identity
 	fp      string
+	recipe  string // how fp was computed: the route's recipe, or the record's
 	body    []byte
 	outcome string
 	status  int
@@ -201,7 +210,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"the request carries an idempotency key but no owner ("+string(route.Owner.Kind)+"); keys are scoped per owner"))
 		return
 	}
-	ex.id = store.Identity{Owner: owner, Route: route.Name, Key: key}
+	ex.id = store.Identity{Owner: owner, Scope: route.Scope, Key: key}
 	if r.ContentLength > route.MaxRequestBytes {
 		// Rejected before the body is read, so net/http sends no 100 Continue.
 		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
@@ -219,7 +228,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.body = body
-	ex.fp = route.FingerprintOf(r, body)
+	ex.fp, ex.recipe = route.FingerprintOf(r, body), route.Recipe()
 	p.enforce(w, r, ex)
 }
 
@@ -242,6 +251,7 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		res, err := p.store.Claim(ctx, store.ClaimParams{
 			Identity:    ex.id,
 			Fingerprint: ex.fp,
+			Recipe:      ex.recipe,
 			Token:       token,
 			Lease:       route.Lease,
 			Retention:   route.Retention,
@@ -253,6 +263,22 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 		p.noteStoreOK()
+		if res.State != store.Claimed && res.Recipe != "" && res.Recipe != ex.recipe {
+			// The record was fingerprinted under other settings (the route's
+			// fingerprint changed, or another instance runs another config):
+			// compare this request the way the record's first one was.
+			spec, err := policy.ParseRecipe(res.Recipe)
+			if err != nil {
+				p.fail(w, r, ex, metrics.OutcomeMismatch, probMismatch.with(
+					"this idempotency key was recorded by a version of idemgate whose fingerprint this one cannot compute, so it can be neither replayed nor run again"))
+				return
+			}
+			ex.fp, ex.recipe = spec.Of(r, ex.body), res.Recipe
+			if res.State == store.Abandoned && res.Fingerprint == ex.fp {
+				// The store refused the takeover only for the other recipe.
+				continue
+			}
+		}
 		if res.State != store.Claimed && res.Fingerprint != ex.fp {
 			p.fail(w, r, ex, metrics.OutcomeMismatch, probMismatch.with(
 				"this idempotency key was already used for a request with a different method, path, query, headers or body"))
@@ -263,6 +289,13 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			if res.Takeover {
 				p.m.Takeover(route.Name)
 				p.log.Warn("took over an abandoned claim", "route", route.Name, "key_hash", keyHash(ex.id.Key))
+			} else if p.v1Lookup && route.Name != ex.id.Scope {
+				switch p.checkV1(w, r, ex, token, &waitUntil) {
+				case v1Answered:
+					return
+				case v1Retry:
+					continue
+				}
 			}
 			p.forward(w, r, ex, token)
 			return
@@ -285,24 +318,7 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 				p.conflict(w, r, ex, retry)
 				return
 			}
-			if waitUntil.IsZero() {
-				waitUntil = time.Now().Add(route.WaitTimeout)
-			}
-			if !time.Now().Before(waitUntil) {
-				p.conflict(w, r, ex, retry)
-				return
-			}
-			if err := p.waitWhileRunning(r.Context(), ex.id, waitUntil); err != nil {
-				if errors.Is(err, store.ErrUnavailable) {
-					p.storeFailed(w, r, ex, "wait", err)
-					return
-				}
-				if r.Context().Err() != nil {
-					ex.outcome, ex.status = metrics.OutcomeConflict, 499
-					p.done(r, ex)
-					return
-				}
-				p.conflict(w, r, ex, retry)
+			if !p.wait(w, r, ex, ex.id, retry, &waitUntil) {
 				return
 			}
 		default:
@@ -310,6 +326,35 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 	}
+}
+
+// wait waits while the record id (the request's own, or a layout 1
+// record) is running, up to the route's wait_timeout counted from the first
+// wait of this request (*until). It reports whether the caller should claim
+// again; when it returns false the request has been answered (409 after the
+// timeout, 503 when the store failed, nothing when the client left).
+func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, ex *exchange, id store.Identity, retry int, until *time.Time) bool {
+	if until.IsZero() {
+		*until = time.Now().Add(ex.route.WaitTimeout)
+	}
+	if !time.Now().Before(*until) {
+		p.conflict(w, r, ex, retry)
+		return false
+	}
+	if err := p.waitWhileRunning(r.Context(), id, *until); err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			p.storeFailed(w, r, ex, "wait", err)
+			return false
+		}
+		if r.Context().Err() != nil {
+			ex.outcome, ex.status = metrics.OutcomeConflict, 499
+			p.done(r, ex)
+			return false
+		}
+		p.conflict(w, r, ex, retry)
+		return false
+	}
+	return true
 }
 
 // waitWhileRunning returns once the identity's record is no longer running
@@ -377,7 +422,7 @@ func (p *Proxy) pollUntilNotRunning(ctx context.Context, id store.Identity) erro
 }
 
 func waitKey(id store.Identity) string {
-	return strconv.Itoa(len(id.Owner)) + ":" + id.Owner + strconv.Itoa(len(id.Route)) + ":" + id.Route + id.Key
+	return strconv.Itoa(len(id.Owner)) + ":" + id.Owner + strconv.Itoa(len(id.Scope)) + ":" + id.Scope + id.Key
 }
 
 // storeCtx bounds one store call. It is detached from the client: a claim or

@@ -9,12 +9,18 @@ import (
 )
 
 // Identity names one idempotency record: the owner (principal) that sent the
-// request, the route it matched and the idempotency key it carried. Keys are
-// always scoped by Owner and Route, never global (an Owner of "" is the
-// explicit global scope that a route must opt into).
+// request, the key scope of the route it matched and the idempotency key it
+// carried. Keys are always scoped by Owner and Scope, never global (an Owner
+// of "" is the explicit global scope that a route must opt into).
+//
+// Scope is a route's `scope` setting, shared by every route by default, and
+// never the route's name: adding, renaming or reordering routes, or changing
+// a route's match, must leave every record reachable by its retries (issue
+// 10). Records written before layout 2 used the route's name as the scope;
+// docs/protocol.md, "Layout versions", says how they are still found.
 type Identity struct {
 	Owner string
-	Route string
+	Scope string
 	Key   string
 }
 
@@ -78,6 +84,11 @@ type ClaimParams struct {
 	// Fingerprint identifies the request (see policy.Fingerprint), at most
 	// 128 bytes.
 	Fingerprint string
+	// Recipe names how Fingerprint was computed (policy.FingerprintSpec.Recipe,
+	// at most MaxRecipeBytes); the record keeps it, so a retry made after the
+	// route's fingerprint settings changed is compared the way its first
+	// request was fingerprinted. The store never interprets it.
+	Recipe string
 	// Token is a random, unique, non-empty string naming this claim
 	// attempt; only the holder of the token may Complete, Release or Extend
 	// the record.
@@ -104,6 +115,10 @@ type ClaimResult struct {
 	// Fingerprint is the record's fingerprint for Running, Completed and
 	// Abandoned; for Claimed it is the caller's.
 	Fingerprint string
+	// Recipe is the record's fingerprint recipe for Running, Completed and
+	// Abandoned ("" for a record written before layout 2, which has none);
+	// for Claimed it is the caller's.
+	Recipe string
 	// Response is the stored response when State is Completed.
 	Response *Response
 	// LeaseEnd is when the current lease ends (Claimed and Running).
@@ -115,6 +130,8 @@ type Record struct {
 	Identity    Identity
 	State       State // Running, Completed or Abandoned (a running record past its lease end)
 	Fingerprint string
+	// Recipe is how Fingerprint was computed; "" for a layout 1 record.
+	Recipe string
 	// Token is the holder's token while State is Running or Abandoned; a
 	// completed record holds no token.
 	Token string
@@ -135,6 +152,9 @@ type Record struct {
 // errors are returned wrapped as well (errors.Is(err, context.DeadlineExceeded)
 // keeps working).
 var ErrUnavailable = errors.New("store unavailable")
+
+// MaxRecipeBytes bounds ClaimParams.Recipe, in bytes.
+const MaxRecipeBytes = 1024
 
 // SafetyPoll is the longest a waiter relies on Watch alone: it re-checks the
 // record at least this often in case a notification was lost.
@@ -172,8 +192,8 @@ const SafetyPoll = time.Second
 //  6. Retention 0 keeps completed records forever. A running record always
 //     has an expiry (at least its lease end), so a crashed holder never
 //     leaves a record that lives forever.
-//  7. Identity, fingerprint, token and response come back exactly as given,
-//     binary bodies included.
+//  7. Identity, fingerprint, recipe, token and response come back exactly as
+//     given, binary bodies included.
 //  8. Complete, Release and Delete wake the identity's watchers (Watch), in
 //     this process and in every other process sharing the backing server.
 type Store interface {

@@ -16,7 +16,7 @@ import (
 
 // InstrumentStore returns s with a span around every Claim, Complete,
 // Release, Extend, Get, Delete and Ping that runs within a traced request:
-// "store.claim", "store.complete", ..., of kind client, with AttrRoute and
+// "store.claim", "store.complete", ..., of kind client, with AttrScope and
 // the result (AttrStoreState, AttrStoreTakeover, AttrStoreActed), and the
 // error recorded with status Error. A call whose context carries no span
 // (the lease heartbeat, waiters' polling, admin probes) gets none, so
@@ -38,13 +38,13 @@ type traced struct {
 
 // start begins the span of op, or returns a nil span when ctx belongs to no
 // trace.
-func (t *traced) start(ctx context.Context, op string, route string) (context.Context, trace.Span) {
+func (t *traced) start(ctx context.Context, op string, scope string) (context.Context, trace.Span) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx, nil
 	}
 	var attrs []attribute.KeyValue
-	if route != "" {
-		attrs = append(attrs, AttrRoute.String(route))
+	if scope != "" {
+		attrs = append(attrs, AttrScope.String(scope))
 	}
 	return t.tracer.Start(ctx, "store."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
@@ -78,35 +78,35 @@ func redact(msg string, id store.Identity) string {
 }
 
 func (t *traced) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	ctx, span := t.start(ctx, "claim", p.Identity.Route)
+	ctx, span := t.start(ctx, "claim", p.Identity.Scope)
 	res, err := t.Store.Claim(ctx, p)
 	end(span, p.Identity, err, AttrStoreState.String(res.State.String()), AttrStoreTakeover.Bool(res.Takeover))
 	return res, err
 }
 
 func (t *traced) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
-	ctx, span := t.start(ctx, "complete", id.Route)
+	ctx, span := t.start(ctx, "complete", id.Scope)
 	ok, err := t.Store.Complete(ctx, id, token, resp)
 	end(span, id, err, AttrStoreActed.Bool(ok))
 	return ok, err
 }
 
 func (t *traced) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	ctx, span := t.start(ctx, "release", id.Route)
+	ctx, span := t.start(ctx, "release", id.Scope)
 	ok, err := t.Store.Release(ctx, id, token)
 	end(span, id, err, AttrStoreActed.Bool(ok))
 	return ok, err
 }
 
 func (t *traced) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	ctx, span := t.start(ctx, "extend", id.Route)
+	ctx, span := t.start(ctx, "extend", id.Scope)
 	ok, err := t.Store.Extend(ctx, id, token, lease)
 	end(span, id, err, AttrStoreActed.Bool(ok))
 	return ok, err
 }
 
 func (t *traced) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	ctx, span := t.start(ctx, "get", id.Route)
+	ctx, span := t.start(ctx, "get", id.Scope)
 	rec, err := t.Store.Get(ctx, id)
 	state := store.Absent
 	if rec != nil {
@@ -117,7 +117,7 @@ func (t *traced) Get(ctx context.Context, id store.Identity) (*store.Record, err
 }
 
 func (t *traced) Delete(ctx context.Context, id store.Identity) (bool, error) {
-	ctx, span := t.start(ctx, "delete", id.Route)
+	ctx, span := t.start(ctx, "delete", id.Scope)
 	ok, err := t.Store.Delete(ctx, id)
 	end(span, id, err, AttrStoreActed.Bool(ok))
 	return ok, err

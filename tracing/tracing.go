@@ -35,8 +35,11 @@ const ScopeName = "github.com/idemgate/idemgate/tracing"
 // and would leak into every tracing backend.
 const (
 	// AttrRoute is the matched route's name, on the request span (set by
-	// the proxy) and on every store span.
+	// the proxy).
 	AttrRoute = attribute.Key("idemgate.route")
+	// AttrScope is the record's key scope (store.Identity.Scope, the route's
+	// `scope`), on every store span: records are not kept by route.
+	AttrScope = attribute.Key("idemgate.scope")
 	// AttrOutcome is how the request ended, one of the metrics.Outcome*
 	// values (forwarded, replayed, conflict, ...), on the request span.
 	AttrOutcome = attribute.Key("idemgate.outcome")

@@ -269,7 +269,7 @@ func TestRequestSpansStoreChildrenAndUpstreamTraceparent(t *testing.T) {
 	}
 	claim, complete := stores["store.claim"], stores["store.complete"]
 	wantChild(t, server, claim)
-	wantAttr(t, claim, tracing.AttrRoute, "create-order")
+	wantAttr(t, claim, tracing.AttrScope, "default")
 	wantAttr(t, claim, tracing.AttrStoreState, "claimed")
 	wantAttr(t, claim, tracing.AttrStoreTakeover, "false")
 	wantChild(t, server, complete)
@@ -337,7 +337,7 @@ type failingStore struct{ store.Store }
 
 func (f failingStore) Claim(_ context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	return store.ClaimResult{}, fmt.Errorf("%w: EVALSHA on idemgate:{%s}:%s/%s: connection reset",
-		store.ErrUnavailable, p.Identity.Owner, p.Identity.Route, p.Identity.Key)
+		store.ErrUnavailable, p.Identity.Owner, p.Identity.Scope, p.Identity.Key)
 }
 
 func TestStoreErrorIsRecordedWithoutKeyOrOwner(t *testing.T) {
@@ -375,7 +375,7 @@ func TestStoreSpansOnlyWithinATrace(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
 	st := tracing.InstrumentStore(mem, tp)
-	id := store.Identity{Owner: secretOwner, Route: "create-order", Key: secretKey}
+	id := store.Identity{Owner: secretOwner, Scope: "create-order", Key: secretKey}
 
 	// The heartbeat and admin probes run without a request span.
 	if ok, err := st.Extend(context.Background(), id, "token", time.Second); err != nil || ok {
@@ -403,7 +403,7 @@ func TestStoreSpansOnlyWithinATrace(t *testing.T) {
 	wantAttr(t, spans[0], tracing.AttrStoreState, "absent")
 	wantAttr(t, spans[1], tracing.AttrStoreActed, "false")
 	for _, s := range spans[:2] {
-		wantAttr(t, s, tracing.AttrRoute, "create-order")
+		wantAttr(t, s, tracing.AttrScope, "create-order")
 		if s.SpanKind != trace.SpanKindClient || s.Parent.SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("span %q kind %v parent %s, want a client span under the request", s.Name, s.SpanKind, s.Parent.SpanID())
 		}

@@ -362,6 +362,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 		Transport: tracing.Transport(proxy.NewTransport(cfg.Upstream.Timeout), tp, propagator),
 		Logger:    log,
 		Metrics:   m,
+		V1Lookup:  cfg.Store.V1Lookup,
 	})
 	if err != nil {
 		return err

@@ -7,10 +7,10 @@
 // empty value, one entry per record that expires, so the sweep finds expired
 // records in expiry order without reading the others.
 //
-// A record value (format version 1), integers big-endian:
+// A record value (format version 2), integers big-endian:
 //
 //	offset size field
-//	0      1    version (1)
+//	0      1    version (2; 1 for records written before recipes)
 //	1      1    state: 1 running, 2 completed
 //	2      1    flags: 0x01 takeover, 0x02 response omitted,
 //	            0x04 response header non-nil, 0x08 response body non-nil
@@ -20,8 +20,9 @@
 //	27     8    retention_ms   (of the claim)
 //	35     8    stored_at_ms   (0 while running)
 //	43     2    status         (0 while running)
-//	45     ...  owner, route, key, fingerprint, token, header, body:
-//	            each a 4-byte length then that many bytes
+//	45     ...  owner, scope, key, fingerprint, token, header, body,
+//	            recipe: each a 4-byte length then that many bytes
+//	            (version 1 has no recipe field)
 //
 // The header field is a 4-byte name count, then per name in byte order the
 // name (4-byte length + bytes), a 4-byte value count and each value (4-byte
@@ -188,8 +189,15 @@ func initBuckets(tx *bbolt.Tx) error {
 		if err := meta.Put(keyVersion, []byte{FormatVersion}); err != nil {
 			return err
 		}
+	case len(v) == 1 && v[0] == 1:
+		// Version 1 records stay readable (decodeRecord); the file is marked
+		// 2 so that an older build, which cannot read version 2 records,
+		// refuses the whole file instead of failing record by record.
+		if err := meta.Put(keyVersion, []byte{FormatVersion}); err != nil {
+			return err
+		}
 	case len(v) != 1 || v[0] != FormatVersion:
-		return fmt.Errorf("file format version %v, this build reads %d", v, FormatVersion)
+		return fmt.Errorf("file format version %v, this build reads 1 and %d", v, FormatVersion)
 	}
 	for _, name := range [][]byte{bucketRecords, bucketExpiry} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -403,14 +411,14 @@ func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
 func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult, ok bool) {
 	switch {
 	case !r.running:
-		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Response: r.resp}, true
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: r.resp}, true
 	case r.token == p.Token:
 		// A retried claim whose first answer was lost: it holds the record.
-		return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+		return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
 	case !over(r.leaseEndMs, nowMs):
-		return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+		return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
 	case p.NoTakeover || r.fingerprint != p.Fingerprint:
-		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, LeaseEnd: msTime(r.leaseEndMs)}, true
+		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
 	}
 	return store.ClaimResult{}, false
 }
@@ -461,6 +469,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			running:     true,
 			takeover:    takeover,
 			fingerprint: p.Fingerprint,
+			recipe:      p.Recipe,
 			token:       p.Token,
 			createdMs:   nowMs,
 			leaseEndMs:  leaseEnd,
@@ -469,7 +478,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		}); err != nil {
 			return err
 		}
-		res = store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, LeaseEnd: msTime(leaseEnd)}
+		res = store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: msTime(leaseEnd)}
 		return nil
 	})
 	if err != nil {
@@ -558,6 +567,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		out = &store.Record{
 			Identity:     r.id,
 			Fingerprint:  r.fingerprint,
+			Recipe:       r.recipe,
 			CreatedAt:    msTime(r.createdMs),
 			LeaseEnd:     msTime(r.leaseEndMs),
 			RetentionEnd: msTime(r.expiryMs),

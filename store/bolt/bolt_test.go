@@ -35,8 +35,8 @@ const helperLockedExit = 3
 
 // Identities and token the crashing helper writes.
 var (
-	crashCompleted = store.Identity{Owner: "crash", Route: "POST /orders", Key: "completed"}
-	crashRunning   = store.Identity{Owner: "crash", Route: "POST /orders", Key: "running"}
+	crashCompleted = store.Identity{Owner: "crash", Scope: "POST /orders", Key: "completed"}
+	crashRunning   = store.Identity{Owner: "crash", Scope: "POST /orders", Key: "running"}
 )
 
 const crashToken = "token-of-the-killed-process"
@@ -145,8 +145,8 @@ func TestReopenKeepsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := store.Identity{Owner: "alice", Route: "POST /orders", Key: "k1"}
-	running := store.Identity{Owner: "alice", Route: "POST /orders", Key: "k2"}
+	done := store.Identity{Owner: "alice", Scope: "POST /orders", Key: "k1"}
+	running := store.Identity{Owner: "alice", Scope: "POST /orders", Key: "k2"}
 	if res, err := s.Claim(ctx, store.ClaimParams{Identity: done, Fingerprint: "fp-done", Token: "t1", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
 		t.Fatalf("Claim: %+v %v", res, err)
 	}
@@ -449,7 +449,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		id := store.Identity{Owner: "o", Route: "POST /orders", Key: fmt.Sprint("k-", i)}
+		id := store.Identity{Owner: "o", Scope: "POST /orders", Key: fmt.Sprint("k-", i)}
 		res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
 		if err != nil || res.State != store.Claimed {
 			b.Fatalf("Claim: %+v %v", res, err)
@@ -465,7 +465,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkClaimCompleted(b *testing.B) {
 	s := benchStore(b)
 	ctx := b.Context()
-	id := store.Identity{Owner: "o", Route: "POST /orders", Key: "k"}
+	id := store.Identity{Owner: "o", Scope: "POST /orders", Key: "k"}
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func BenchmarkClaimCompleted(b *testing.B) {
 func BenchmarkClaimCompletedParallel(b *testing.B) {
 	s := benchStore(b)
 	ctx := b.Context()
-	id := store.Identity{Owner: "o", Route: "POST /orders", Key: "k"}
+	id := store.Identity{Owner: "o", Scope: "POST /orders", Key: "k"}
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func BenchmarkClaimCompleteParallel(b *testing.B) {
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			id := store.Identity{Owner: "o", Route: "POST /orders", Key: fmt.Sprint("k-", n.Add(1))}
+			id := store.Identity{Owner: "o", Scope: "POST /orders", Key: fmt.Sprint("k-", n.Add(1))}
 			res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
 			if err != nil || res.State != store.Claimed {
 				b.Errorf("Claim: %+v %v", res, err)
@@ -583,7 +583,7 @@ func TestRecordsSurviveKill(t *testing.T) {
 // lease is valid, whatever the sweep removes meanwhile.
 func TestMutualExclusionUnderSweep(t *testing.T) {
 	s := open(t, dbPath(t), bolt.WithSweepInterval(time.Millisecond))
-	id := store.Identity{Owner: "o", Route: "POST /orders", Key: "contended"}
+	id := store.Identity{Owner: "o", Scope: "POST /orders", Key: "contended"}
 	const workers, rounds = 8, 60
 	var holders, granted atomic.Int64
 	errs := make(chan error, workers)

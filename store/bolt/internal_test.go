@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -30,7 +31,7 @@ func newTestStore(t *testing.T) *Store {
 // and that the abandoned operation never happens later.
 func TestDoneContextWhileWriteLockHeld(t *testing.T) {
 	s := newTestStore(t)
-	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "k"}
 	tx, err := s.db.Begin(true)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,7 @@ func TestDoneContextWhileWriteLockHeld(t *testing.T) {
 
 func TestCorruptRecordIsAnError(t *testing.T) {
 	s := newTestStore(t)
-	id := store.Identity{Owner: "o", Route: "r", Key: "k"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "k"}
 	ctx := t.Context()
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -125,8 +126,8 @@ func TestFormatVersionMismatchRefused(t *testing.T) {
 func TestRecordEncodingRoundTrip(t *testing.T) {
 	for name, r := range map[string]*record{
 		"running": {
-			id: store.Identity{Owner: "\x00", Route: "", Key: "k\xff"}, running: true, takeover: true,
-			fingerprint: "fp", token: "tok", createdMs: 1, leaseEndMs: 2, expiryMs: 3, retentionMs: 4,
+			id: store.Identity{Owner: "\x00", Scope: "", Key: "k\xff"}, running: true, takeover: true,
+			fingerprint: "fp", recipe: "b=raw&q=1&v=hs1", token: "tok", createdMs: 1, leaseEndMs: 2, expiryMs: 3, retentionMs: 4,
 		},
 		"completed, nil header and body": {
 			id: store.Identity{Owner: "o"}, fingerprint: "fp", createdMs: 1, retentionMs: 0, storedAtMs: 5,
@@ -206,6 +207,80 @@ func TestSweepSpansBatches(t *testing.T) {
 	err = s.db.View(func(tx *bbolt.Tx) error {
 		if n := tx.Bucket(bucketExpiry).Stats().KeyN; n != live {
 			t.Errorf("expiry entries after Sweep = %d, want %d", n, live)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadsFormatVersion1 builds a file and a record exactly as a build
+// before recipes wrote them (format version 1, docs/protocol.md) and checks
+// that this build opens the file, marks it version 2, and replays the
+// record with no recipe.
+func TestReadsFormatVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.db")
+	id := store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v []byte
+	v = append(v, 1, stateCompleted, flagHeaderSet|flagBodySet)
+	now := time.Now().UnixMilli()
+	for _, n := range []int64{now - 1000, 0, 0, 0, now - 500} { // created, lease end, expiry (never), retention, stored at
+		v = binary.BigEndian.AppendUint64(v, uint64(n))
+	}
+	v = binary.BigEndian.AppendUint16(v, 201)
+	header, err := encodeHeader(http.Header{"Location": {"/v1/orders/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range [][]byte{[]byte(id.Owner), []byte(id.Scope), []byte(id.Key), []byte("hs1:fp"), nil, header, []byte(`{"id":1}`)} {
+		v = binary.BigEndian.AppendUint32(v, uint32(len(f)))
+		v = append(v, f...)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keyVersion, []byte{1}); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketExpiry); err != nil {
+			return err
+		}
+		recs, err := tx.CreateBucket(bucketRecords)
+		if err != nil {
+			return err
+		}
+		return recs.Put(RecordKey(id), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := New(path, WithSweepInterval(0))
+	if err != nil {
+		t.Fatalf("opening a version 1 file: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "hs1:fp", Recipe: "b=raw&q=1&v=hs1", Token: "t", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != store.Completed || res.Recipe != "" || res.Fingerprint != "hs1:fp" || res.Response == nil ||
+		res.Response.Status != 201 || string(res.Response.Body) != `{"id":1}` || res.Response.Header.Get("Location") != "/v1/orders/1" {
+		t.Fatalf("Claim on a version 1 record = %+v (%+v)", res, res.Response)
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if got := tx.Bucket(bucketMeta).Get(keyVersion); !bytes.Equal(got, []byte{FormatVersion}) {
+			t.Errorf("meta version after open = %v, want %d", got, FormatVersion)
 		}
 		return nil
 	})

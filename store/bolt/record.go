@@ -15,7 +15,12 @@ import (
 // FormatVersion is the first byte of every record value and the value of
 // the "version" key in the meta bucket. A store refuses files and records
 // written in any other version rather than guess at their meaning.
-const FormatVersion byte = 1
+// Version 2 appends the fingerprint recipe to the fields of version 1;
+// version 1 records (written before recipes) are still read, with no recipe.
+const FormatVersion byte = 2
+
+// formatV1 is the record format before recipes: seven length-prefixed fields.
+const formatV1 byte = 1
 
 // Record states as stored in byte 1 of a record value.
 const (
@@ -40,13 +45,13 @@ const fixedLen = 1 + 1 + 1 + 5*8 + 2
 const expiryOffset = 3 + 2*8
 
 // IdentityBytes is the unambiguous encoding of id hashed into the record
-// key: for Owner, Route and Key in that order, the field's length in bytes
+// key: for Owner, Scope and Key in that order, the field's length in bytes
 // as an 8-byte big-endian unsigned integer followed by the field's bytes.
 // It is the same encoding as store/valkey's IdentityBytes (kept separate so
 // this package does not pull in the Valkey client).
 func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Route)+len(id.Key))
-	for _, f := range []string{id.Owner, id.Route, id.Key} {
+	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
+	for _, f := range []string{id.Owner, id.Scope, id.Key} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
 		b = append(b, f...)
 	}
@@ -77,6 +82,7 @@ type record struct {
 	running     bool
 	takeover    bool
 	fingerprint string
+	recipe      string // "" for a version 1 record
 	token       string
 	createdMs   int64
 	leaseEndMs  int64
@@ -88,7 +94,7 @@ type record struct {
 
 var errCorrupt = errors.New("corrupt record")
 
-// encodeRecord serializes r in format version 1 (see the package comment).
+// encodeRecord serializes r in format version 2 (see the package comment).
 func encodeRecord(r *record) ([]byte, error) {
 	var (
 		header []byte
@@ -124,7 +130,7 @@ func encodeRecord(r *record) ([]byte, error) {
 			body = r.resp.Body
 		}
 	}
-	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Route), []byte(r.id.Key), []byte(r.fingerprint), []byte(r.token), header, body}
+	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Scope), []byte(r.id.Key), []byte(r.fingerprint), []byte(r.token), header, body, []byte(r.recipe)}
 	size := fixedLen
 	for _, f := range fields {
 		if uint64(len(f)) > math.MaxUint32 {
@@ -151,8 +157,13 @@ func decodeRecord(b []byte) (*record, error) {
 	if len(b) < fixedLen {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte fixed part", errCorrupt, len(b), fixedLen)
 	}
-	if b[0] != FormatVersion {
-		return nil, fmt.Errorf("%w: format version %d, this build reads %d", errCorrupt, b[0], FormatVersion)
+	nfields := 8
+	switch b[0] {
+	case FormatVersion:
+	case formatV1:
+		nfields = 7
+	default:
+		return nil, fmt.Errorf("%w: format version %d, this build reads %d and %d", errCorrupt, b[0], formatV1, FormatVersion)
 	}
 	state, flags := b[1], b[2]
 	if state != stateRunning && state != stateCompleted {
@@ -164,7 +175,7 @@ func decodeRecord(b []byte) (*record, error) {
 	}
 	status := int(binary.BigEndian.Uint16(b[3+5*8:]))
 	rest := b[fixedLen:]
-	fields := make([][]byte, 7)
+	fields := make([][]byte, nfields)
 	for i := range fields {
 		if len(rest) < 4 {
 			return nil, fmt.Errorf("%w: truncated at field %d", errCorrupt, i)
@@ -180,7 +191,7 @@ func decodeRecord(b []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(rest))
 	}
 	r := &record{
-		id:          store.Identity{Owner: string(fields[0]), Route: string(fields[1]), Key: string(fields[2])},
+		id:          store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])},
 		running:     state == stateRunning,
 		takeover:    flags&flagTakeover != 0,
 		fingerprint: string(fields[3]),
@@ -190,6 +201,9 @@ func decodeRecord(b []byte) (*record, error) {
 		expiryMs:    times[2],
 		retentionMs: times[3],
 		storedAtMs:  times[4],
+	}
+	if nfields == 8 {
+		r.recipe = string(fields[7])
 	}
 	if r.running {
 		return r, nil

@@ -57,6 +57,7 @@ var _ store.Store = (*Store)(nil)
 type record struct {
 	running     bool
 	fingerprint string
+	recipe      string
 	token       string
 	takeover    bool
 	created     time.Time
@@ -160,14 +161,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if r := s.live(p.Identity, now); r != nil {
 		switch {
 		case !r.running:
-			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Response: copyResponse(r.resp)}, nil
+			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: copyResponse(r.resp)}, nil
 		case r.token == p.Token:
 			// A retried claim whose first answer was lost: it holds the record.
-			return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+			return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
 		case !over(r.leaseEnd, now):
-			return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+			return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
 		case p.NoTakeover || r.fingerprint != p.Fingerprint:
-			return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, LeaseEnd: r.leaseEnd}, nil
+			return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
 		}
 		takeover = true
 	}
@@ -176,6 +177,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	s.records[p.Identity] = &record{
 		running:     true,
 		fingerprint: p.Fingerprint,
+		recipe:      p.Recipe,
 		token:       p.Token,
 		takeover:    takeover,
 		created:     now,
@@ -183,7 +185,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		expiry:      runningExpiry(now, leaseEnd, retention),
 		retention:   retention,
 	}
-	return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, LeaseEnd: leaseEnd}, nil
+	return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: leaseEnd}, nil
 }
 
 // holder returns the live running record for id while it holds token.
@@ -273,6 +275,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 	out := &store.Record{
 		Identity:     id,
 		Fingerprint:  r.fingerprint,
+		Recipe:       r.recipe,
 		CreatedAt:    r.created,
 		LeaseEnd:     r.leaseEnd,
 		RetentionEnd: r.expiry,

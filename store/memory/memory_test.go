@@ -28,7 +28,7 @@ func TestSweepRemovesExpiredRecords(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
 	for i, retention := range []time.Duration{time.Second, 0} {
-		id := store.Identity{Owner: "o", Route: "r", Key: string(rune('a' + i))}
+		id := store.Identity{Owner: "o", Scope: "r", Key: string(rune('a' + i))}
 		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: retention}
 		if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
 			t.Fatalf("Claim: %+v %v", res, err)

@@ -32,7 +32,7 @@ func BenchmarkClaimComplete(b *testing.B, st store.Store) {
 	prefix := "bench-" + random(4) + "-"
 	var n atomic.Int64
 	one := func(b *testing.B) {
-		id := store.Identity{Owner: "owner", Route: "POST /orders", Key: prefix + strconv.FormatInt(n.Add(1), 10)}
+		id := store.Identity{Owner: "owner", Scope: "POST /orders", Key: prefix + strconv.FormatInt(n.Add(1), 10)}
 		tok := "tok-" + id.Key
 		res, err := st.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: tok, Lease: time.Minute, Retention: time.Hour})
 		if err != nil || res.State != store.Claimed {
@@ -63,7 +63,7 @@ func BenchmarkClaimComplete(b *testing.B, st store.Store) {
 // b.RunParallel.
 func BenchmarkClaimCompleted(b *testing.B, st store.Store) {
 	ctx := context.Background()
-	id := store.Identity{Owner: "owner", Route: "POST /orders", Key: "bench-completed-" + random(4)}
+	id := store.Identity{Owner: "owner", Scope: "POST /orders", Key: "bench-completed-" + random(4)}
 	res, err := st.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || res.State != store.Claimed {
 		b.Fatalf("Claim: %+v %v", res, err)

@@ -95,6 +95,7 @@ func RunHarness(t *testing.T, h Harness) {
 		{"RunningAlwaysExpires", s.testRunningAlwaysExpires},
 		{"RoundTripIdentity", s.testRoundTripIdentity},
 		{"RoundTripResponse", s.testRoundTripResponse},
+		{"RoundTripRecipe", s.testRoundTripRecipe},
 		{"CopiesInAndOut", s.testCopies},
 		{"GetAndDelete", s.testGetDelete},
 		{"WatchWokenByComplete", func(t *testing.T) { s.testWatch(t, "complete", false) }},
@@ -171,7 +172,7 @@ func random(n int) string {
 }
 
 func newID() store.Identity {
-	return store.Identity{Owner: "owner-" + random(4), Route: "POST /orders", Key: "key-" + random(8)}
+	return store.Identity{Owner: "owner-" + random(4), Scope: "POST /orders", Key: "key-" + random(8)}
 }
 
 func newToken() string { return "tok-" + random(12) }
@@ -802,17 +803,17 @@ func (s *suite) testRunningAlwaysExpires(t *testing.T) {
 func identities() []store.Identity {
 	long := strings.Repeat("o", 4096)
 	return []store.Identity{
-		{Owner: "alice", Route: "POST /orders", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
-		{Owner: "", Route: "POST /global", Key: "global-scope"},
-		{Owner: "a:b", Route: "c", Key: "d"},
-		{Owner: "a", Route: "b:c", Key: "d"},
-		{Owner: "a", Route: "b", Key: "c:d"},
-		{Owner: "{tag}", Route: "}{", Key: "{}"},
-		{Owner: "\x00\xff\xfe", Route: "\x00", Key: "nul\x00in\x00key"},
-		{Owner: "ünïcødé 🔑", Route: "PATCH /ресурс", Key: "キー"},
-		{Owner: long, Route: "r", Key: "k"},
-		{Owner: "o", Route: "r", Key: ""},
-		{Owner: "o\nx", Route: " r ", Key: "\"quoted\" \\ key"},
+		{Owner: "alice", Scope: "POST /orders", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{Owner: "", Scope: "POST /global", Key: "global-scope"},
+		{Owner: "a:b", Scope: "c", Key: "d"},
+		{Owner: "a", Scope: "b:c", Key: "d"},
+		{Owner: "a", Scope: "b", Key: "c:d"},
+		{Owner: "{tag}", Scope: "}{", Key: "{}"},
+		{Owner: "\x00\xff\xfe", Scope: "\x00", Key: "nul\x00in\x00key"},
+		{Owner: "ünïcødé 🔑", Scope: "PATCH /ресурс", Key: "キー"},
+		{Owner: long, Scope: "r", Key: "k"},
+		{Owner: "o", Scope: "r", Key: ""},
+		{Owner: "o\nx", Scope: " r ", Key: "\"quoted\" \\ key"},
 	}
 }
 
@@ -847,6 +848,36 @@ func (s *suite) testRoundTripIdentity(t *testing.T) {
 			t.Fatalf("Completed fingerprint %q, want %q", res.Fingerprint, fingerprints[id])
 		}
 		sameResponse(t, fmt.Sprintf("%q", id), res.Response, resp)
+	}
+}
+
+// testRoundTripRecipe checks that the record keeps the recipe of the claim
+// that created it and hands it back in every answer (contract rule 7), so
+// a retry made under other fingerprint settings is compared the way its
+// first request was.
+func (s *suite) testRoundTripRecipe(t *testing.T) {
+	st := s.newStore(t)
+	id := newID()
+	const recipe = "b=json&h=content-type&h=x-%00odd&q=0&v=hs1"
+	p := params(id, "fp", longLease, time.Hour)
+	p.Recipe = recipe
+	if res := mustClaim(t, st, p, store.Claimed); res.Recipe != recipe {
+		t.Fatalf("Claimed recipe %q, want the caller's %q", res.Recipe, recipe)
+	}
+	other := params(id, "fp-other", longLease, time.Hour)
+	other.Recipe = "b=raw&q=1&v=hs1"
+	if res := mustClaim(t, st, other, store.Running); res.Recipe != recipe || res.Fingerprint != "fp" {
+		t.Fatalf("Running answer = %+v, want the record's recipe %q and fingerprint", res, recipe)
+	}
+	if r := mustGet(t, st, id); r == nil || r.Recipe != recipe {
+		t.Fatalf("Get = %+v, want recipe %q", r, recipe)
+	}
+	mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+	if res := mustClaim(t, st, other, store.Completed); res.Recipe != recipe {
+		t.Fatalf("Completed answer recipe %q, want %q", res.Recipe, recipe)
+	}
+	if r := mustGet(t, st, id); r == nil || r.Recipe != recipe {
+		t.Fatalf("Get after Complete = %+v, want recipe %q", r, recipe)
 	}
 }
 
@@ -973,7 +1004,7 @@ func (s *suite) testWatchOthers(t *testing.T) {
 	st := s.newStore(t)
 	watched, other := newID(), newID()
 	// Same owner and route, other key: must not wake.
-	other.Owner, other.Route = watched.Owner, watched.Route
+	other.Owner, other.Scope = watched.Owner, watched.Scope
 	p := params(watched, "fp", longLease, time.Hour)
 	mustClaim(t, st, p, store.Claimed)
 	ch, stop := st.Watch(watched)

@@ -210,11 +210,11 @@ func Key(prefix string, id store.Identity) string {
 }
 
 // IdentityBytes is the unambiguous encoding of id that Key hashes: for
-// Owner, Route and Key in that order, the field's length in bytes as an
+// Owner, Scope and Key in that order, the field's length in bytes as an
 // 8-byte big-endian unsigned integer followed by the field's bytes.
 func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Route)+len(id.Key))
-	for _, f := range []string{id.Owner, id.Route, id.Key} {
+	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
+	for _, f := range []string{id.Owner, id.Scope, id.Key} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
 		b = append(b, f...)
 	}
@@ -302,8 +302,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		noTakeover = "1"
 	}
 	res, _, err := s.exec(ctx, "claim", s.claim, p.Identity,
-		p.Identity.Owner, p.Identity.Route, p.Identity.Key, p.Fingerprint, p.Token,
-		ms(p.Lease), ms(p.Retention), noTakeover)
+		p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
+		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -339,37 +339,45 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
-	if len(v) < 3 {
+	// The recipe is last in every reply; a layout 1 record has none (nil).
+	if len(v) < 4 {
 		return store.ClaimResult{}, bad()
 	}
+	recipe := v[len(v)-1]
 	switch v[0] {
 	case "claimed", "running", "abandoned":
 		lease, err := msTime(v[2])
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		out := store.ClaimResult{Fingerprint: v[1], LeaseEnd: lease}
+		out := store.ClaimResult{Fingerprint: v[1], Recipe: recipe, LeaseEnd: lease}
 		switch v[0] {
 		case "claimed":
-			if len(v) != 4 {
+			if len(v) != 5 {
 				return store.ClaimResult{}, bad()
 			}
 			out.State, out.Takeover = store.Claimed, v[3] == "1"
 		case "running":
+			if len(v) != 4 {
+				return store.ClaimResult{}, bad()
+			}
 			out.State = store.Running
 		default:
+			if len(v) != 4 {
+				return store.ClaimResult{}, bad()
+			}
 			out.State = store.Abandoned
 		}
 		return out, nil
 	case "completed":
-		if len(v) != 7 {
+		if len(v) != 8 {
 			return store.ClaimResult{}, bad()
 		}
 		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Response: resp}, nil
+		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: recipe, Response: resp}, nil
 	}
 	return store.ClaimResult{}, bad()
 }
@@ -455,8 +463,9 @@ func parseRecord(v []string) (*store.Record, error) {
 		f[v[i]] = v[i+1]
 	}
 	r := &store.Record{
-		Identity:    store.Identity{Owner: f["o"], Route: f["r"], Key: f["k"]},
+		Identity:    store.Identity{Owner: f["o"], Scope: f["r"], Key: f["k"]},
 		Fingerprint: f["f"],
+		Recipe:      f["fr"],
 	}
 	if r.CreatedAt, err = msTime(f["c"]); err != nil {
 		return nil, err

@@ -67,7 +67,7 @@ func TestContractSentinel(t *testing.T) {
 	sen := valkeytest.StartSentinel(t, srv, "idemgate-test")
 	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix()})
 	ctx := t.Context()
-	id := store.Identity{Owner: "o", Route: "r", Key: "sentinel"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "sentinel"}
 	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || res.State != store.Claimed {
 		t.Fatalf("Claim through sentinel = %+v, %v", res, err)
@@ -114,7 +114,7 @@ func TestTimesAreServerTimes(t *testing.T) {
 	c := raw(t, srv.Addr())
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
 	ctx := t.Context()
-	id := store.Identity{Owner: "o", Route: "r", Key: "clock"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "clock"}
 	before := serverTime(t, c).Truncate(time.Millisecond)
 	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})
 	if err != nil || res.State != store.Claimed {
@@ -146,7 +146,7 @@ func TestExpiryIsAlwaysSet(t *testing.T) {
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
 	ctx := t.Context()
 	for _, retention := range []time.Duration{0, 50 * time.Millisecond, time.Hour} {
-		id := store.Identity{Owner: "o", Route: "r", Key: "ttl-" + retention.String()}
+		id := store.Identity{Owner: "o", Scope: "r", Key: "ttl-" + retention.String()}
 		key := s.Key(id)
 		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t1", Lease: 150 * time.Millisecond, Retention: retention}
 		check := func(when string, min, max int64) {
@@ -185,7 +185,7 @@ func TestExpiryIsAlwaysSet(t *testing.T) {
 		}
 	}
 	// A takeover writes a fresh expiry too.
-	id := store.Identity{Owner: "o", Route: "r", Key: "takeover"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "takeover"}
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "a", Lease: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestRecordLayout(t *testing.T) {
 	c := raw(t, srv.Addr())
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: "layout:"})
 	ctx := t.Context()
-	id := store.Identity{Owner: "alice", Route: "POST /orders", Key: "k1"}
+	id := store.Identity{Owner: "alice", Scope: "POST /orders", Key: "k1"}
 	if got, want := s.Key(id), "layout:{"; !strings.HasPrefix(got, want) || !regexp.MustCompile(`^layout:\{[0-9a-f]{64}\}$`).MatchString(got) {
 		t.Fatalf("Key = %q, want layout:{<64 lowercase hex>}", got)
 	}
@@ -212,14 +212,15 @@ func TestRecordLayout(t *testing.T) {
 	if got := valkey.IdentityBytes(id); !bytes.Equal(got, wantBytes) {
 		t.Fatalf("IdentityBytes = %q, want %q", got, wantBytes)
 	}
-	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok", Lease: time.Minute, Retention: time.Hour}); err != nil {
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Recipe: "b=raw&q=1&v=hs1", Token: "tok", Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	fields, err := c.Do(ctx, c.B().Hgetall().Key(s.Key(id)).Build()).AsStrMap()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for f, want := range map[string]string{"o": "alice", "r": "POST /orders", "k": "k1", "s": "running", "f": "fp", "t": "tok", "tk": "0", "rt": "3600000"} {
+	for f, want := range map[string]string{"o": "alice", "r": "POST /orders", "k": "k1", "s": "running", "f": "fp", "t": "tok", "tk": "0", "rt": "3600000",
+		"v": "2", "fr": "b=raw&q=1&v=hs1"} {
 		if fields[f] != want {
 			t.Fatalf("running record field %q = %q, want %q (all: %q)", f, fields[f], want, fields)
 		}
@@ -245,6 +246,56 @@ func TestRecordLayout(t *testing.T) {
 		if fields[f] != want {
 			t.Fatalf("completed record field %q = %q, want %q", f, fields[f], want)
 		}
+	}
+}
+
+// TestReadsLayout1 writes records exactly as idemgate wrote them before
+// layout 2 (no "v", no "fr"; docs/protocol.md, "Layout versions") and checks
+// that every operation still reads them: a completed one replays with no
+// recipe, a running one answers Running and completes.
+func TestReadsLayout1(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}})
+	ctx := t.Context()
+	now := serverTime(t, c).UnixMilli()
+	ms := func(n int64) string { return strconv.FormatInt(n, 10) }
+
+	done := store.Identity{Owner: "h:alice", Scope: "orders", Key: "done"}
+	h := string(valkey.EncodeHeader(http.Header{"Location": {"/v1/orders/1"}}))
+	if err := c.Do(ctx, c.B().Hset().Key(s.Key(done)).FieldValue().
+		FieldValue("o", done.Owner).FieldValue("r", done.Scope).FieldValue("k", done.Key).
+		FieldValue("s", "completed").FieldValue("f", "hs1:fp").FieldValue("c", ms(now-1000)).
+		FieldValue("x", ms(now+3600000)).FieldValue("rt", "3600000").FieldValue("st", "201").
+		FieldValue("h", h).FieldValue("b", `{"id":1}`).FieldValue("om", "0").FieldValue("sa", ms(now-500)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: done, Fingerprint: "hs1:other", Recipe: "b=raw&q=1&v=hs1", Token: "t1", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != store.Completed || res.Recipe != "" || res.Fingerprint != "hs1:fp" || res.Response.Status != 201 ||
+		string(res.Response.Body) != `{"id":1}` || res.Response.Header.Get("Location") != "/v1/orders/1" {
+		t.Fatalf("Claim on a layout 1 completed record = %+v (%+v)", res, res.Response)
+	}
+	if r, err := s.Get(ctx, done); err != nil || r == nil || r.State != store.Completed || r.Recipe != "" {
+		t.Fatalf("Get on a layout 1 completed record = %+v, %v", r, err)
+	}
+
+	running := store.Identity{Owner: "h:alice", Scope: "orders", Key: "running"}
+	if err := c.Do(ctx, c.B().Hset().Key(s.Key(running)).FieldValue().
+		FieldValue("o", running.Owner).FieldValue("r", running.Scope).FieldValue("k", running.Key).
+		FieldValue("s", "running").FieldValue("f", "hs1:fp").FieldValue("t", "old-token").FieldValue("tk", "0").
+		FieldValue("c", ms(now)).FieldValue("l", ms(now+60000)).FieldValue("x", ms(now+3600000)).
+		FieldValue("rt", "3600000").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Claim(ctx, store.ClaimParams{Identity: running, Fingerprint: "hs1:fp", Recipe: "b=raw&q=1&v=hs1", Token: "t2", Lease: time.Minute})
+	if err != nil || res.State != store.Running || res.Recipe != "" {
+		t.Fatalf("Claim on a layout 1 running record = %+v, %v", res, err)
+	}
+	if ok, err := s.Complete(ctx, running, "old-token", store.Response{Status: 200, Body: []byte("ok")}); !ok || err != nil {
+		t.Fatalf("Complete of a layout 1 running record = %v, %v", ok, err)
 	}
 }
 
@@ -281,7 +332,7 @@ func TestScriptsInProtocolDoc(t *testing.T) {
 // wants each to fail with ErrUnavailable within limit, never Claimed/true.
 func checkUnavailable(t *testing.T, s *valkey.Store, timeout, limit time.Duration, wantCtxErr error) {
 	t.Helper()
-	id := store.Identity{Owner: "o", Route: "r", Key: "down"}
+	id := store.Identity{Owner: "o", Scope: "r", Key: "down"}
 	ops := map[string]func(ctx context.Context) (bool, error){
 		"Claim": func(ctx context.Context) (bool, error) {
 			res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute})

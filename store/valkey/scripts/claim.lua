@@ -1,14 +1,16 @@
 -- claim.lua: take the record for one identity (store.Store.Claim).
 -- KEYS[1] record key. ARGV[1] owner, ARGV[2] route, ARGV[3] idempotency key,
 -- ARGV[4] fingerprint, ARGV[5] token, ARGV[6] lease ms (> 0),
--- ARGV[7] retention ms (0 = forever), ARGV[8] "1" = no takeover.
--- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0"} |
--- {"running"|"abandoned", fingerprint, lease_end_ms} |
--- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms}.
+-- ARGV[7] retention ms (0 = forever), ARGV[8] "1" = no takeover,
+-- ARGV[9] fingerprint recipe.
+-- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
+-- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
+-- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe}.
+-- A record of layout 1 has no "fr" field: its recipe is returned as nil.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk')
+local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr')
 local state = rec[1]
 if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   -- Past its end (end <= now): absent, whatever the key's own TTL says.
@@ -18,17 +20,17 @@ end
 local takeover = '0'
 if state == 'completed' then
   local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa')
-  return {'completed', r[1], r[2], r[3], r[4], r[5], r[6]}
+  return {'completed', r[1], r[2], r[3], r[4], r[5], r[6], rec[7]}
 elseif state == 'running' then
   if rec[3] == ARGV[5] then
     -- The same claim again (a retry whose first reply was lost): it holds the record.
-    return {'claimed', rec[2], rec[4], rec[6]}
+    return {'claimed', rec[2], rec[4], rec[6], rec[7]}
   end
   if tonumber(rec[4]) > now then
-    return {'running', rec[2], rec[4]}
+    return {'running', rec[2], rec[4], rec[7]}
   end
   if ARGV[8] == '1' or rec[2] ~= ARGV[4] then
-    return {'abandoned', rec[2], rec[4]}
+    return {'abandoned', rec[2], rec[4], rec[7]}
   end
   takeover = '1'
   redis.call('DEL', key)
@@ -43,6 +45,7 @@ else
 end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', string.format('%.0f', now),
-  'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry), 'rt', ARGV[7])
+  'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry), 'rt', ARGV[7],
+  'v', '2', 'fr', ARGV[9])
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
-return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover}
+return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}

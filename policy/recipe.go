@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// recipeScheme is the "v" of every recipe this build writes: the
+// fingerprint format the recipe's settings feed (docs/protocol.md,
+// "Request fingerprint (hs1)").
+const recipeScheme = "hs1"
+
+// ErrRecipeUnknown is returned by ParseRecipe for a recipe this build cannot
+// follow (another fingerprint format or an unknown setting), e.g. one
+// written by a newer idemgate. A retry of such a record can be neither
+// replayed nor run: the proxy refuses it rather than guess.
+var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
+
+// Recipe returns the fingerprint recipe of s: how a request was turned into
+// its fingerprint, stored with every record (store.ClaimParams.Recipe) so
+// that a retry is compared by the settings its first request was
+// fingerprinted with, even after the route's fingerprint settings changed
+// (issue 10). The form is a URL query, keys sorted (url.Values.Encode):
+//
+//	b=raw&h=content-type&q=1&v=hs1
+//
+// v is the fingerprint format, b the body mode, q "1" or "0" for the query,
+// and one h per fingerprinted header name (lowercase, sorted). Equal specs
+// give equal strings; ParseRecipe reverses it. See docs/protocol.md,
+// "Fingerprint recipes".
+func (s FingerprintSpec) Recipe() string {
+	v := url.Values{"v": {recipeScheme}, "b": {string(s.Body)}, "q": {"0"}}
+	if s.Query {
+		v["q"] = []string{"1"}
+	}
+	if len(s.Headers) > 0 {
+		h := make([]string, len(s.Headers))
+		for i, name := range s.Headers {
+			h[i] = strings.ToLower(name)
+		}
+		slices.Sort(h)
+		v["h"] = slices.Compact(h)
+	}
+	return v.Encode()
+}
+
+// ParseRecipe parses a recipe written by FingerprintSpec.Recipe. It returns
+// an error wrapping ErrRecipeUnknown for another fingerprint format, an
+// unknown key or value, or a malformed string.
+func ParseRecipe(recipe string) (FingerprintSpec, error) {
+	v, err := url.ParseQuery(recipe)
+	if err != nil {
+		return FingerprintSpec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
+	}
+	one := func(k string) (string, bool) {
+		vals := v[k]
+		return strings.Join(vals, ""), len(vals) == 1
+	}
+	var s FingerprintSpec
+	if scheme, ok := one("v"); !ok || scheme != recipeScheme {
+		return FingerprintSpec{}, fmt.Errorf("%w: %q: fingerprint format %q", ErrRecipeUnknown, recipe, v["v"])
+	}
+	switch q, _ := one("q"); q {
+	case "1":
+		s.Query = true
+	case "0":
+	default:
+		return FingerprintSpec{}, fmt.Errorf("%w: %q: query %q", ErrRecipeUnknown, recipe, v["q"])
+	}
+	b, _ := one("b")
+	s.Body = BodyMode(b)
+	switch s.Body {
+	case BodyRaw, BodyJSON, BodyIgnore:
+	default:
+		return FingerprintSpec{}, fmt.Errorf("%w: %q: body mode %q", ErrRecipeUnknown, recipe, v["b"])
+	}
+	for _, h := range v["h"] {
+		if !validToken(h) || h != strings.ToLower(h) {
+			return FingerprintSpec{}, fmt.Errorf("%w: %q: header %q", ErrRecipeUnknown, recipe, h)
+		}
+	}
+	s.Headers = slices.Clone(v["h"])
+	for k := range v {
+		switch k {
+		case "v", "q", "b", "h":
+		default:
+			return FingerprintSpec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,93 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/memory"
+)
+
+// TestRecordsKeepTheirRecipe pins issue 10, item 1 at the proxy: a record
+// is compared by the fingerprint recipe it was claimed with, so after the
+// route's fingerprint settings change a completed operation still
+// replays, the same key on another request is still 422, and an abandoned
+// claim is still taken over (the store alone refuses the takeover, since
+// the fingerprints under two recipes differ).
+func TestRecordsKeepTheirRecipe(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	st := memory.New(memory.WithClock(clock))
+	t.Cleanup(func() { st.Close() })
+	old := baseRoute().Fingerprint // content-type, query, raw
+	h := newHarness(t, created, func(o *proxy.Options, d *policy.Route, _ *[]policy.Route) {
+		o.Store = st
+		d.Fingerprint = policy.FingerprintSpec{Headers: []string{"Content-Type", "X-Trace"}, Body: policy.BodyJSON}
+	})
+	fpOld := func(path, body string) string {
+		req, _ := http.NewRequest("POST", "http://x"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		return old.Of(req, []byte(body))
+	}
+	id := func(key string) store.Identity {
+		return store.Identity{Owner: policy.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: key}
+	}
+	ctx := context.Background()
+
+	// Completed under the old recipe: replayed, and 422 for another body.
+	p := store.ClaimParams{Identity: id("done"), Fingerprint: fpOld("/v1/orders", `{"a":1}`), Recipe: old.Recipe(),
+		Token: "t1", Lease: time.Second, Retention: time.Hour}
+	if _, err := st.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.Complete(ctx, p.Identity, "t1", store.Response{Status: 201, Body: []byte("old answer")}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if r := h.do("POST", "/v1/orders", "alice", "done", `{"a":1}`); r.status != 201 || r.body != "old answer" || r.header.Get(proxy.ReplayedHeader) != "true" {
+		t.Fatalf("retry under new fingerprint settings: %d %q, want the replay", r.status, r.body)
+	}
+	if r := h.do("POST", "/v1/orders", "alice", "done", `{"a":2}`); r.status != 422 {
+		t.Fatalf("key reused with another body: %d %q, want 422", r.status, r.body)
+	}
+
+	// Abandoned under the old recipe: taken over, i.e. forwarded once.
+	p = store.ClaimParams{Identity: id("dead"), Fingerprint: fpOld("/v1/orders", `{"a":1}`), Recipe: old.Recipe(),
+		Token: "t2", Lease: time.Second, Retention: time.Hour}
+	if _, err := st.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	if r := h.do("POST", "/v1/orders", "alice", "dead", `{"a":1}`); r.status != 201 || r.header.Get(proxy.ReplayedHeader) == "true" {
+		t.Fatalf("retry of an abandoned claim of the old recipe: %d %q, want a takeover (forwarded 201)", r.status, r.body)
+	}
+	if n := h.up.count("/v1/orders"); n != 1 {
+		t.Fatalf("upstream got %d requests, want 1 (the takeover)", n)
+	}
+	if rec, _ := st.Get(ctx, id("dead")); rec == nil || rec.Recipe != old.Recipe() || rec.State != store.Completed {
+		t.Fatalf("record after the takeover = %+v, want completed under the recipe it was first claimed with", rec)
+	}
+
+	// A recipe this build cannot follow is neither replayed nor run.
+	p = store.ClaimParams{Identity: id("future"), Fingerprint: "hs2:x", Recipe: "v=hs2&b=raw", Token: "t3", Lease: time.Second, Retention: time.Hour}
+	if _, err := st.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Complete(ctx, p.Identity, "t3", store.Response{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.do("POST", "/v1/orders", "alice", "future", `{"a":1}`); r.status != 422 {
+		t.Fatalf("record of an unknown recipe: %d %q, want 422", r.status, r.body)
+	}
+	if n := h.up.count("/v1/orders"); n != 1 {
+		t.Fatalf("upstream got %d requests, want still 1", n)
+	}
+}
