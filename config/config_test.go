@@ -433,3 +433,73 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestOverrides: the merge order is override (flag) > environment > file >
+// built-in default, for every kind of value, and each override is checked
+// like the key it sets.
+func TestOverrides(t *testing.T) {
+	file := "listen: '127.0.0.1:1001'\nupstream: {url: 'http://file:1'}\nlog: {level: warn}\nstore:\n  driver: valkey\n  valkey: {addrs: ['file:6379']}\n"
+	env := []string{
+		"IDEMGATE_LISTEN=127.0.0.1:1002",
+		"IDEMGATE_UPSTREAM_URL=http://env:2",
+		"IDEMGATE_STORE_VALKEY_ADDRS=env:6379",
+		"IDEMGATE_LOG_FORMAT=json",
+	}
+	overrides := map[string]string{
+		"upstream.url":       "http://flag:3",
+		"store.valkey.addrs": "flag-a:6379, flag-b:6379",
+		"admin.listen":       "127.0.0.1:1003",
+	}
+	path := writeFile(t, file)
+	c, err := Load(path, env, WithOverrides(overrides))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	checks := []struct{ key, got, want string }{
+		{"upstream.url (file, env, flag)", c.Upstream.URL.String(), "http://flag:3"},
+		{"store.valkey.addrs (file, env, flag)", strings.Join(c.Store.Valkey.Addrs, ","), "flag-a:6379,flag-b:6379"},
+		{"listen (file, env)", c.Listen, "127.0.0.1:1002"},
+		{"log.format (env)", c.Log.Format, "json"},
+		{"log.level (file)", c.Log.Level, "warn"},
+		{"admin.listen (flag)", c.Admin.Listen, "127.0.0.1:1003"},
+		{"store.driver (file)", c.Store.Driver, DriverValkey},
+		{"idle timeout (default)", c.Server.IdleTimeout.String(), "2m0s"},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %q, want %q", ch.key, ch.got, ch.want)
+		}
+	}
+	// Without the override the environment wins, without both the file.
+	if c, err := Load(path, env); err != nil || c.Upstream.URL.String() != "http://env:2" {
+		t.Errorf("without overrides: %v %v, want the environment's upstream", c, err)
+	}
+	if c, err := Load(path, nil); err != nil || c.Upstream.URL.String() != "http://file:1" {
+		t.Errorf("without env and overrides: %v %v, want the file's upstream", c, err)
+	}
+	// No file: an override supplies the required upstream.url.
+	c, err = Load("", nil, WithOverrides(map[string]string{"upstream.url": "http://flag:3"}))
+	if err != nil || c.Upstream.URL.String() != "http://flag:3" || c.Validate() != nil {
+		t.Errorf("no file, upstream overridden: %v %v", c, err)
+	}
+	// A file without upstream.url loads with the override (a reload of
+	// `serve --config F --upstream U` relies on it).
+	if _, err := Load(writeFile(t, "log: {level: debug}\n"), nil, WithOverrides(map[string]string{"upstream.url": "http://flag:3"})); err != nil {
+		t.Errorf("file without upstream.url plus the override: %v", err)
+	}
+	// Bad values and keys are reported at their key path.
+	_, err = Load(path, nil, WithOverrides(map[string]string{
+		"upstream.url": "not a url", "log.level": "loud", "routes": "x", "defaults.lease": "1s", "nope": "1",
+	}))
+	for _, want := range []string{"upstream.url: ", "log.level: ", "routes: cannot be overridden", "defaults.lease: cannot be overridden", "nope: cannot be overridden"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad overrides: %v, want %q", err, want)
+		}
+	}
+	// Parse takes the same options; the caller's map is left alone.
+	ov := map[string]string{"log.level": "error"}
+	pc, err := Parse([]byte(file), env, WithOverrides(ov))
+	if err != nil || pc.Log.Level != "error" || len(ov) != 1 {
+		t.Errorf("Parse with overrides: %v %v %v", pc, err, ov)
+	}
+}
