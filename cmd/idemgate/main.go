@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -171,7 +172,8 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 			f.listen = "127.0.0.1:8080"
 		}
 	}
-	cfg, err := loadConfig(f)
+	load := configLoader(f, os.Environ())
+	cfg, err := load(f.config)
 	if err != nil {
 		fmt.Fprintf(stderr, "idemgate %s: invalid configuration:\n", name)
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -191,48 +193,53 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		defer demoAPI.Close()
 	}
-	if err := runServer(ctx, cfg, f.config, log); err != nil {
+	if err := runServer(ctx, cfg, f.config, load, log); err != nil {
 		log.Error("idemgate stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// loadConfig reads the file (or the built-in defaults), applies flag
-// overrides and validates the result.
-func loadConfig(f serveFlags) (*config.Config, error) {
-	environ := os.Environ()
-	if f.upstream != "" {
-		// Through the environment, so a file without upstream.url loads and
-		// the flag is checked like the key it overrides.
-		environ = append(environ, config.EnvName("upstream.url")+"="+f.upstream)
+// overrides returns the flags that were given, keyed by the config path
+// they override (e.g. "upstream.url"), for config.WithOverrides.
+func (f serveFlags) overrides() map[string]string {
+	o := map[string]string{}
+	for key, v := range map[string]string{
+		"upstream.url":       f.upstream,
+		"listen":             f.listen,
+		"admin.listen":       f.adminListen,
+		"store.driver":       f.storeDriver,
+		"store.valkey.addrs": f.valkeyAddrs,
+		"store.bolt.path":    f.boltPath,
+		"log.format":         f.logFormat,
+		"log.level":          f.logLevel,
+	} {
+		if v != "" {
+			o[key] = v
+		}
 	}
-	cfg, err := config.Load(f.config, environ)
-	if err != nil {
-		return nil, err
+	return o
+}
+
+// configLoader returns the one loader of serve and demo: the file at path
+// (or the built-in defaults for ""), then environ, then the flags, merged by
+// config.Load and validated. The start and every policy reload call it, so a
+// reload sees the environment and flags the process started with.
+func configLoader(f serveFlags, environ []string) func(path string) (*config.Config, error) {
+	environ = slices.Clone(environ)
+	overrides := f.overrides()
+	return func(path string) (*config.Config, error) {
+		cfg, err := config.Load(path, environ, config.WithOverrides(overrides))
+		if err != nil {
+			return nil, err
+		}
+		// Load leaves a missing upstream.url to the caller when there is no
+		// file; with the flags applied it is required.
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return cfg, nil
 	}
-	if f.listen != "" {
-		cfg.Listen = f.listen
-	}
-	if f.adminListen != "" {
-		cfg.Admin.Listen = f.adminListen
-	}
-	if f.storeDriver != "" {
-		cfg.Store.Driver = f.storeDriver
-	}
-	if f.valkeyAddrs != "" {
-		cfg.Store.Valkey.Addrs = strings.Split(f.valkeyAddrs, ",")
-	}
-	if f.boltPath != "" {
-		cfg.Store.Bolt.Path = f.boltPath
-	}
-	if f.logFormat != "" {
-		cfg.Log.Format = f.logFormat
-	}
-	if f.logLevel != "" {
-		cfg.Log.Level = f.logLevel
-	}
-	return cfg, cfg.Validate()
 }
 
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
@@ -295,7 +302,9 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 // runServer wires the store, metrics, policy reloader, proxy and admin
 // listener, serves until ctx ends, then shuts down gracefully: it stops
 // accepting, lets in-flight requests finish and record, then returns.
-func runServer(ctx context.Context, cfg *config.Config, configPath string, log *slog.Logger) error {
+// load is how cfg was loaded; every policy reload of configPath goes
+// through it too.
+func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, version)
@@ -339,7 +348,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	reloader, err := reload.New(reload.Options{
 		Path: configPath,
 		Load: func(path string) (*policy.Policy, error) {
-			c, err := config.Load(path, os.Environ())
+			c, err := load(path)
 			if err != nil {
 				return nil, err
 			}
