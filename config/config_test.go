@@ -275,6 +275,9 @@ func TestValidationErrors(t *testing.T) {
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
 		{"server size", base + "server: {max_header_bytes: 0}\n", "server.max_header_bytes", "> 0"},
 		{"write timeout", base + "server: {write_timeout: 30s}\n", "server.write_timeout", "exceed upstream.timeout"},
+		{"shutdown timeout under upstream", base + "server: {shutdown_timeout: 30s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (1m0s)"},
+		{"shutdown timeout equal to upstream", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 20s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (20s)"},
+		{"upstream timeout over shutdown", "upstream: {url: 'http://x:1', timeout: 2m}\nserver: {shutdown_timeout: 90s}\ndefaults: {wait_timeout: 10s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (2m0s)"},
 		{"route name syntax", base + "routes: [{name: Orders, match: /a}]\n", "routes[0].name", "^[a-z0-9-]+$"},
 		{"route name missing", base + "routes: [{match: /a}]\n", "routes[0].name", "required"},
 		{"route name reserved", base + "routes: [{name: default, match: /a}]\n", "routes[0].name", "reserved"},
@@ -432,6 +435,51 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Load accepted a config that Validate rejects: %v", err)
 		}
 	})
+}
+
+// TestShutdownTimeoutDefault: unset, server.shutdown_timeout follows
+// upstream.timeout (plus ShutdownMargin), wherever upstream.timeout came
+// from; set, it stands; 0 (no limit) is accepted.
+func TestShutdownTimeoutDefault(t *testing.T) {
+	if got := Default().Server.ShutdownTimeout; got != time.Minute+ShutdownMargin {
+		t.Errorf("Default shutdown_timeout = %v, want upstream.timeout 1m + %v", got, ShutdownMargin)
+	}
+	tests := []struct {
+		name, yaml string
+		env        []string
+		overrides  map[string]string
+		want       time.Duration
+	}{
+		{"defaults", base, nil, nil, 65 * time.Second},
+		{"upstream timeout in the file", "upstream: {url: 'http://x:1', timeout: 2m}\n", nil, nil, 2*time.Minute + ShutdownMargin},
+		{"upstream timeout from the environment", base, []string{"IDEMGATE_UPSTREAM_TIMEOUT=15s"}, nil, 15*time.Second + ShutdownMargin},
+		{"upstream timeout overridden", base, nil, map[string]string{"upstream.timeout": "12s"}, 12*time.Second + ShutdownMargin},
+		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 21s}\n", nil, nil, 21 * time.Second},
+		{"no limit", base + "server: {shutdown_timeout: 0s}\n", nil, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yaml := tt.yaml
+			if !strings.Contains(yaml, "wait_timeout") {
+				yaml += "defaults: {wait_timeout: 10s}\n"
+			}
+			c, err := Load(writeFile(t, yaml), tt.env, WithOverrides(tt.overrides))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.Server.ShutdownTimeout != tt.want {
+				t.Errorf("shutdown_timeout = %v, want %v", c.Server.ShutdownTimeout, tt.want)
+			}
+		})
+	}
+	// Built by hand: Validate names both keys.
+	c := Default()
+	c.Upstream.URL, _ = url.Parse("http://127.0.0.1:3000")
+	c.Server.ShutdownTimeout = 30 * time.Second
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "server.shutdown_timeout: 30s must exceed upstream.timeout (1m0s)") {
+		t.Errorf("Validate = %v, want server.shutdown_timeout named with upstream.timeout", err)
+	}
 }
 
 // TestOverrides: the merge order is override (flag) > environment > file >

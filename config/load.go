@@ -432,6 +432,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 	b.duration("server.write_timeout", &c.Server.WriteTimeout, s.WriteTimeout)
 	b.duration("server.idle_timeout", &c.Server.IdleTimeout, s.IdleTimeout)
 	b.duration("server.shutdown_timeout", &c.Server.ShutdownTimeout, s.ShutdownTimeout)
+	if s.ShutdownTimeout == nil {
+		// Unset: follows upstream.timeout, so the drain outlasts the
+		// longest call in flight at SIGTERM.
+		c.Server.ShutdownTimeout = c.Upstream.Timeout + ShutdownMargin
+	}
 	if s.MaxHeaderBytes != nil {
 		n := int64(c.Server.MaxHeaderBytes)
 		b.size("server.max_header_bytes", &n, s.MaxHeaderBytes)
