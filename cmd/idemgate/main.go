@@ -300,8 +300,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 }
 
 // runServer wires the store, metrics, policy reloader, proxy and admin
-// listener, serves until ctx ends, then shuts down gracefully: it stops
-// accepting, lets in-flight requests finish and record, then returns.
+// listener, serves until ctx ends, then shuts down gracefully (see drain).
 // load is how cfg was loaded; every policy reload of configPath goes
 // through it too.
 func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger) error {
@@ -385,6 +384,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	var draining atomic.Bool
 	adminSrv := &http.Server{
 		Handler: admin.New(admin.Options{
 			Store:    st,
@@ -392,6 +392,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			Gatherer: reg,
 			Token:    cfg.Admin.Token,
 			Logger:   log,
+			Draining: draining.Load,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -420,28 +421,54 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info("shutting down: no new connections, waiting for requests in flight")
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
-		defer cancel()
-		// Shutdown waits for running handlers; a handler returns once its
-		// outcome is recorded or handed to the proxy's background retry.
-		err := srv.Shutdown(sctx)
-		// Responses the store refused during an outage are still being
-		// recorded in the background; give them the rest of the budget.
-		if werr := p.Wait(sctx); werr != nil && err == nil {
-			err = werr
-		}
-		_ = adminSrv.Shutdown(sctx)
-		if err != nil {
-			return fmt.Errorf("graceful shutdown: %w", err)
-		}
-		return nil
+		draining.Store(true)
+		return drain(srv, adminSrv, p, cfg.Server.ShutdownTimeout, log)
 	})
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	log.Info("idemgate stopped")
+	return nil
+}
+
+// drain shuts the servers down after SIGTERM, within budget (0: no limit;
+// config.Validate keeps it above upstream.timeout). The proxy listener
+// closes at once; every request in flight gets its upstream answer (each
+// call is bounded by upstream.timeout), records it in the store and writes
+// it; responses the store refused are then given the rest of the budget to
+// be recorded in the background (proxy.Proxy.Wait). Only then does the
+// admin listener stop; the caller closes the store after drain returns.
+// The caller marks the process draining before, so /readyz already says
+// not ready. Past the budget drain returns an error and the process exits
+// with whatever still runs cut off.
+func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log *slog.Logger) error {
+	log.Info("shutting down: not ready, no new connections; waiting for requests in flight to finish and record their responses",
+		"shutdown_timeout", budget.String())
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if budget > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, budget)
+		defer stop()
+	}
+	// Shutdown returns once every handler has returned, and a handler
+	// returns once its outcome is recorded or handed to the proxy's
+	// background retry.
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		err = fmt.Errorf("requests still running: %w", err)
+	} else if werr := p.Wait(ctx); werr != nil {
+		err = werr
+	}
+	if aerr := adminSrv.Shutdown(ctx); aerr != nil {
+		_ = adminSrv.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("graceful shutdown not finished within server.shutdown_timeout (%v): %w", budget, err)
+	}
+	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
 }
 
