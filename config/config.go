@@ -30,7 +30,7 @@ const (
 )
 
 // Config is the whole effective configuration: file, then environment, then
-// whatever flags the caller sets before calling Validate.
+// the overrides (flags) given to Load with WithOverrides.
 type Config struct {
 	// Listen is the proxy's listen address, host:port (default ":8080").
 	Listen string
