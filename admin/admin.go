@@ -57,6 +57,11 @@ type Options struct {
 	// Now is the clock used to time the readiness checks; nil means
 	// time.Now.
 	Now func() time.Time
+	// Draining reports whether the process is shutting down; while it
+	// returns true, /readyz answers 503 not-ready ("shutting down") before
+	// any other check, so that load balancers stop sending requests while
+	// the proxy drains. /healthz is unaffected. nil means never draining.
+	Draining func() bool
 }
 
 type handler struct {
@@ -71,8 +76,9 @@ type handler struct {
 //
 //   - GET /healthz: 200 "ok" while the process serves; touches nothing.
 //   - GET /readyz: 200 "ready" when a policy is loaded and the store answers
-//     Ping within ReadyTimeout, else 503 with a problem naming the failing
-//     check. Never cached.
+//     Ping within ReadyTimeout and the process is not draining (see
+//     Options.Draining), else 503 with a problem naming the failing check.
+//     Never cached.
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
 //     purge one idempotency record; authorization=RAW may replace owner for
@@ -134,6 +140,10 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Draining != nil && h.opts.Draining() {
+		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "shutting down: requests in flight are finishing, new ones go elsewhere")
+		return
+	}
 	if h.opts.Policy == nil || h.opts.Policy() == nil {
 		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "policy check failed: no policy loaded")
 		return

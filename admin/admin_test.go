@@ -317,6 +317,25 @@ func TestReadyz(t *testing.T) {
 		f := newFixture(t, func(o *Options) { o.Store = nil })
 		assertProblem(t, f.do(t, http.MethodGet, "/readyz", nil), http.StatusServiceUnavailable, "not-ready")
 	})
+	t.Run("draining", func(t *testing.T) {
+		var draining bool
+		f := newFixture(t, func(o *Options) { o.Draining = func() bool { return draining } })
+		if rec := f.do(t, http.MethodGet, "/readyz", nil); rec.Code != http.StatusOK {
+			t.Fatalf("GET /readyz before the drain = %d %s, want 200", rec.Code, rec.Body)
+		}
+		draining = true
+		f.store.pingCtx = nil
+		detail := assertProblem(t, f.do(t, http.MethodGet, "/readyz", nil), http.StatusServiceUnavailable, "not-ready")
+		if !strings.Contains(detail, "shutting down") {
+			t.Errorf("detail %q does not say the process is shutting down", detail)
+		}
+		if f.store.pingCtx != nil {
+			t.Error("/readyz pinged the store while draining")
+		}
+		if rec := f.do(t, http.MethodGet, "/healthz", nil); rec.Code != http.StatusOK {
+			t.Errorf("GET /healthz while draining = %d, want 200 (liveness must not restart a draining pod)", rec.Code)
+		}
+	})
 }
 
 func TestMetricsFromInjectedRegistry(t *testing.T) {

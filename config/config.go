@@ -30,7 +30,7 @@ const (
 )
 
 // Config is the whole effective configuration: file, then environment, then
-// whatever flags the caller sets before calling Validate.
+// the overrides (flags) given to Load with WithOverrides.
 type Config struct {
 	// Listen is the proxy's listen address, host:port (default ":8080").
 	Listen string
@@ -128,7 +128,13 @@ type ServerConfig struct {
 	WriteTimeout time.Duration
 	// IdleTimeout bounds keep-alive idleness (default 120s).
 	IdleTimeout time.Duration
-	// ShutdownTimeout bounds a graceful shutdown (default 30s).
+	// ShutdownTimeout bounds the graceful drain after SIGTERM: waiting for
+	// requests in flight to get their upstream answer, record it in the
+	// store and write it, then for responses still being recorded in the
+	// background (server.shutdown_timeout; default upstream.timeout +
+	// ShutdownMargin, 65s with the defaults; 0 means no limit). When set it
+	// must exceed upstream.timeout, or a call in flight at SIGTERM is cut
+	// off after the upstream may have acted.
 	ShutdownTimeout time.Duration
 	// MaxHeaderBytes bounds request headers, in bytes (default 1 MiB).
 	MaxHeaderBytes int
@@ -162,6 +168,15 @@ type TracingConfig struct {
 	ServiceName string
 }
 
+// ShutdownMargin is what the default server.shutdown_timeout adds to
+// upstream.timeout: time for the last call's store write (at most
+// proxy.DefaultStoreTimeout, 2s) and for writing its response after the
+// upstream answered at the very end of its timeout.
+const ShutdownMargin = 5 * time.Second
+
+// defaultUpstreamTimeout is upstream.timeout unless configured.
+const defaultUpstreamTimeout = 60 * time.Second
+
 // Default returns the built-in configuration: listen ":8080", admin
 // "127.0.0.1:9090", memory store, text logs at info, the server defaults
 // and a policy of only the defaults route (policy.DefaultRoute). Upstream.URL
@@ -173,7 +188,7 @@ func Default() *Config {
 	}
 	return &Config{
 		Listen:   ":8080",
-		Upstream: UpstreamConfig{Timeout: 60 * time.Second},
+		Upstream: UpstreamConfig{Timeout: defaultUpstreamTimeout},
 		Admin:    AdminConfig{Listen: "127.0.0.1:9090"},
 		Store: StoreConfig{
 			Driver:   DriverMemory,
@@ -186,7 +201,7 @@ func Default() *Config {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			IdleTimeout:       120 * time.Second,
-			ShutdownTimeout:   30 * time.Second,
+			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
@@ -263,6 +278,10 @@ func (c *Config) Validate() error {
 	}
 	if w := c.Server.WriteTimeout; w > 0 && c.Upstream.Timeout > 0 && w <= c.Upstream.Timeout {
 		bad("server.write_timeout", "%v must exceed upstream.timeout (%v), or be 0, or responses are cut off", w, c.Upstream.Timeout)
+	}
+	if s := c.Server.ShutdownTimeout; s > 0 && c.Upstream.Timeout > 0 && s <= c.Upstream.Timeout {
+		bad("server.shutdown_timeout", "%v must exceed upstream.timeout (%v), or be 0 (no limit): a call in flight at SIGTERM may run for upstream.timeout and must then record its response before the process exits (leave it unset for upstream.timeout + %v)",
+			s, c.Upstream.Timeout, ShutdownMargin)
 	}
 	if c.Server.MaxHeaderBytes <= 0 {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)

@@ -275,6 +275,9 @@ func TestValidationErrors(t *testing.T) {
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
 		{"server size", base + "server: {max_header_bytes: 0}\n", "server.max_header_bytes", "> 0"},
 		{"write timeout", base + "server: {write_timeout: 30s}\n", "server.write_timeout", "exceed upstream.timeout"},
+		{"shutdown timeout under upstream", base + "server: {shutdown_timeout: 30s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (1m0s)"},
+		{"shutdown timeout equal to upstream", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 20s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (20s)"},
+		{"upstream timeout over shutdown", "upstream: {url: 'http://x:1', timeout: 2m}\nserver: {shutdown_timeout: 90s}\ndefaults: {wait_timeout: 10s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (2m0s)"},
 		{"route name syntax", base + "routes: [{name: Orders, match: /a}]\n", "routes[0].name", "^[a-z0-9-]+$"},
 		{"route name missing", base + "routes: [{match: /a}]\n", "routes[0].name", "required"},
 		{"route name reserved", base + "routes: [{name: default, match: /a}]\n", "routes[0].name", "reserved"},
@@ -432,4 +435,119 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Load accepted a config that Validate rejects: %v", err)
 		}
 	})
+}
+
+// TestShutdownTimeoutDefault: unset, server.shutdown_timeout follows
+// upstream.timeout (plus ShutdownMargin), wherever upstream.timeout came
+// from; set, it stands; 0 (no limit) is accepted.
+func TestShutdownTimeoutDefault(t *testing.T) {
+	if got := Default().Server.ShutdownTimeout; got != time.Minute+ShutdownMargin {
+		t.Errorf("Default shutdown_timeout = %v, want upstream.timeout 1m + %v", got, ShutdownMargin)
+	}
+	tests := []struct {
+		name, yaml string
+		env        []string
+		overrides  map[string]string
+		want       time.Duration
+	}{
+		{"defaults", base, nil, nil, 65 * time.Second},
+		{"upstream timeout in the file", "upstream: {url: 'http://x:1', timeout: 2m}\n", nil, nil, 2*time.Minute + ShutdownMargin},
+		{"upstream timeout from the environment", base, []string{"IDEMGATE_UPSTREAM_TIMEOUT=15s"}, nil, 15*time.Second + ShutdownMargin},
+		{"upstream timeout overridden", base, nil, map[string]string{"upstream.timeout": "12s"}, 12*time.Second + ShutdownMargin},
+		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 21s}\n", nil, nil, 21 * time.Second},
+		{"no limit", base + "server: {shutdown_timeout: 0s}\n", nil, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yaml := tt.yaml
+			if !strings.Contains(yaml, "wait_timeout") {
+				yaml += "defaults: {wait_timeout: 10s}\n"
+			}
+			c, err := Load(writeFile(t, yaml), tt.env, WithOverrides(tt.overrides))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.Server.ShutdownTimeout != tt.want {
+				t.Errorf("shutdown_timeout = %v, want %v", c.Server.ShutdownTimeout, tt.want)
+			}
+		})
+	}
+	// Built by hand: Validate names both keys.
+	c := Default()
+	c.Upstream.URL, _ = url.Parse("http://127.0.0.1:3000")
+	c.Server.ShutdownTimeout = 30 * time.Second
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "server.shutdown_timeout: 30s must exceed upstream.timeout (1m0s)") {
+		t.Errorf("Validate = %v, want server.shutdown_timeout named with upstream.timeout", err)
+	}
+}
+
+// TestOverrides: the merge order is override (flag) > environment > file >
+// built-in default, for every kind of value, and each override is checked
+// like the key it sets.
+func TestOverrides(t *testing.T) {
+	file := "listen: '127.0.0.1:1001'\nupstream: {url: 'http://file:1'}\nlog: {level: warn}\nstore:\n  driver: valkey\n  valkey: {addrs: ['file:6379']}\n"
+	env := []string{
+		"IDEMGATE_LISTEN=127.0.0.1:1002",
+		"IDEMGATE_UPSTREAM_URL=http://env:2",
+		"IDEMGATE_STORE_VALKEY_ADDRS=env:6379",
+		"IDEMGATE_LOG_FORMAT=json",
+	}
+	overrides := map[string]string{
+		"upstream.url":       "http://flag:3",
+		"store.valkey.addrs": "flag-a:6379, flag-b:6379",
+		"admin.listen":       "127.0.0.1:1003",
+	}
+	path := writeFile(t, file)
+	c, err := Load(path, env, WithOverrides(overrides))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	checks := []struct{ key, got, want string }{
+		{"upstream.url (file, env, flag)", c.Upstream.URL.String(), "http://flag:3"},
+		{"store.valkey.addrs (file, env, flag)", strings.Join(c.Store.Valkey.Addrs, ","), "flag-a:6379,flag-b:6379"},
+		{"listen (file, env)", c.Listen, "127.0.0.1:1002"},
+		{"log.format (env)", c.Log.Format, "json"},
+		{"log.level (file)", c.Log.Level, "warn"},
+		{"admin.listen (flag)", c.Admin.Listen, "127.0.0.1:1003"},
+		{"store.driver (file)", c.Store.Driver, DriverValkey},
+		{"idle timeout (default)", c.Server.IdleTimeout.String(), "2m0s"},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %q, want %q", ch.key, ch.got, ch.want)
+		}
+	}
+	// Without the override the environment wins, without both the file.
+	if c, err := Load(path, env); err != nil || c.Upstream.URL.String() != "http://env:2" {
+		t.Errorf("without overrides: %v %v, want the environment's upstream", c, err)
+	}
+	if c, err := Load(path, nil); err != nil || c.Upstream.URL.String() != "http://file:1" {
+		t.Errorf("without env and overrides: %v %v, want the file's upstream", c, err)
+	}
+	// No file: an override supplies the required upstream.url.
+	c, err = Load("", nil, WithOverrides(map[string]string{"upstream.url": "http://flag:3"}))
+	if err != nil || c.Upstream.URL.String() != "http://flag:3" || c.Validate() != nil {
+		t.Errorf("no file, upstream overridden: %v %v", c, err)
+	}
+	// A file without upstream.url loads with the override (a reload of
+	// `serve --config F --upstream U` relies on it).
+	if _, err := Load(writeFile(t, "log: {level: debug}\n"), nil, WithOverrides(map[string]string{"upstream.url": "http://flag:3"})); err != nil {
+		t.Errorf("file without upstream.url plus the override: %v", err)
+	}
+	// Bad values and keys are reported at their key path.
+	_, err = Load(path, nil, WithOverrides(map[string]string{
+		"upstream.url": "not a url", "log.level": "loud", "routes": "x", "defaults.lease": "1s", "nope": "1",
+	}))
+	for _, want := range []string{"upstream.url: ", "log.level: ", "routes: cannot be overridden", "defaults.lease: cannot be overridden", "nope: cannot be overridden"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bad overrides: %v, want %q", err, want)
+		}
+	}
+	// Parse takes the same options; the caller's map is left alone.
+	ov := map[string]string{"log.level": "error"}
+	pc, err := Parse([]byte(file), env, WithOverrides(ov))
+	if err != nil || pc.Log.Level != "error" || len(ov) != 1 {
+		t.Errorf("Parse with overrides: %v %v %v", pc, err, ov)
+	}
 }

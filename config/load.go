@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,8 +49,11 @@ func EnvName(key string) string {
 // Load reads the YAML file at path (path "" means the built-in defaults
 // only), applies environment overrides from environ (entries "NAME=value",
 // as os.Environ returns; see EnvPrefix; store.valkey.addrs takes a
-// comma-separated list; variables that name no key are ignored), compiles
-// the policy and validates the result.
+// comma-separated list; variables that name no key are ignored), then the
+// overrides given with WithOverrides (the command-line flags), compiles the
+// policy and validates the result. A key set in several places takes its
+// value from the override, else the environment, else the file, else the
+// built-in default.
 //
 // It returns every problem at once: errors.Join of *policy.FieldError, each
 // naming the key path (e.g. "routes[1].lease"), and the decoder's errors
@@ -56,15 +61,16 @@ func EnvName(key string) string {
 // unreadable file or invalid YAML is a single error. With path "" a missing
 // upstream.url is not an error, since the caller is expected to set
 // Upstream.URL (e.g. from a flag) and call Validate.
-func Load(path string, environ []string) (*Config, error) {
+func Load(path string, environ []string, opts ...LoadOption) (*Config, error) {
+	o := newLoadOptions(opts)
 	if path == "" {
-		return load(nil, false, environ)
+		return load(nil, false, environ, o)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := load(data, true, environ)
+	c, err := load(data, true, environ, o)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -72,11 +78,38 @@ func Load(path string, environ []string) (*Config, error) {
 }
 
 // Parse is Load for YAML already in memory: data is the file's bytes.
-func Parse(data []byte, environ []string) (*Config, error) {
-	return load(data, true, environ)
+func Parse(data []byte, environ []string, opts ...LoadOption) (*Config, error) {
+	return load(data, true, environ, newLoadOptions(opts))
 }
 
-func load(data []byte, fromFile bool, environ []string) (*Config, error) {
+// LoadOption changes what Load and Parse merge into the configuration.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	overrides map[string]string
+}
+
+func newLoadOptions(opts []LoadOption) loadOptions {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithOverrides sets keys over both the file and the environment: the
+// command-line flags of idemgate serve. overrides maps a key path (e.g.
+// "upstream.url", "listen", "store.valkey.addrs") to its value written as
+// in an environment variable (store.valkey.addrs comma-separated); each
+// value is parsed and validated like the key it sets, and its errors name
+// that key. Only the keys the environment may override are accepted (see
+// EnvName); Load reports any other key as an error. The map is read, never
+// kept or changed. A later WithOverrides replaces an earlier one.
+func WithOverrides(overrides map[string]string) LoadOption {
+	return func(o *loadOptions) { o.overrides = overrides }
+}
+
+func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if fromFile {
@@ -84,10 +117,13 @@ func load(data []byte, fromFile bool, environ []string) (*Config, error) {
 			return nil, fmt.Errorf("invalid YAML: %w", err)
 		}
 	}
+	// Set last wins in viper: the environment over the file, the overrides
+	// over both.
 	applyEnv(v, environ)
+	var errs []error
+	errs = append(errs, applyOverrides(v, o.overrides)...)
 
 	var raw rawConfig
-	var errs []error
 	if err := v.UnmarshalExact(&raw); err != nil {
 		errs = append(errs, decodeErrors(err)...)
 	}
@@ -138,18 +174,40 @@ func applyEnv(v *viper.Viper, environ []string) {
 		if !known {
 			continue
 		}
-		if key == "store.valkey.addrs" {
-			var addrs []string
-			for _, a := range strings.Split(value, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					addrs = append(addrs, a)
-				}
-			}
-			v.Set(key, addrs)
+		set(v, key, value)
+	}
+}
+
+// applyOverrides sets every override on v, in key order so that the errors
+// come out the same way every time; it returns an error for each key that
+// cannot be overridden.
+func applyOverrides(v *viper.Viper, overrides map[string]string) []error {
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(overrides)) {
+		if !slices.Contains(envKeys, key) {
+			errs = append(errs, &policy.FieldError{Path: key, Err: errors.New("cannot be overridden (not a key, or a policy key that only the file sets)")})
 			continue
 		}
-		v.Set(key, value)
+		set(v, key, overrides[key])
 	}
+	return errs
+}
+
+// set gives key the string value of an environment variable or an
+// override: store.valkey.addrs is a comma-separated list, every other value
+// is decoded like the file's.
+func set(v *viper.Viper, key, value string) {
+	if key == "store.valkey.addrs" {
+		var addrs []string
+		for _, a := range strings.Split(value, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		v.Set(key, addrs)
+		return
+	}
+	v.Set(key, value)
 }
 
 // decodeErrors splits the decoder's aggregate error into one error per
@@ -379,6 +437,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 	b.duration("server.write_timeout", &c.Server.WriteTimeout, s.WriteTimeout)
 	b.duration("server.idle_timeout", &c.Server.IdleTimeout, s.IdleTimeout)
 	b.duration("server.shutdown_timeout", &c.Server.ShutdownTimeout, s.ShutdownTimeout)
+	if s.ShutdownTimeout == nil {
+		// Unset: follows upstream.timeout, so the drain outlasts the
+		// longest call in flight at SIGTERM.
+		c.Server.ShutdownTimeout = c.Upstream.Timeout + ShutdownMargin
+	}
 	if s.MaxHeaderBytes != nil {
 		n := int64(c.Server.MaxHeaderBytes)
 		b.size("server.max_header_bytes", &n, s.MaxHeaderBytes)

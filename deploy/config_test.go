@@ -141,13 +141,57 @@ func checkEnvName(t *testing.T, where string, c containerConfig, name, value str
 	}
 }
 
-// drainTime is how long a stopping idemgate may take after SIGTERM: the
-// graceful shutdown bound (server.shutdown_timeout) or, if longer, the
-// longest in-flight upstream call (upstream.timeout). The orchestrator's
-// grace period must exceed it, or in-flight claims are cut off and only
-// released by lease expiry.
-func drainTime(c containerConfig) time.Duration {
-	return max(c.loaded.Server.ShutdownTimeout, c.loaded.Upstream.Timeout)
+// checkGrace reports through rep unless an orchestrator's grace period
+// (terminationGracePeriodSeconds, stop_grace_period) covers idemgate's whole
+// drain: the preStop sleep (0 without one) plus server.shutdown_timeout,
+// which config.Validate keeps above upstream.timeout so a call in flight at
+// SIGTERM can finish and record its response. A grace period that ends
+// first SIGKILLs the process mid-call: the client gets a connection error
+// and a retry runs the operation again once the lease ends.
+func checkGrace(rep reporter, where string, grace, preStop time.Duration, c *config.Config) {
+	rep.Helper()
+	shutdown, upstream := c.Server.ShutdownTimeout, c.Upstream.Timeout
+	switch {
+	case shutdown == 0:
+		rep.Errorf("%s: server.shutdown_timeout is 0 (no limit), which no grace period %v can cover; set it above upstream.timeout (%v)", where, grace, upstream)
+		return
+	case shutdown <= upstream:
+		rep.Errorf("%s: server.shutdown_timeout %v must exceed upstream.timeout %v, or a call in flight at SIGTERM is cut off", where, shutdown, upstream)
+	}
+	if grace <= preStop+shutdown {
+		rep.Errorf("%s: grace period %v must exceed the preStop sleep %v + server.shutdown_timeout %v = %v", where, grace, preStop, shutdown, preStop+shutdown)
+	}
+}
+
+// TestGraceCheckFires proves checkGrace catches what it is for.
+func TestGraceCheckFires(t *testing.T) {
+	cfg := func(shutdown, upstream time.Duration) *config.Config {
+		c := config.Default()
+		c.Server.ShutdownTimeout, c.Upstream.Timeout = shutdown, upstream
+		return c
+	}
+	tests := []struct {
+		name             string
+		grace, preStop   time.Duration
+		shutdown, upcall time.Duration
+		want             string // "" = no message
+	}{
+		{"covered", 45 * time.Second, 5 * time.Second, 35 * time.Second, 30 * time.Second, ""},
+		{"grace equals the drain", 40 * time.Second, 5 * time.Second, 35 * time.Second, 30 * time.Second, "must exceed the preStop sleep"},
+		{"preStop forgotten", 36 * time.Second, 5 * time.Second, 35 * time.Second, 30 * time.Second, "must exceed the preStop sleep"},
+		{"the old manifests: shutdown 30s = upstream 30s, grace 60s", 60 * time.Second, 5 * time.Second, 30 * time.Second, 30 * time.Second, "must exceed upstream.timeout"},
+		{"no limit", time.Hour, 0, 0, 30 * time.Second, "no limit"},
+	}
+	for _, tt := range tests {
+		rec := &recorder{}
+		checkGrace(rec, tt.name, tt.grace, tt.preStop, cfg(tt.shutdown, tt.upcall))
+		if tt.want == "" && len(rec.msgs) != 0 {
+			t.Errorf("%s: unexpected %q", tt.name, rec.msgs)
+		}
+		if tt.want != "" && !rec.has(tt.want) {
+			t.Errorf("%s: got %q, want a message with %q", tt.name, rec.msgs, tt.want)
+		}
+	}
 }
 
 // envValue returns the value of name in environ ("NAME=value" entries).

@@ -134,3 +134,41 @@ func reloads(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Fatalf("no idemgate_config_reloads_total{result=%q} on the registry", result)
 	return 0
 }
+
+// TestReloadAppliesOverrides: a Reloader whose Load merges the same
+// overrides as the start (cmd/idemgate passes one loader to both) accepts
+// an edited file that leaves out what an override supplies; one that
+// reloads the file alone rejects it, which is how every reload of
+// `serve --config F --upstream U` used to fail.
+func TestReloadAppliesOverrides(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	noUpstream := "routes:\n  - name: create-order\n    match: \"POST /v1/orders\"\n"
+	if err := os.WriteFile(path, []byte(noUpstream), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	overrides := map[string]string{"upstream.url": "http://127.0.0.1:3000"}
+	withFlags := func(path string) (*policy.Policy, error) {
+		c, err := config.Load(path, nil, config.WithOverrides(overrides))
+		if err != nil {
+			return nil, err
+		}
+		return c.Policy, nil
+	}
+	r, err := reload.New(reload.Options{Path: path, Load: withFlags})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := os.WriteFile(path, []byte(noUpstream+"  - name: refunds\n    match: \"POST /v1/refunds\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("Reload with the overrides: %v", err)
+	}
+	if got := strings.Join(routeNames(r.Current()), ","); got != "create-order,refunds,default" {
+		t.Errorf("routes after the reload = %q", got)
+	}
+	// The file alone is not a valid configuration.
+	if _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "upstream.url") {
+		t.Errorf("the file without the overrides: %v, want upstream.url required", err)
+	}
+}

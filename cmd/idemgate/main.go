@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -171,7 +172,8 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 			f.listen = "127.0.0.1:8080"
 		}
 	}
-	cfg, err := loadConfig(f)
+	load := configLoader(f, os.Environ())
+	cfg, err := load(f.config)
 	if err != nil {
 		fmt.Fprintf(stderr, "idemgate %s: invalid configuration:\n", name)
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -191,48 +193,53 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		defer demoAPI.Close()
 	}
-	if err := runServer(ctx, cfg, f.config, log); err != nil {
+	if err := runServer(ctx, cfg, f.config, load, log); err != nil {
 		log.Error("idemgate stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// loadConfig reads the file (or the built-in defaults), applies flag
-// overrides and validates the result.
-func loadConfig(f serveFlags) (*config.Config, error) {
-	environ := os.Environ()
-	if f.upstream != "" {
-		// Through the environment, so a file without upstream.url loads and
-		// the flag is checked like the key it overrides.
-		environ = append(environ, config.EnvName("upstream.url")+"="+f.upstream)
+// overrides returns the flags that were given, keyed by the config path
+// they override (e.g. "upstream.url"), for config.WithOverrides.
+func (f serveFlags) overrides() map[string]string {
+	o := map[string]string{}
+	for key, v := range map[string]string{
+		"upstream.url":       f.upstream,
+		"listen":             f.listen,
+		"admin.listen":       f.adminListen,
+		"store.driver":       f.storeDriver,
+		"store.valkey.addrs": f.valkeyAddrs,
+		"store.bolt.path":    f.boltPath,
+		"log.format":         f.logFormat,
+		"log.level":          f.logLevel,
+	} {
+		if v != "" {
+			o[key] = v
+		}
 	}
-	cfg, err := config.Load(f.config, environ)
-	if err != nil {
-		return nil, err
+	return o
+}
+
+// configLoader returns the one loader of serve and demo: the file at path
+// (or the built-in defaults for ""), then environ, then the flags, merged by
+// config.Load and validated. The start and every policy reload call it, so a
+// reload sees the environment and flags the process started with.
+func configLoader(f serveFlags, environ []string) func(path string) (*config.Config, error) {
+	environ = slices.Clone(environ)
+	overrides := f.overrides()
+	return func(path string) (*config.Config, error) {
+		cfg, err := config.Load(path, environ, config.WithOverrides(overrides))
+		if err != nil {
+			return nil, err
+		}
+		// Load leaves a missing upstream.url to the caller when there is no
+		// file; with the flags applied it is required.
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return cfg, nil
 	}
-	if f.listen != "" {
-		cfg.Listen = f.listen
-	}
-	if f.adminListen != "" {
-		cfg.Admin.Listen = f.adminListen
-	}
-	if f.storeDriver != "" {
-		cfg.Store.Driver = f.storeDriver
-	}
-	if f.valkeyAddrs != "" {
-		cfg.Store.Valkey.Addrs = strings.Split(f.valkeyAddrs, ",")
-	}
-	if f.boltPath != "" {
-		cfg.Store.Bolt.Path = f.boltPath
-	}
-	if f.logFormat != "" {
-		cfg.Log.Format = f.logFormat
-	}
-	if f.logLevel != "" {
-		cfg.Log.Level = f.logLevel
-	}
-	return cfg, cfg.Validate()
 }
 
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
@@ -293,9 +300,10 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 }
 
 // runServer wires the store, metrics, policy reloader, proxy and admin
-// listener, serves until ctx ends, then shuts down gracefully: it stops
-// accepting, lets in-flight requests finish and record, then returns.
-func runServer(ctx context.Context, cfg *config.Config, configPath string, log *slog.Logger) error {
+// listener, serves until ctx ends, then shuts down gracefully (see drain).
+// load is how cfg was loaded; every policy reload of configPath goes
+// through it too.
+func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, version)
@@ -339,7 +347,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	reloader, err := reload.New(reload.Options{
 		Path: configPath,
 		Load: func(path string) (*policy.Policy, error) {
-			c, err := config.Load(path, os.Environ())
+			c, err := load(path)
 			if err != nil {
 				return nil, err
 			}
@@ -377,6 +385,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	var draining atomic.Bool
 	adminSrv := &http.Server{
 		Handler: admin.New(admin.Options{
 			Store:    st,
@@ -384,6 +393,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 			Gatherer: reg,
 			Token:    cfg.Admin.Token,
 			Logger:   log,
+			Draining: draining.Load,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -412,28 +422,54 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, log *
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info("shutting down: no new connections, waiting for requests in flight")
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
-		defer cancel()
-		// Shutdown waits for running handlers; a handler returns once its
-		// outcome is recorded or handed to the proxy's background retry.
-		err := srv.Shutdown(sctx)
-		// Responses the store refused during an outage are still being
-		// recorded in the background; give them the rest of the budget.
-		if werr := p.Wait(sctx); werr != nil && err == nil {
-			err = werr
-		}
-		_ = adminSrv.Shutdown(sctx)
-		if err != nil {
-			return fmt.Errorf("graceful shutdown: %w", err)
-		}
-		return nil
+		draining.Store(true)
+		return drain(srv, adminSrv, p, cfg.Server.ShutdownTimeout, log)
 	})
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	log.Info("idemgate stopped")
+	return nil
+}
+
+// drain shuts the servers down after SIGTERM, within budget (0: no limit;
+// config.Validate keeps it above upstream.timeout). The proxy listener
+// closes at once; every request in flight gets its upstream answer (each
+// call is bounded by upstream.timeout), records it in the store and writes
+// it; responses the store refused are then given the rest of the budget to
+// be recorded in the background (proxy.Proxy.Wait). Only then does the
+// admin listener stop; the caller closes the store after drain returns.
+// The caller marks the process draining before, so /readyz already says
+// not ready. Past the budget drain returns an error and the process exits
+// with whatever still runs cut off.
+func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log *slog.Logger) error {
+	log.Info("shutting down: not ready, no new connections; waiting for requests in flight to finish and record their responses",
+		"shutdown_timeout", budget.String())
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if budget > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, budget)
+		defer stop()
+	}
+	// Shutdown returns once every handler has returned, and a handler
+	// returns once its outcome is recorded or handed to the proxy's
+	// background retry.
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		err = fmt.Errorf("requests still running: %w", err)
+	} else if werr := p.Wait(ctx); werr != nil {
+		err = werr
+	}
+	if aerr := adminSrv.Shutdown(ctx); aerr != nil {
+		_ = adminSrv.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("graceful shutdown not finished within server.shutdown_timeout (%v): %w", budget, err)
+	}
+	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
 }
 

@@ -104,3 +104,48 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Errorf("serve -h does not list --bolt-path:\n%s", errOut.String())
 	}
 }
+
+// TestConfigLoader: every serve flag overrides its key over the file and
+// the environment, a file may leave out what a flag supplies, and the same
+// loader (used for the start and for every reload) gives the same result
+// each time it is called.
+func TestConfigLoader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	file := `listen: "127.0.0.1:1001"
+admin: {listen: "127.0.0.1:1002"}
+log: {format: text, level: info}
+store: {driver: memory, bolt: {path: /file.db}}
+`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"IDEMGATE_LISTEN=127.0.0.1:2001", "IDEMGATE_LOG_LEVEL=warn", "IDEMGATE_UPSTREAM_URL=http://env:1"}
+	f := serveFlags{config: path, upstream: "http://flag:1", listen: "127.0.0.1:3001", adminListen: "127.0.0.1:3002",
+		storeDriver: "valkey", valkeyAddrs: "a:6379,b:6379", boltPath: "/flag.db", logFormat: "json", logLevel: "debug"}
+	load := configLoader(f, env)
+	for i := 0; i < 2; i++ { // the start, then a reload
+		c, err := load(path)
+		if err != nil {
+			t.Fatalf("load %d: %v", i, err)
+		}
+		got := []string{c.Upstream.URL.String(), c.Listen, c.Admin.Listen, c.Store.Driver, strings.Join(c.Store.Valkey.Addrs, ","),
+			c.Store.Bolt.Path, c.Log.Format, c.Log.Level}
+		want := []string{"http://flag:1", "127.0.0.1:3001", "127.0.0.1:3002", "valkey", "a:6379,b:6379", "/flag.db", "json", "debug"}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("load %d: %q, want %q", i, got, want)
+		}
+	}
+	// Without flags the environment wins over the file.
+	c, err := configLoader(serveFlags{config: path}, env)(path)
+	if err != nil || c.Listen != "127.0.0.1:2001" || c.Log.Level != "warn" || c.Upstream.URL.String() != "http://env:1" {
+		t.Errorf("without flags: %+v %v", c, err)
+	}
+	// No file and no --upstream: the missing upstream.url is reported.
+	if _, err := configLoader(serveFlags{}, nil)(""); err == nil || !strings.Contains(err.Error(), "upstream.url") {
+		t.Errorf("no file, no upstream: %v, want upstream.url required", err)
+	}
+	// A bad flag value is named by the key it overrides.
+	if _, err := configLoader(serveFlags{upstream: "ftp://x"}, nil)(""); err == nil || !strings.Contains(err.Error(), "upstream.url") {
+		t.Errorf("--upstream ftp://x: %v, want an upstream.url error", err)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -88,7 +89,8 @@ func TestServeExportsRequestTraces(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- runServer(ctx, cfg, "", log) }()
+	noReload := func(string) (*config.Config, error) { return nil, errors.New("no config file to reload") }
+	go func() { done <- runServer(ctx, cfg, "", noReload, log) }()
 	var addr string
 	select {
 	case addr = <-addrs:
