@@ -36,6 +36,9 @@ const DefaultConnTimeout = 3 * time.Second
 // maxResubscribeDelay caps the backoff between subscription attempts.
 const maxResubscribeDelay = time.Second
 
+// Every script starts with a shebang declaring its flags (#!lua, or
+// #!lua flags=no-writes for get.lua), so a Valkey out of memory refuses a
+// script that may write before it runs (docs/protocol.md, "Scripts").
 var (
 	//go:embed scripts/claim.lua
 	claimLua string

@@ -1,3 +1,4 @@
+#!lua
 -- claim.lua: take the record for one identity (store.Store.Claim).
 -- KEYS[1] record key. ARGV[1] owner, ARGV[2] route, ARGV[3] idempotency key,
 -- ARGV[4] fingerprint, ARGV[5] token, ARGV[6] lease ms (> 0),
@@ -5,6 +6,8 @@
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0"} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms} |
 -- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms}.
+-- It may write, so a full server (maxmemory) refuses it with -OOM before it
+-- runs: under noeviction it applies completely or not at all.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -12,7 +15,6 @@ local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk')
 local state = rec[1]
 if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   -- Past its end (end <= now): absent, whatever the key's own TTL says.
-  redis.call('DEL', key)
   state = false
 end
 local takeover = '0'
@@ -31,7 +33,6 @@ elseif state == 'running' then
     return {'abandoned', rec[2], rec[4]}
   end
   takeover = '1'
-  redis.call('DEL', key)
 end
 local lease_end = now + tonumber(ARGV[6])
 local retention = tonumber(ARGV[7])
@@ -44,5 +45,10 @@ end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', string.format('%.0f', now),
   'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry), 'rt', ARGV[7])
+if rec[1] then
+  -- An old record (expired, or taken over) is overwritten, never deleted
+  -- first: its fields not written above go only after the write went through.
+  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa')
+end
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover}
