@@ -180,7 +180,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		log:          log,
 		onDisruption: opts.OnDisruption,
 		// Claim is safe to retry: a claim whose record already holds its
-		// token answers Claimed again. Extend only moves the lease forward.
+		// token answers Claimed again (and restarts its lease). Extend only
+		// moves the lease forward.
 		// Complete, Release and Delete would answer false on a retry after
 		// a lost reply, so they are never retried blindly.
 		claim:    valkey.NewLuaScriptRetryable(claimLua),

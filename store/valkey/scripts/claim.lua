@@ -18,21 +18,22 @@ if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   state = false
 end
 local takeover = '0'
+local repeated = false
 if state == 'completed' then
   local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa')
   return {'completed', r[1], r[2], r[3], r[4], r[5], r[6]}
 elseif state == 'running' then
   if rec[3] == ARGV[5] then
-    -- The same claim again (a retry whose first reply was lost): it holds the record.
-    return {'claimed', rec[2], rec[4], rec[6]}
-  end
-  if tonumber(rec[4]) > now then
+    -- The same claim again (a retry whose first reply was lost): it holds the
+    -- record, and its lease restarts now (below).
+    repeated = true
+  elseif tonumber(rec[4]) > now then
     return {'running', rec[2], rec[4]}
-  end
-  if ARGV[8] == '1' or rec[2] ~= ARGV[4] then
+  elseif ARGV[8] == '1' or rec[2] ~= ARGV[4] then
     return {'abandoned', rec[2], rec[4]}
+  else
+    takeover = '1'
   end
-  takeover = '1'
 end
 local lease_end = now + tonumber(ARGV[6])
 local retention = tonumber(ARGV[7])
@@ -41,6 +42,13 @@ if retention > 0 then
   expiry = math.max(lease_end, now + retention)
 else
   expiry = lease_end + 86400000
+end
+if repeated then
+  -- Lease end and expiry as a fresh claim's, the expiry never earlier.
+  expiry = math.max(expiry, tonumber(rec[5]))
+  redis.call('HSET', key, 'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry))
+  redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
+  return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6]}
 end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', string.format('%.0f', now),
