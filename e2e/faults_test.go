@@ -562,3 +562,108 @@ func TestFaultValkeyOutageLongerThanLeaseDuringCall(t *testing.T) {
 		t.Fatalf("upstream executed %d times, want 1", n)
 	}
 }
+
+// Scenario 8: Valkey fills up (maxmemory-policy noeviction) while an
+// upstream call runs, and stays full past the call's lease. The holder can
+// no longer extend its claim; a duplicate sent to another instance must not
+// take the claim over (it used to: claim.lua deleted the abandoned record
+// first, and a script that has written is not checked for memory again, so
+// the operation ran twice). Every keyed request on either instance is
+// refused with 503 while Valkey is full, replays included; once memory is
+// freed the held response is recorded and replayed, and no operation ran
+// twice.
+func TestFaultValkeyFullFailsClosed(t *testing.T) {
+	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	up := startUpstream(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	entered := make(chan struct{}, 32)
+	// The first call of key "full" runs until released; every other call
+	// answers at once.
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		owner, key := r.Header.Get("X-User"), r.Header.Get("Idempotency-Key")
+		n := up.Calls(owner, key)
+		if key == "full" && n == 1 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"key":%q,"call":%d,"total":%d}`, key, n, up.Total())
+	}, 0, entered)
+	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
+		Routes: ordersRoute("lease: 1s", "concurrent: conflict")}
+	a, b := startGate(t, c), startGate(t, c)
+
+	done := mustPost(t, a.URL+"/v1/orders", "alice", "done", "{}")
+	waitEntered(t, entered, 5*time.Second)
+	if done.Status != 201 {
+		t.Fatalf("before Valkey is full: %v", done)
+	}
+	first := make(chan Answer, 1)
+	go func() { first <- postTimeout(60*time.Second, a.URL+"/v1/orders", "alice", "full", "{}") }()
+	waitEntered(t, entered, 10*time.Second)
+
+	free := v.Fill(t)
+	defer free()
+	// The holder's heartbeat is refused from now on: its 1 s lease ends.
+	time.Sleep(1500 * time.Millisecond)
+	totalBefore := up.Total()
+
+	// The duplicate on the other instance comes first, before that instance
+	// has seen the store fail (it would then hold takeovers back by itself).
+	for _, req := range []struct {
+		gate *Gate
+		name string
+		key  string
+	}{
+		{b, "B", "full"}, {a, "A", "full"},
+		{a, "A", "done"}, {b, "B", "done"},
+		{a, "A", "fresh-a"}, {b, "B", "fresh-b"},
+	} {
+		ans := postTimeout(15*time.Second, req.gate.URL+"/v1/orders", "alice", req.key, "{}")
+		if !ans.isProblem(503, "store-unavailable") {
+			t.Errorf("key %s on instance %s with Valkey full: %v, want 503 store-unavailable", req.key, req.name, ans)
+		}
+	}
+	if n := up.Calls("alice", "full"); n != 1 {
+		t.Fatalf("upstream executed key full %d times while Valkey was full, want 1: the claim was taken over", n)
+	}
+	if got := up.Total() - totalBefore; got != 0 {
+		t.Fatalf("%d keyed requests reached the upstream while Valkey was full", got)
+	}
+
+	// The held call ends while Valkey is still full: its client gets the
+	// response, and the instance keeps trying to record it.
+	unblock()
+	orig := <-first
+	if orig.Status != 201 || orig.replayed() {
+		t.Fatalf("the original request: %v, want its forwarded 201", orig)
+	}
+	free()
+	var retry Answer
+	eventually(t, 20*time.Second, "key full to be answered after memory was freed", func() bool {
+		retry = postTimeout(15*time.Second, b.URL+"/v1/orders", "alice", "full", "{}")
+		return retry.Status != 503 && retry.Status != 409
+	})
+	if !retry.replayed() || !bytes.Equal(retry.Body, orig.Body) {
+		t.Fatalf("retry of key full on instance B after memory was freed: %v, want a replay of %s", retry, orig.Body)
+	}
+	if ans := mustPost(t, a.URL+"/v1/orders", "alice", "done", "{}"); !ans.replayed() || !bytes.Equal(ans.Body, done.Body) {
+		t.Fatalf("retry of key done after memory was freed: %v, want a replay of %s", ans, done.Body)
+	}
+	for _, key := range []string{"fresh-a", "fresh-b"} {
+		if ans := mustPost(t, b.URL+"/v1/orders", "alice", key, "{}"); ans.Status != 201 || ans.replayed() {
+			t.Fatalf("key %s after memory was freed: %v, want a forwarded 201", key, ans)
+		}
+	}
+	for key, want := range map[string]int{"full": 1, "done": 1, "fresh-a": 1, "fresh-b": 1} {
+		if n := up.Calls("alice", key); n != want {
+			t.Errorf("upstream executed key %s %d times, want %d", key, n, want)
+		}
+	}
+}

@@ -143,7 +143,8 @@ type Record struct {
 	LeaseEnd time.Time
 	// RetentionEnd is when the record stops existing; zero means never. For
 	// a running record it is its expiry: the later of the lease end and
-	// claim time plus retention, or lease end plus 24 h when retention is 0.
+	// claim time plus retention, or lease end plus 24 h when retention is 0
+	// (a repeated claim computes it again from its own time, never earlier).
 	RetentionEnd time.Time
 }
 
@@ -175,7 +176,11 @@ const SafetyPoll = time.Second
 //     over. A running record within its lease answers Running; a completed
 //     record answers Completed with its Response. A Claim repeating the
 //     token that holds the record answers Claimed again, so a client may
-//     retry a Claim whose reply was lost without locking itself out.
+//     retry a Claim whose reply was lost without locking itself out; it
+//     restarts the lease (lease end now+Lease, expiry as a fresh claim's
+//     but never earlier) and answers the new lease end, so the claimer
+//     holds the record for a whole lease from the answer it gets, even
+//     when the first attempt's lease is near or past its end.
 //  2. A lease or retention has run out once its end time is reached: end <= now
 //     is over, end > now is valid. A record past its retention end is absent
 //     to every operation.

@@ -407,14 +407,16 @@ func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
 }
 
 // answer is Claim's answer for a live record that it must not replace; ok
-// is false when the claim may take the record (takeover).
+// is false when the claim writes: a takeover, or a repeated claim whose
+// lease restarts.
 func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult, ok bool) {
 	switch {
 	case !r.running:
 		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: r.resp}, true
 	case r.token == p.Token:
-		// A retried claim whose first answer was lost: it holds the record.
-		return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
+		// A retried claim whose first answer was lost: it holds the record,
+		// and its lease restarts (refresh, in the write transaction).
+		return store.ClaimResult{}, false
 	case !over(r.leaseEndMs, nowMs):
 		return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
 	case p.NoTakeover || r.fingerprint != p.Fingerprint:
@@ -424,9 +426,9 @@ func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult,
 }
 
 // Claim implements store.Store. Answers that change nothing (Completed,
-// Running, Abandoned, a repeated claim) come from a read transaction, so
-// replays do not queue behind writes; the rest is decided again inside one
-// write transaction. Errors wrap store.ErrUnavailable.
+// Running, Abandoned) come from a read transaction, so replays do not queue
+// behind writes; the rest is decided again inside one write transaction.
+// Errors wrap store.ErrUnavailable.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if p.Lease <= 0 {
 		return store.ClaimResult{}, fmt.Errorf("bolt store: claim: lease %v must be > 0", p.Lease)
@@ -455,15 +457,23 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		if err != nil {
 			return err
 		}
+		leaseEnd := nowMs + p.Lease.Milliseconds()
+		retention := p.Retention.Milliseconds()
 		takeover := false
 		if r != nil {
+			if r.running && r.token == p.Token {
+				// A repeated claim: its lease restarts now as a fresh
+				// claim's would, and the expiry never moves earlier.
+				r.leaseEndMs = leaseEnd
+				r.expiryMs = max(r.expiryMs, runningExpiry(nowMs, leaseEnd, retention))
+				res = store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(leaseEnd)}
+				return w.put(r)
+			}
 			if res, done = answer(r, p, nowMs); done {
 				return nil
 			}
 			takeover = true
 		}
-		leaseEnd := nowMs + p.Lease.Milliseconds()
-		retention := p.Retention.Milliseconds()
 		if err := w.put(&record{
 			id:          p.Identity,
 			running:     true,

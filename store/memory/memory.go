@@ -163,7 +163,13 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		case !r.running:
 			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: copyResponse(r.resp)}, nil
 		case r.token == p.Token:
-			// A retried claim whose first answer was lost: it holds the record.
+			// A retried claim whose first answer was lost: it holds the
+			// record, and its lease restarts now as a fresh claim's would
+			// (the expiry never moves earlier).
+			r.leaseEnd = now.Add(p.Lease.Truncate(time.Millisecond))
+			if e := runningExpiry(now, r.leaseEnd, p.Retention.Truncate(time.Millisecond)); e.After(r.expiry) {
+				r.expiry = e
+			}
 			return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
 		case !over(r.leaseEnd, now):
 			return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil

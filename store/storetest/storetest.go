@@ -82,6 +82,7 @@ func RunHarness(t *testing.T, h Harness) {
 		{"ConcurrentClaims", s.testConcurrentClaims},
 		{"RunningAndCompletedAnswers", s.testRunningAndCompleted},
 		{"RepeatedClaimSameToken", s.testRepeatedClaimSameToken},
+		{"RepeatedClaimRefreshesLease", s.testRepeatedClaimRefreshesLease},
 		{"RetentionEndIsAbsent", s.testRetentionEnd},
 		{"RunningExpiryIsAbsent", s.testRunningExpiry},
 		{"ExactBoundary", s.testExactBoundary},
@@ -389,9 +390,112 @@ func (s *suite) testRepeatedClaimSameToken(t *testing.T) {
 	// A claim retried after its reply was lost must not answer Running to
 	// the claimer itself.
 	again := mustClaim(t, st, p, store.Claimed)
-	if !again.LeaseEnd.Equal(first.LeaseEnd) || again.Fingerprint != "fp" || again.Takeover {
+	// Its lease restarts (RepeatedClaimRefreshesLease); on an injected clock
+	// no time passed.
+	if again.LeaseEnd.Before(first.LeaseEnd) || (s.h.Clock != nil && !again.LeaseEnd.Equal(first.LeaseEnd)) ||
+		again.Fingerprint != "fp" || again.Takeover {
 		t.Fatalf("repeated Claim = %+v, want the first claim's answer %+v", again, first)
 	}
+}
+
+// testRepeatedClaimRefreshesLease: a claim repeated with the token holding
+// the record (a client retrying a claim whose reply was lost) holds it for a
+// whole lease from now, as a fresh claim would, even near or past the first
+// lease's end, so no other claimer takes over a claim that was just
+// confirmed to its holder. The record's expiry is moved like a fresh
+// claim's, never earlier.
+func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
+	st := s.newStore(t)
+	if c := s.h.Clock; c != nil {
+		lease := time.Second
+		for _, tc := range []struct {
+			name      string
+			wait      time.Duration
+			retention time.Duration
+		}{
+			{"near the lease end", lease - time.Millisecond, time.Hour},
+			{"at the lease end", lease, time.Hour},
+			{"past the lease end", lease + lease/2, 2 * lease},
+			{"retention 0", 2 * lease, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id := newID()
+				p := params(id, "fp", lease, tc.retention)
+				mustClaim(t, st, p, store.Claimed)
+				c.Advance(tc.wait)
+				now := c.Now().Truncate(time.Millisecond)
+				before := mustGet(t, st, id)
+				if before == nil {
+					t.Fatal("Get before the repeated Claim = nil, want the running record")
+				}
+				again := mustClaim(t, st, p, store.Claimed)
+				if again.Takeover || again.Fingerprint != "fp" || !again.LeaseEnd.Equal(now.Add(lease)) {
+					t.Fatalf("repeated Claim = %+v, want Claimed without takeover, lease end now+lease = %v", again, now.Add(lease))
+				}
+				wantEnd := now.Add(max(lease, tc.retention))
+				if tc.retention == 0 {
+					wantEnd = again.LeaseEnd.Add(24 * time.Hour)
+				}
+				wantEnd = latest(wantEnd, before.RetentionEnd)
+				r := mustGet(t, st, id)
+				if r == nil || r.State != store.Running || r.Token != p.Token || !r.LeaseEnd.Equal(again.LeaseEnd) || !r.RetentionEnd.Equal(wantEnd) {
+					t.Fatalf("record after the repeated Claim = %+v, want running, held by %q, lease end %v, expiry %v", r, p.Token, again.LeaseEnd, wantEnd)
+				}
+				c.Advance(lease - time.Millisecond)
+				other := mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Running)
+				if !other.LeaseEnd.Equal(again.LeaseEnd) {
+					t.Fatalf("other Claim = %+v, want Running until %v", other, again.LeaseEnd)
+				}
+				c.Advance(time.Millisecond)
+				if res := mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Claimed); !res.Takeover {
+					t.Fatalf("Claim at the refreshed lease end = %+v, want a takeover", res)
+				}
+			})
+		}
+		t.Run("expiry never shortened", func(t *testing.T) {
+			id := newID()
+			p := params(id, "fp", lease, 2*lease)
+			mustClaim(t, st, p, store.Claimed)
+			mustBool(t, "Extend", extend(st, id, p.Token, time.Hour), true)
+			before := mustGet(t, st, id)
+			c.Advance(lease)
+			again := mustClaim(t, st, p, store.Claimed)
+			r := mustGet(t, st, id)
+			if !r.LeaseEnd.Equal(again.LeaseEnd) || !r.RetentionEnd.Equal(before.RetentionEnd) {
+				t.Fatalf("after the repeated Claim: lease end %v expiry %v, want lease end %v and the expiry %v kept", r.LeaseEnd, r.RetentionEnd, again.LeaseEnd, before.RetentionEnd)
+			}
+		})
+		return
+	}
+	// Real clock: a lease long enough that the claims right after the
+	// repeated one run well within it.
+	lease := time.Second
+	id := newID()
+	p := params(id, "fp", lease, time.Hour)
+	first := mustClaim(t, st, p, store.Claimed)
+	before := mustGet(t, st, id)
+	s.elapse(lease) // past the first lease's end
+	from := time.Now().Truncate(time.Millisecond)
+	again := mustClaim(t, st, p, store.Claimed)
+	to := time.Now()
+	if again.Takeover || again.Fingerprint != "fp" || again.LeaseEnd.Before(from.Add(lease)) || again.LeaseEnd.After(to.Add(lease)) {
+		t.Fatalf("repeated Claim = %+v, want Claimed without takeover, lease end now+lease in [%v, %v] (first lease end %v)", again, from.Add(lease), to.Add(lease), first.LeaseEnd)
+	}
+	other := mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
+	if !other.LeaseEnd.Equal(again.LeaseEnd) {
+		t.Fatalf("other Claim = %+v, want Running until %v", other, again.LeaseEnd)
+	}
+	r := mustGet(t, st, id)
+	if r == nil || r.State != store.Running || r.Token != p.Token || !r.LeaseEnd.Equal(again.LeaseEnd) || r.RetentionEnd.Before(before.RetentionEnd) {
+		t.Fatalf("record after the repeated Claim = %+v, want running, held by %q until %v, expiry not before %v", r, p.Token, again.LeaseEnd, before.RetentionEnd)
+	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (s *suite) testRetentionEnd(t *testing.T) {
@@ -582,8 +686,9 @@ func (s *suite) testTakeover(t *testing.T) {
 		if r := mustGet(t, st, id); r == nil || r.State != store.Running || r.Token != b.Token {
 			t.Fatalf("Get after takeover = %+v, want running with the new token", r)
 		}
-		// The retried takeover claim keeps answering the same.
-		if again := mustClaim(t, st, b, store.Claimed); !again.Takeover || !again.LeaseEnd.Equal(res.LeaseEnd) {
+		// The retried takeover claim keeps answering the same (its lease
+		// restarted, see RepeatedClaimRefreshesLease).
+		if again := mustClaim(t, st, b, store.Claimed); !again.Takeover || again.LeaseEnd.Before(res.LeaseEnd) {
 			t.Fatalf("repeated takeover claim = %+v, want %+v", again, res)
 		}
 	})

@@ -36,6 +36,9 @@ const DefaultConnTimeout = 3 * time.Second
 // maxResubscribeDelay caps the backoff between subscription attempts.
 const maxResubscribeDelay = time.Second
 
+// Every script starts with a shebang declaring its flags (#!lua, or
+// #!lua flags=no-writes for get.lua), so a Valkey out of memory refuses a
+// script that may write before it runs (docs/protocol.md, "Scripts").
 var (
 	//go:embed scripts/claim.lua
 	claimLua string
@@ -177,7 +180,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		log:          log,
 		onDisruption: opts.OnDisruption,
 		// Claim is safe to retry: a claim whose record already holds its
-		// token answers Claimed again. Extend only moves the lease forward.
+		// token answers Claimed again (and restarts its lease). Extend only
+		// moves the lease forward.
 		// Complete, Release and Delete would answer false on a retry after
 		// a lost reply, so they are never retried blindly.
 		claim:    valkey.NewLuaScriptRetryable(claimLua),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -537,5 +538,162 @@ func TestFailingServer(t *testing.T) {
 	}
 	if r, err := s.Get(ctx, id); r != nil || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Get on a string key = %+v, %v; want ErrUnavailable", r, err)
+	}
+}
+
+// TestFullValkeyFailsClosed: with maxmemory-policy noeviction and a full
+// Valkey, every operation that may write fails with ErrUnavailable and
+// changes nothing. claim.lua used to DEL an abandoned record before writing
+// the new one, and a script that has written once is no longer checked for
+// memory, so another instance took over a claim whose holder could not
+// extend it, and the operation ran twice.
+func TestFullValkeyFailsClosed(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}
+	holder, other := newStore(t, opts), newStore(t, opts)
+	opCtx := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	const lease = 300 * time.Millisecond
+	id := store.Identity{Owner: "o", Scope: "r", Key: "running"}
+	held := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "holder", Lease: lease, Retention: time.Hour}
+	res, err := holder.Claim(opCtx(), held)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	doneID := store.Identity{Owner: "o", Scope: "r", Key: "completed"}
+	if res, err := holder.Claim(opCtx(), store.ClaimParams{Identity: doneID, Fingerprint: "fp", Token: "d", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	if ok, err := holder.Complete(opCtx(), doneID, "d", store.Response{Status: 201, Body: []byte("done")}); !ok || err != nil {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+
+	free := srv.Fill(t)
+	defer free()
+	time.Sleep(time.Until(res.LeaseEnd) + 50*time.Millisecond) // let the lease end
+
+	refused := func(op string, acted bool, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrUnavailable) || acted {
+			t.Errorf("%s on a full Valkey: acted=%v err=%v; want ErrUnavailable and no effect", op, acted, err)
+		} else if !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("%s on a full Valkey: err = %v, want the server's OOM refusal", op, err)
+		}
+	}
+	claim := func(s *valkey.Store, p store.ClaimParams) (bool, error) {
+		res, err := s.Claim(opCtx(), p)
+		if err == nil {
+			t.Logf("Claim(%s, token %s) answered %+v", p.Identity.Key, p.Token, res)
+		}
+		return res.State == store.Claimed, err
+	}
+	ok, err := holder.Extend(opCtx(), id, "holder", lease)
+	refused("the holder's Extend", ok, err)
+	takeover := held
+	takeover.Token = "taker"
+	ok, err = claim(other, takeover)
+	refused("another instance's takeover Claim", ok, err)
+	ok, err = claim(holder, held)
+	refused("the holder's repeated Claim", ok, err)
+	fresh := store.ClaimParams{Identity: store.Identity{Owner: "o", Scope: "r", Key: "fresh"}, Fingerprint: "fp", Token: "f", Lease: time.Minute, Retention: time.Hour}
+	ok, err = claim(other, fresh)
+	refused("a Claim of a free identity", ok, err)
+	// claim.lua may write, so the server refuses it whatever it would have
+	// answered: even a replay fails closed while Valkey is full.
+	ok, err = claim(other, store.ClaimParams{Identity: doneID, Fingerprint: "fp", Token: "r", Lease: time.Minute, Retention: time.Hour})
+	refused("a Claim of a completed identity", ok, err)
+	ok, err = holder.Complete(opCtx(), id, "holder", store.Response{Status: 201, Body: []byte("late")})
+	refused("the holder's Complete", ok, err)
+	ok, err = holder.Release(opCtx(), id, "holder")
+	refused("the holder's Release", ok, err)
+	ok, err = other.Delete(opCtx(), id)
+	refused("Delete", ok, err)
+
+	// get.lua declares no-writes: reads still answer on a full Valkey.
+	check := func(when string) {
+		t.Helper()
+		r, err := other.Get(opCtx(), id)
+		if err != nil || r == nil || r.Token != "holder" || r.State != store.Abandoned {
+			t.Fatalf("Get %s = %+v, %v; want the abandoned record still held by the holder's token", when, r, err)
+		}
+	}
+	check("on the full Valkey")
+	free()
+	check("after freeing memory")
+	if r, err := other.Get(opCtx(), fresh.Identity); r != nil || err != nil {
+		t.Fatalf("Get of the identity claimed while full = %+v, %v; want nil", r, err)
+	}
+	// With memory back, the holder records its response and it replays.
+	if ok, err := holder.Complete(opCtx(), id, "holder", store.Response{Status: 201, Body: []byte("once")}); !ok || err != nil {
+		t.Fatalf("the holder's Complete after freeing memory: %v, %v", ok, err)
+	}
+	if res, err := other.Claim(opCtx(), takeover); err != nil || res.State != store.Completed || string(res.Response.Body) != "once" {
+		t.Fatalf("Claim after the holder completed: %+v, %v; want its response", res, err)
+	}
+}
+
+// TestClaimOverwritesOldRecord: claim.lua writes a new record over an
+// expired or abandoned one instead of deleting it first (see
+// TestFullValkeyFailsClosed); no field of the old record may survive.
+func TestClaimOverwritesOldRecord(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	ctx := t.Context()
+	runningFields := []string{"c", "f", "fr", "k", "l", "o", "r", "rt", "s", "t", "tk", "v", "x"}
+	fieldsOf := func(key string) map[string]string {
+		t.Helper()
+		m, err := c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	check := func(what string, key, token string) {
+		t.Helper()
+		m := fieldsOf(key)
+		names := make([]string, 0, len(m))
+		for f := range m {
+			names = append(names, f)
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, runningFields) || m["t"] != token || m["s"] != "running" {
+			t.Fatalf("%s: fields %q, want exactly %q of a running record held by %q", what, m, runningFields, token)
+		}
+	}
+
+	// A completed record past its end (x <= now) whose key has not expired
+	// yet (the exact end == now case of the server's own expiry).
+	id := store.Identity{Owner: "o", Scope: "r", Key: "expired"}
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "a", Lease: time.Minute, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Complete(ctx, id, "a", store.Response{Status: 201, Header: http.Header{"A": {"1"}}, Body: []byte("old")}); !ok || err != nil {
+		t.Fatalf("Complete: %v %v", ok, err)
+	}
+	if err := c.Do(ctx, c.B().Hset().Key(s.Key(id)).FieldValue().FieldValue("x", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp2", Token: "b", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed || res.Takeover {
+		t.Fatalf("Claim over the expired record: %+v, %v; want a fresh claim", res, err)
+	}
+	check("fresh claim over an expired completed record", s.Key(id), "b")
+
+	// An abandoned running record, taken over.
+	id = store.Identity{Owner: "o", Scope: "r", Key: "abandoned"}
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "a", Lease: 20 * time.Millisecond, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(res.LeaseEnd) + 10*time.Millisecond)
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "b", Lease: time.Minute}); err != nil || !res.Takeover {
+		t.Fatalf("takeover Claim: %+v, %v", res, err)
+	}
+	check("takeover", s.Key(id), "b")
+	if m := fieldsOf(s.Key(id)); m["rt"] != "0" {
+		t.Fatalf("takeover kept the old retention: rt = %q, want 0", m["rt"])
 	}
 }

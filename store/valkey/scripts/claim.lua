@@ -1,3 +1,4 @@
+#!lua
 -- claim.lua: take the record for one identity (store.Store.Claim).
 -- KEYS[1] record key. ARGV[1] owner, ARGV[2] route, ARGV[3] idempotency key,
 -- ARGV[4] fingerprint, ARGV[5] token, ARGV[6] lease ms (> 0),
@@ -7,6 +8,8 @@
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
 -- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe}.
 -- A record of layout 1 has no "fr" field: its recipe is returned as nil.
+-- It may write, so a full server (maxmemory) refuses it with -OOM before it
+-- runs: under noeviction it applies completely or not at all.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,26 +17,25 @@ local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr')
 local state = rec[1]
 if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   -- Past its end (end <= now): absent, whatever the key's own TTL says.
-  redis.call('DEL', key)
   state = false
 end
 local takeover = '0'
+local repeated = false
 if state == 'completed' then
   local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa')
   return {'completed', r[1], r[2], r[3], r[4], r[5], r[6], rec[7]}
 elseif state == 'running' then
   if rec[3] == ARGV[5] then
-    -- The same claim again (a retry whose first reply was lost): it holds the record.
-    return {'claimed', rec[2], rec[4], rec[6], rec[7]}
-  end
-  if tonumber(rec[4]) > now then
+    -- The same claim again (a retry whose first reply was lost): it holds the
+    -- record, and its lease restarts now (below).
+    repeated = true
+  elseif tonumber(rec[4]) > now then
     return {'running', rec[2], rec[4], rec[7]}
-  end
-  if ARGV[8] == '1' or rec[2] ~= ARGV[4] then
+  elseif ARGV[8] == '1' or rec[2] ~= ARGV[4] then
     return {'abandoned', rec[2], rec[4], rec[7]}
+  else
+    takeover = '1'
   end
-  takeover = '1'
-  redis.call('DEL', key)
 end
 local lease_end = now + tonumber(ARGV[6])
 local retention = tonumber(ARGV[7])
@@ -43,9 +45,21 @@ if retention > 0 then
 else
   expiry = lease_end + 86400000
 end
+if repeated then
+  -- Lease end and expiry as a fresh claim's, the expiry never earlier.
+  expiry = math.max(expiry, tonumber(rec[5]))
+  redis.call('HSET', key, 'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry))
+  redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
+  return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6], rec[7]}
+end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', string.format('%.0f', now),
   'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry), 'rt', ARGV[7],
   'v', '2', 'fr', ARGV[9])
+if rec[1] then
+  -- An old record (expired, or taken over) is overwritten, never deleted
+  -- first: its fields not written above go only after the write went through.
+  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa')
+end
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}

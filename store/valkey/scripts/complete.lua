@@ -1,3 +1,4 @@
+#!lua
 -- complete.lua: store the response while the record holds the token (store.Store.Complete).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] status, ARGV[3] headers
 -- (encoded), ARGV[4] body, ARGV[5] omitted "1"/"0", ARGV[6] events channel.
@@ -21,9 +22,10 @@ local expiry = 0
 if retention > 0 then
   expiry = now + retention
 end
-redis.call('HDEL', key, 't', 'tk', 'l')
+-- Write first, then delete: a write refused for memory leaves the record as it was.
 redis.call('HSET', key, 's', 'completed', 'st', ARGV[2], 'h', ARGV[3], 'b', ARGV[4],
   'om', ARGV[5], 'sa', string.format('%.0f', now), 'x', string.format('%.0f', expiry))
+redis.call('HDEL', key, 't', 'tk', 'l')
 if retention > 0 then
   redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 else

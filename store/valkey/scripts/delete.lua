@@ -1,3 +1,4 @@
+#!lua
 -- delete.lua: remove the record whatever its state (store.Store.Delete, operator purge).
 -- KEYS[1] record key. ARGV[1] events channel.
 -- Returns 1 when a live record was removed, 0 when there was none.

@@ -1,3 +1,4 @@
+#!lua
 -- extend.lua: move the lease end to now + lease while the record holds the token (store.Store.Extend).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] lease ms (> 0).
 -- Returns 1 when extended, 0 when the token does not hold the record.

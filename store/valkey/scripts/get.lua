@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- get.lua: read the whole record (store.Store.Get); read-only (EVALSHA_RO).
 -- KEYS[1] record key.
 -- Returns nil when absent or past its end, else {now_ms, field1, value1, ...}.

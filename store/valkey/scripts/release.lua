@@ -1,3 +1,4 @@
+#!lua
 -- release.lua: delete the record while it holds the token (store.Store.Release).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] events channel.
 -- Returns 1 when released, 0 when the token does not hold the record.

@@ -3,7 +3,9 @@ package valkeytest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -387,4 +389,199 @@ func StartSentinel(t testing.TB, master *Server, masterName string) *Sentinel {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return &Sentinel{Server: s, MasterName: masterName}
+}
+
+// FillPrefix starts the name of every filler key Fill writes.
+const FillPrefix = "valkeytest:filler:"
+
+const (
+	// fillChunk is the size of one filler value.
+	fillChunk = 256 << 10
+	// fillMargin is how far below used_memory Fill puts maxmemory.
+	fillMargin = 2 << 20
+	// fillTimeout bounds the whole fill and the free.
+	fillTimeout = 30 * time.Second
+)
+
+// Fill makes a server started with --maxmemory and --maxmemory-policy
+// noeviction full, as a Valkey whose data outgrew its memory is. It writes
+// filler values of 256 KiB under FillPrefix until the server refuses one with
+// -OOM, then lowers maxmemory to 2 MiB below used_memory: a fill alone stops
+// just under the limit (the refused value itself was counted), where a small
+// write may still fit and the outcome of each command would depend on client
+// buffers coming and going. Past the limit by a margin, every command that
+// may add data is refused with -OOM until free is called. Fill checks that a
+// small SET is refused before it returns.
+//
+// free deletes the filler keys and restores maxmemory; it may be called more
+// than once. Fill fails the test when the server has no maxmemory, evicts,
+// or never refuses a write.
+func (s *Server) Fill(t testing.TB) (free func()) {
+	t.Helper()
+	c, err := dialRESP(s.Addr(), fillTimeout)
+	if err != nil {
+		t.Fatalf("valkeytest: Fill on %s: %v", s.Addr(), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	fail := func(format string, args ...any) {
+		t.Helper()
+		_ = c.Close()
+		t.Fatalf("valkeytest: Fill on %s: %s", s.Addr(), fmt.Sprintf(format, args...))
+	}
+	if v, err := c.do("CONFIG", "GET", "maxmemory-policy"); err != nil || len(v) != 2 || v[1] != "noeviction" {
+		fail("needs --maxmemory-policy noeviction, server has %q (%v)", v, err)
+	}
+	v, err := c.do("CONFIG", "GET", "maxmemory")
+	if err != nil || len(v) != 2 {
+		fail("CONFIG GET maxmemory = %q, %v", v, err)
+	}
+	limit, err := strconv.ParseInt(v[1], 10, 64)
+	if err != nil || limit <= 0 {
+		fail("needs --maxmemory, server has %q", v[1])
+	}
+	value := strings.Repeat("f", fillChunk)
+	n := 0
+	for ; ; n++ {
+		if int64(n) > 2*limit/fillChunk+64 {
+			fail("%d filler values of %d bytes were accepted with maxmemory %d", n, fillChunk, limit)
+		}
+		_, err := c.do("SET", FillPrefix+strconv.Itoa(n), value)
+		if isOOM(err) {
+			break
+		}
+		if err != nil {
+			fail("SET filler %d: %v", n, err)
+		}
+	}
+	used, err := c.usedMemory()
+	if err != nil {
+		fail("%v", err)
+	}
+	lowered := used - fillMargin
+	if lowered < fillMargin {
+		fail("used_memory %d is too small to lower maxmemory %d below it; start the server with a larger --maxmemory", used, limit)
+	}
+	if _, err := c.do("CONFIG", "SET", "maxmemory", strconv.FormatInt(lowered, 10)); err != nil {
+		fail("CONFIG SET maxmemory %d: %v", lowered, err)
+	}
+	if _, err := c.do("SET", FillPrefix+"probe", "x"); !isOOM(err) {
+		fail("a small SET on the full server answered %v, want -OOM", err)
+	}
+	t.Logf("valkeytest: %s is full: %d filler values of %d bytes, used_memory %d, maxmemory %d lowered to %d",
+		s.Addr(), n, fillChunk, used, limit, lowered)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			defer c.Close()
+			keys := []string{"DEL"}
+			for i := range n {
+				keys = append(keys, FillPrefix+strconv.Itoa(i))
+			}
+			if _, err := c.do(keys...); err != nil {
+				t.Errorf("valkeytest: freeing %s: DEL filler keys: %v", s.Addr(), err)
+				return
+			}
+			if _, err := c.do("CONFIG", "SET", "maxmemory", strconv.FormatInt(limit, 10)); err != nil {
+				t.Errorf("valkeytest: freeing %s: CONFIG SET maxmemory %d: %v", s.Addr(), limit, err)
+			}
+		})
+	}
+}
+
+// serverError is an error reply (-ERR ..., -OOM ...) from the server.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+
+// isOOM reports whether err is the server's -OOM refusal.
+func isOOM(err error) bool {
+	var se serverError
+	return errors.As(err, &se) && strings.HasPrefix(string(se), "OOM ")
+}
+
+// respConn is a minimal RESP2 connection for Fill, which writes values too
+// large for a valkey-cli argument.
+type respConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialRESP(addr string, timeout time.Duration) (*respConn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	return &respConn{Conn: c, r: bufio.NewReader(c)}, nil
+}
+
+// do sends one command and reads its reply: a simple string, integer or
+// bulk string as one element, an array as its elements (nested arrays
+// flattened), an error reply as a serverError.
+func (c *respConn) do(args ...string) ([]string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c.Conn, b.String()); err != nil {
+		return nil, err
+	}
+	return c.reply()
+}
+
+func (c *respConn) reply() ([]string, error) {
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty reply line")
+	}
+	switch line[0] {
+	case '+', ':':
+		return []string{line[1:]}, nil
+	case '-':
+		return nil, serverError(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(c.r, buf); err != nil {
+			return nil, err
+		}
+		return []string{string(buf[:n])}, nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for range n {
+			v, err := c.reply()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v...)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unexpected reply %q", line)
+}
+
+// usedMemory returns used_memory from INFO memory.
+func (c *respConn) usedMemory() (int64, error) {
+	v, err := c.do("INFO", "memory")
+	if err != nil || len(v) != 1 {
+		return 0, fmt.Errorf("INFO memory: %q, %v", v, err)
+	}
+	for _, line := range strings.Split(v[0], "\n") {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(n, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
 }

@@ -71,3 +71,22 @@ func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 		t.Fatalf("Fatalf message = %q, want the install hint", rec.msg)
 	}
 }
+
+func TestFillRefusesWritesUntilFreed(t *testing.T) {
+	s := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	free := s.Fill(t)
+	if out, _ := s.CLI("SET", "small", "x"); !strings.HasPrefix(out, "OOM") {
+		t.Fatalf("SET on a full server = %q, want an OOM error", out)
+	}
+	if out, err := s.CLI("GET", valkeytest.FillPrefix+"0"); err != nil || len(out) == 0 {
+		t.Fatalf("GET of a filler key = %d bytes, %v; reads must still work", len(out), err)
+	}
+	free()
+	free() // idempotent
+	if out, err := s.CLI("SET", "small", "x"); err != nil || out != "OK" {
+		t.Fatalf("SET after free = %q, %v", out, err)
+	}
+	if out, err := s.CLI("DBSIZE"); err != nil || out != "1" {
+		t.Fatalf("DBSIZE after free = %q, %v; want only the small key", out, err)
+	}
+}
