@@ -23,10 +23,10 @@ func (p *Policy) Describe(w io.Writer) error {
 	return bw.Flush()
 }
 
-// AuthorizationOwnerTradeoff explains what owner: authorization costs;
-// Describe (and so `idemgate validate`) prints it beside every route that
-// uses it.
-const AuthorizationOwnerTradeoff = "the whole credential is the owner, so a refreshed or rotated token looks like a new owner and a retry after a token refresh runs again; prefer owner: jwt, or header:NAME set by a trusted authenticating proxy"
+// AuthorizationOwnerTradeoff is what owner: authorization costs, in one
+// line; Describe (and so `idemgate validate`) prints it beside every route
+// that uses it.
+const AuthorizationOwnerTradeoff = "a refreshed or rotated token is a new owner, so a retry after a token refresh runs again"
 
 func quoteList(ss []string) string {
 	q := make([]string, len(ss))
