@@ -61,7 +61,7 @@ func TestExampleLoads(t *testing.T) {
 	for _, r := range c.Policy.Routes() {
 		names = append(names, r.Name)
 	}
-	if !slices.Equal(names, []string{"create-order", "capture-payment", "uploads", "default"}) {
+	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "default"}) {
 		t.Errorf("routes = %v", names)
 	}
 	if r := route(t, c, "create-order"); !r.Required || !slices.Equal(r.Methods, []string{"POST"}) {
@@ -97,7 +97,8 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	keys := append([]string{}, envKeys...)
 	for _, k := range []string{"header", "methods", "required", "owner", "allow_global_keys", "fingerprint", "headers", "query", "body",
 		"lease", "retention", "concurrent", "wait_timeout", "replay_statuses", "max_request_bytes", "max_response_bytes",
-		"on_store_error", "on_abandoned", "name", "match", "mode"} {
+		"on_store_error", "on_abandoned", "name", "match", "mode",
+		"jwt", "jwks_url", "jwks_file", "issuers", "audiences", "claims"} {
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
@@ -107,6 +108,11 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 			if strings.HasPrefix(strings.TrimLeft(strings.TrimLeft(line, " "), "- "), leaf+":") && strings.Contains(line, "#") {
 				found = true
 			}
+		}
+		if leaf == "jwks_file" {
+			// The alternative to jwks_url: exactly one may be set, so the
+			// example shows it in the comment of jwks_url.
+			found = strings.Contains(text, "# the issuer's JWK Set, cached; or jwks_file: ")
 		}
 		if !found {
 			t.Errorf("config.example.yaml: key %s has no commented line", k)
@@ -250,6 +256,60 @@ routes:
 	}
 }
 
+// TestJWTSection: a route inherits the defaults' jwt: section key by key,
+// jwks_file and jwks_url replace each other, claims default to iss and sub,
+// and a route that picks another owner drops the inherited section.
+func TestJWTSection(t *testing.T) {
+	c := mustParse(t, base+`
+defaults:
+  owner: jwt
+  jwt:
+    jwks_file: /etc/idemgate/jwks.json
+    issuers: ["https://issuer.example"]
+    audiences: [orders-api]
+routes:
+  - name: orders
+    match: /v1/orders
+    jwt:
+      jwks_url: https://issuer.example/.well-known/jwks.json
+      claims: [sub, tenant]
+  - name: legacy
+    match: /v1/legacy
+    owner: authorization
+`)
+	d := c.Policy.Defaults()
+	want := policy.JWTSettings{JWKSFile: "/etc/idemgate/jwks.json", Issuers: []string{"https://issuer.example"},
+		Audiences: []string{"orders-api"}, Claims: []string{"iss", "sub"}}
+	if d.Owner.Kind != policy.OwnerJWT || d.JWT == nil || !jwtEqual(*d.JWT, want) {
+		t.Errorf("defaults jwt = %+v", d.JWT)
+	}
+	o := route(t, c, "orders")
+	want.JWKSFile, want.JWKSURL, want.Claims = "", "https://issuer.example/.well-known/jwks.json", []string{"sub", "tenant"}
+	if o.Owner.Kind != policy.OwnerJWT || o.JWT == nil || !jwtEqual(*o.JWT, want) {
+		t.Errorf("orders jwt = %+v", o.JWT)
+	}
+	if l := route(t, c, "legacy"); l.Owner.Kind != policy.OwnerAuthorization || l.JWT != nil {
+		t.Errorf("legacy = %v %+v", l.Owner, l.JWT)
+	}
+	var buf bytes.Buffer
+	if err := c.Policy.Describe(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		`jwt: {jwks_url: "https://issuer.example/.well-known/jwks.json", issuers: ["https://issuer.example"], audiences: ["orders-api"], claims: ["sub", "tenant"]}`,
+		`owner: "authorization" # a refreshed or rotated token is a new owner, so a retry after a token refresh runs again`,
+	} {
+		if !strings.Contains(buf.String(), w) {
+			t.Errorf("Describe lacks %q:\n%s", w, buf.String())
+		}
+	}
+}
+
+func jwtEqual(a, b policy.JWTSettings) bool {
+	return a.JWKSFile == b.JWKSFile && a.JWKSURL == b.JWKSURL && slices.Equal(a.Issuers, b.Issuers) &&
+		slices.Equal(a.Audiences, b.Audiences) && slices.Equal(a.Claims, b.Claims)
+}
+
 func TestValidationErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, path, says string
@@ -312,6 +372,18 @@ func TestValidationErrors(t *testing.T) {
 		{"size unit", base + "defaults: {max_response_bytes: 1TiB}\n", "defaults.max_response_bytes", "unknown unit"},
 		{"on_store_error", base + "defaults: {on_store_error: retry}\n", "defaults.on_store_error", "fail_closed or fail_open"},
 		{"on_abandoned", base + "routes: [{name: a, match: /a, on_abandoned: wait}]\n", "routes[0].on_abandoned", "takeover or reject"},
+		{"jwt without owner jwt", base + "defaults: {jwt: {jwks_url: 'https://i.test/jwks', issuers: [x]}}\n", "defaults.jwt", "only with owner: jwt"},
+		{"route jwt without owner jwt", base + "routes: [{name: a, match: /a, owner: 'header:X-User', jwt: {jwks_file: /j, issuers: [x]}}]\n", "routes[0].jwt", "only with owner: jwt"},
+		{"owner jwt without jwt", base + "routes: [{name: a, match: /a, owner: jwt}]\n", "routes[0].jwt", "is required with owner: jwt"},
+		{"jwt both sources", base + "defaults: {owner: jwt, jwt: {jwks_file: /j, jwks_url: 'https://i.test/jwks', issuers: [x]}}\n", "defaults.jwt", "not both"},
+		{"jwt no source", base + "defaults: {owner: jwt, jwt: {issuers: [x]}}\n", "defaults.jwt", "needs jwks_file or jwks_url"},
+		{"jwt url relative", base + "defaults: {owner: jwt, jwt: {jwks_url: /jwks.json, issuers: [x]}}\n", "defaults.jwt.jwks_url", "absolute http or https"},
+		{"jwt url scheme", base + "defaults: {owner: jwt, jwt: {jwks_url: 'file:///etc/jwks.json', issuers: [x]}}\n", "defaults.jwt.jwks_url", "absolute http or https"},
+		{"jwt issuers missing", base + "defaults: {owner: jwt, jwt: {jwks_file: /j}}\n", "defaults.jwt.issuers", "at least one"},
+		{"jwt issuers empty", base + "routes: [{name: a, match: /a, owner: jwt, jwt: {jwks_file: /j, issuers: []}}]\n", "routes[0].jwt.issuers", "at least one"},
+		{"jwt claims empty", base + "defaults: {owner: jwt, jwt: {jwks_file: /j, issuers: [x], claims: []}}\n", "defaults.jwt.claims", "at least one"},
+		{"jwt audience empty", base + "defaults: {owner: jwt, jwt: {jwks_file: /j, issuers: [x], audiences: ['']}}\n", "defaults.jwt.audiences", "empty"},
+		{"jwt unknown key", base + "defaults: {owner: jwt, jwt: {jwks_uri: 'https://i.test/jwks', issuers: [x]}}\n", "defaults.jwt.jwks_uri", "unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -330,6 +330,7 @@ type rawSettings struct {
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
 	Owner            *string         `mapstructure:"owner"`
+	JWT              *rawJWT         `mapstructure:"jwt"`
 	AllowGlobalKeys  *bool           `mapstructure:"allow_global_keys"`
 	Fingerprint      *rawFingerprint `mapstructure:"fingerprint"`
 	Lease            *string         `mapstructure:"lease"`
@@ -341,6 +342,15 @@ type rawSettings struct {
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
 	OnStoreError     *string         `mapstructure:"on_store_error"`
 	OnAbandoned      *string         `mapstructure:"on_abandoned"`
+}
+
+// rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
+type rawJWT struct {
+	JWKSFile  *string   `mapstructure:"jwks_file"`
+	JWKSURL   *string   `mapstructure:"jwks_url"`
+	Issuers   *[]string `mapstructure:"issuers"`
+	Audiences *[]string `mapstructure:"audiences"`
+	Claims    *[]string `mapstructure:"claims"`
 }
 
 type rawFingerprint struct {
@@ -523,6 +533,12 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 			r.Owner = o
 		}
 	}
+	if j := s.JWT; j != nil {
+		r.JWT = mergeJWT(r.JWT, j)
+	} else if r.JWT != nil && r.Owner.Kind != policy.OwnerJWT {
+		// Inherited from defaults by a route that chose another owner.
+		r.JWT = nil
+	}
 	if s.AllowGlobalKeys != nil {
 		r.AllowGlobalKeys = *s.AllowGlobalKeys
 	}
@@ -569,6 +585,39 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 }
 
+// mergeJWT returns the `jwt:` settings of a route whose inherited settings
+// are base (nil if none) and whose own section is j: every key j sets
+// replaces the inherited one, and jwks_file and jwks_url replace each other,
+// being one choice. Claims default to policy.DefaultJWTClaims.
+func mergeJWT(base *policy.JWTSettings, j *rawJWT) *policy.JWTSettings {
+	out := &policy.JWTSettings{Claims: policy.DefaultJWTClaims()}
+	if base != nil {
+		out.JWKSFile, out.JWKSURL = base.JWKSFile, base.JWKSURL
+		out.Issuers = append([]string(nil), base.Issuers...)
+		out.Audiences = append([]string(nil), base.Audiences...)
+		out.Claims = append([]string(nil), base.Claims...)
+	}
+	if j.JWKSFile != nil || j.JWKSURL != nil {
+		out.JWKSFile, out.JWKSURL = "", ""
+		if j.JWKSFile != nil {
+			out.JWKSFile = strings.TrimSpace(*j.JWKSFile)
+		}
+		if j.JWKSURL != nil {
+			out.JWKSURL = strings.TrimSpace(*j.JWKSURL)
+		}
+	}
+	if j.Issuers != nil {
+		out.Issuers = append([]string{}, (*j.Issuers)...)
+	}
+	if j.Audiences != nil {
+		out.Audiences = append([]string{}, (*j.Audiences)...)
+	}
+	if j.Claims != nil {
+		out.Claims = append([]string{}, (*j.Claims)...)
+	}
+	return out
+}
+
 // setFields returns the key names (relative to the route, e.g. "lease",
 // "fingerprint.body") that s sets.
 func (s *rawSettings) setFields() map[string]bool {
@@ -585,6 +634,14 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("required", s.Required != nil)
 	add("owner", s.Owner != nil)
 	add("allow_global_keys", s.AllowGlobalKeys != nil)
+	if j := s.JWT; j != nil {
+		add("jwt", true)
+		add("jwt.jwks_file", j.JWKSFile != nil || j.JWKSURL != nil)
+		add("jwt.jwks_url", j.JWKSFile != nil || j.JWKSURL != nil)
+		add("jwt.issuers", j.Issuers != nil)
+		add("jwt.audiences", j.Audiences != nil)
+		add("jwt.claims", j.Claims != nil)
+	}
 	if f := s.Fingerprint; f != nil {
 		add("fingerprint.headers", f.Headers != nil)
 		add("fingerprint.query", f.Query != nil)

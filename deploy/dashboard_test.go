@@ -33,7 +33,8 @@ var idemgateMetrics = map[string]metric{
 // label (metrics.Outcome* constants, store operations, reload results).
 var labelValues = map[string][]string{
 	"idemgate_requests_total/outcome": {"forwarded", "replayed", "conflict", "mismatch", "invalid_key", "missing_key",
-		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned", "bad_request"},
+		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned", "bad_request",
+		"invalid_credentials"},
 	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
 	"idemgate_config_reloads_total/result":                {"success", "failure"},

@@ -30,6 +30,11 @@ const (
 	OutcomeBadRequest    = "bad_request"    // 400: the request body could not be read
 )
 
+// OutcomeInvalidCredentials is the outcome label of a 401: the route takes
+// its owner from a verified JWT (owner: jwt) and the request's bearer token
+// is missing or not accepted; nothing was forwarded.
+const OutcomeInvalidCredentials = "invalid_credentials"
+
 // Metrics holds every idemgate collector. A nil *Metrics is valid and
 // records nothing, so tests and library users need not build one.
 type Metrics struct {

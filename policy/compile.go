@@ -203,6 +203,8 @@ func cloneRoute(r Route) *Route {
 	r.Methods = slices.Clone(r.Methods)
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	r.JWT = r.JWT.clone()
+	r.jwt = nil
 	return &r
 }
 
@@ -252,12 +254,21 @@ func normalize(r *Route, path string) []error {
 			r.Owner = o
 		}
 	case OwnerAuthorization, OwnerClientCert:
+	case OwnerJWT:
+		if r.JWT == nil {
+			bad("jwt", "is required with owner: jwt (jwks_file or jwks_url, and issuers)")
+		} else {
+			errs = append(errs, r.JWT.check(path)...)
+		}
 	case OwnerNone:
 		if !r.AllowGlobalKeys {
 			bad("owner", "none shares keys between all clients and needs allow_global_keys: true")
 		}
 	default:
 		bad("owner", "unknown owner source %q", r.Owner.Kind)
+	}
+	if r.JWT != nil && r.Owner.Kind != OwnerJWT {
+		bad("jwt", "is set but owner is %q: the jwt: section applies only with owner: jwt", r.Owner)
 	}
 	var fh []string
 	for _, h := range r.Fingerprint.Headers {

@@ -23,6 +23,19 @@ func (p *Policy) Describe(w io.Writer) error {
 	return bw.Flush()
 }
 
+// AuthorizationOwnerTradeoff is what owner: authorization costs, in one
+// line; Describe (and so `idemgate validate`) prints it beside every route
+// that uses it.
+const AuthorizationOwnerTradeoff = "a refreshed or rotated token is a new owner, so a retry after a token refresh runs again"
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
 func (r *Route) describe(w *bufio.Writer) {
 	kv := func(k, v string) { fmt.Fprintf(w, "  %s: %s\n", k, v) }
 	fmt.Fprintf(w, "- name: %s\n", strconv.Quote(r.Name))
@@ -32,7 +45,20 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("header", r.Header)
 	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
 	kv("required", strconv.FormatBool(r.Required))
-	kv("owner", strconv.Quote(r.Owner.String()))
+	switch r.Owner.Kind {
+	case OwnerAuthorization:
+		kv("owner", strconv.Quote(r.Owner.String())+" # "+AuthorizationOwnerTradeoff)
+	default:
+		kv("owner", strconv.Quote(r.Owner.String()))
+	}
+	if j := r.JWT; j != nil {
+		src := "jwks_file: " + strconv.Quote(j.JWKSFile)
+		if j.JWKSURL != "" {
+			src = "jwks_url: " + strconv.Quote(j.JWKSURL)
+		}
+		fmt.Fprintf(w, "  jwt: {%s, issuers: [%s], audiences: [%s], claims: [%s]} # exp/nbf checked with %v leeway\n",
+			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
+	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
 	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s}\n",
 		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body)

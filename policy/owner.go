@@ -16,21 +16,22 @@ const (
 	ownerHeaderPrefix = "h:"
 	ownerAuthPrefix   = "sha256:"
 	ownerCertPrefix   = "cert:"
+	ownerJWTPrefix    = "j:"
 )
 
 // ParseOwnerSource parses an `owner:` setting: "header:NAME",
-// "authorization", "client-cert" or "none". NAME must be an RFC 9110 field
+// "authorization", "jwt", "client-cert" or "none". NAME must be an RFC 9110 field
 // name and is canonicalized; Authorization, Proxy-Authorization and Cookie
 // are refused as header owners because their raw credential would become the
 // stored owner (use "authorization" instead, which stores only a hash).
 func ParseOwnerSource(s string) (OwnerSource, error) {
 	switch OwnerKind(s) {
-	case OwnerAuthorization, OwnerClientCert, OwnerNone:
+	case OwnerAuthorization, OwnerJWT, OwnerClientCert, OwnerNone:
 		return OwnerSource{Kind: OwnerKind(s)}, nil
 	}
 	name, ok := strings.CutPrefix(s, string(OwnerHeader)+":")
 	if !ok {
-		return OwnerSource{}, fmt.Errorf("unknown owner source %q; want header:NAME, authorization, client-cert or none", s)
+		return OwnerSource{}, fmt.Errorf("unknown owner source %q; want header:NAME, authorization, jwt, client-cert or none", s)
 	}
 	if !validToken(name) {
 		return OwnerSource{}, fmt.Errorf("owner header %q is not a valid field name", name)
@@ -38,13 +39,13 @@ func ParseOwnerSource(s string) (OwnerSource, error) {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	switch name {
 	case "Authorization", "Proxy-Authorization", "Cookie":
-		return OwnerSource{}, fmt.Errorf("owner header %s carries a raw credential; use owner: authorization", name)
+		return OwnerSource{}, fmt.Errorf("owner header %s carries a raw credential; use owner: jwt or owner: authorization", name)
 	}
 	return OwnerSource{Kind: OwnerHeader, Header: name}, nil
 }
 
 // String returns the setting as written in the config: "header:NAME",
-// "authorization", "client-cert" or "none".
+// "authorization", "jwt", "client-cert" or "none".
 func (o OwnerSource) String() string {
 	if o.Kind == OwnerHeader {
 		return string(OwnerHeader) + ":" + o.Header
@@ -74,15 +75,18 @@ func CertOwner(der []byte) string {
 }
 
 // OwnerOf returns the owner value of req per r.Owner: the trusted header's
-// value, "sha256:"+hex of the Authorization header, "cert:"+hex SHA-256 of
-// the verified leaf certificate, or "" for none. It returns ErrOwnerMissing
-// when the source yields no value.
+// value, "sha256:"+hex of the Authorization header, "j:"+the claims of a
+// verified JWT, "cert:"+hex SHA-256 of the verified leaf certificate, or ""
+// for none. It returns ErrOwnerMissing when the source yields no value, and
+// ErrInvalidCredentials (wrapped) when owner: jwt finds no acceptable bearer
+// token (see JWTVerifier.Owner).
 //
 // Exact forms: "h:"+value (trimmed) for header:NAME, AuthorizationOwner for
-// authorization, CertOwner of req.TLS.VerifiedChains[0][0] for client-cert
-// (an unverified peer certificate is no owner). A source field sent more
-// than once is ambiguous and also yields ErrOwnerMissing (wrapped), never a
-// pick of one value.
+// authorization, JWTOwner of the configured claims for jwt, CertOwner of
+// req.TLS.VerifiedChains[0][0] for client-cert (an unverified peer
+// certificate is no owner). A source field sent more than once is ambiguous
+// and also yields ErrOwnerMissing (wrapped), or ErrInvalidCredentials for
+// jwt, never a pick of one value.
 func (r *Route) OwnerOf(req *http.Request) (string, error) {
 	switch r.Owner.Kind {
 	case OwnerNone:
@@ -105,6 +109,8 @@ func (r *Route) OwnerOf(req *http.Request) (string, error) {
 			return "", fmt.Errorf("%w: no Authorization header", ErrOwnerMissing)
 		}
 		return AuthorizationOwner(v), nil
+	case OwnerJWT:
+		return r.jwtOwner(req)
 	case OwnerClientCert:
 		if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
 			return "", fmt.Errorf("%w: no verified client certificate", ErrOwnerMissing)

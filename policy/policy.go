@@ -61,6 +61,7 @@ const (
 	OwnerHeader        OwnerKind = "header"        // header:NAME, a trusted header the auth layer sets
 	OwnerAuthorization OwnerKind = "authorization" // SHA-256 of the Authorization header
 	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate
+	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
 	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
 )
 
@@ -94,6 +95,7 @@ type Route struct {
 	Methods          []string
 	Required         bool
 	Owner            OwnerSource
+	JWT              *JWTSettings // the `jwt:` section; set exactly when Owner.Kind is OwnerJWT
 	AllowGlobalKeys  bool
 	Fingerprint      FingerprintSpec
 	Lease            time.Duration
@@ -105,6 +107,10 @@ type Route struct {
 	MaxResponseBytes int64 // bytes
 	OnStoreError     OnStoreError
 	OnAbandoned      OnAbandoned
+
+	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
+	// the policy is published, nil until then.
+	jwt *JWTVerifier
 
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
@@ -132,4 +138,9 @@ var (
 	ErrKeyInvalid = errors.New("idempotency key invalid")
 	// ErrOwnerMissing: the request carries a key but no owner value.
 	ErrOwnerMissing = errors.New("owner missing")
+	// ErrInvalidCredentials: the owner comes from credentials (owner: jwt)
+	// and they are absent, malformed, unverifiable, expired, or issued by or
+	// for someone else. Unlike ErrOwnerMissing it means 401: the request is
+	// never treated as anonymous.
+	ErrInvalidCredentials = errors.New("invalid credentials")
 )

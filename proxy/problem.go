@@ -25,6 +25,7 @@ var (
 	probInvalidKey        = problemKind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key"}
 	probMissingKey        = problemKind{"missing-key", http.StatusBadRequest, "Idempotency key required"}
 	probMissingOwner      = problemKind{"missing-owner", http.StatusBadRequest, "Request owner missing"}
+	probInvalidCreds      = problemKind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid"}
 	probBadRequest        = problemKind{"bad-request", http.StatusBadRequest, "Request body could not be read"}
 	probAmbiguous         = problemKind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous"}
 	probTooLarge          = problemKind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}

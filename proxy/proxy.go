@@ -205,6 +205,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner, err := route.OwnerOf(r)
+	if errors.Is(err, policy.ErrInvalidCredentials) {
+		// owner: jwt. Never anonymous: a 401, and nothing goes upstream.
+		challenge := `Bearer error="invalid_token"`
+		if r.Header.Get("Authorization") == "" {
+			challenge = "Bearer" // RFC 6750 section 3.1: no error code without credentials
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
+		p.fail(w, r, ex, metrics.OutcomeInvalidCredentials, probInvalidCreds.with(
+			"the request carries an idempotency key, whose owner is the subject of a verified bearer token, and the token was not accepted: "+err.Error()))
+		return
+	}
 	if err != nil {
 		p.fail(w, r, ex, metrics.OutcomeMissingOwner, probMissingOwner.with(
 			"the request carries an idempotency key but no owner ("+string(route.Owner.Kind)+"); keys are scoped per owner"))

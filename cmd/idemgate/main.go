@@ -100,13 +100,42 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	// Reads every jwks_file, as serve would; a jwks_url is not fetched.
+	keys, err := newKeyRing(slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = keys.Bind(context.Background(), cfg.Policy)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idemgate validate: %s is invalid:\n", *path)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  - %s\n", line)
+		}
+		return 1
+	}
 	fmt.Fprintf(stdout, "%s is valid. Upstream %s, store %s.\n\n", *path, cfg.Upstream.URL, cfg.Store.Driver)
 	if err := cfg.Policy.Describe(stdout); err != nil {
 		fmt.Fprintf(stderr, "idemgate validate: %v\n", err)
 		return 1
 	}
+	for _, r := range cfg.Policy.Routes() {
+		if r.Owner.Kind == policy.OwnerAuthorization {
+			fmt.Fprint(stdout, authorizationNote)
+			break
+		}
+	}
 	return 0
 }
+
+// authorizationNote is printed by validate under a policy in which some
+// route uses owner: authorization.
+const authorizationNote = `
+Note: owner: authorization hashes the whole Authorization field, so every
+new token is a new owner. A client that refreshes its access token and
+retries with the same Idempotency-Key runs the operation again. Prefer
+owner: jwt (the owner is the verified token's iss and sub, which a refresh
+keeps), or owner: header:NAME with a header that a trusted authenticating
+proxy in front of idemgate sets and clients cannot.
+`
 
 // parseExit is the exit code for a flag parsing error: 0 when help was
 // asked for (-h), 2 for a usage error.
@@ -339,6 +368,14 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	st = metrics.InstrumentStore(st, m)
 	st = tracing.InstrumentStore(st, tp)
 
+	keys, err := newKeyRing(log)
+	if err != nil {
+		return err
+	}
+	if err := keys.Bind(ctx, cfg.Policy); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+
 	hup := make(chan os.Signal, 1)
 	if configPath != "" {
 		signal.Notify(hup, syscall.SIGHUP)
@@ -349,6 +386,10 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		Load: func(path string) (*policy.Policy, error) {
 			c, err := load(path)
 			if err != nil {
+				return nil, err
+			}
+			// jwks_file keys are read again with the config they belong to.
+			if err := keys.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
 			return c.Policy, nil
@@ -421,6 +462,10 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return reloader.Run(gctx)
 	})
 	g.Go(func() error {
+		keys.Run(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		<-gctx.Done()
 		draining.Store(true)
 		return drain(srv, adminSrv, p, cfg.Server.ShutdownTimeout, log)
@@ -471,6 +516,23 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	}
 	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// jwksClientTimeout bounds one JWKS fetch, response body included.
+const jwksClientTimeout = 10 * time.Second
+
+// newKeyRing returns the KeyRing that keeps the JWK Sets of owner: jwt
+// routes, with its own HTTP client (no shared default transport) and the
+// wall clock.
+func newKeyRing(log *slog.Logger) (*policy.KeyRing, error) {
+	return policy.NewKeyRing(policy.JWKSOptions{
+		Client: &http.Client{
+			Timeout:   jwksClientTimeout,
+			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+		},
+		Now:    time.Now,
+		Logger: log,
+	})
 }
 
 func ignoreClosed(err error) error {

@@ -15,10 +15,47 @@ func TestValidateExampleConfig(t *testing.T) {
 	if code := run([]string{"validate", "--config", "../../config.example.yaml"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, route := range []string{"create-order", "capture-payment", "uploads", "default"} {
+	for _, route := range []string{"create-order", "capture-payment", "refunds", "uploads", "default"} {
 		if !strings.Contains(out.String(), route) {
 			t.Errorf("effective policy lacks route %q:\n%s", route, out.String())
 		}
+	}
+	for _, want := range []string{"a retry after a token refresh runs again", "Prefer\nowner: jwt", `jwt: {jwks_url: "https://issuer.example/.well-known/jwks.json"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestValidateReadsJWKSFiles: validate reads every jwks_file as serve
+// would, and reports one it cannot use at its key path.
+func TestValidateReadsJWKSFiles(t *testing.T) {
+	dir := t.TempDir()
+	jwks := filepath.Join(dir, "jwks.json")
+	path := filepath.Join(dir, "idemgate.yaml")
+	cfg := `upstream: {url: "http://127.0.0.1:3000"}
+defaults:
+  owner: jwt
+  jwt: {jwks_file: "` + jwks + `", issuers: ["https://issuer.example"]}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"validate", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "defaults.jwt.jwks_file") {
+		t.Fatalf("missing jwks_file: exit %d:\n%s", code, errOut.String())
+	}
+	doc := `{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}`
+	if err := os.WriteFile(jwks, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"validate", "--config", path}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), `owner: "jwt"`) || strings.Contains(out.String(), "Note: owner: authorization") {
+		t.Errorf("validate output:\n%s", out.String())
 	}
 }
 

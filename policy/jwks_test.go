@@ -1,0 +1,325 @@
+package policy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+)
+
+// TestJWKSRotationURL: a new kid is picked up by refetching, at most once
+// per MinRefetchInterval, and a key removed from the set stops verifying.
+func TestJWKSRotationURL(t *testing.T) {
+	clock := newFakeClock()
+	old, next := newECKey(t, "2026-01"), newECKey(t, "2026-02")
+	srv := startJWKSServer(t, jwksOf(t, old))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/.well-known/jwks.json", Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	route := p.Defaults()
+	owner := func(k testKey) (string, error) {
+		return route.OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+	}
+
+	if srv.fetches.Load() != 0 {
+		t.Fatal("Bind fetched a JWKS URL; it must not do network IO while a config loads")
+	}
+	if _, err := owner(old); err != nil {
+		t.Fatalf("first token: %v", err)
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches after the first token, want 1", n)
+	}
+	// The issuer rotates: its set now holds only the new key.
+	srv.set(jwksOf(t, next), http.StatusOK)
+	clock.Add(DefaultJWKSMinRefetchInterval / 2)
+	if _, err := owner(next); !errors.Is(err, ErrInvalidCredentials) {
+		t.Fatalf("new kid within the refetch limit: %v; want a refusal", err)
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches: an unknown kid refetched inside the rate limit", n)
+	}
+	clock.Add(DefaultJWKSMinRefetchInterval)
+	if _, err := owner(next); err != nil {
+		t.Fatalf("new kid after the refetch limit: %v", err)
+	}
+	if n := srv.fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches, want 2", n)
+	}
+	if _, err := owner(old); !errors.Is(err, ErrInvalidCredentials) {
+		t.Fatalf("retired key still verifies: %v", err)
+	}
+	// A flood of made-up kids costs no fetch.
+	for i := range 50 {
+		_, _ = owner(newEdKey(t, "bogus-"+string(rune('a'+i%26))))
+	}
+	if n := srv.fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches after a flood of unknown kids, want 2", n)
+	}
+}
+
+// TestJWKSConcurrentUnknownKid: callers that meet one new kid at once share
+// one fetch.
+func TestJWKSConcurrentUnknownKid(t *testing.T) {
+	clock := newFakeClock()
+	k := newECKey(t, "k1")
+	srv := startJWKSServer(t, jwksOf(t, k))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	tok := k.sign(t, claimsAt(clock.Now(), "alice"))
+	errs := make(chan error, 16)
+	for range cap(errs) {
+		go func() {
+			_, err := p.Defaults().OwnerOf(bearer(tok))
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Errorf("%d fetches for 16 concurrent first tokens, want 1", n)
+	}
+}
+
+// TestJWKSPeriodicRefresh: KeyRing.Run fetches a URL again once it is
+// RefreshInterval old, keeps the old keys when the fetch fails, and retries.
+func TestJWKSPeriodicRefresh(t *testing.T) {
+	clock := newFakeClock()
+	a, b := newECKey(t, "a"), newECKey(t, "b")
+	srv := startJWKSServer(t, jwksOf(t, a))
+	d := DefaultRoute()
+	d.Owner = OwnerSource{Kind: OwnerJWT}
+	d.JWT = &JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
+	p, err := New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{}, Now: clock.Now, PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Bind(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { ring.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	waitFetches := func(n int32) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for srv.fetches.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d fetches, want %d", srv.fetches.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFetches(1) // Run fetches a set never fetched at once
+	time.Sleep(30 * time.Millisecond)
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches before RefreshInterval passed, want 1", n)
+	}
+	owner := func(k testKey) error {
+		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+		return err
+	}
+	if err := owner(a); err != nil {
+		t.Fatal(err)
+	}
+	// The issuer fails for a while: the cached keys keep working.
+	srv.set([]byte("oops"), http.StatusInternalServerError)
+	clock.Add(DefaultJWKSRefreshInterval)
+	waitFetches(2)
+	if err := owner(a); err != nil {
+		t.Fatalf("a failed refresh dropped the cached keys: %v", err)
+	}
+	// It recovers with a rotated set; Run retries after MinRefetchInterval.
+	srv.set(jwksOf(t, b), http.StatusOK)
+	clock.Add(DefaultJWKSMinRefetchInterval)
+	waitFetches(3)
+	deadline := time.Now().Add(5 * time.Second)
+	for owner(b) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("rotated key not picked up by the periodic refresh")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestJWKSFile: Bind reads the file (so a config reload rereads it), an
+// unknown kid rereads it too, and Run sees a changed file.
+func TestJWKSFile(t *testing.T) {
+	clock := newFakeClock()
+	a, b, c := newECKey(t, "a"), newEdKey(t, "b"), newECKey(t, "c")
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	write := func(keys ...testKey) {
+		t.Helper()
+		if err := os.WriteFile(path, jwksOf(t, keys...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(a)
+	settings := JWTSettings{JWKSFile: path, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
+	p, ring := jwtPolicy(t, settings, clock)
+	owner := func(p *Policy, k testKey) error {
+		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+		return err
+	}
+	if err := owner(p, a); err != nil {
+		t.Fatal(err)
+	}
+	// Rotation in the file: an unknown kid rereads it (rate limited).
+	write(a, b)
+	clock.Add(DefaultJWKSMinRefetchInterval)
+	if err := owner(p, b); err != nil {
+		t.Fatalf("new kid in the file not picked up: %v", err)
+	}
+	// A config reload binds a new policy, which reads the file at once.
+	write(c)
+	p2, err := New(p.Defaults().withJWT(settings), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Bind(t.Context(), p2); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner(p2, c); err != nil {
+		t.Fatalf("reload did not reread the file: %v", err)
+	}
+	if err := owner(p2, a); !errors.Is(err, ErrInvalidCredentials) {
+		t.Fatalf("key removed from the file still verifies after the reload: %v", err)
+	}
+	// Run (here one poll) rereads the file of the policy bound last.
+	write(a)
+	ring.sets[settings.Source()].refreshIfDue(t.Context())
+	if err := owner(p2, a); err != nil {
+		t.Fatalf("changed file not reread by the poll: %v", err)
+	}
+}
+
+func (r *Route) withJWT(s JWTSettings) Route {
+	c := *r
+	c.JWT = &s
+	c.jwt = nil
+	return c
+}
+
+func TestKeyRingBindErrors(t *testing.T) {
+	dir := t.TempDir()
+	sym := filepath.Join(dir, "symmetric.json")
+	if err := os.WriteFile(sym, []byte(`{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.json")
+	d := DefaultRoute()
+	d.Owner = OwnerSource{Kind: OwnerJWT}
+	d.JWT = &JWTSettings{JWKSFile: missing, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
+	r0 := testRoute("orders", "/v1/orders")
+	r0.Owner, r0.JWT = d.Owner, d.JWT // same file as defaults: reported once
+	r1 := testRoute("pay", "/v1/pay")
+	r1.Owner = d.Owner
+	r1.JWT = &JWTSettings{JWKSFile: sym, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
+	p, err := New(d, []Route{r0, r1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{}, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ring.Bind(t.Context(), p)
+	var paths []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			paths = append(paths, fe.Path)
+		}
+	}
+	if strings.Join(paths, " ") != "defaults.jwt.jwks_file routes[1].jwt.jwks_file" {
+		t.Fatalf("Bind errors at %v: %v", paths, err)
+	}
+	if !strings.Contains(err.Error(), "no usable signing key") || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Bind error does not say why: %v", err)
+	}
+	if _, err := NewKeyRing(JWKSOptions{Now: time.Now}); err == nil {
+		t.Error("NewKeyRing without a Client")
+	}
+}
+
+func TestParseJWKS(t *testing.T) {
+	ec := newECKey(t, "ec")
+	small, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := json.Marshal(jose.JSONWebKey{Key: ec.priv, KeyID: "private", Algorithm: "ES256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := json.Marshal(jose.JSONWebKey{Key: ec.priv.Public(), KeyID: "enc", Use: "enc"})
+	weak, _ := json.Marshal(jose.JSONWebKey{Key: &small.PublicKey, KeyID: "weak"})
+	hs, _ := json.Marshal(jose.JSONWebKey{Key: ec.priv.Public(), KeyID: "hs", Algorithm: "HS256"})
+	doc := `{"keys":[` + string(priv) + `,` + string(enc) + `,` + string(weak) + `,` + string(hs) +
+		`,{"kty":"oct","kid":"sym","k":"c2VjcmV0"},{"kty":"XYZ","kid":"odd"}]}`
+	ks, skipped, err := parseJWKS([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ks.keys) != 1 || ks.keys[0].kid != "private" {
+		t.Fatalf("usable keys %v; want only the public half of the private key", ks.kids())
+	}
+	if len(skipped) != 5 {
+		t.Errorf("skipped %d keys, want 5: %q", len(skipped), skipped)
+	}
+	if _, err := ks.find("private", "ES256"); err != nil {
+		t.Error(err)
+	}
+	if _, err := ks.find("private", "ES384"); err == nil || errors.Is(err, errNoKey) {
+		t.Errorf("ES256 key found for ES384: %v", err)
+	}
+	for _, bad := range []string{`[]`, `{}`, `{"keys":[]}`, `not json`} {
+		if _, _, err := parseJWKS([]byte(bad)); err == nil {
+			t.Errorf("parseJWKS(%s) accepted", bad)
+		}
+	}
+}
+
+// TestJWKSFetchFailures: a URL that fails, answers non-200 or oversized
+// leaves a verifier refusing tokens, never accepting them.
+func TestJWKSFetchFailures(t *testing.T) {
+	clock := newFakeClock()
+	k := newECKey(t, "k")
+	srv := startJWKSServer(t, []byte(`{"keys":[]}`))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	tok := k.sign(t, claimsAt(clock.Now(), "alice"))
+	for _, c := range []struct {
+		doc    []byte
+		status int
+	}{
+		{[]byte(`{"keys":[]}`), 200},
+		{jwksOf(t, k), 404},
+		{append(append([]byte(`{"keys":[],"pad":"`), strings.Repeat("x", maxJWKSBytes)...), `"}`...), 200},
+	} {
+		srv.set(c.doc, c.status)
+		clock.Add(DefaultJWKSMinRefetchInterval)
+		if _, err := p.Defaults().OwnerOf(bearer(tok)); !errors.Is(err, ErrInvalidCredentials) {
+			t.Errorf("status %d: %v", c.status, err)
+		}
+	}
+	srv.set(jwksOf(t, k), 200)
+	clock.Add(DefaultJWKSMinRefetchInterval)
+	if _, err := p.Defaults().OwnerOf(bearer(tok)); err != nil {
+		t.Errorf("after recovery: %v", err)
+	}
+}
