@@ -23,7 +23,7 @@ func needValkey(t *testing.T) (server, cli string) {
 	cli, err2 := exec.LookPath("valkey-cli")
 	if err1 != nil || err2 != nil {
 		t.Fatalf("valkey-server and valkey-cli are required (Valkey >= 7.2, the compose image is 8): " +
-			"run `bash .ci/install-valkey.sh` or `apt-get install valkey-server` (Debian 12: from bookworm-backports)")
+			"run `bash scripts/install-valkey.sh` or `apt-get install valkey-server` (Debian 12: from bookworm-backports)")
 	}
 	return server, cli
 }

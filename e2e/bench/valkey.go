@@ -13,7 +13,7 @@ import (
 )
 
 // valkeyInstall is printed when valkey-server is missing.
-const valkeyInstall = "valkey-server not found on PATH: install it (Debian 12: apt-get install -t bookworm-backports valkey-server, or .ci/install-valkey.sh)"
+const valkeyInstall = "valkey-server not found on PATH: install it (Debian 12: apt-get install -t bookworm-backports valkey-server, or scripts/install-valkey.sh)"
 
 // startValkey starts a throwaway valkey-server (no persistence) on a free
 // loopback port and waits until it answers PING.

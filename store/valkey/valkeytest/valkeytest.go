@@ -19,7 +19,7 @@ import (
 )
 
 // installHint is the message of the t.Fatal raised when a binary is missing.
-const installHint = "run .ci/install-valkey.sh (Debian 12: apt-get install -t bookworm-backports valkey-server)"
+const installHint = "run scripts/install-valkey.sh (Debian 12: apt-get install -t bookworm-backports valkey-server)"
 
 // startTimeout bounds how long Start waits for a new server to answer PING.
 const startTimeout = 15 * time.Second

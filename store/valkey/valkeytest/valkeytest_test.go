@@ -67,7 +67,7 @@ func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 		valkeytest.Start(rec)
 	}()
 	<-done
-	if !strings.Contains(rec.msg, "valkey-server not found") || !strings.Contains(rec.msg, ".ci/install-valkey.sh") {
+	if !strings.Contains(rec.msg, "valkey-server not found") || !strings.Contains(rec.msg, "scripts/install-valkey.sh") {
 		t.Fatalf("Fatalf message = %q, want the install hint", rec.msg)
 	}
 }
