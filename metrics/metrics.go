@@ -35,6 +35,12 @@ const (
 // is missing or not accepted; nothing was forwarded.
 const OutcomeInvalidCredentials = "invalid_credentials"
 
+// OutcomeShuttingDown is the outcome label of a 503 answered while the
+// process drains: the request would have been forwarded, but a call
+// started now could outlive the drain and be cut mid-way, leaving its
+// outcome unknown; its claim was released and the client retries elsewhere.
+const OutcomeShuttingDown = "shutting_down"
+
 // Metrics holds every idemgate collector. A nil *Metrics is valid and
 // records nothing, so tests and library users need not build one.
 type Metrics struct {

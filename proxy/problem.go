@@ -33,6 +33,7 @@ var (
 	probInProgress        = problemKind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress"}
 	probNotRetained       = problemKind{"response-not-retained", http.StatusConflict, "The original response was not retained"}
 	probOutcomeUnknown    = problemKind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown"}
+	probShuttingDown      = problemKind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down"}
 	probStoreUnavailable  = problemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable"}
 	probUpstreamUnreached = problemKind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable"}
 	probUpstreamFailed    = problemKind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown"}

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -79,6 +80,7 @@ type Proxy struct {
 	m            *metrics.Metrics
 	newToken     func() string
 	v1Lookup     bool
+	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
 	pending      pending
@@ -308,6 +310,17 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 					continue
 				}
 			}
+			if p.draining.Load() {
+				// A call started now (a waiter whose first attempt released
+				// the key, a request accepted just before SIGTERM) could
+				// outlive the drain budget and be cut mid-way, its outcome
+				// unknown; refused, it is retried on another instance.
+				p.release(r, ex, token)
+				pr := probShuttingDown.with("this instance is shutting down and starts no new upstream calls; retry with the same key")
+				pr.RetryAfter = 1
+				p.fail(w, r, ex, metrics.OutcomeShuttingDown, pr)
+				return
+			}
 			p.forward(w, r, ex, token)
 			return
 		case store.Completed:
@@ -338,6 +351,14 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		}
 	}
 }
+
+// Drain makes the proxy start no new enforced upstream calls: a request
+// that claims its key from now on releases it and gets 503 shutting-down
+// (Retry-After: 1), while calls already running finish and record their
+// outcome. Replays, waits and passthrough traffic are served as before.
+// Call it when the process starts to shut down, before
+// http.Server.Shutdown; it cannot be undone.
+func (p *Proxy) Drain() { p.draining.Store(true) }
 
 // wait waits while the record id (the request's own, or a layout 1
 // record) is running, up to the route's wait_timeout counted from the first

@@ -492,6 +492,7 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	log.Info("shutting down: not ready, no new connections; waiting for requests in flight to finish and record their responses",
 		"shutdown_timeout", budget.String())
 	start := time.Now()
+	p.Drain()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if budget > 0 {
