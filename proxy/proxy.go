@@ -160,6 +160,7 @@ type exchange struct {
 	id      store.Identity
 	fp      string
 	body    []byte
+	read    bool // body holds the request body (readBody)
 	outcome string
 	status  int
 }
@@ -167,10 +168,21 @@ type exchange struct {
 // ServeHTTP enforces the route's policy on r; see README.md for the flow.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
-	ex := &exchange{start: time.Now(), route: pol.Match(r)}
+	d := pol.Decide(r)
+	ex := &exchange{start: time.Now(), route: d.Route}
+	if d.NeedBody {
+		// A form body may carry a _method override that changes the
+		// decision: read it once, within the route's limit; the same bytes
+		// go upstream.
+		if !p.readBody(w, r, ex) {
+			return
+		}
+		d = pol.DecideBody(r, ex.body)
+		ex.route = d.Route
+	}
 	route := ex.route
-	if why := ambiguity(pol, r, route); why != "" {
-		p.fail(w, r, ex, metrics.OutcomeBadRequest, probAmbiguous.with(why))
+	if d.Refuse != "" {
+		p.fail(w, r, ex, metrics.OutcomeBadRequest, probAmbiguous.with(d.Refuse))
 		return
 	}
 	if !route.Enforces(r.Method) || isUpgrade(r) {
@@ -202,24 +214,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Route: route.Name, Key: key}
-	if r.ContentLength > route.MaxRequestBytes {
-		// Rejected before the body is read, so net/http sends no 100 Continue.
-		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
-			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
+	if !p.readBody(w, r, ex) {
 		return
 	}
-	body, err := readLimited(r.Body, r.ContentLength, route.MaxRequestBytes)
-	if err != nil {
-		p.fail(w, r, ex, metrics.OutcomeBadRequest, probBadRequest.with(err.Error()))
-		return
-	}
-	if int64(len(body)) > route.MaxRequestBytes {
-		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
-			fmt.Sprintf("route %q accepts at most %d bytes", route.Name, route.MaxRequestBytes)))
-		return
-	}
-	ex.body = body
-	ex.fp = route.FingerprintOf(r, body)
+	ex.fp = route.FingerprintOf(r, ex.body)
 	p.enforce(w, r, ex)
 }
 
