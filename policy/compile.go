@@ -391,7 +391,7 @@ func (p *Policy) match(req *http.Request, method string) (*Route, bool) {
 		return p.defaults, canonical
 	}
 	lookup := req
-	if !isClean(esc) {
+	if !canonical && !isClean(esc) {
 		clean := CleanPath(esc)
 		unesc, err := url.PathUnescape(clean)
 		if err != nil {

@@ -122,10 +122,11 @@ var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 // form content type, and when some override could change the decision;
 // then NeedBody is set and DecideBody finishes the decision.
 //
-// A request already in canonical form (upper-case method, no override,
-// path clean, lower case and unescaped) costs no match beyond Match's when
-// New found no route that could govern its trailing-slash variant more
-// strictly (or as strictly, under another scope) than its own.
+// A request already in canonical form (upper-case method, no override, no
+// form body to check, path clean, without ";" or backslash and in the
+// default encoding) costs no match beyond Match's when New found no route
+// that could govern its case or trailing-slash variants more strictly (or
+// as strictly, under another scope) than its own.
 func (p *Policy) Decide(r *http.Request) Decision {
 	return p.decide(r, nil, false)
 }
@@ -155,12 +156,22 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		return d
 	}
 
-	forms := pathForms(r)
+	var forms []pathForm // built on first use: a GET with an escaped query needs none
+	built := false
+	pathVariants := func() []pathForm {
+		if !built {
+			forms, built = pathForms(r), true
+		}
+		return forms
+	}
 	upper := strings.ToUpper(method)
 
 	// Path variants, same method: lift to a stricter route, or refuse.
 	s := matched.Strictness(method)
-	sv := p.survey(r, method, forms, matched)
+	sv := surveyed{winner: matched}
+	if slices.Contains(p.enforced, method) {
+		sv = p.survey(r, method, pathVariants(), matched)
+	}
 	switch {
 	case sv.max > s && sv.scopes > 1:
 		d.Refuse = "the path has variants (" + sv.winnerPath + " and others) governed by different routes that enforce " + method + " more strictly than route " + matched.Name + "; send the path as the intended route declares it"
@@ -176,7 +187,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 
 	// Method variants: refuse any that is stricter, or as strict elsewhere.
 	if upper != method {
-		if why := p.methodVariant(r, upper, forms, route, sd); why != "" {
+		if why := p.methodVariant(r, upper, pathVariants, route, sd); why != "" {
 			d.Refuse = "the method " + method + " must be sent in upper case (" + upper + "): " + why
 			return d
 		}
@@ -189,7 +200,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		if keyed {
 			return source + " names the method " + m + " on an enforced " + method + " request; its record would be kept under " + method + " while the upstream performs " + m + ", so it is refused"
 		}
-		if why := p.methodVariant(r, m, forms, route, sd); why != "" {
+		if why := p.methodVariant(r, m, pathVariants, route, sd); why != "" {
 			return source + " names the method " + m + ": " + why
 		}
 		return ""
@@ -231,7 +242,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 			return d
 		}
 		for _, m := range p.enforced {
-			if m != upper && p.methodVariant(r, m, forms, route, sd) != "" {
+			if m != upper && p.methodVariant(r, m, pathVariants, route, sd) != "" {
 				d.NeedBody = true
 				return d
 			}
@@ -243,12 +254,12 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 // methodVariant returns why r sent with method m instead of its own would
 // escape the decision's route (governed by a stricter route, or by an
 // equally strict route of another scope), or "".
-func (p *Policy) methodVariant(r *http.Request, m string, forms []pathForm, route *Route, sd Strictness) string {
+func (p *Policy) methodVariant(r *http.Request, m string, forms func() []pathForm, route *Route, sd Strictness) string {
 	if !slices.Contains(p.enforced, m) {
 		return ""
 	}
 	raw, _ := p.match(r, m)
-	sv := p.survey(r, m, forms, raw)
+	sv := p.survey(r, m, forms(), raw)
 	switch {
 	case sv.max > sd:
 		return "route " + sv.winner.Name + " governs " + m + " " + sv.winnerPath + " (" + sv.max.String() + "), more strictly than route " + route.Name + " governs this request"
@@ -302,10 +313,10 @@ func (p *Policy) survey(r *http.Request, method string, forms []pathForm, raw *R
 	return sv
 }
 
-// mayVary reports whether a canonical request (clean, unescaped, lower-case
-// path) matched to route with method could have a trailing-slash variant
-// governed by a rival: a route of another scope at least as strict (and
-// enforcing), whose literal path prefix is compatible with path. The
+// mayVary reports whether a canonical request (isCanonicalPath) matched to
+// route with method could have a case or trailing-slash variant governed by
+// a rival: a route of another scope at least as strict (and enforcing),
+// whose literal path prefix is compatible with path in any letter case. The
 // rivals are found once, by New.
 func (p *Policy) mayVary(route *Route, method, path string) bool {
 	for _, rv := range p.rivals[route] {
@@ -314,14 +325,18 @@ func (p *Policy) mayVary(route *Route, method, path string) bool {
 		}
 		x := strings.TrimSuffix(path, "/")
 		if rv.defaults {
-			// Below the root of a subtree route, both slash forms stay in
-			// that subtree (or a more specific pattern): never the defaults.
+			// Below the root of a subtree route (a lower-case one, so the
+			// lower-case forms stay below it too), every case and slash
+			// form stays in that subtree or a more specific pattern: never
+			// the defaults.
 			if rv.subtree == "" || !strings.HasPrefix(x, rv.subtree+"/") {
 				return true
 			}
 		}
 		for _, l := range rv.prefixes {
-			if l == "" || strings.HasPrefix(x, l) && (len(x) == len(l) || x[len(l)] == '/') {
+			// Case-insensitive: every case and slash variant of x is x in
+			// lower case, with or without the trailing slash.
+			if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
 				return true
 			}
 		}
@@ -336,7 +351,8 @@ func (p *Policy) mayVary(route *Route, method, path string) bool {
 // under another scope: their lower-cased literal path prefixes (up to the
 // first wildcard, without trailing slash; "" matches every path), and
 // whether the defaults route is one of them. subtree is the route's own
-// root when its pattern is a subtree without wildcards ("/v1/" is "/v1").
+// root when its pattern is a lower-case subtree without wildcards ("/v1/"
+// is "/v1").
 type rival struct {
 	method   string
 	prefixes []string
@@ -362,7 +378,7 @@ func (p *Policy) compileVariants() {
 	p.rivals = make(map[*Route][]rival, len(all))
 	for _, rt := range all {
 		subtree := ""
-		if pat := patternPath(rt.Match); strings.HasSuffix(pat, "/") && !strings.Contains(pat, "{") {
+		if pat := patternPath(rt.Match); strings.HasSuffix(pat, "/") && !strings.Contains(pat, "{") && pat == strings.ToLower(pat) {
 			subtree = literalPrefix(rt.Match)
 		}
 		var rvs []rival
@@ -607,10 +623,11 @@ func unescapeForm(s string) string {
 // isForm reports whether r's body is a form a framework may read a
 // _method field from.
 func isForm(r *http.Request) bool {
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
+	v := r.Header["Content-Type"]
+	if len(v) == 0 {
 		return false
 	}
+	ct := v[0]
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.ToLower(strings.TrimSpace(mt))
 	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
@@ -661,9 +678,9 @@ func isUpperASCII(s string) bool {
 	return true
 }
 
-// isCanonicalPath reports whether r's path is already the form every
-// variant is derived from: sent in the default encoding (no RawPath), clean,
-// without backslashes, ";" parameters or upper-case letters.
+// isCanonicalPath reports whether r's path needs no variant but its letter
+// case and trailing slash, which mayVary covers: sent in the default
+// encoding (no RawPath), clean, without backslashes or ";" parameters.
 func isCanonicalPath(u *url.URL) bool {
 	if u.RawPath != "" {
 		return false
@@ -671,7 +688,7 @@ func isCanonicalPath(u *url.URL) bool {
 	p := u.Path
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case c == '\\' || c == ';' || 'A' <= c && c <= 'Z':
+		case c == '\\' || c == ';':
 			return false
 		}
 	}
@@ -684,13 +701,12 @@ func isClean(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
+	start := 1 // of the current segment
 	for i := 1; i <= len(p); i++ {
 		if i < len(p) && p[i] != '/' {
 			continue
 		}
-		// p[start:i] is the segment before the slash at i (or the end).
-		start := strings.LastIndexByte(p[:i], '/') + 1
-		switch seg := p[start:i]; seg {
+		switch p[start:i] {
 		case ".", "..":
 			return false
 		case "":
@@ -698,6 +714,7 @@ func isClean(p string) bool {
 				return false // "//"
 			}
 		}
+		start = i + 1
 	}
 	return true
 }
