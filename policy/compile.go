@@ -41,6 +41,12 @@ type Policy struct {
 	routes   []*Route // file order
 	defaults *Route
 	mux      *http.ServeMux
+	// enforced lists every method some route (defaults included) enforces;
+	// rivals holds, per route and enforced method, what could make one of
+	// its canonical requests vary (see compileVariants). Both are set by
+	// New, so Decide's common case needs no extra match.
+	enforced []string
+	rivals   map[*Route][]rival
 }
 
 // routeHandler marks a ServeMux match as one of our routes; anything else
@@ -119,6 +125,7 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	p.compileVariants()
 	return p, nil
 }
 
@@ -378,31 +385,48 @@ func (s StatusRange) String() string {
 // only redirect to a subtree ("/uploads" when "/uploads/" is a pattern)
 // matches no route, even when a shorter subtree such as "/" covers it.
 func (p *Policy) Match(req *http.Request) *Route {
-	if req == nil || req.URL == nil || len(p.routes) == 0 {
+	if req == nil || req.URL == nil {
 		return p.defaults
 	}
+	rt, _ := p.match(req, req.Method)
+	return rt
+}
+
+// match is Match with another method, and reports whether req's path is
+// canonical (isCanonicalPath; always true for CONNECT, which has none).
+func (p *Policy) match(req *http.Request, method string) (*Route, bool) {
+	if req.Method == http.MethodConnect {
+		if len(p.routes) == 0 {
+			return p.defaults, true
+		}
+		lookup := req
+		if host := canonicalHost(req.Host); host != req.Host || method != req.Method {
+			lookup = &http.Request{Method: method, Host: host, Header: req.Header, URL: req.URL}
+		}
+		return p.lookup(lookup), true
+	}
+	esc := req.URL.EscapedPath()
+	canonical := isCanonicalPath(req.URL)
+	if len(p.routes) == 0 {
+		return p.defaults, canonical
+	}
 	lookup := req
-	if esc := req.URL.EscapedPath(); req.Method != http.MethodConnect && CleanPath(esc) != esc {
+	if !canonical && !isClean(esc) {
 		clean := CleanPath(esc)
 		unesc, err := url.PathUnescape(clean)
 		if err != nil {
-			return p.defaults
+			return p.defaults, false
 		}
-		lookup = &http.Request{Method: req.Method, Host: req.Host, Header: req.Header,
+		lookup = &http.Request{Method: method, Host: req.Host, Header: req.Header,
 			URL: &url.URL{Path: unesc, RawPath: clean}}
 	}
-	if host := canonicalHost(req.Host); host != req.Host {
+	if host := canonicalHost(req.Host); host != req.Host || method != req.Method {
 		if lookup == req {
-			lookup = &http.Request{Method: req.Method, Header: req.Header, URL: req.URL}
+			lookup = &http.Request{Method: method, Header: req.Header, URL: req.URL}
 		}
 		lookup.Host = host
 	}
-	if h, _ := p.mux.Handler(lookup); h != nil {
-		if rh, ok := h.(routeHandler); ok {
-			return rh.route
-		}
-	}
-	return p.defaults
+	return p.lookup(lookup), canonical
 }
 
 // CleanPath returns p as net/http's ServeMux matches it: rooted, dot

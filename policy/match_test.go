@@ -9,7 +9,17 @@ import (
 	"testing"
 )
 
+// testRoute returns a route named name with the default settings and its
+// own key scope (named like the route), so that tests of the variant rules
+// see routes whose records are kept apart; sharedScopeRoute keeps the
+// default shared scope.
 func testRoute(name, match string) Route {
+	r := DefaultRoute()
+	r.Name, r.Match, r.Scope = name, match, name
+	return r
+}
+
+func sharedScopeRoute(name, match string) Route {
 	r := DefaultRoute()
 	r.Name, r.Match = name, match
 	return r

@@ -2,9 +2,11 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"math"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -118,8 +120,11 @@ func itoa(n int) string {
 // of it such as nginx, or a framework that ignores case, trailing slashes or
 // method case, or honours X-HTTP-Method-Override) may treat as the
 // protected POST /v1/orders, while ServeMux matching on the raw form would
-// put them on the passthrough defaults. Each must be refused at the edge,
-// never forwarded without its route's enforcement.
+// put them on the passthrough defaults. Each must be answered at the edge
+// with a 4xx, never forwarded without its route's enforcement: refused as
+// ambiguous-request (method variants, a variant of another route as
+// strict), or, since policy.Decide, enforced under the stricter route its
+// path variant belongs to (400 missing-key here, as no key is sent).
 func TestAttackNonCanonicalRequestsCannotSkipEnforcement(t *testing.T) {
 	defaults := baseRoute()
 	defaults.Mode = policy.ModePassthrough
@@ -449,5 +454,163 @@ func TestAttackAbsoluteFormUserinfoAddsNoCredential(t *testing.T) {
 	defer up.mu.Unlock()
 	if len(up.seen) == 0 || len(up.auth) > 0 {
 		t.Errorf("upstream saw %q with Authorization %q; want requests without credentials", up.seen, up.auth)
+	}
+}
+
+// variantUpstream counts what it executes per request line and keeps the
+// last body it received, as an API behind Express (non-strict trailing
+// slash, case-insensitive routing) or Tomcat (";jsessionid=" stripped)
+// would execute /v1/orders/, /v1/Orders and /v1/orders;jsessionid=1 as
+// /v1/orders.
+type variantUpstream struct {
+	*httptest.Server
+	mu    sync.Mutex
+	total int
+	lines []string
+	body  string
+}
+
+func (u *variantUpstream) executed() (int, []string, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.total, append([]string(nil), u.lines...), u.body
+}
+
+// variantProxy starts a variantUpstream and idemgate in front of it with
+// defaults (baseRoute: POST and PATCH enforced, key optional, owner X-User)
+// and routes.
+func variantProxy(t *testing.T, routes ...policy.Route) (*variantUpstream, string) {
+	t.Helper()
+	u := &variantUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.total++
+		u.lines = append(u.lines, r.Method+" "+r.RequestURI)
+		u.body = string(b)
+		n := u.total
+		u.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "execution "+itoa(n))
+	}))
+	t.Cleanup(u.Close)
+	pol, err := policy.New(baseRoute(), routes)
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	target, _ := url.Parse(u.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Timeout: 5 * time.Second,
+		Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return u, front.Listener.Addr().String()
+}
+
+func passthroughRoute(name, match string) policy.Route {
+	r := baseRoute()
+	r.Name, r.Match, r.Mode = name, match, policy.ModePassthrough
+	return r
+}
+
+// TestAttackPathVariantsAreEnforcedUnderTheStricterRoute: with a required
+// "POST /v1/orders" and a "/v1/" passthrough route, /v1/orders/, /v1/Orders
+// and /v1/orders;jsessionid=1 without a key all ran (the passthrough route
+// governed them while the upstream executed the order), and the same key
+// sent twice on /v1/orders/ ran twice. Each form is now governed by the
+// orders route: 400 missing-key without a key, one execution per key.
+func TestAttackPathVariantsAreEnforcedUnderTheStricterRoute(t *testing.T) {
+	up, addr := variantProxy(t, atkRoute("orders", "POST /v1/orders"), passthroughRoute("v1", "/v1/"))
+	for _, target := range []string{"/v1/orders/", "/v1/Orders", "/v1/orders;jsessionid=1", "/V1/ORDERS/", "/v1/%6Frders"} {
+		status, body := atkSend(t, addr, "POST "+target+" HTTP/1.1\r\nHost: x\r\nX-User: u", `{"amount":1}`)
+		if n, lines, _ := up.executed(); status != http.StatusBadRequest || !strings.Contains(body, "missing-key") || n != 0 {
+			t.Errorf("POST %s without a key: %d %s, upstream executed %q; want 400 missing-key and nothing executed", target, status, body, lines)
+		}
+	}
+	for i, target := range []string{"/v1/orders/", "/v1/orders/"} {
+		status, body := atkSend(t, addr, "POST "+target+" HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k1\"", `{"amount":1}`)
+		if status != http.StatusCreated || body != "execution 1" {
+			t.Errorf("POST %s with key k1, attempt %d: %d %q, want 201 from the first execution", target, i+1, status, body)
+		}
+	}
+	for i, target := range []string{"/v1/orders;jsessionid=1", "/v1/orders;jsessionid=2"} {
+		status, body := atkSend(t, addr, "POST "+target+" HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k2\"", `{"amount":1}`)
+		if i == 0 && (status != http.StatusCreated || body != "execution 2") || i == 1 && status/100 != 4 && body != "execution 2" {
+			t.Errorf("POST %s with key k2: %d %q", target, status, body)
+		}
+	}
+	if n, lines, _ := up.executed(); n != 2 {
+		t.Errorf("upstream executed %q, want two orders (one per key)", lines)
+	}
+	// The canonical form and the passthrough tree are unchanged.
+	if status, body := atkSend(t, addr, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: u", "{}"); status != http.StatusBadRequest || !strings.Contains(body, "missing-key") {
+		t.Errorf("canonical request without key: %d %s, want 400 missing-key", status, body)
+	}
+	if status, _ := atkSend(t, addr, "POST /v1/other/ HTTP/1.1\r\nHost: x\r\nX-User: u", "{}"); status != http.StatusCreated {
+		t.Errorf("passthrough tree: %d, want 201", status)
+	}
+}
+
+// TestAttackVariantsWithoutAPassthroughRoute: with only a required
+// "POST /v1/orders" (the defaults enforce with an optional key), the
+// ";jsessionid" form fell to the defaults and ran without a key; and a
+// route declared as the subtree "POST /v1/payments/" let POST /v1/payments
+// (which ServeMux only redirects) run without a key.
+func TestAttackVariantsWithoutAPassthroughRoute(t *testing.T) {
+	up, addr := variantProxy(t, atkRoute("orders", "POST /v1/orders"), atkRoute("payments", "POST /v1/payments/"))
+	for _, target := range []string{"/v1/orders;jsessionid=1", "/v1/payments", "/v1/Payments/", "/v1/payments;x=1/"} {
+		status, body := atkSend(t, addr, "POST "+target+" HTTP/1.1\r\nHost: x\r\nX-User: u", "{}")
+		if n, lines, _ := up.executed(); status != http.StatusBadRequest || !strings.Contains(body, "missing-key") || n != 0 {
+			t.Errorf("POST %s without a key: %d %s, upstream executed %q; want 400 missing-key and nothing executed", target, status, body, lines)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		status, body := atkSend(t, addr, "POST /v1/payments HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"p\"", "{}")
+		if status != http.StatusCreated || body != "execution 1" {
+			t.Errorf("POST /v1/payments with a key, attempt %d: %d %q, want the first execution", i+1, status, body)
+		}
+	}
+}
+
+// TestAttackMethodParameterIsAnOverride: Rails, Laravel and Symfony run a
+// POST carrying _method=PATCH (query parameter or form field) as a PATCH.
+// With a required "PATCH /v1/orders/{id}" and a "/v1/" passthrough route,
+// such a POST ran the update without a key. Now it is refused as
+// ambiguous-request, the form body having been read once within the
+// route's max_request_bytes; a form without _method passes through with
+// its bytes intact.
+func TestAttackMethodParameterIsAnOverride(t *testing.T) {
+	update := atkRoute("update-order", "PATCH /v1/orders/{id}")
+	update.Methods = []string{"PATCH"}
+	up, addr := variantProxy(t, update, passthroughRoute("v1", "/v1/"))
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	_ = mw.WriteField("status", "paid")
+	_ = mw.WriteField("_method", "patch")
+	_ = mw.Close()
+	for _, a := range []struct{ name, head, body string }{
+		{"query", "POST /v1/orders/7?_method=PATCH HTTP/1.1\r\nHost: x\r\nX-User: u", "{}"},
+		{"urlencoded form", "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nContent-Type: application/x-www-form-urlencoded", "status=paid&_method=patch"},
+		{"chunked form", "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked", "19\r\nstatus=paid&_method=patch\r\n0\r\n\r\n"},
+		{"multipart form", "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nContent-Type: " + mw.FormDataContentType(), mp.String()},
+		{"header", "POST /v1/Orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nX-HTTP-Method-Override: PATCH", "{}"},
+	} {
+		status, body := atkSend(t, addr, a.head, a.body)
+		if n, lines, _ := up.executed(); status != http.StatusBadRequest || !strings.Contains(body, "ambiguous-request") || n != 0 {
+			t.Errorf("%s: %d %s, upstream executed %q; want 400 ambiguous-request and nothing executed", a.name, status, body, lines)
+		}
+	}
+	form := "status=paid&note=" + strings.Repeat("n", 200)
+	status, _ := atkSend(t, addr, "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nContent-Type: application/x-www-form-urlencoded", form)
+	if n, _, got := up.executed(); status != http.StatusCreated || n != 1 || got != form {
+		t.Errorf("form without _method: %d, upstream executed %d with body %q; want it passed through once, body intact", status, n, got)
+	}
+	status, body := atkSend(t, addr, "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u\r\nContent-Type: application/x-www-form-urlencoded", "a="+strings.Repeat("x", 2<<10))
+	if n, _, _ := up.executed(); status != http.StatusRequestEntityTooLarge || n != 1 {
+		t.Errorf("form too large to check: %d %s, upstream executed %d; want 413 and nothing more executed", status, body, n)
 	}
 }

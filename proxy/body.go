@@ -1,9 +1,48 @@
 package proxy
 
 import (
+	"bytes"
+	"fmt"
 	"io"
+	"net/http"
 	"sync"
+
+	"github.com/idemgate/idemgate/metrics"
 )
+
+// readBody reads r's body once into ex.body, at most ex.route's
+// max_request_bytes, and makes r.Body those same bytes again, so whichever
+// path forwards r (enforced or passthrough) sends what was read. A body
+// already read is not read again. It answers 413 (declared or actual size
+// over the limit, the former before anything is read, so net/http sends no
+// 100 Continue) or 400 (read error) itself and returns false.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
+	if ex.read {
+		return true
+	}
+	route := ex.route
+	if r.ContentLength > route.MaxRequestBytes {
+		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
+			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
+		return false
+	}
+	body, err := readLimited(r.Body, r.ContentLength, route.MaxRequestBytes)
+	if err != nil {
+		p.fail(w, r, ex, metrics.OutcomeBadRequest, probBadRequest.with(err.Error()))
+		return false
+	}
+	if int64(len(body)) > route.MaxRequestBytes {
+		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
+			fmt.Sprintf("route %q accepts at most %d bytes", route.Name, route.MaxRequestBytes)))
+		return false
+	}
+	ex.body, ex.read = body, true
+	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
+	if len(body) > 0 {
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	}
+	return true
+}
 
 // maxPrealloc is the largest declared length readLimited allocates before
 // the bytes arrive, in bytes: a declared Content-Length costs the client one

@@ -171,6 +171,7 @@ type exchange struct {
 	fp      string
 	recipe  string // how fp was computed: the route's recipe, or the record's
 	body    []byte
+	read    bool // body holds the request body (readBody)
 	outcome string
 	status  int
 }
@@ -178,10 +179,21 @@ type exchange struct {
 // ServeHTTP enforces the route's policy on r; see README.md for the flow.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
-	ex := &exchange{start: time.Now(), route: pol.Match(r)}
+	d := pol.Decide(r)
+	ex := &exchange{start: time.Now(), route: d.Route}
+	if d.NeedBody {
+		// A form body may carry a _method override that changes the
+		// decision: read it once, within the route's limit; the same bytes
+		// go upstream.
+		if !p.readBody(w, r, ex) {
+			return
+		}
+		d = pol.DecideBody(r, ex.body)
+		ex.route = d.Route
+	}
 	route := ex.route
-	if why := ambiguity(pol, r, route); why != "" {
-		p.fail(w, r, ex, metrics.OutcomeBadRequest, probAmbiguous.with(why))
+	if d.Refuse != "" {
+		p.fail(w, r, ex, metrics.OutcomeBadRequest, probAmbiguous.with(d.Refuse))
 		return
 	}
 	if !route.Enforces(r.Method) || isUpgrade(r) {
@@ -224,24 +236,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Scope: route.Scope, Key: key}
-	if r.ContentLength > route.MaxRequestBytes {
-		// Rejected before the body is read, so net/http sends no 100 Continue.
-		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
-			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
+	if !p.readBody(w, r, ex) {
 		return
 	}
-	body, err := readLimited(r.Body, r.ContentLength, route.MaxRequestBytes)
-	if err != nil {
-		p.fail(w, r, ex, metrics.OutcomeBadRequest, probBadRequest.with(err.Error()))
-		return
-	}
-	if int64(len(body)) > route.MaxRequestBytes {
-		p.fail(w, r, ex, metrics.OutcomeTooLarge, probTooLarge.with(
-			fmt.Sprintf("route %q accepts at most %d bytes", route.Name, route.MaxRequestBytes)))
-		return
-	}
-	ex.body = body
-	ex.fp, ex.recipe = route.FingerprintOf(r, body), route.Recipe()
+	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()
 	p.enforce(w, r, ex)
 }
 

@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2EVariantsCannotEscapeEnforcedRoutes runs the observed escapes
+// through the real binary, configured from YAML, in front of a counting
+// upstream: with a required "POST /v1/orders", a required subtree
+// "POST /v1/payments/", a required "PATCH /v1/orders/{id}" and a "/v1/"
+// passthrough route, the forms an Express, Tomcat or Rails upstream
+// executes as those operations ran without a key, or twice with one.
+func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
+    match: "POST /v1/orders"
+    required: true
+  - name: payments
+    match: "POST /v1/payments/"
+    required: true
+  - name: update-order
+    match: "PATCH /v1/orders/{id}"
+    methods: [PATCH]
+    required: true
+  - name: v1
+    match: "/v1/"
+    mode: passthrough
+`})
+	for _, path := range []string{"/v1/orders/", "/v1/Orders", "/v1/orders;jsessionid=1", "/v1/payments"} {
+		if a := postTimeout(10*time.Second, g.URL+path, "alice", "", `{"amount":1}`); !a.isProblem(400, "missing-key") {
+			t.Errorf("POST %s without a key: %v, want 400 missing-key", path, a)
+		}
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("the upstream executed %d requests without a key, want none", n)
+	}
+	for i := 0; i < 2; i++ {
+		a := postTimeout(10*time.Second, g.URL+"/v1/orders/", "alice", "k1", `{"amount":1}`)
+		if a.Status != 201 || a.replayed() != (i == 1) {
+			t.Errorf("POST /v1/orders/ with key k1, attempt %d: %v, want 201 (replayed the second time)", i+1, a)
+		}
+	}
+	if n := up.Calls("alice", "k1"); n != 1 {
+		t.Errorf("key k1 on /v1/orders/ executed %d times, want once", n)
+	}
+
+	send := func(target, contentType, body string) Answer {
+		req, err := http.NewRequest("POST", g.URL+target, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("X-User", "alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return Answer{Err: err}
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	}
+	before := up.Total()
+	for _, c := range [][3]string{
+		{"/v1/orders/7?_method=PATCH", "application/json", "{}"},
+		{"/v1/orders/7", "application/x-www-form-urlencoded", "status=paid&_method=patch"},
+	} {
+		if a := send(c[0], c[1], c[2]); !a.isProblem(400, "ambiguous-request") {
+			t.Errorf("POST %s with body %q: %v, want 400 ambiguous-request", c[0], c[2], a)
+		}
+	}
+	if a := send("/v1/orders/7", "application/x-www-form-urlencoded", "status=paid"); a.Status != 201 || !strings.Contains(string(a.Body), `"request":"status=paid"`) {
+		t.Errorf("form without _method: %v, want it passed through with its body", a)
+	}
+	if n := up.Total() - before; n != 1 {
+		t.Errorf("the upstream executed %d of the _method requests, want only the one without _method", n)
+	}
+}

@@ -1,0 +1,718 @@
+package policy
+
+import (
+	"bytes"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Strictness orders how strongly a route treats a request method:
+// NotEnforced < EnforcedOptional < EnforcedRequired. The route decision
+// never lets a request through under a route weaker than the route that
+// governs one of its variants (see Policy.Decide).
+type Strictness int
+
+// Strictness levels, weakest first.
+const (
+	// NotEnforced: mode passthrough, or the method is not in methods.
+	NotEnforced Strictness = iota
+	// EnforcedOptional: enforced when the request carries a key.
+	EnforcedOptional
+	// EnforcedRequired: enforced, and a request without a key is refused.
+	EnforcedRequired
+)
+
+// String returns "not enforced", "enforced, key optional" or "enforced, key
+// required", as the refusal details and the README say it.
+func (s Strictness) String() string {
+	switch s {
+	case EnforcedOptional:
+		return "enforced, key optional"
+	case EnforcedRequired:
+		return "enforced, key required"
+	}
+	return "not enforced"
+}
+
+// Strictness returns how r treats requests with this (case-sensitive)
+// method: NotEnforced, EnforcedOptional or EnforcedRequired.
+func (r *Route) Strictness(method string) Strictness {
+	switch {
+	case !r.Enforces(method):
+		return NotEnforced
+	case r.Required:
+		return EnforcedRequired
+	}
+	return EnforcedOptional
+}
+
+// scope is the key scope of a route: two routes with the same scope share
+// idempotency records (store.Identity.Scope), so a request may move between
+// them without a key being run twice.
+func (r *Route) scope() string { return r.Scope }
+
+func sameScope(a, b *Route) bool { return a == b || a.scope() == b.scope() }
+
+// Decision is the outcome of Policy.Decide: which route governs a request,
+// or why it must be refused.
+type Decision struct {
+	// Route governs the request: the proxy applies its mode, methods, key,
+	// owner, limits and records. Never nil. It is Matched, or a stricter
+	// route that governs a path variant of the request (Decide).
+	Route *Route
+	// Matched is the route the request matches as sent (Policy.Match).
+	Matched *Route
+	// Refuse, when not "", says why the request is refused as
+	// ambiguous-request: one of its variants is governed by a stricter
+	// route, or by another route as strict, that this form would escape.
+	// Route is still set (for metrics and logs).
+	Refuse string
+	// NeedBody reports that the decision is provisional: the request has a
+	// form body (application/x-www-form-urlencoded or multipart/form-data)
+	// whose _method field could change it. The caller reads the body, at
+	// most Route.MaxRequestBytes, and calls DecideBody with it.
+	NeedBody bool
+}
+
+// MethodOverrideHeaders are the request fields by which common frameworks
+// (Express method-override, ASP.NET, Google APIs, Symfony) let a request
+// stand for another method. With the _method query parameter and the
+// _method form field (Rails, Laravel, Symfony) they are the method
+// overrides Decide considers.
+var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// Decide says which route governs r, or why r must be refused. It matches r
+// as Match does, then considers the forms in which the upstream, or a
+// normalizing hop in front of it, may execute r:
+//
+//   - path variants: %XX decoded (%2F included), "\" read as "/", ";"
+//     parameters stripped from every segment (each alone and combined), dot
+//     segments and repeated slashes resolved, in lower case, with the
+//     trailing slash added or removed;
+//   - method variants: the method in upper case, and every method override
+//     (MethodOverrideHeaders, a _method query parameter, a _method field of
+//     a form body).
+//
+// With Strictness as the order (passthrough or method not enforced <
+// enforced with an optional key < enforced with a required key):
+//
+//   - a path variant governed by a stricter route than the one r matched
+//     makes that route govern r (POST /v1/orders/ is enforced by route
+//     "POST /v1/orders"), unless two stricter routes of different key
+//     scopes tie, which is refused;
+//   - r is refused when a path variant is governed by another route, of
+//     another key scope, exactly as strict as the route r matched and
+//     preferred to it: the route of the most normalized form (decoded,
+//     lower case, without trailing slash first) wins, and a declared route
+//     wins over the defaults route;
+//   - r is refused when a method variant is governed by a stricter route,
+//     or by an equally strict route of another scope, than the decision's;
+//     and when r is enforced, carries the route's key field and a method
+//     override names another method (its record would be kept under the
+//     method sent while the upstream performs another).
+//
+// A form body is only needed on methods other than GET and HEAD, with a
+// form content type, and when some override could change the decision;
+// then NeedBody is set and DecideBody finishes the decision.
+//
+// A request already in canonical form (upper-case method, no override, no
+// form body to check, path clean, without ";" or backslash and in the
+// default encoding) costs no match beyond Match's when New found no route
+// that could govern its case or trailing-slash variants more strictly (or
+// as strictly, under another scope) than its own.
+func (p *Policy) Decide(r *http.Request) Decision {
+	return p.decide(r, nil, false)
+}
+
+// DecideBody is Decide with the request body at hand, for a Decision whose
+// NeedBody was set: it also considers a _method field of a form body, and
+// never sets NeedBody. body is the request body as read (the caller passes
+// the same bytes upstream); a body that is not a valid form adds no
+// variant.
+func (p *Policy) DecideBody(r *http.Request, body []byte) Decision {
+	return p.decide(r, body, true)
+}
+
+func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
+	if r == nil || r.URL == nil {
+		return Decision{Route: p.defaults, Matched: p.defaults}
+	}
+	method := r.Method
+	matched, canonical := p.match(r, method)
+	d := Decision{Route: matched, Matched: matched}
+
+	overrides := headerOverrides(r.Header)
+	queryOverride := r.URL.RawQuery != "" && mayHaveMethodParam(r.URL.RawQuery)
+	form := !haveBody && method != http.MethodGet && method != http.MethodHead && isForm(r)
+	if canonical && !overrides && !queryOverride && !form && !haveBody && isUpperASCII(method) &&
+		!p.mayVary(matched, method, r.URL.Path) {
+		return d
+	}
+
+	var forms []pathForm // built on first use: a GET with an escaped query needs none
+	built := false
+	pathVariants := func() []pathForm {
+		if !built {
+			forms, built = pathForms(r), true
+		}
+		return forms
+	}
+	upper := strings.ToUpper(method)
+
+	// Path variants, same method: lift to a stricter route, or refuse.
+	s := matched.Strictness(method)
+	sv := surveyed{winner: matched}
+	if slices.Contains(p.enforced, method) {
+		sv = p.survey(r, method, pathVariants(), matched)
+	}
+	switch {
+	case sv.max > s && sv.scopes > 1:
+		d.Refuse = "the path has variants (" + sv.winnerPath + " and others) governed by different routes that enforce " + method + " more strictly than route " + matched.Name + "; send the path as the intended route declares it"
+		return d
+	case sv.max > s:
+		d.Route = sv.winner
+	case sv.max > NotEnforced && !sameScope(sv.winner, matched):
+		d.Refuse = "the path " + sv.winnerPath + ", which the upstream may treat as this request, belongs to route " + sv.winner.Name + " (" + sv.max.String() + "), not to route " + matched.Name + "; send it as " + sv.winnerPath
+		return d
+	}
+	route := d.Route
+	sd := route.Strictness(method)
+
+	// Method variants: refuse any that is stricter, or as strict elsewhere.
+	if upper != method {
+		if why := p.methodVariant(r, upper, pathVariants, route, sd); why != "" {
+			d.Refuse = "the method " + method + " must be sent in upper case (" + upper + "): " + why
+			return d
+		}
+	}
+	keyed := sd > NotEnforced && len(r.Header[route.Header]) > 0
+	check := func(source, m string) string {
+		if m == "" || m == upper {
+			return ""
+		}
+		if keyed {
+			return source + " names the method " + m + " on an enforced " + method + " request; its record would be kept under " + method + " while the upstream performs " + m + ", so it is refused"
+		}
+		if why := p.methodVariant(r, m, pathVariants, route, sd); why != "" {
+			return source + " names the method " + m + ": " + why
+		}
+		return ""
+	}
+	if overrides {
+		for _, name := range MethodOverrideHeaders {
+			for _, v := range r.Header[name] {
+				for _, m := range splitMethods(v) {
+					if why := check("the "+name+" field", m); why != "" {
+						d.Refuse = why
+						return d
+					}
+				}
+			}
+		}
+	}
+	if queryOverride {
+		for _, m := range methodParams(r.URL.RawQuery) {
+			if why := check("the _method query parameter", m); why != "" {
+				d.Refuse = why
+				return d
+			}
+		}
+	}
+	if haveBody {
+		for _, m := range formMethods(r.Header.Get("Content-Type"), body) {
+			if why := check("the _method form field", m); why != "" {
+				d.Refuse = why
+				return d
+			}
+		}
+		return d
+	}
+	if form {
+		// Could any _method value change the decision? Only then is the
+		// body worth reading.
+		if keyed {
+			d.NeedBody = true
+			return d
+		}
+		for _, m := range p.enforced {
+			if m != upper && p.methodVariant(r, m, pathVariants, route, sd) != "" {
+				d.NeedBody = true
+				return d
+			}
+		}
+	}
+	return d
+}
+
+// methodVariant returns why r sent with method m instead of its own would
+// escape the decision's route (governed by a stricter route, or by an
+// equally strict route of another scope), or "".
+func (p *Policy) methodVariant(r *http.Request, m string, forms func() []pathForm, route *Route, sd Strictness) string {
+	if !slices.Contains(p.enforced, m) {
+		return ""
+	}
+	raw, _ := p.match(r, m)
+	sv := p.survey(r, m, forms(), raw)
+	switch {
+	case sv.max > sd:
+		return "route " + sv.winner.Name + " governs " + m + " " + sv.winnerPath + " (" + sv.max.String() + "), more strictly than route " + route.Name + " governs this request"
+	case sv.max > NotEnforced && !sameScope(sv.winner, route):
+		return "route " + sv.winner.Name + " governs " + m + " " + sv.winnerPath + " (" + sv.max.String() + "), not route " + route.Name
+	}
+	return ""
+}
+
+// surveyed is the strictest treatment of one method over a request's path
+// forms.
+type surveyed struct {
+	max        Strictness
+	winner     *Route // preferred route at max: first declared one in form order, else defaults
+	winnerPath string // the form that winner governs
+	scopes     int    // distinct key scopes of declared routes at max (counted up to 2)
+}
+
+// survey matches method with every path form (raw is the route of the form
+// as sent, so it is not matched again) and returns the strictest.
+func (p *Policy) survey(r *http.Request, method string, forms []pathForm, raw *Route) surveyed {
+	var sv surveyed
+	consider := func(rt *Route, path string) {
+		s := rt.Strictness(method)
+		switch {
+		case s > sv.max || sv.winner == nil:
+			sv = surveyed{max: s, winner: rt, winnerPath: path}
+			if rt != p.defaults {
+				sv.scopes = 1
+			}
+		case s < sv.max:
+		case rt == p.defaults:
+		case sv.winner == p.defaults:
+			sv.winner, sv.winnerPath, sv.scopes = rt, path, 1
+		case !sameScope(rt, sv.winner):
+			sv.scopes = 2
+		}
+	}
+	rawSeen := false
+	for _, f := range forms {
+		if f.raw {
+			consider(raw, f.path)
+			rawSeen = true
+			continue
+		}
+		consider(p.matchPath(r, method, f.path, f.escaped), f.path)
+	}
+	if !rawSeen {
+		consider(raw, r.URL.Path)
+	}
+	return sv
+}
+
+// mayVary reports whether a canonical request (isCanonicalPath) matched to
+// route with method could have a case or trailing-slash variant governed by
+// a rival: a route of another scope at least as strict (and enforcing),
+// whose literal path prefix is compatible with path in any letter case. The
+// rivals are found once, by New.
+func (p *Policy) mayVary(route *Route, method, path string) bool {
+	for _, rv := range p.rivals[route] {
+		if rv.method != method {
+			continue
+		}
+		x := strings.TrimSuffix(path, "/")
+		if rv.defaults {
+			// Below the root of a subtree route (a lower-case one, so the
+			// lower-case forms stay below it too), every case and slash
+			// form stays in that subtree or a more specific pattern: never
+			// the defaults.
+			if rv.subtree == "" || !strings.HasPrefix(x, rv.subtree+"/") {
+				return true
+			}
+		}
+		for _, l := range rv.prefixes {
+			// Case-insensitive: every case and slash variant of x is x in
+			// lower case, with or without the trailing slash.
+			if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
+				return true
+			}
+		}
+		return false
+	}
+	// A method no route lists has no rival.
+	return false
+}
+
+// rival lists, for one route and one enforced method, the routes that could
+// govern a variant of one of its requests more strictly, or as strictly
+// under another scope: their lower-cased literal path prefixes (up to the
+// first wildcard, without trailing slash; "" matches every path), and
+// whether the defaults route is one of them. subtree is the route's own
+// root when its pattern is a lower-case subtree without wildcards ("/v1/"
+// is "/v1").
+type rival struct {
+	method   string
+	prefixes []string
+	defaults bool
+	subtree  string
+}
+
+// compileVariants precomputes what Decide's fast path needs: the methods
+// some route enforces, and each route's rivals per method.
+func (p *Policy) compileVariants() {
+	all := append(slices.Clone(p.routes), p.defaults)
+	p.enforced = nil
+	for _, rt := range all {
+		if rt.Mode != ModeEnforce {
+			continue
+		}
+		for _, m := range rt.Methods {
+			if !slices.Contains(p.enforced, m) {
+				p.enforced = append(p.enforced, m)
+			}
+		}
+	}
+	p.rivals = make(map[*Route][]rival, len(all))
+	for _, rt := range all {
+		subtree := ""
+		if pat := patternPath(rt.Match); strings.HasSuffix(pat, "/") && !strings.Contains(pat, "{") && pat == strings.ToLower(pat) {
+			subtree = literalPrefix(rt.Match)
+		}
+		var rvs []rival
+		for _, m := range p.enforced {
+			s := rt.Strictness(m)
+			rv := rival{method: m, subtree: subtree}
+			for _, o := range all {
+				so := o.Strictness(m)
+				if o == rt || so == NotEnforced || so < s {
+					continue
+				}
+				if so == s && (sameScope(o, rt) || o == p.defaults) {
+					// Same scope: nothing to escape. The defaults route never
+					// wins a tie against a declared route.
+					continue
+				}
+				if o == p.defaults {
+					rv.defaults = true
+				} else {
+					rv.prefixes = append(rv.prefixes, literalPrefix(o.Match))
+				}
+			}
+			if rv.defaults || len(rv.prefixes) > 0 {
+				rvs = append(rvs, rv)
+			}
+		}
+		p.rivals[rt] = rvs
+	}
+}
+
+// patternPath returns the path of a ServeMux pattern "[METHOD ][HOST]/PATH",
+// or "" for the defaults route.
+func patternPath(pattern string) string {
+	rest := pattern
+	if i := strings.IndexAny(rest, " \t"); i >= 0 {
+		rest = strings.TrimLeft(rest[i:], " \t")
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return rest[i:]
+	}
+	return ""
+}
+
+// literalPrefix returns the path of a ServeMux pattern up to its first
+// wildcard, lower case, without a trailing slash: "POST api.x/v1/Items/{id}"
+// is "/v1/items"; "" for the defaults route and for "/".
+func literalPrefix(pattern string) string {
+	rest := patternPath(pattern)
+	if i := strings.IndexByte(rest, '{'); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.TrimSuffix(strings.ToLower(rest), "/")
+}
+
+// pathForm is one path variant: an escaped path (matched as sent, its
+// escapes kept) or a decoded one.
+type pathForm struct {
+	path    string
+	escaped bool
+	raw     bool // the form as sent: its route is the matched one
+}
+
+// pathForms returns r's path variants, most normalized first: decoded
+// before escaped, "\" as "/" and ";" parameters stripped before kept, each
+// cleaned of dot segments and repeated slashes, lower case before as sent,
+// without trailing slash before with. Duplicates are dropped. A CONNECT
+// request (authority, not path) has none.
+func pathForms(r *http.Request) []pathForm {
+	if r.Method == http.MethodConnect {
+		return nil
+	}
+	esc := r.URL.EscapedPath()
+	rawPath := CleanPath(esc)
+	type source struct {
+		path    string
+		escaped bool
+	}
+	var sources []source
+	if r.URL.RawPath != "" {
+		// RawPath is set exactly when the path was sent with escapes that
+		// differ from the default encoding: %2F, %2E, %5C, an escaped letter.
+		sources = append(sources, source{r.URL.Path, false})
+	}
+	sources = append(sources, source{esc, true})
+	backslash := strings.ContainsRune(r.URL.Path, '\\')
+	params := strings.ContainsRune(r.URL.Path, ';')
+	var out []pathForm
+	add := func(path string, escaped bool) {
+		if escaped && !strings.ContainsRune(path, '%') {
+			escaped = false
+		}
+		for _, f := range out {
+			if f.path == path && f.escaped == escaped {
+				return
+			}
+		}
+		out = append(out, pathForm{path: path, escaped: escaped})
+	}
+	for _, src := range sources {
+		for _, bs := range []bool{true, false} {
+			if bs && !backslash {
+				continue
+			}
+			for _, st := range []bool{true, false} {
+				if st && !params {
+					continue
+				}
+				base := src.path
+				if bs {
+					base = strings.ReplaceAll(base, `\`, "/")
+					if src.escaped {
+						base = strings.ReplaceAll(strings.ReplaceAll(base, "%5C", "/"), "%5c", "/")
+					}
+				}
+				if st {
+					base = stripParams(base)
+				}
+				base = CleanPath(base)
+				cases := []string{base}
+				if lower := strings.ToLower(base); lower != base {
+					cases = []string{lower, base}
+				}
+				for _, c := range cases {
+					trimmed, slashed := c, c
+					if len(c) > 1 && strings.HasSuffix(c, "/") {
+						trimmed = strings.TrimSuffix(c, "/")
+					} else if c != "/" {
+						slashed = c + "/"
+					}
+					add(trimmed, src.escaped)
+					add(slashed, src.escaped)
+				}
+			}
+		}
+	}
+	for i := range out {
+		if out[i].path == rawPath && (out[i].escaped || !strings.ContainsRune(rawPath, '%')) {
+			out[i].raw = true
+		}
+	}
+	return out
+}
+
+// stripParams removes ";params" from every segment of p, as Tomcat and
+// Jetty do with ";jsessionid=…" before routing.
+func stripParams(p string) string {
+	var b strings.Builder
+	for i, seg := range strings.Split(p, "/") {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if j := strings.IndexByte(seg, ';'); j >= 0 {
+			seg = seg[:j]
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+// matchPath returns the route for r with method and another path (escaped:
+// path keeps the request's escapes).
+func (p *Policy) matchPath(r *http.Request, method, path string, escaped bool) *Route {
+	u := &url.URL{Path: path}
+	if escaped {
+		unesc, err := url.PathUnescape(path)
+		if err != nil {
+			return p.defaults
+		}
+		u = &url.URL{Path: unesc, RawPath: path}
+	}
+	return p.lookup(&http.Request{Method: method, Host: canonicalHost(r.Host), URL: u})
+}
+
+func (p *Policy) lookup(req *http.Request) *Route {
+	if h, _ := p.mux.Handler(req); h != nil {
+		if rh, ok := h.(routeHandler); ok {
+			return rh.route
+		}
+	}
+	return p.defaults
+}
+
+// headerOverrides reports whether r carries any method-override field.
+func headerOverrides(h http.Header) bool {
+	for _, name := range MethodOverrideHeaders {
+		if len(h[name]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// splitMethods returns the upper-case methods a field value names: each
+// comma-separated element, trimmed.
+func splitMethods(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.ToUpper(strings.Trim(e, " \t")); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// mayHaveMethodParam is a cheap filter before methodParams: a _method key
+// is either spelled out or escaped.
+func mayHaveMethodParam(q string) bool {
+	return strings.Contains(q, "_method") || strings.ContainsRune(q, '%')
+}
+
+// methodParams returns the upper-case values of every _method key in a
+// query or urlencoded form ("&" and ";" separate pairs, "+" is a space,
+// malformed escapes are kept as sent).
+func methodParams(q string) []string {
+	var out []string
+	for q != "" {
+		var pair string
+		if i := strings.IndexAny(q, "&;"); i >= 0 {
+			pair, q = q[:i], q[i+1:]
+		} else {
+			pair, q = q, ""
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if unescapeForm(k) != "_method" {
+			continue
+		}
+		out = append(out, splitMethods(unescapeForm(v))...)
+	}
+	return out
+}
+
+func unescapeForm(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// isForm reports whether r's body is a form a framework may read a
+// _method field from.
+func isForm(r *http.Request) bool {
+	v := r.Header["Content-Type"]
+	if len(v) == 0 {
+		return false
+	}
+	ct := v[0]
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
+}
+
+// maxMethodField bounds the _method value read from a multipart part.
+const maxMethodField = 64
+
+// formMethods returns the upper-case values of every _method field of a
+// form body with this content type; none for other bodies or parse errors.
+func formMethods(contentType string, body []byte) []string {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return nil
+	}
+	switch mt {
+	case "application/x-www-form-urlencoded":
+		if !bytes.Contains(body, []byte("_method")) && !bytes.ContainsRune(body, '%') {
+			return nil
+		}
+		return methodParams(string(body))
+	case "multipart/form-data":
+		if params["boundary"] == "" {
+			return nil
+		}
+		var out []string
+		mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if err != nil {
+				return out
+			}
+			if part.FormName() == "_method" {
+				v, _ := io.ReadAll(io.LimitReader(part, maxMethodField))
+				out = append(out, splitMethods(string(v))...)
+			}
+		}
+	}
+	return nil
+}
+
+func isUpperASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// isCanonicalPath reports whether r's path needs no variant but its letter
+// case and trailing slash, which mayVary covers: sent in the default
+// encoding (no RawPath), clean, without backslashes or ";" parameters.
+func isCanonicalPath(u *url.URL) bool {
+	if u.RawPath != "" {
+		return false
+	}
+	p := u.Path
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '\\' || c == ';':
+			return false
+		}
+	}
+	return isClean(p)
+}
+
+// isClean reports whether CleanPath(p) == p, without allocating: rooted,
+// no empty, "." or ".." segment except a trailing empty one.
+func isClean(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	start := 1 // of the current segment
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		switch p[start:i] {
+		case ".", "..":
+			return false
+		case "":
+			if i < len(p) {
+				return false // "//"
+			}
+		}
+		start = i + 1
+	}
+	return true
+}
