@@ -119,9 +119,10 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 }
 
 // logClaimLost logs a Complete that found the record no longer held by its
-// token (taken over, or purged by an operator).
+// token (taken over, or purged by an operator). Records are kept by scope,
+// not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "route", id.Scope, "key_hash", keyHash(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", keyHash(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {

@@ -270,6 +270,9 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		})
 		cancel()
 		if err != nil {
+			if route.OnStoreError == policy.FailClosed {
+				p.releaseLater(ex, token)
+			}
 			p.storeFailed(w, r, ex, "claim", err)
 			return
 		}
@@ -348,6 +351,34 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 	}
+}
+
+// releaseLater frees, in the background, a claim whose Claim call failed:
+// the script may still have run (the reply was lost, or a stalled store
+// applied it after the timeout), and nobody would hold that claim, so the
+// client's retry, told to come back in a second, would find it running and
+// wait out a whole lease. Release acts only while the record holds token,
+// so it never frees another request's claim. It tries with backoff until
+// the lease of that claim would have ended anyway.
+func (p *Proxy) releaseLater(ex *exchange, token string) {
+	id, lease := ex.id, ex.route.Lease
+	go func() {
+		deadline := time.Now().Add(lease)
+		backoff := 100 * time.Millisecond
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+			released, err := p.store.Release(ctx, id, token)
+			cancel()
+			if err == nil {
+				if released {
+					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", keyHash(id.Key))
+				}
+				return
+			}
+			time.Sleep(min(backoff, time.Until(deadline)))
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
 }
 
 // Drain makes the proxy start no new enforced upstream calls: a request
