@@ -97,7 +97,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	keys := append([]string{}, envKeys...)
 	for _, k := range []string{"header", "methods", "required", "owner", "allow_global_keys", "fingerprint", "headers", "query", "body",
 		"lease", "retention", "concurrent", "wait_timeout", "replay_statuses", "max_request_bytes", "max_response_bytes",
-		"on_store_error", "on_abandoned", "name", "match", "mode",
+		"on_store_error", "on_abandoned", "name", "match", "mode", "scope",
 		"jwt", "jwks_url", "jwks_file", "issuers", "audiences", "claims"} {
 		keys = append(keys, k)
 	}
@@ -270,6 +270,7 @@ defaults:
 routes:
   - name: orders
     match: /v1/orders
+    scope: orders # other claims than the defaults': owners of one form, kept apart
     jwt:
       jwks_url: https://issuer.example/.well-known/jwks.json
       claims: [sub, tenant]
