@@ -279,9 +279,14 @@ func (c *Config) Validate() error {
 	if w := c.Server.WriteTimeout; w > 0 && c.Upstream.Timeout > 0 && w <= c.Upstream.Timeout {
 		bad("server.write_timeout", "%v must exceed upstream.timeout (%v), or be 0, or responses are cut off", w, c.Upstream.Timeout)
 	}
-	if s := c.Server.ShutdownTimeout; s > 0 && c.Upstream.Timeout > 0 && s <= c.Upstream.Timeout {
-		bad("server.shutdown_timeout", "%v must exceed upstream.timeout (%v), or be 0 (no limit): a call in flight at SIGTERM may run for upstream.timeout and must then record its response before the process exits (leave it unset for upstream.timeout + %v)",
-			s, c.Upstream.Timeout, ShutdownMargin)
+	// Exceeding upstream.timeout is not enough: a call that answers at the
+	// end of its timeout still writes its response to the store, bounded by
+	// the store timeout and retried (adversarial finding F5 of issue 10:
+	// 4.5s against a 4s upstream timeout lost the completion to a 2.5s store
+	// pause, and the retry ran again after the lease).
+	if s := c.Server.ShutdownTimeout; s > 0 && c.Upstream.Timeout > 0 && s < c.Upstream.Timeout+ShutdownMargin {
+		bad("server.shutdown_timeout", "%v must exceed upstream.timeout (%v) by at least %v, or be 0 (no limit): a call in flight at SIGTERM may run for upstream.timeout and must then record its response in the store before the process exits (leave it unset for upstream.timeout + %v)",
+			s, c.Upstream.Timeout, ShutdownMargin, ShutdownMargin)
 	}
 	if c.Server.MaxHeaderBytes <= 0 {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)

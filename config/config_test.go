@@ -339,6 +339,7 @@ func TestValidationErrors(t *testing.T) {
 		{"shutdown timeout under upstream", base + "server: {shutdown_timeout: 30s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (1m0s)"},
 		{"shutdown timeout equal to upstream", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 20s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (20s)"},
 		{"upstream timeout over shutdown", "upstream: {url: 'http://x:1', timeout: 2m}\nserver: {shutdown_timeout: 90s}\ndefaults: {wait_timeout: 10s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (2m0s)"},
+		{"shutdown timeout without the store margin", "upstream: {url: 'http://x:1', timeout: 4s}\nserver: {shutdown_timeout: 4500ms}\ndefaults: {wait_timeout: 4s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (4s) by at least 5s"},
 		{"route name syntax", base + "routes: [{name: Orders, match: /a}]\n", "routes[0].name", "^[a-z0-9-]+$"},
 		{"route name missing", base + "routes: [{match: /a}]\n", "routes[0].name", "required"},
 		{"route name reserved", base + "routes: [{name: default, match: /a}]\n", "routes[0].name", "reserved"},
@@ -527,7 +528,7 @@ func TestShutdownTimeoutDefault(t *testing.T) {
 		{"upstream timeout in the file", "upstream: {url: 'http://x:1', timeout: 2m}\n", nil, nil, 2*time.Minute + ShutdownMargin},
 		{"upstream timeout from the environment", base, []string{"IDEMGATE_UPSTREAM_TIMEOUT=15s"}, nil, 15*time.Second + ShutdownMargin},
 		{"upstream timeout overridden", base, nil, map[string]string{"upstream.timeout": "12s"}, 12*time.Second + ShutdownMargin},
-		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 21s}\n", nil, nil, 21 * time.Second},
+		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 25s}\n", nil, nil, 25 * time.Second},
 		{"no limit", base + "server: {shutdown_timeout: 0s}\n", nil, nil, 0},
 	}
 	for _, tt := range tests {

@@ -497,7 +497,9 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
 	p.noteStoreError()
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
-	if ex.route.OnStoreError == policy.FailOpen && op == "claim" {
+	if ex.route.OnStoreError == policy.FailOpen && op == "claim" && !p.draining.Load() {
+		// Unprotected by the route's choice, but never a new call during
+		// the drain (see Drain).
 		p.forwardUnprotected(w, r, ex)
 		return
 	}
