@@ -259,6 +259,12 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		})
 		cancel()
 		if err != nil {
+			if errors.Is(err, store.ErrNotAcknowledged) {
+				// The claim may stand on the primary, but a failover may
+				// lose it: it does not count, nothing is forwarded, and it
+				// is released (its lease bounds it if this fails too).
+				p.release(r, ex, token)
+			}
 			p.storeFailed(w, r, ex, "claim", err)
 			return
 		}

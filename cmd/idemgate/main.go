@@ -266,7 +266,7 @@ func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {
 // openStore builds the configured store driver.
 // onDisruption is called by the store when it may have been unreachable
 // without any request noticing (see proxy.Proxy.NoteStoreFailure).
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisruption func()) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
 	switch cfg.Store.Driver {
 	case config.DriverMemory:
 		log.Warn("using the in-memory store: records are lost on restart and not shared between instances; use store.driver: valkey in production")
@@ -286,6 +286,8 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 			SentinelMaster: v.SentinelMaster,
 			Logger:         log,
 			OnDisruption:   onDisruption,
+			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
+			OnAck:          m.StoreAck,
 		})
 	case config.DriverBolt:
 		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
@@ -326,7 +328,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	// The store exists before the proxy it reports disruptions to.
 	var gate atomic.Pointer[proxy.Proxy]
-	st, err := openStore(openCtx, cfg, log, func() {
+	st, err := openStore(openCtx, cfg, log, m, func() {
 		if p := gate.Load(); p != nil {
 			p.NoteStoreFailure()
 		}
