@@ -447,7 +447,7 @@ defaults:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := ps.start(name, bin, []string{"serve", "--config", path}, false)
+	p, err := ps.start(name, bin, []string{"serve", "--config", path, "--wait-store", "10s"}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ const stopTimeout = 5 * time.Second
 type Option func(*config)
 
 type config struct {
+	port    int
 	aof     bool
 	args    []string
 	cluster bool
@@ -47,6 +48,11 @@ func WithArgs(args ...string) Option {
 // WithDir makes the server keep its data (and log) in dir instead of a fresh
 // directory under t.TempDir().
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithPort makes the server listen on port instead of a free one picked by
+// Start (e.g. one reserved with FreePort, to start the server after a
+// client was configured with its address).
+func WithPort(port int) Option { return func(c *config) { c.port = port } }
 
 // withCluster starts the server with cluster mode enabled.
 func withCluster() Option { return func(c *config) { c.cluster = true } }
@@ -94,7 +100,10 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
-	port := FreePort(t)
+	port := c.port
+	if port == 0 {
+		port = FreePort(t)
+	}
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
