@@ -40,8 +40,15 @@ type ackedWrite struct {
 	took time.Duration       // the round trip of both
 }
 
+// multiClient is what writeAcked needs of a client: the command builder
+// and DoMulti (valkey.Client and valkey.DedicatedClient both have them).
+type multiClient interface {
+	B() valkey.Builder
+	DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult
+}
+
 // ackCmd builds the acknowledgement command of s.acks.
-func (s *Store) ackCmd(c valkey.DedicatedClient) valkey.Completed {
+func (s *Store) ackCmd(c multiClient) valkey.Completed {
 	timeout := s.acks.Timeout.Milliseconds()
 	if s.acks.AOFLocal {
 		return c.B().Waitaof().Numlocal(1).Numreplicas(int64(s.acks.Replicas)).Timeout(timeout).Build()
@@ -54,10 +61,11 @@ func (s *Store) ackCmd(c valkey.DedicatedClient) valkey.Completed {
 // counts the replicas that have acknowledged the replication offset of its
 // own connection's last write: sent on any other connection it answers at
 // once with the replicas that acknowledged that connection's (older, or no)
-// writes, which proves nothing about this one. A dedicated connection also
-// keeps a Cluster client from redirecting the script alone after a MOVED
-// while WAIT stays on the old node: the pair is never split, and a redirect
-// surfaces as the script's error. After NOSCRIPT (the server lost its
+// writes, which proves nothing about this one. On a Cluster client the pair
+// goes through a Dedicated client: the client's own DoMulti would redirect
+// the script alone after a MOVED while WAIT stays on the old node, so the
+// pair would be split; on a dedicated connection a redirect surfaces as the
+// script's error instead. After NOSCRIPT (the server lost its
 // script cache: a restart, a failover to a replica that never ran the
 // script, SCRIPT FLUSH) the pair is sent again with EVAL; the first WAIT
 // then followed a failed script and is ignored.
@@ -73,17 +81,29 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, id store.I
 	key := s.Key(id)
 	var out ackedWrite
 	start := time.Now()
-	res := await(ctx, func() valkey.ValkeyResult {
-		err := s.client.Dedicated(func(c valkey.DedicatedClient) error {
-			resps := c.DoMulti(ctx,
-				c.B().Evalsha().Sha1(sc.sha).Numkeys(1).Key(key).Arg(args...).Build(),
+	pair := func(c multiClient) {
+		resps := c.DoMulti(ctx,
+			c.B().Evalsha().Sha1(sc.sha).Numkeys(1).Key(key).Arg(args...).Build(),
+			s.ackCmd(c))
+		if verr, ok := valkey.IsValkeyErr(resps[0].Error()); ok && verr.IsNoScript() {
+			resps = c.DoMulti(ctx,
+				c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build(),
 				s.ackCmd(c))
-			if verr, ok := valkey.IsValkeyErr(resps[0].Error()); ok && verr.IsNoScript() {
-				resps = c.DoMulti(ctx,
-					c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build(),
-					s.ackCmd(c))
-			}
-			out.res, out.ack = resps[0], resps[1]
+		}
+		out.res, out.ack = resps[0], resps[1]
+	}
+	res := await(ctx, func() valkey.ValkeyResult {
+		if s.client.Mode() != valkey.ClientModeCluster {
+			// Standalone and Sentinel: a DoMulti holding a blocking
+			// command (WAIT is one) runs whole on one dedicated
+			// connection of the blocking pool (valkey-go mux.DoMulti,
+			// blockingMulti), without the clean-up round trip that
+			// returning a Dedicated client costs.
+			pair(s.client)
+			return out.res
+		}
+		err := s.client.Dedicated(func(c valkey.DedicatedClient) error {
+			pair(c)
 			return nil
 		})
 		if err != nil {
