@@ -99,7 +99,37 @@ type ValkeyConfig struct {
 	KeyPrefix string
 	// SentinelMaster, when set, is the Sentinel master name to follow.
 	SentinelMaster string
+	// Acks is `store.valkey.acks`: replica acknowledgements of every
+	// claim, lease extension and completion (docs/durability.md).
+	Acks AcksConfig
 }
+
+// MaxAckTimeout bounds store.valkey.acks.timeout: the acknowledgement and
+// the script's round trip must fit in one store operation's 2 s
+// (proxy.DefaultStoreTimeout), or a slow acknowledgement would surface as a
+// timeout instead of "not acknowledged".
+const MaxAckTimeout = 1500 * time.Millisecond
+
+// MaxAckReplicas bounds store.valkey.acks.replicas.
+const MaxAckReplicas = 64
+
+// AcksConfig is the `store.valkey.acks:` section.
+type AcksConfig struct {
+	// Replicas is how many replicas must acknowledge each claim, extension
+	// and completion (WAIT) before it counts; 0 (default) = off. A claim
+	// not acknowledged in time is not forwarded (503 store-unavailable).
+	Replicas int
+	// AOFLocal (aof_local) makes the acknowledgement WAITAOF 1 Replicas
+	// Timeout: the write is fsynced on the primary too, and only replicas
+	// that fsynced it count; primary and replicas need appendonly yes.
+	AOFLocal bool
+	// Timeout is the longest wait for the acknowledgements (default 500ms;
+	// 1ms..MaxAckTimeout).
+	Timeout time.Duration
+}
+
+// On reports whether any acknowledgement is asked for.
+func (a AcksConfig) On() bool { return a.Replicas > 0 || a.AOFLocal }
 
 // BoltConfig is the `store.bolt:` section.
 type BoltConfig struct {
@@ -193,7 +223,7 @@ func Default() *Config {
 		Store: StoreConfig{
 			Driver:   DriverMemory,
 			V1Lookup: true,
-			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:"},
+			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}},
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 		},
 		Log: LogConfig{Format: "text", Level: "info"},
@@ -248,6 +278,13 @@ func (c *Config) Validate() error {
 			if _, _, err := net.SplitHostPort(a); err != nil {
 				bad(fmt.Sprintf("store.valkey.addrs[%d]", i), "%q is not host:port", a)
 			}
+		}
+		acks := c.Store.Valkey.Acks
+		if acks.Replicas < 0 || acks.Replicas > MaxAckReplicas {
+			bad("store.valkey.acks.replicas", "%d must be between 0 (off) and %d", acks.Replicas, MaxAckReplicas)
+		}
+		if acks.On() && (acks.Timeout < time.Millisecond || acks.Timeout > MaxAckTimeout) {
+			bad("store.valkey.acks.timeout", "%v must be between 1ms and %v (the store operation timeout is 2s)", acks.Timeout, MaxAckTimeout)
 		}
 	case DriverBolt:
 		if c.Store.Bolt.Path == "" {

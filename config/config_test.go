@@ -331,6 +331,12 @@ func TestValidationErrors(t *testing.T) {
 		{"valkey addrs", base + "store: {driver: valkey}\n", "store.valkey.addrs", "at least one"},
 		{"valkey addr", base + "store: {driver: valkey, valkey: {addrs: [localhost]}}\n", "store.valkey.addrs[0]", "host:port"},
 		{"bolt path", base + "store: {driver: bolt, bolt: {path: ''}}\n", "store.bolt.path", "required"},
+		{"acks replicas", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: -1}}}\n", "store.valkey.acks.replicas", "between 0 (off) and 64"},
+		{"acks replicas type", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: one}}}\n", "store.valkey.acks.replicas", "int"},
+		{"acks timeout zero", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 1, timeout: 0s}}}\n", "store.valkey.acks.timeout", "between 1ms and 1.5s"},
+		{"acks timeout long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {aof_local: true, timeout: 2s}}}\n", "store.valkey.acks.timeout", "between 1ms and 1.5s"},
+		{"acks timeout syntax", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 1, timeout: 500}}}\n", "store.valkey.acks.timeout", "not a duration"},
+		{"acks unknown", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replica: 1}}}\n", "store.valkey.acks.replica", "unknown key"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
@@ -624,4 +630,22 @@ func TestOverrides(t *testing.T) {
 	if err != nil || pc.Log.Level != "error" || len(ov) != 1 {
 		t.Errorf("Parse with overrides: %v %v %v", pc, err, ov)
 	}
+}
+
+func TestValkeyAcks(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.Acks != (AcksConfig{Timeout: 500 * time.Millisecond}) || c.Store.Valkey.Acks.On() {
+		t.Fatalf("default acks = %+v, want off with timeout 500ms", c.Store.Valkey.Acks)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 2, aof_local: true, timeout: 250ms}}}\n")
+	if c.Store.Valkey.Acks != (AcksConfig{Replicas: 2, AOFLocal: true, Timeout: 250 * time.Millisecond}) {
+		t.Fatalf("acks = %+v", c.Store.Valkey.Acks)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n",
+		"IDEMGATE_STORE_VALKEY_ACKS_REPLICAS=1", "IDEMGATE_STORE_VALKEY_ACKS_AOF_LOCAL=true", "IDEMGATE_STORE_VALKEY_ACKS_TIMEOUT=1s")
+	if c.Store.Valkey.Acks != (AcksConfig{Replicas: 1, AOFLocal: true, Timeout: time.Second}) {
+		t.Fatalf("acks from the environment = %+v", c.Store.Valkey.Acks)
+	}
+	// Off, the timeout is not checked.
+	mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {timeout: 0s}}}\n")
 }

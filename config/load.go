@@ -32,6 +32,7 @@ var envKeys = []string{
 	"store.driver",
 	"store.valkey.addrs", "store.valkey.username", "store.valkey.password",
 	"store.valkey.tls", "store.valkey.key_prefix", "store.valkey.sentinel_master",
+	"store.valkey.acks.replicas", "store.valkey.acks.aof_local", "store.valkey.acks.timeout",
 	"store.bolt.path", "store.v1_lookup",
 	"log.format", "log.level",
 	"server.read_header_timeout", "server.read_timeout", "server.write_timeout",
@@ -287,6 +288,11 @@ type rawConfig struct {
 			TLS            *bool     `mapstructure:"tls"`
 			KeyPrefix      *string   `mapstructure:"key_prefix"`
 			SentinelMaster *string   `mapstructure:"sentinel_master"`
+			Acks           struct {
+				Replicas *int    `mapstructure:"replicas"`
+				AOFLocal *bool   `mapstructure:"aof_local"`
+				Timeout  *string `mapstructure:"timeout"`
+			} `mapstructure:"acks"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`
@@ -435,6 +441,13 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.str(&c.Store.Valkey.KeyPrefix, raw.Store.Valkey.KeyPrefix)
 	b.str(&c.Store.Valkey.SentinelMaster, raw.Store.Valkey.SentinelMaster)
+	if n := raw.Store.Valkey.Acks.Replicas; n != nil {
+		c.Store.Valkey.Acks.Replicas = *n
+	}
+	if a := raw.Store.Valkey.Acks.AOFLocal; a != nil {
+		c.Store.Valkey.Acks.AOFLocal = *a
+	}
+	b.duration("store.valkey.acks.timeout", &c.Store.Valkey.Acks.Timeout, raw.Store.Valkey.Acks.Timeout)
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
 	if v := raw.Store.V1Lookup; v != nil {
 		c.Store.V1Lookup = *v

@@ -126,7 +126,7 @@ func startGate(t *testing.T, c gateConfig) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &lockedBuffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

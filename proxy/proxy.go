@@ -270,7 +270,12 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		})
 		cancel()
 		if err != nil {
-			if route.OnStoreError == policy.FailClosed {
+			if errors.Is(err, store.ErrNotAcknowledged) {
+				// The claim may stand on the primary, but a failover may
+				// lose it: it does not count, nothing is forwarded, and it
+				// is released (its lease bounds it if this fails too).
+				p.release(r, ex, token)
+			} else if route.OnStoreError == policy.FailClosed {
 				p.releaseLater(ex, token)
 			}
 			p.storeFailed(w, r, ex, "claim", err)
