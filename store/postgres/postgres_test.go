@@ -18,7 +18,9 @@ import (
 
 var tableSeq atomic.Int64
 
-func freshTable() string { return fmt.Sprintf("records_%d_%d", time.Now().UnixNano()%1e6, tableSeq.Add(1)) }
+func freshTable() string {
+	return fmt.Sprintf("records_%d_%d", time.Now().UnixNano()%1e6, tableSeq.Add(1))
+}
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

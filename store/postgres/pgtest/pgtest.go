@@ -219,7 +219,7 @@ func (s *Server) Start() {
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), s.args...)
 	cmd.Dir = filepath.Dir(s.dir)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, so Kill reaches every backend as a crash would.
+	// Its own process group, so a Ctrl-C of the test does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("pgtest: start postgres: %v", err)
@@ -264,8 +264,8 @@ func ping(dsn string) error {
 // nothing.
 func (s *Server) Stop() { s.signalAndWait(syscall.SIGINT) }
 
-// Kill ends the postmaster and every backend with SIGKILL at once (a crash:
-// no checkpoint, no shutdown) and waits for the postmaster to exit. The
+// Kill ends every backend and the postmaster with SIGKILL (a crash: no
+// checkpoint, no shutdown) and waits for the postmaster to exit. The
 // next Start runs crash recovery from the WAL.
 func (s *Server) Kill() { s.signalAndWait(syscall.SIGKILL) }
 
@@ -275,23 +275,71 @@ func (s *Server) signalAndWait(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
 	}
-	pgid := s.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGCONT) // in case it was paused
+	pid := s.cmd.Process.Pid
 	if sig == syscall.SIGKILL {
-		_ = syscall.Kill(-pgid, sig)
+		// Every backend calls setsid(), so a process-group signal would
+		// miss them: freeze the postmaster (no new children), then kill
+		// its children and itself.
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		for _, c := range children(pid) {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	} else {
-		_ = s.cmd.Process.Signal(sig)
+		s.signalAllLocked(syscall.SIGCONT) // in case it was paused
+		_ = syscall.Kill(pid, sig)
 	}
 	select {
 	case <-s.done:
 	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for _, c := range children(pid) {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		<-s.done
 	}
-	// Backends left by a killed postmaster exit on their own once they
-	// notice; make sure none outlives it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	s.cmd = nil
+}
+
+// signalAllLocked sends sig to the postmaster and each of its children.
+func (s *Server) signalAllLocked(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	pid := s.cmd.Process.Pid
+	if sig == syscall.SIGSTOP {
+		_ = syscall.Kill(pid, sig) // first, so it forks no child meanwhile
+	}
+	for _, c := range children(pid) {
+		_ = syscall.Kill(c, sig)
+	}
+	_ = syscall.Kill(pid, sig)
+}
+
+// children returns the pids whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parens.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Restart stops the server if it runs and starts it again.
@@ -377,20 +425,20 @@ func (s *Server) Terminate(db, app string) int {
 	return int(n)
 }
 
-// Pause freezes the postmaster and every backend (SIGSTOP to the process
-// group): connections stay open and nothing is answered, like a stalled
-// server. Stop, Kill and Resume continue it.
-func (s *Server) Pause() { s.signalGroup(syscall.SIGSTOP) }
-
-// Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() { s.signalGroup(syscall.SIGCONT) }
-
-func (s *Server) signalGroup(sig syscall.Signal) {
+// Pause freezes the postmaster and every backend (SIGSTOP): connections
+// stay open and nothing is answered, like a stalled server. Stop, Kill and
+// Resume continue it.
+func (s *Server) Pause() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		_ = syscall.Kill(-s.cmd.Process.Pid, sig)
-	}
+	s.signalAllLocked(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.signalAllLocked(syscall.SIGCONT)
 }
 
 // LogTail returns the last 3000 bytes of the server log.
