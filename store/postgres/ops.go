@@ -48,17 +48,26 @@ func buildStatements(t string) statements {
 	return statements{
 		// $1 id, $2 owner, $3 scope, $4 key, $5 fingerprint, $6 token,
 		// $7 lease ms, $8 retention ms, $9 no takeover, $10 recipe, $11 now.
-		// The upsert answers Claimed (fresh, expired, repeated token or
-		// takeover); when its WHERE refuses, the second branch returns the
-		// row as of the statement's snapshot, for Go to classify.
+		// cur reads the row as of the statement's snapshot. Only when it is
+		// absent or claimable does the upsert run, answering Claimed (fresh,
+		// expired, repeated token or takeover); otherwise (a replay, a
+		// running record) the statement writes and locks nothing, and the
+		// second branch returns cur for Go to classify.
 		claim: `WITH v AS MATERIALIZED (
   SELECT n.now, n.now + ` + ms("$7") + ` AS lease_end,
     CASE WHEN $8::bigint > 0 THEN greatest(n.now + ` + ms("$7") + `, n.now + ` + ms("$8") + `)
          ELSE n.now + ` + ms("$7") + ` + interval '24 hours' END AS expiry
   FROM (SELECT ` + now(11) + ` AS now) n
+), cur AS MATERIALIZED (
+  SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
+    r.headers, r.body, r.omitted, r.stored_at,
+    COALESCE((r.expiry IS NOT NULL AND r.expiry <= v.now) OR (r.state = 1 AND r.token = $6)
+      OR (r.state = 1 AND r.lease_end <= v.now AND r.fingerprint = $5 AND NOT $9::boolean), false) AS claimable
+  FROM ` + t + ` r, v WHERE r.id = $1
 ), up AS (
   INSERT INTO ` + t + ` AS r (id, owner, scope, key, state, fingerprint, recipe, token, takeover, created, lease_end, expiry, retention_ms, version)
   SELECT $1, $2, $3, $4, 1, $5, $10, $6, false, v.now, v.lease_end, v.expiry, $8, 2 FROM v
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT cur.claimable)
   ON CONFLICT (id) DO UPDATE SET
     owner = excluded.owner, scope = excluded.scope, key = excluded.key, state = 1,
     fingerprint = CASE WHEN ` + repeat + ` THEN r.fingerprint ELSE excluded.fingerprint END,
@@ -75,12 +84,12 @@ func buildStatements(t string) statements {
   RETURNING r.fingerprint, r.recipe, r.lease_end, r.takeover
 )
 SELECT true, v.now, up.fingerprint, up.recipe, up.lease_end, up.takeover, NULL::smallint, NULL::bytea,
-  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz
+  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, false
 FROM up, v
 UNION ALL
-SELECT false, v.now, r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token,
-  r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at
-FROM ` + t + ` r, v WHERE r.id = $1 AND NOT EXISTS (SELECT 1 FROM up)`,
+SELECT false, v.now, cur.fingerprint, cur.recipe, cur.lease_end, cur.takeover, cur.state, cur.token,
+  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.claimable
+FROM cur, v WHERE NOT EXISTS (SELECT 1 FROM up)`,
 		// $1 id, $2 token, $3 status, $4 headers, $5 body, $6 omitted, $7 now, $8 channel.
 		complete: `WITH n AS MATERIALIZED (SELECT ` + now(7) + ` AS now), u AS (
   UPDATE ` + t + ` r SET state = 2, token = NULL, takeover = false, lease_end = NULL,
@@ -255,7 +264,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		return store.ClaimResult{}, errStale
 	}
 	var (
-		claimed, takeover            bool
+		claimed, takeover, claimable bool
 		now                          time.Time
 		fp, recipe, token, hdr, body []byte
 		leaseEnd, expiry, storedAt   *time.Time
@@ -263,7 +272,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		omitted                      *bool
 	)
 	if err := rows.Scan(&claimed, &now, &fp, &recipe, &leaseEnd, &takeover, &state, &token,
-		&expiry, &status, &hdr, &body, &omitted, &storedAt); err != nil {
+		&expiry, &status, &hdr, &body, &omitted, &storedAt, &claimable); err != nil {
 		return store.ClaimResult{}, err
 	}
 	rows.Close()
@@ -273,7 +282,9 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 	if claimed {
 		return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: string(fp), Recipe: string(recipe), LeaseEnd: *leaseEnd}, nil
 	}
-	if state == nil || (expiry != nil && !expiry.After(now)) {
+	if state == nil || claimable {
+		// The upsert was refused although the snapshot's row was claimable:
+		// the row changed after the snapshot.
 		return store.ClaimResult{}, errStale
 	}
 	switch *state {
@@ -287,17 +298,10 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		if leaseEnd == nil {
 			return store.ClaimResult{}, errors.New("running row without lease_end")
 		}
-		if string(token) == p.Token {
-			return store.ClaimResult{}, errStale
-		}
-		out := store.ClaimResult{Fingerprint: string(fp), Recipe: string(recipe), LeaseEnd: *leaseEnd}
-		switch {
-		case leaseEnd.After(now):
-			out.State = store.Running
-		case p.NoTakeover || string(fp) != p.Fingerprint:
+		out := store.ClaimResult{Fingerprint: string(fp), Recipe: string(recipe), LeaseEnd: *leaseEnd, State: store.Running}
+		if !leaseEnd.After(now) {
+			// Not claimable, so another fingerprint or NoTakeover.
 			out.State = store.Abandoned
-		default:
-			return store.ClaimResult{}, errStale
 		}
 		return out, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,5 +320,79 @@ func TestValidateTable(t *testing.T) {
 	}
 	if c := Channel(strings.Repeat("a", 56) + "." + strings.Repeat("b", 56)); len(c) > 63 || !strings.HasPrefix(c, "idemgate_events_") {
 		t.Errorf("Channel of a long name = %s", c)
+	}
+}
+
+// TestStatementsInProtocolDoc keeps docs/protocol.md, "Store records
+// (Postgres)", byte for byte what the store sends for the default table.
+func TestStatementsInProtocolDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := Schema(DefaultTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := QuoteTable(DefaultTable)
+	st := buildStatements(q)
+	want := map[string]string{
+		"claim": st.claim, "complete": st.complete, "release": st.release, "extend": st.extend,
+		"delete": st.del, "get": st.get, "sweep": st.sweep,
+		"table": ddl[0] + ";", "index": ddl[1] + ";",
+	}
+	for name, sql := range want {
+		if !strings.Contains(string(doc), "\n"+sql+"\n") {
+			t.Errorf("docs/protocol.md lacks the %s statement as sent:\n%s", name, sql)
+		}
+	}
+}
+
+// TestAnswersFromSnapshotWriteNothing: a replay or a Running answer only
+// reads (no row lock, no transaction id, so no WAL flush or synchronous
+// standby wait per retry); a claim that takes the row writes.
+func TestAnswersFromSnapshotWriteNothing(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, Options{DSN: srv.DSN(), Table: freshTable(), SweepInterval: -1})
+	ctx := testCtx(t)
+	nextXID := func() int64 {
+		t.Helper()
+		n, err := srv.QueryInt("postgres", `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	done := store.Identity{Owner: "o", Scope: "default", Key: "done"}
+	running := store.Identity{Owner: "o", Scope: "default", Key: "running"}
+	for _, id := range []store.Identity{done, running} {
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: id.Key, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim = %+v, %v", res, err)
+		}
+	}
+	if ok, err := s.Complete(ctx, done, "done", store.Response{Status: 201, Body: []byte("x")}); !ok || err != nil {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	before := nextXID()
+	const n = 20
+	for i := range n {
+		tok := fmt.Sprintf("retry-%d", i)
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: done, Fingerprint: "fp", Token: tok, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Completed {
+			t.Fatalf("replay Claim = %+v, %v", res, err)
+		}
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: running, Fingerprint: "other", Token: tok, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Running {
+			t.Fatalf("Claim on a running record = %+v, %v", res, err)
+		}
+	}
+	// Two xids of slack for background work (autovacuum's analyze).
+	if used := nextXID() - before; used > 2 {
+		t.Fatalf("%d answers from existing records used %d transaction ids, want none", 2*n, used)
+	}
+	before = nextXID()
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Owner: "o", Scope: "default", Key: "new"}, Fingerprint: "fp", Token: "new", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	if used := nextXID() - before; used < 1 {
+		t.Fatalf("a fresh claim used %d transaction ids, want a write", used)
 	}
 }
