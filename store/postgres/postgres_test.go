@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/postgres/pgtest"
 	"github.com/idemgate/idemgate/store/storetest"
@@ -152,13 +154,18 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	var writes atomic.Int64
-	dial := cfg.ConnConfig.DialFunc
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	// Pooled connections only: the listening connection (made from
+	// cfg.ConnConfig, without BeforeConnect) pings now and then.
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		dial := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{Conn: c, writes: &writes}, nil
 		}
-		return countingConn{Conn: c, writes: &writes}, nil
+		return nil
 	}
 	s, err := newWithConfig(testCtx(t), opts, cfg)
 	if err != nil {
