@@ -263,6 +263,9 @@ func (c *Config) Validate() error {
 	case DriverPostgres:
 		if c.Store.Postgres.DSN == "" {
 			bad("store.postgres.dsn", "is required for driver postgres (or set %s)", EnvName("store.postgres.dsn"))
+		} else if _, err := postgres.PoolConfig(postgres.Options{DSN: c.Store.Postgres.DSN}); err != nil {
+			// Never quote the DSN: it may hold a password.
+			bad("store.postgres.dsn", "is neither a libpq URL nor a key=value connection string")
 		}
 		if err := postgres.ValidateTable(c.Store.Postgres.Table); err != nil {
 			bad("store.postgres.table", "%v", err)

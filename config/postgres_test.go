@@ -25,6 +25,8 @@ func TestPostgresStore(t *testing.T) {
 		{"store: {driver: postgres, postgres: {dsn: 'postgres://u:hunter2@db/app', max_conns: -1}}", "store.postgres.max_conns: -1 must be 0 (default) to 10000"},
 		{"store: {driver: postgres, postgres: {dsn: 'postgres://u:hunter2@db/app', pool: 3}}", "store.postgres.pool"},
 		{"store: {driver: pg}", "must be memory, valkey, bolt or postgres"},
+		{"store: {driver: postgres, postgres: {dsn: 'postgres://u:hunter2@db:notaport/app'}}", "store.postgres.dsn: is neither a libpq URL nor a key=value connection string"},
+		{"store: {driver: postgres, postgres: {dsn: 'host=db password=hunter2 sslmode=sideways'}}", "store.postgres.dsn: is neither"},
 	} {
 		_, err := Load(writeFile(t, base+tc.yaml+"\n"), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
