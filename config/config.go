@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/store/postgres"
 )
 
 // Store drivers.
@@ -19,6 +20,8 @@ const (
 	DriverMemory = "memory"
 	DriverValkey = "valkey"
 	DriverBolt   = "bolt"
+	// DriverPostgres keeps records in a PostgreSQL table (store/postgres).
+	DriverPostgres = "postgres"
 )
 
 // OTLP transport protocols of tracing.protocol, named as in
@@ -71,12 +74,14 @@ type AdminConfig struct {
 
 // StoreConfig is the `store:` section.
 type StoreConfig struct {
-	// Driver is memory (default), valkey or bolt.
+	// Driver is memory (default), valkey, bolt or postgres.
 	Driver string
 	// Valkey configures the valkey driver.
 	Valkey ValkeyConfig
 	// Bolt configures the bolt driver.
 	Bolt BoltConfig
+	// Postgres configures the postgres driver.
+	Postgres PostgresConfig
 	// V1Lookup (store.v1_lookup, default true) makes a new key also look
 	// for a record written before layout 2, which scoped records by route
 	// name (docs/protocol.md, "Layout versions"): one more store read per
@@ -136,6 +141,22 @@ type BoltConfig struct {
 	// Path is the database file (default "/var/lib/idemgate/idemgate.db").
 	Path string
 }
+
+// PostgresConfig is the `store.postgres:` section.
+type PostgresConfig struct {
+	// DSN is a libpq connection URL or key=value string (prefer
+	// IDEMGATE_STORE_POSTGRES_DSN: it may hold a password).
+	DSN string
+	// Table is the records table, "name" or "schema.name" (default
+	// "idemgate_records"; postgres.ValidateTable says what is allowed).
+	Table string
+	// MaxConns caps the connection pool; 0 keeps the DSN's pool_max_conns
+	// or pgxpool's default (the larger of 4 and the CPU count).
+	MaxConns int
+}
+
+// maxPostgresConns bounds store.postgres.max_conns.
+const maxPostgresConns = 10000
 
 // LogConfig is the `log:` section.
 type LogConfig struct {
@@ -225,6 +246,7 @@ func Default() *Config {
 			V1Lookup: true,
 			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}},
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
+			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
 		Log: LogConfig{Format: "text", Level: "info"},
 		Server: ServerConfig{
@@ -290,8 +312,21 @@ func (c *Config) Validate() error {
 		if c.Store.Bolt.Path == "" {
 			bad("store.bolt.path", "is required for driver bolt")
 		}
+	case DriverPostgres:
+		if c.Store.Postgres.DSN == "" {
+			bad("store.postgres.dsn", "is required for driver postgres (or set %s)", EnvName("store.postgres.dsn"))
+		} else if _, err := postgres.PoolConfig(postgres.Options{DSN: c.Store.Postgres.DSN}); err != nil {
+			// Never quote the DSN: it may hold a password.
+			bad("store.postgres.dsn", "is neither a libpq URL nor a key=value connection string")
+		}
+		if err := postgres.ValidateTable(c.Store.Postgres.Table); err != nil {
+			bad("store.postgres.table", "%v", err)
+		}
+		if c.Store.Postgres.MaxConns < 0 || c.Store.Postgres.MaxConns > maxPostgresConns {
+			bad("store.postgres.max_conns", "%d must be 0 (default) to %d", c.Store.Postgres.MaxConns, maxPostgresConns)
+		}
 	default:
-		bad("store.driver", "%q must be memory, valkey or bolt", c.Store.Driver)
+		bad("store.driver", "%q must be memory, valkey, bolt or postgres", c.Store.Driver)
 	}
 	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
 		bad("log.format", "%q must be text or json", c.Log.Format)

@@ -327,7 +327,7 @@ func TestValidationErrors(t *testing.T) {
 		{"upstream timeout", "upstream: {url: 'http://x:1', timeout: -1s}\n", "upstream.timeout", "> 0"},
 		{"upstream timeout syntax", "upstream: {url: 'http://x:1', timeout: 60}\n", "upstream.timeout", "not a duration"},
 		{"admin listen", base + "admin: {listen: nowhere}\n", "admin.listen", "host:port"},
-		{"driver", base + "store: {driver: redis}\n", "store.driver", "memory, valkey or bolt"},
+		{"driver", base + "store: {driver: redis}\n", "store.driver", "memory, valkey, bolt or postgres"},
 		{"valkey addrs", base + "store: {driver: valkey}\n", "store.valkey.addrs", "at least one"},
 		{"valkey addr", base + "store: {driver: valkey, valkey: {addrs: [localhost]}}\n", "store.valkey.addrs[0]", "host:port"},
 		{"bolt path", base + "store: {driver: bolt, bolt: {path: ''}}\n", "store.bolt.path", "required"},

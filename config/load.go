@@ -34,6 +34,7 @@ var envKeys = []string{
 	"store.valkey.tls", "store.valkey.key_prefix", "store.valkey.sentinel_master",
 	"store.valkey.acks.replicas", "store.valkey.acks.aof_local", "store.valkey.acks.timeout",
 	"store.bolt.path", "store.v1_lookup",
+	"store.postgres.dsn", "store.postgres.table", "store.postgres.max_conns",
 	"log.format", "log.level",
 	"server.read_header_timeout", "server.read_timeout", "server.write_timeout",
 	"server.idle_timeout", "server.shutdown_timeout", "server.max_header_bytes",
@@ -297,6 +298,11 @@ type rawConfig struct {
 		Bolt struct {
 			Path *string `mapstructure:"path"`
 		} `mapstructure:"bolt"`
+		Postgres struct {
+			DSN      *string `mapstructure:"dsn"`
+			Table    *string `mapstructure:"table"`
+			MaxConns *int    `mapstructure:"max_conns"`
+		} `mapstructure:"postgres"`
 		V1Lookup *bool `mapstructure:"v1_lookup"`
 	} `mapstructure:"store"`
 	Log struct {
@@ -449,6 +455,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.duration("store.valkey.acks.timeout", &c.Store.Valkey.Acks.Timeout, raw.Store.Valkey.Acks.Timeout)
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
+	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
+	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)
+	if n := raw.Store.Postgres.MaxConns; n != nil {
+		c.Store.Postgres.MaxConns = *n
+	}
 	if v := raw.Store.V1Lookup; v != nil {
 		c.Store.V1Lookup = *v
 	}

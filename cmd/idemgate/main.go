@@ -49,6 +49,7 @@ Usage:
   idemgate serve --upstream URL       run with built-in defaults and the memory store
   idemgate demo                       run an example API on 127.0.0.1:3000 behind idemgate on 127.0.0.1:8080
   idemgate validate --config FILE     check a config file and print every route's effective policy
+  idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
   idemgate version                    print the version
 `
@@ -69,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr, true)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
+	case "migrate":
+		return migrate(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version", "-v":
@@ -171,7 +174,7 @@ func healthcheck(args []string, stderr io.Writer) int {
 
 // serveFlags are the command-line overrides of serve and demo.
 type serveFlags struct {
-	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, logFormat, logLevel string
+	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, postgresDSN, logFormat, logLevel string
 	// waitStore > 0 makes serve wait that long for the store before it
 	// listens, and exit 1 when the store is still unreachable (the
 	// behaviour before idemgate started without its store).
@@ -190,9 +193,10 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.upstream, "upstream", "", "upstream URL (overrides upstream.url)")
 	fs.StringVar(&f.listen, "listen", "", "proxy listen address (overrides listen)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address (overrides admin.listen)")
-	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt (overrides store.driver)")
+	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt | postgres (overrides store.driver)")
 	fs.StringVar(&f.valkeyAddrs, "valkey-addrs", "", "comma-separated Valkey addresses (overrides store.valkey.addrs)")
 	fs.StringVar(&f.boltPath, "bolt-path", "", "bolt database file; its directory must exist (overrides store.bolt.path)")
+	fs.StringVar(&f.postgresDSN, "postgres-dsn", "", "Postgres connection URL or key=value string (overrides store.postgres.dsn; IDEMGATE_STORE_POSTGRES_DSN keeps a password off the command line)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
 	fs.DurationVar(&f.waitStore, "wait-store", 0, "wait up to this long for the store before listening and exit 1 if it is still unreachable; 0 (default) listens at once and connects in the background")
@@ -246,6 +250,7 @@ func (f serveFlags) overrides() map[string]string {
 		"store.driver":       f.storeDriver,
 		"store.valkey.addrs": f.valkeyAddrs,
 		"store.bolt.path":    f.boltPath,
+		"store.postgres.dsn": f.postgresDSN,
 		"log.format":         f.logFormat,
 		"log.level":          f.logLevel,
 	} {
@@ -324,6 +329,8 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *met
 			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
 			OnAck:          m.StoreAck,
 		})
+	case config.DriverPostgres:
+		return openPostgres(ctx, cfg.Store.Postgres, log, onDisruption)
 	case config.DriverBolt:
 		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
 		if err != nil {
