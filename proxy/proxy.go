@@ -65,6 +65,12 @@ type Options struct {
 	// operations completed before an upgrade still replay. Turn it off once
 	// the longest retention has passed since the upgrade.
 	V1Lookup bool
+	// PreviousPolicies, when set, returns the policies in force before the
+	// current one in this process (reload.Reloader.Previous). With V1Lookup
+	// a fresh key also looks for a layout 1 record under the route names
+	// those policies gave the request, so a reload that renames a route
+	// does not hide the records written under its old name.
+	PreviousPolicies func() []*policy.Policy
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -80,6 +86,7 @@ type Proxy struct {
 	m            *metrics.Metrics
 	newToken     func() string
 	v1Lookup     bool
+	previous     func() []*policy.Policy
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -109,6 +116,7 @@ func New(opts Options) (*Proxy, error) {
 		m:            opts.Metrics,
 		newToken:     opts.NewToken,
 		v1Lookup:     opts.V1Lookup,
+		previous:     opts.PreviousPolicies,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -308,8 +316,8 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			if res.Takeover {
 				p.m.Takeover(route.Name)
 				p.log.Warn("took over an abandoned claim", "route", route.Name, "key_hash", keyHash(ex.id.Key))
-			} else if p.v1Lookup && route.Name != ex.id.Scope {
-				switch p.checkV1(w, r, ex, token, &waitUntil) {
+			} else if names := p.v1Names(r, ex); len(names) > 0 {
+				switch p.checkV1(w, r, ex, token, names, &waitUntil) {
 				case v1Answered:
 					return
 				case v1Retry:

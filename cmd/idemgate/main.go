@@ -450,6 +450,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		Logger:    log,
 		Metrics:   m,
 		V1Lookup:  cfg.Store.V1Lookup,
+		// Layout 1 records sit under route names of earlier policies too.
+		PreviousPolicies: reloader.Previous,
 	})
 	if err != nil {
 		return err
