@@ -61,8 +61,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
 		p.release(r, ex, token)
-		p.copyResponse(w, resp, nil)
 		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+		p.copyResponse(w, r, ex, resp, nil)
 		p.done(r, ex)
 		return
 	}
@@ -83,15 +83,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	stopHeartbeat()
 	p.complete(r, ex, token, stored)
+	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
 			"route", route.Name, "key_hash", keyHash(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
-		p.copyResponse(w, resp, body)
+		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
 		writeStored(w, r, &stored, false)
 	}
-	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.done(r, ex)
 }
 
@@ -245,19 +245,33 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 }
 
 // copyResponse streams resp to the client, after the already-read prefix.
-func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, prefix []byte) {
+// The caller has set ex's outcome and status. A copy that fails midway (the
+// upstream's body broke, or the client left) can no longer be answered:
+// returning would let net/http end a chunked response with a clean final
+// chunk, and the client would take a short body for a complete one. So, as
+// httputil.ReverseProxy does (golang/go#23643), the request is recorded and
+// the response aborted with http.ErrAbortHandler, which cuts the connection
+// (issue 16; TestBrokenUpstreamStreamIsCut).
+func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchange, resp *http.Response, prefix []byte) {
 	h := w.Header()
 	for name, values := range resp.Header {
 		h[name] = append([]string(nil), values...)
 	}
 	removeHopByHop(h)
 	w.WriteHeader(resp.StatusCode)
+	var err error
 	if len(prefix) > 0 {
-		if _, err := w.Write(prefix); err != nil {
-			return
-		}
+		_, err = w.Write(prefix)
 	}
-	_, _ = io.Copy(w, resp.Body)
+	if err == nil {
+		_, err = io.Copy(w, resp.Body)
+	}
+	if err != nil {
+		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key),
+			"status", resp.StatusCode, "err", err)
+		p.done(r, ex)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // forwardUnprotected sends a request whose claim failed on a fail_open route:
@@ -271,8 +285,8 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 		return
 	}
 	defer resp.Body.Close()
-	p.copyResponse(w, resp, nil)
 	ex.outcome, ex.status = metrics.OutcomeFailOpen, resp.StatusCode
+	p.copyResponse(w, r, ex, resp, nil)
 	p.done(r, ex)
 }
 
