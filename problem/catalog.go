@@ -15,9 +15,14 @@ import (
 // drift from it. README.md's "Problem types" tables list every kind
 // (TestCatalogMatchesREADME).
 type Kind struct {
-	Slug    string
-	Status  int
-	Title   string
+	// Slug names the case; the type URI is Base+Slug.
+	Slug string
+	// Status is the HTTP status of every answer of the case.
+	Status int
+	// Title is the short, fixed summary of the case (RFC 9457 section 3.1.4).
+	Title string
+	// Outcome is the idemgate_requests_total outcome label the proxy
+	// counts the case under.
 	Outcome string
 }
 

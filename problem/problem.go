@@ -1,4 +1,6 @@
-// Package problem writes RFC 9457 problem details, the body of every error response idemgate itself produces.
+// Package problem writes RFC 9457 problem details, the body of every error
+// response idemgate itself produces, and holds their catalog (Catalog): the
+// proxy and the admin listener answer only with its kinds.
 package problem
 
 import (

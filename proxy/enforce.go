@@ -12,7 +12,7 @@ import (
 
 // enforce claims the identity and carries out the decision on the answer
 // (decideClaim; decideV1 for a layout 1 record), until the request is
-// answered: see doc.go for the flow.
+// answered (the package documentation gives the whole flow).
 func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	var waitUntil time.Time // when this request stops waiting, set by its first wait
 	for {
