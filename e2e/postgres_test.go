@@ -112,7 +112,7 @@ func TestE2EPostgresDownFailsClosed(t *testing.T) {
 func postgresStorm(t *testing.T, c gateConfig) stormFaults {
 	pg := pgtest.Start(t, pgtest.WithFsync())
 	c.PostgresDSN = pg.DSN()
-	return stormFaults{config: c, kill: func() time.Time { pg.Kill(); return time.Time{} }, restart: pg.Start}
+	return stormFaults{config: c, kill: func() (time.Time, time.Time) { now := time.Now(); pg.Kill(); return now, time.Time{} }, restart: pg.Start}
 }
 
 // TestStormPostgres runs the storm of TestStorm (two instances, duplicates

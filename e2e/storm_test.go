@@ -187,11 +187,11 @@ type stormStore func(t *testing.T, c gateConfig) stormFaults
 // the storm inflicts on the store at a third of its run.
 type stormFaults struct {
 	config gateConfig
-	// kill crashes the store (kill -9). It returns the zero time when the
-	// store stays down until restart; a set that fails over by itself
-	// returns once it has a new primary, with the last moment it was
-	// still seen without one.
-	kill func() (noPrimaryUntil time.Time)
+	// kill crashes the store (kill -9) and returns when it did. It
+	// returns noPrimaryUntil zero when the store stays down until restart;
+	// a set that fails over by itself returns once it has a new primary,
+	// with the last moment it was still seen without one.
+	kill func() (killed, noPrimaryUntil time.Time)
 	// restart starts the crashed server again (a failed-over set's old
 	// primary returns as a replica).
 	restart func()
@@ -201,23 +201,35 @@ type stormFaults struct {
 func valkeyStorm(t *testing.T, c gateConfig) stormFaults {
 	v := valkeytest.Start(t, valkeytest.WithAOF())
 	c.ValkeyAddrs = []string{v.Addr()}
-	return stormFaults{config: c, kill: func() time.Time { v.Kill(); return time.Time{} }, restart: v.Restart}
+	return stormFaults{config: c, kill: func() (time.Time, time.Time) { now := time.Now(); v.Kill(); return now, time.Time{} }, restart: v.Restart}
 }
 
+// sentinelStormCut is how long replication is cut before the storm's
+// primary kill on Sentinel: a SIGKILL alone loses nothing on loopback (the
+// kernel still delivers what the primary had written to its replicas), so
+// without the cut the storm could not tell acks from no acks.
+const sentinelStormCut = 500 * time.Millisecond
+
 // sentinelStorm is the Sentinel set of TestFaultSentinelFailover (a
-// primary, two replicas, one sentinel) with acks.replicas 1 and no
-// persistence: what keeps acknowledged writes across the crash is the
-// replicas. The crash is a SIGKILL of the primary; the sentinel promotes a
-// replica, and the restarted old primary comes back empty and is turned
-// into a replica of the new one.
+// primary, two replicas behind a relay, one sentinel) with acks.replicas 1
+// and no persistence: what keeps acknowledged writes across the crash is
+// the replicas. The crash cuts replication for sentinelStormCut (the
+// primary keeps answering, nothing reaches the replicas), then SIGKILLs the
+// primary; the sentinel promotes a replica that never saw the cut's writes,
+// and the restarted old primary comes back empty and is turned into a
+// replica of the new one. Without acks the completions written during the
+// cut are lost and their pairs run again (the storm fails).
 func sentinelStorm(t *testing.T, c gateConfig) stormFaults {
 	set := startSentinelSet(t)
 	c.ValkeyAddrs = []string{set.sentinel.Addr()}
 	c.ValkeyExtra = fmt.Sprintf("    sentinel_master: %q\n    acks: {replicas: 1, timeout: 500ms}\n", set.sentinel.MasterName)
 	old := fmt.Sprint(set.primary.Port())
-	kill := func() time.Time {
-		set.primary.Kill()
+	kill := func() (time.Time, time.Time) {
+		set.relay.Set(relayBlackhole, 0)
+		time.Sleep(sentinelStormCut)
 		killed := time.Now()
+		set.primary.Kill()
+		set.relay.Set(relayPass, 0) // the relay's target is gone; replicas are re-pointed directly
 		var lastSeenOld time.Time
 		eventually(t, 30*time.Second, "the sentinel to promote a replica", func() bool {
 			asked := time.Now()
@@ -232,7 +244,7 @@ func sentinelStorm(t *testing.T, c gateConfig) stormFaults {
 		})
 		t.Logf("sentinel promoted a replica %v after the kill (seen without a new primary until %v after it)",
 			time.Since(killed), lastSeenOld.Sub(killed))
-		return lastSeenOld
+		return killed, lastSeenOld
 	}
 	return stormFaults{config: c, kill: kill, restart: set.primary.Restart}
 }
@@ -381,8 +393,7 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder
 	}
 	total := int64(len(schedule))
 	waitDone(total / 3)
-	downFrom := time.Now()
-	downUntil := faults.kill()
+	downFrom, downUntil := faults.kill()
 	time.Sleep(valkeyDown)
 	if downUntil.IsZero() {
 		downUntil = time.Now() // the server is started (and answers) only after this
