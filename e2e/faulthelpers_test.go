@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,11 +203,12 @@ type relay struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	mode  relayMode
-	delay time.Duration
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	mode    relayMode
+	delay   time.Duration
+	replCut bool // swallow the connections that carry replication
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 func startRelay(t *testing.T, target string) *relay {
@@ -239,6 +242,33 @@ func (r *relay) Set(mode relayMode, delay time.Duration) {
 	for _, c := range cut {
 		_ = c.Close()
 	}
+}
+
+// CutReplication makes the relay swallow, both ways, every connection on
+// which a replica has sent REPLCONF or PSYNC, while it keeps forwarding the
+// other connections as its mode says: the primary keeps serving clients and
+// acknowledging their writes, and its replica behind the relay gets none of
+// them (nor its ACKs back). Unlike freezing the replica (SIGSTOP, whose
+// kernel still buffers the stream and delivers it on resume), bytes the
+// relay swallows are gone for good. CutReplication(false) forwards them
+// again from then on (what was swallowed stays lost).
+func (r *relay) CutReplication(cut bool) {
+	r.mu.Lock()
+	r.replCut = cut
+	r.mu.Unlock()
+}
+
+func (r *relay) replicationCut() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.replCut
+}
+
+// isReplicationCommand reports whether b, the start of what a client sent
+// (with the tail of the previous read), holds a replica's handshake.
+func isReplicationCommand(b []byte) bool {
+	u := bytes.ToUpper(b)
+	return bytes.Contains(u, []byte("REPLCONF")) || bytes.Contains(u, []byte("PSYNC"))
 }
 
 func (r *relay) current() (relayMode, time.Duration) {
@@ -313,13 +343,23 @@ func (r *relay) serve(c net.Conn) {
 		return
 	}
 	defer r.untrack(s)
+	var replication atomic.Bool // c has sent a replica's handshake
+	swallowed := func() bool { return replication.Load() && r.replicationCut() }
 	done := make(chan struct{}, 2)
 	go func() { // requests: forwarded unless the link swallows them
 		buf := make([]byte, 32<<10)
+		var tail []byte // end of the previous read, for a command cut in two
 		for {
 			n, err := c.Read(buf)
 			if n > 0 {
-				if mode, _ := r.current(); mode != relayBlackhole {
+				if !replication.Load() {
+					seen := append(tail, buf[:n]...)
+					if isReplicationCommand(seen) {
+						replication.Store(true)
+					}
+					tail = append([]byte(nil), seen[max(0, len(seen)-16):]...)
+				}
+				if mode, _ := r.current(); mode != relayBlackhole && !swallowed() {
 					if _, werr := s.Write(buf[:n]); werr != nil {
 						break
 					}
@@ -340,7 +380,7 @@ func (r *relay) serve(c net.Conn) {
 				if mode == relayDelay {
 					time.Sleep(delay)
 				}
-				if mode != relayBlackhole {
+				if mode != relayBlackhole && !swallowed() {
 					if _, werr := c.Write(buf[:n]); werr != nil {
 						break
 					}

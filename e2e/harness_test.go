@@ -77,6 +77,7 @@ func (l *lockedBuffer) String() string {
 type gateConfig struct {
 	Upstream    string
 	ValkeyAddrs []string // empty: memory store (or Postgres when PostgresDSN is set)
+	ValkeyExtra string   // lines under store.valkey: after addrs, each "    key: value"
 	PostgresDSN string   // set: the postgres store on this database
 	Defaults    string   // extra lines under defaults:, each "  key: value"
 	Routes      string   // lines under routes:
@@ -95,6 +96,7 @@ func (c gateConfig) yaml(listen, adminListen string) string {
 	fmt.Fprintf(&b, "admin:\n  listen: %q\n  token: %q\n", adminListen, c.AdminToken)
 	if len(c.ValkeyAddrs) > 0 {
 		fmt.Fprintf(&b, "store:\n  driver: valkey\n  valkey:\n    addrs: [%s]\n", quoteJoin(c.ValkeyAddrs))
+		b.WriteString(c.ValkeyExtra)
 	} else if c.PostgresDSN != "" {
 		fmt.Fprintf(&b, "store:\n  driver: postgres\n  postgres:\n    dsn: %q\n", c.PostgresDSN)
 	} else {

@@ -109,10 +109,10 @@ func TestE2EPostgresDownFailsClosed(t *testing.T) {
 
 // postgresStorm is PostgreSQL with fsync and synchronous_commit on (its
 // defaults); the crash is a kill -9 of the postmaster and every backend.
-func postgresStorm(t *testing.T, c gateConfig) (gateConfig, func(), func()) {
+func postgresStorm(t *testing.T, c gateConfig) stormFaults {
 	pg := pgtest.Start(t, pgtest.WithFsync())
 	c.PostgresDSN = pg.DSN()
-	return c, pg.Kill, pg.Start
+	return stormFaults{config: c, kill: func() (time.Time, time.Time) { now := time.Now(); pg.Kill(); return now, time.Time{} }, restart: pg.Start}
 }
 
 // TestStormPostgres runs the storm of TestStorm (two instances, duplicates
@@ -124,12 +124,5 @@ func TestStormPostgres(t *testing.T) {
 	if *stormFull {
 		requests, pairs = 10000, 7000
 	}
-	st := runStorm(t, requests, pairs, "takeover", postgresStorm)
-	t.Logf("storm on Postgres: scheduled %d, sent %d (with client retries), pairs %d", st.scheduled, st.sent, st.pairs)
-	t.Logf("answers by class: %v", sortedCounts(st.byClass))
-	t.Logf("pairs whose first execution completed: %d, duplicate executions among them: %d", st.cleanPairs, st.dupClean)
-	t.Logf("pairs whose first execution was cut by the SIGKILL: %d, executed twice: %d", st.ambiguousPairs, st.dupAmbiguous)
-	t.Logf("cross-owner replays: %d, inconsistent 201 bodies: %d, lost completed records: %d, forwards while the store was down: %d",
-		st.crossOwner, st.inconsistent, st.lostCompleted, st.forwardsStoreDown)
-	t.Logf("verification pass by class: %v", sortedCounts(st.verifyByClass))
+	logStorm(t, "on Postgres", runStorm(t, requests, pairs, "takeover", postgresStorm))
 }

@@ -109,16 +109,34 @@ func TestStorm(t *testing.T) {
 	}
 	for _, mode := range []string{"takeover", "reject"} {
 		t.Run("on_abandoned="+mode, func(t *testing.T) {
-			st := runStorm(t, requests, pairs, mode, valkeyStorm)
-			t.Logf("storm on_abandoned=%s: scheduled %d, sent %d (with client retries), pairs %d", mode, st.scheduled, st.sent, st.pairs)
-			t.Logf("answers by class: %v", sortedCounts(st.byClass))
-			t.Logf("pairs whose first execution completed: %d, duplicate executions among them: %d", st.cleanPairs, st.dupClean)
-			t.Logf("pairs whose first execution was cut by the SIGKILL: %d, executed twice: %d", st.ambiguousPairs, st.dupAmbiguous)
-			t.Logf("cross-owner replays: %d, inconsistent 201 bodies: %d, lost completed records: %d, forwards while the store was down: %d",
-				st.crossOwner, st.inconsistent, st.lostCompleted, st.forwardsStoreDown)
-			t.Logf("verification pass by class: %v", sortedCounts(st.verifyByClass))
+			logStorm(t, "on_abandoned="+mode, runStorm(t, requests, pairs, mode, valkeyStorm))
 		})
 	}
+}
+
+// TestStormSentinel runs the storm of TestStorm on a Sentinel set with
+// acks.replicas 1 (sentinelStorm), whose primary is SIGKILLed at a third
+// and replaced by a replica: no pair whose first execution reached a
+// client runs twice, and no completed record is lost with the primary.
+// on_abandoned: takeover, as TestStormPostgres.
+func TestStormSentinel(t *testing.T) {
+	requests, pairs := 3000, 2100
+	if *stormFull {
+		requests, pairs = 10000, 7000
+	}
+	logStorm(t, "on Sentinel, acks.replicas 1, primary killed", runStorm(t, requests, pairs, "takeover", sentinelStorm))
+}
+
+// logStorm logs the figures of one storm, for docs/durability.md.
+func logStorm(t *testing.T, name string, st stormStats) {
+	t.Helper()
+	t.Logf("storm %s: scheduled %d, sent %d (with client retries), pairs %d", name, st.scheduled, st.sent, st.pairs)
+	t.Logf("answers by class: %v", sortedCounts(st.byClass))
+	t.Logf("pairs whose first execution completed: %d, duplicate executions among them: %d", st.cleanPairs, st.dupClean)
+	t.Logf("pairs whose first execution was cut by the SIGKILL: %d, executed twice: %d", st.ambiguousPairs, st.dupAmbiguous)
+	t.Logf("cross-owner replays: %d, inconsistent 201 bodies: %d, lost completed records: %d, forwards while the store was down: %d",
+		st.crossOwner, st.inconsistent, st.lostCompleted, st.forwardsStoreDown)
+	t.Logf("verification pass by class: %v", sortedCounts(st.verifyByClass))
 }
 
 func sortedCounts(m map[string]int) string {
@@ -162,15 +180,73 @@ func retryable(class string) bool {
 }
 
 // stormStore starts the store the storm runs on, durable across a crash,
-// and returns the gate config pointing at it, a crash (kill -9) and a
-// restart.
-type stormStore func(t *testing.T, c gateConfig) (_ gateConfig, kill, restart func())
+// and returns the gate config pointing at it with its faults.
+type stormStore func(t *testing.T, c gateConfig) stormFaults
+
+// stormFaults is what a stormStore returns: the gate config and the crash
+// the storm inflicts on the store at a third of its run.
+type stormFaults struct {
+	config gateConfig
+	// kill crashes the store (kill -9) and returns when it did. It
+	// returns noPrimaryUntil zero when the store stays down until restart;
+	// a set that fails over by itself returns once it has a new primary,
+	// with the last moment it was still seen without one.
+	kill func() (killed, noPrimaryUntil time.Time)
+	// restart starts the crashed server again (a failed-over set's old
+	// primary returns as a replica).
+	restart func()
+}
 
 // valkeyStorm is Valkey with AOF and appendfsync always.
-func valkeyStorm(t *testing.T, c gateConfig) (gateConfig, func(), func()) {
+func valkeyStorm(t *testing.T, c gateConfig) stormFaults {
 	v := valkeytest.Start(t, valkeytest.WithAOF())
 	c.ValkeyAddrs = []string{v.Addr()}
-	return c, v.Kill, v.Restart
+	return stormFaults{config: c, kill: func() (time.Time, time.Time) { now := time.Now(); v.Kill(); return now, time.Time{} }, restart: v.Restart}
+}
+
+// sentinelStormCut is how long replication is cut before the storm's
+// primary kill on Sentinel: a SIGKILL alone loses nothing on loopback (the
+// kernel still delivers what the primary had written to its replicas), so
+// without the cut the storm could not tell acks from no acks.
+const sentinelStormCut = 500 * time.Millisecond
+
+// sentinelStorm is the Sentinel set of TestFaultSentinelFailover (a
+// primary, two replicas behind a relay, one sentinel) with acks.replicas 1
+// and no persistence: what keeps acknowledged writes across the crash is
+// the replicas. The crash cuts replication for sentinelStormCut (the
+// primary keeps answering, nothing reaches the replicas), then SIGKILLs the
+// primary; the sentinel promotes a replica that never saw the cut's writes,
+// and the restarted old primary comes back empty and is turned into a
+// replica of the new one. Without acks the completions written during the
+// cut are lost and their pairs run again (the storm fails).
+func sentinelStorm(t *testing.T, c gateConfig) stormFaults {
+	set := startSentinelSet(t)
+	c.ValkeyAddrs = []string{set.sentinel.Addr()}
+	c.ValkeyExtra = fmt.Sprintf("    sentinel_master: %q\n    acks: {replicas: 1, timeout: 500ms}\n", set.sentinel.MasterName)
+	old := fmt.Sprint(set.primary.Port())
+	kill := func() (time.Time, time.Time) {
+		set.relay.Set(relayBlackhole, 0)
+		time.Sleep(sentinelStormCut)
+		killed := time.Now()
+		set.primary.Kill()
+		set.relay.Set(relayPass, 0) // the relay's target is gone; replicas are re-pointed directly
+		var lastSeenOld time.Time
+		eventually(t, 30*time.Second, "the sentinel to promote a replica", func() bool {
+			asked := time.Now()
+			out, err := set.sentinel.CLI("SENTINEL", "get-master-addr-by-name", set.sentinel.MasterName)
+			if err != nil || strings.Contains(out, old) {
+				// Named the dead primary when asked: any switch
+				// came after this moment.
+				lastSeenOld = asked
+				return false
+			}
+			return true
+		})
+		t.Logf("sentinel promoted a replica %v after the kill (seen without a new primary until %v after it)",
+			time.Since(killed), lastSeenOld.Sub(killed))
+		return killed, lastSeenOld
+	}
+	return stormFaults{config: c, kill: kill, restart: set.primary.Restart}
 }
 
 func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder stormStore) stormStats {
@@ -222,8 +298,9 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder
 	}
 
 	up := startStormUpstream(t)
-	c, killStore, restartStore := storeUnder(t, gateConfig{Upstream: up.URL, UpTimeout: "10s",
+	faults := storeUnder(t, gateConfig{Upstream: up.URL, UpTimeout: "10s",
 		Routes: ordersRoute(fmt.Sprintf("lease: %s", lease), "wait_timeout: 5s", "on_abandoned: "+onAbandoned)})
+	c := faults.config
 	gates := []*Gate{startGate(t, c), startGate(t, c)}
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
 	t.Cleanup(client.CloseIdleConnections)
@@ -304,9 +381,11 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder
 		}()
 	}
 
-	// Faults, from the test goroutine (they may t.Fatal): Valkey crashes at a
-	// third of the storm and stays down valkeyDown; instance 0 is SIGKILLed at
-	// two thirds and restarted.
+	// Faults, from the test goroutine (they may t.Fatal): the store crashes
+	// at a third of the storm and stays down valkeyDown (a set that fails
+	// over serves again once a replica is promoted, and its old primary
+	// returns valkeyDown later); instance 0 is SIGKILLed at two thirds and
+	// restarted.
 	waitDone := func(n int64) {
 		for done.Load() < n && time.Since(start) < 100*time.Second {
 			time.Sleep(5 * time.Millisecond)
@@ -314,11 +393,12 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder
 	}
 	total := int64(len(schedule))
 	waitDone(total / 3)
-	downFrom := time.Now()
-	killStore()
+	downFrom, downUntil := faults.kill()
 	time.Sleep(valkeyDown)
-	downUntil := time.Now() // the server is started (and answers) only after this
-	restartStore()
+	if downUntil.IsZero() {
+		downUntil = time.Now() // the server is started (and answers) only after this
+	}
+	faults.restart()
 	waitDone(2 * total / 3)
 	killedAt := time.Now()
 	gates[0].Kill()
@@ -418,7 +498,7 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder
 		for _, c := range ex {
 			if c.start.After(downFrom.Add(500*time.Millisecond)) && c.start.Before(downUntil) {
 				st.forwardsStoreDown++
-				t.Errorf("pair %s was forwarded at %v, while Valkey was down (%v..%v)", p.id(), c.start, downFrom, downUntil)
+				t.Errorf("pair %s was forwarded at %v, while the store was down or had no primary (%v..%v)", p.id(), c.start, downFrom, downUntil)
 			}
 		}
 		switch vcls {
