@@ -598,6 +598,11 @@ func checkChartValkey(t *testing.T, objs []k8sObj, cc containerConfig, proxyLabe
 			t.Errorf("Valkey requires %q (%s), idemgate sends %q", want, pw, cc.loaded.Store.Valkey.Password)
 		}
 	}
+	envs := map[string]string{}
+	for _, e := range maps(t, "valkey env", c["env"]) {
+		envs[fmt.Sprint(e["name"])] = secretValue(fmt.Sprint(lookup(e, "valueFrom.secretKeyRef.key")))
+	}
+	runValkeyCommand(t, cmd, envs, cc.loaded.Store.Valkey.Password)
 	vct := maps(t, "volumeClaimTemplates", lookup(sts, "spec.volumeClaimTemplates"))
 	if len(vct) != 1 {
 		t.Fatal("Valkey: no volumeClaimTemplate")
