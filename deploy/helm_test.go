@@ -65,6 +65,15 @@ func buildTool(t *testing.T, pkg, name string) string {
 	return bin
 }
 
+// TestMain removes the tools built for this test process.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if toolsBin != "" {
+		os.RemoveAll(toolsBin)
+	}
+	os.Exit(code)
+}
+
 // helmBin returns the pinned Helm binary.
 func helmBin(t *testing.T) string {
 	t.Helper()
