@@ -97,7 +97,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	keys := append([]string{}, envKeys...)
 	for _, k := range []string{"header", "methods", "required", "owner", "allow_global_keys", "fingerprint", "headers", "query", "body",
 		"lease", "retention", "concurrent", "wait_timeout", "replay_statuses", "max_request_bytes", "max_response_bytes",
-		"on_store_error", "on_abandoned", "name", "match", "mode",
+		"on_store_error", "on_abandoned", "name", "match", "mode", "scope",
 		"jwt", "jwks_url", "jwks_file", "issuers", "audiences", "claims"} {
 		keys = append(keys, k)
 	}
@@ -270,6 +270,7 @@ defaults:
 routes:
   - name: orders
     match: /v1/orders
+    scope: orders # other claims than the defaults': owners of one form, kept apart
     jwt:
       jwks_url: https://issuer.example/.well-known/jwks.json
       claims: [sub, tenant]
@@ -326,10 +327,16 @@ func TestValidationErrors(t *testing.T) {
 		{"upstream timeout", "upstream: {url: 'http://x:1', timeout: -1s}\n", "upstream.timeout", "> 0"},
 		{"upstream timeout syntax", "upstream: {url: 'http://x:1', timeout: 60}\n", "upstream.timeout", "not a duration"},
 		{"admin listen", base + "admin: {listen: nowhere}\n", "admin.listen", "host:port"},
-		{"driver", base + "store: {driver: redis}\n", "store.driver", "memory, valkey or bolt"},
+		{"driver", base + "store: {driver: redis}\n", "store.driver", "memory, valkey, bolt or postgres"},
 		{"valkey addrs", base + "store: {driver: valkey}\n", "store.valkey.addrs", "at least one"},
 		{"valkey addr", base + "store: {driver: valkey, valkey: {addrs: [localhost]}}\n", "store.valkey.addrs[0]", "host:port"},
 		{"bolt path", base + "store: {driver: bolt, bolt: {path: ''}}\n", "store.bolt.path", "required"},
+		{"acks replicas", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: -1}}}\n", "store.valkey.acks.replicas", "between 0 (off) and 64"},
+		{"acks replicas type", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: one}}}\n", "store.valkey.acks.replicas", "int"},
+		{"acks timeout zero", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 1, timeout: 0s}}}\n", "store.valkey.acks.timeout", "between 1ms and 1.5s"},
+		{"acks timeout long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {aof_local: true, timeout: 2s}}}\n", "store.valkey.acks.timeout", "between 1ms and 1.5s"},
+		{"acks timeout syntax", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 1, timeout: 500}}}\n", "store.valkey.acks.timeout", "not a duration"},
+		{"acks unknown", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replica: 1}}}\n", "store.valkey.acks.replica", "unknown key"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
@@ -338,6 +345,7 @@ func TestValidationErrors(t *testing.T) {
 		{"shutdown timeout under upstream", base + "server: {shutdown_timeout: 30s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (1m0s)"},
 		{"shutdown timeout equal to upstream", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 20s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (20s)"},
 		{"upstream timeout over shutdown", "upstream: {url: 'http://x:1', timeout: 2m}\nserver: {shutdown_timeout: 90s}\ndefaults: {wait_timeout: 10s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (2m0s)"},
+		{"shutdown timeout without the store margin", "upstream: {url: 'http://x:1', timeout: 4s}\nserver: {shutdown_timeout: 4500ms}\ndefaults: {wait_timeout: 4s}\n", "server.shutdown_timeout", "must exceed upstream.timeout (4s) by at least 5s"},
 		{"route name syntax", base + "routes: [{name: Orders, match: /a}]\n", "routes[0].name", "^[a-z0-9-]+$"},
 		{"route name missing", base + "routes: [{match: /a}]\n", "routes[0].name", "required"},
 		{"route name reserved", base + "routes: [{name: default, match: /a}]\n", "routes[0].name", "reserved"},
@@ -526,7 +534,7 @@ func TestShutdownTimeoutDefault(t *testing.T) {
 		{"upstream timeout in the file", "upstream: {url: 'http://x:1', timeout: 2m}\n", nil, nil, 2*time.Minute + ShutdownMargin},
 		{"upstream timeout from the environment", base, []string{"IDEMGATE_UPSTREAM_TIMEOUT=15s"}, nil, 15*time.Second + ShutdownMargin},
 		{"upstream timeout overridden", base, nil, map[string]string{"upstream.timeout": "12s"}, 12*time.Second + ShutdownMargin},
-		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 21s}\n", nil, nil, 21 * time.Second},
+		{"set in the file", "upstream: {url: 'http://x:1', timeout: 20s}\nserver: {shutdown_timeout: 25s}\n", nil, nil, 25 * time.Second},
 		{"no limit", base + "server: {shutdown_timeout: 0s}\n", nil, nil, 0},
 	}
 	for _, tt := range tests {
@@ -622,4 +630,22 @@ func TestOverrides(t *testing.T) {
 	if err != nil || pc.Log.Level != "error" || len(ov) != 1 {
 		t.Errorf("Parse with overrides: %v %v %v", pc, err, ov)
 	}
+}
+
+func TestValkeyAcks(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.Acks != (AcksConfig{Timeout: 500 * time.Millisecond}) || c.Store.Valkey.Acks.On() {
+		t.Fatalf("default acks = %+v, want off with timeout 500ms", c.Store.Valkey.Acks)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 2, aof_local: true, timeout: 250ms}}}\n")
+	if c.Store.Valkey.Acks != (AcksConfig{Replicas: 2, AOFLocal: true, Timeout: 250 * time.Millisecond}) {
+		t.Fatalf("acks = %+v", c.Store.Valkey.Acks)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n",
+		"IDEMGATE_STORE_VALKEY_ACKS_REPLICAS=1", "IDEMGATE_STORE_VALKEY_ACKS_AOF_LOCAL=true", "IDEMGATE_STORE_VALKEY_ACKS_TIMEOUT=1s")
+	if c.Store.Valkey.Acks != (AcksConfig{Replicas: 1, AOFLocal: true, Timeout: time.Second}) {
+		t.Fatalf("acks from the environment = %+v", c.Store.Valkey.Acks)
+	}
+	// Off, the timeout is not checked.
+	mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {timeout: 0s}}}\n")
 }

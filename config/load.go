@@ -32,7 +32,9 @@ var envKeys = []string{
 	"store.driver",
 	"store.valkey.addrs", "store.valkey.username", "store.valkey.password",
 	"store.valkey.tls", "store.valkey.key_prefix", "store.valkey.sentinel_master",
+	"store.valkey.acks.replicas", "store.valkey.acks.aof_local", "store.valkey.acks.timeout",
 	"store.bolt.path", "store.v1_lookup",
+	"store.postgres.dsn", "store.postgres.table", "store.postgres.max_conns",
 	"log.format", "log.level",
 	"server.read_header_timeout", "server.read_timeout", "server.write_timeout",
 	"server.idle_timeout", "server.shutdown_timeout", "server.max_header_bytes",
@@ -287,10 +289,20 @@ type rawConfig struct {
 			TLS            *bool     `mapstructure:"tls"`
 			KeyPrefix      *string   `mapstructure:"key_prefix"`
 			SentinelMaster *string   `mapstructure:"sentinel_master"`
+			Acks           struct {
+				Replicas *int    `mapstructure:"replicas"`
+				AOFLocal *bool   `mapstructure:"aof_local"`
+				Timeout  *string `mapstructure:"timeout"`
+			} `mapstructure:"acks"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`
 		} `mapstructure:"bolt"`
+		Postgres struct {
+			DSN      *string `mapstructure:"dsn"`
+			Table    *string `mapstructure:"table"`
+			MaxConns *int    `mapstructure:"max_conns"`
+		} `mapstructure:"postgres"`
 		V1Lookup *bool `mapstructure:"v1_lookup"`
 	} `mapstructure:"store"`
 	Log struct {
@@ -435,7 +447,19 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.str(&c.Store.Valkey.KeyPrefix, raw.Store.Valkey.KeyPrefix)
 	b.str(&c.Store.Valkey.SentinelMaster, raw.Store.Valkey.SentinelMaster)
+	if n := raw.Store.Valkey.Acks.Replicas; n != nil {
+		c.Store.Valkey.Acks.Replicas = *n
+	}
+	if a := raw.Store.Valkey.Acks.AOFLocal; a != nil {
+		c.Store.Valkey.Acks.AOFLocal = *a
+	}
+	b.duration("store.valkey.acks.timeout", &c.Store.Valkey.Acks.Timeout, raw.Store.Valkey.Acks.Timeout)
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
+	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
+	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)
+	if n := raw.Store.Postgres.MaxConns; n != nil {
+		c.Store.Postgres.MaxConns = *n
+	}
 	if v := raw.Store.V1Lookup; v != nil {
 		c.Store.V1Lookup = *v
 	}

@@ -17,16 +17,19 @@ type metric struct {
 
 // idemgateMetrics is the metric list the dashboard may use.
 var idemgateMetrics = map[string]metric{
-	"idemgate_requests_total":                   {labels: []string{"route", "outcome"}},
-	"idemgate_upstream_duration_seconds":        {histogram: true, labels: []string{"route"}},
-	"idemgate_store_operation_duration_seconds": {histogram: true, labels: []string{"operation", "result"}},
-	"idemgate_claims_in_flight":                 {},
-	"idemgate_waiters":                          {},
-	"idemgate_lease_takeovers_total":            {labels: []string{"route"}},
-	"idemgate_heartbeat_failures_total":         {labels: []string{"route"}},
-	"idemgate_stored_response_size_bytes":       {histogram: true, labels: []string{"route"}},
-	"idemgate_config_reloads_total":             {labels: []string{"result"}},
-	"idemgate_build_info":                       {labels: []string{"version", "goversion"}},
+	"idemgate_requests_total":                      {labels: []string{"route", "outcome"}},
+	"idemgate_upstream_duration_seconds":           {histogram: true, labels: []string{"route"}},
+	"idemgate_store_operation_duration_seconds":    {histogram: true, labels: []string{"operation", "result"}},
+	"idemgate_claims_in_flight":                    {},
+	"idemgate_waiters":                             {},
+	"idemgate_lease_takeovers_total":               {labels: []string{"route"}},
+	"idemgate_heartbeat_failures_total":            {labels: []string{"route"}},
+	"idemgate_stored_response_size_bytes":          {histogram: true, labels: []string{"route"}},
+	"idemgate_config_reloads_total":                {labels: []string{"result"}},
+	"idemgate_build_info":                          {labels: []string{"version", "goversion"}},
+	"idemgate_store_up":                            {},
+	"idemgate_store_ack_duration_seconds":          {histogram: true, labels: []string{"operation"}},
+	"idemgate_store_writes_not_acknowledged_total": {labels: []string{"operation"}},
 }
 
 // labelValues are the closed value sets of labels, per metric family and

@@ -172,7 +172,12 @@ func one(t *testing.T, objs []k8sObj, kind string) map[string]any {
 }
 
 // secretValue is what the test pretends the referenced Secret holds.
-func secretValue(key string) string { return "test-secret-" + key }
+func secretValue(key string) string {
+	if key == "postgres-dsn" {
+		return "postgres://idemgate:test-secret@db.payments.svc:5432/idemgate?sslmode=require"
+	}
+	return "test-secret-" + key
+}
 
 // allOn turns every switch of the chart on.
 func allOn() chartValues {
@@ -713,25 +718,35 @@ func TestHelmChartRefuses(t *testing.T) {
 	}
 }
 
-// TestHelmChartPostgres checks the Postgres DSN is wired from the Secret
-// when the store driver is postgres. config.Load of this branch does not
-// know the postgres driver yet (another branch adds it), so only the
-// wiring is checked here; the chart passes the config through unchanged.
+// TestHelmChartPostgres checks the Postgres store: with driver postgres the
+// DSN comes from the Secret (IDEMGATE_STORE_POSTGRES_DSN) and no Valkey
+// password is wired, and config.Load runs the rendered config with it.
 func TestHelmChartPostgres(t *testing.T) {
 	objs := renderChart(t, chartValues{
 		"secrets": map[string]any{"existingSecret": chartSecret},
 		"config":  map[string]any{"store": map[string]any{"driver": "postgres"}},
 	})
 	c := maps(t, "containers", lookup(one(t, objs, "Deployment"), "spec.template.spec.containers"))[0]
-	var names []string
+	var env []string
 	for _, e := range maps(t, "env", c["env"]) {
-		names = append(names, fmt.Sprint(e["name"]))
-		if e["name"] == "IDEMGATE_STORE_POSTGRES_DSN" && lookup(e, "valueFrom.secretKeyRef.key") != "postgres-dsn" {
-			t.Errorf("IDEMGATE_STORE_POSTGRES_DSN from %v", lookup(e, "valueFrom.secretKeyRef"))
+		if key := lookup(e, "valueFrom.secretKeyRef.key"); key != nil {
+			env = append(env, fmt.Sprint(e["name"], "=", secretValue(fmt.Sprint(key))))
 		}
 	}
-	if !slices.Contains(names, "IDEMGATE_STORE_POSTGRES_DSN") || slices.Contains(names, "IDEMGATE_STORE_VALKEY_PASSWORD") {
-		t.Errorf("env %v: want IDEMGATE_STORE_POSTGRES_DSN and no Valkey password with driver postgres", names)
+	if envValue(env, "IDEMGATE_STORE_POSTGRES_DSN") == "" || envValue(env, "IDEMGATE_STORE_VALKEY_PASSWORD") != "" {
+		t.Errorf("env %v: want IDEMGATE_STORE_POSTGRES_DSN and no Valkey password with driver postgres", env)
 	}
-	t.Log("postgres: env wiring checked; config.Load does not know store.driver postgres on this branch yet")
+	var raw string
+	for _, cm := range find(objs, "ConfigMap") {
+		raw, _ = lookup(cm, "data").(map[string]any)["config.yaml"].(string)
+	}
+	cc := newContainerConfig(t, "chart ConfigMap (postgres)", []byte(raw), env)
+	if cc.loaded.Store.Driver != config.DriverPostgres || cc.loaded.Store.Postgres.DSN != envValue(env, "IDEMGATE_STORE_POSTGRES_DSN") {
+		t.Errorf("loaded store %q with DSN %q; want postgres with the Secret's DSN", cc.loaded.Store.Driver, cc.loaded.Store.Postgres.DSN)
+	}
+	// (checkEnvName loads with one variable at a time, which a postgres
+	// config without its DSN cannot: the loaded values prove both names.)
+	if cc.loaded.Admin.Token != envValue(env, "IDEMGATE_ADMIN_TOKEN") || cc.loaded.Admin.Token == "" {
+		t.Errorf("loaded admin token %q, env gives %q", cc.loaded.Admin.Token, envValue(env, "IDEMGATE_ADMIN_TOKEN"))
+	}
 }

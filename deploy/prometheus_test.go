@@ -161,14 +161,14 @@ scrape_configs:
 }
 
 // startValkeyPlain runs a throw-away valkey-server on a free loopback port
-// and returns its port and a function that kills it (also run in
+// (extra arguments appended) and returns its port and a function that kills it (also run in
 // t.Cleanup).
-func startValkeyPlain(t *testing.T) (int, func()) {
+func startValkeyPlain(t *testing.T, extra ...string) (int, func()) {
 	t.Helper()
 	server, _ := needValkey(t)
 	port := freePort(t)
-	p := start(t, nil, server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir(),
-		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	p := start(t, nil, server, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir(),
+		"--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)...)
 	if err := waitListening(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second); err != nil {
 		t.Fatalf("valkey-server: %v\n%s", err, p.out.String())
 	}
@@ -248,6 +248,9 @@ store:
   driver: valkey
   valkey:
     addrs: ["127.0.0.1:%d"]
+    acks:
+      replicas: 1
+      timeout: 200ms
 server:
   shutdown_timeout: 15s
 log:
@@ -287,11 +290,15 @@ routes:
 // forwards after the store is killed), and asserts through Prometheus' HTTP
 // API that every PromQL expression of the dashboard returns data, every
 // series the rules select exists, every rule evaluates without error, and
-// the event alerts fire with the expected labels.
+// the event alerts fire (and the store alert is pending) with the expected
+// labels.
 func TestPrometheusScrapesIdemgate(t *testing.T) {
 	needPrometheus(t)
 	bin := buildLikeDockerfile(t, "./cmd/idemgate", "v0.0.0-promtest", t.TempDir())
 	vkPort, killValkey := startValkeyPlain(t)
+	// A replica, so claims, extends and completions wait for its
+	// acknowledgement (store.valkey.acks) and the ack metrics exist.
+	_, killReplica := startValkeyPlain(t, "--replicaof", "127.0.0.1", strconv.Itoa(vkPort))
 	up := &countingUpstream{arrived: make(chan string, 16)}
 	api := httptest.NewServer(up)
 	t.Cleanup(api.Close)
@@ -466,9 +473,10 @@ func TestPrometheusScrapesIdemgate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The store dies while a call runs: its lease extensions fail; then
-	// keyed requests fail closed (503), a fail_open route forwards, and
-	// readiness pings fail.
+	// While a call runs, the replica dies (its extensions are not
+	// acknowledged), then the store: the extensions fail. Then keyed
+	// requests fail closed (503), a fail_open route forwards, and readiness
+	// fails.
 	drain()
 	wg.Add(1)
 	go func() {
@@ -476,6 +484,8 @@ func TestPrometheusScrapesIdemgate(t *testing.T) {
 		do(http.MethodPost, "http://"+a.proxy+"/v1/hang", "h-heartbeat", `{}`)
 	}()
 	awaitUpstream("/v1/hang")
+	killReplica()
+	time.Sleep(time.Second)
 	killValkey()
 	wg.Wait()
 	expect("keyed request without a store", do(http.MethodPost, "http://"+a.proxy+"/v1/orders", "k-down", `{}`), 503)
@@ -548,11 +558,15 @@ func TestPrometheusScrapesIdemgate(t *testing.T) {
 	}
 
 	// The rules loaded and evaluate cleanly; the event alerts fire.
+	// Alerts without `for:` fire; those with one are pending (their `for`
+	// is minutes long).
 	want := map[string]map[string]string{
-		"IdemgateLeaseTakeovers":     {"route": "takeover"},
-		"IdemgateHeartbeatFailures":  {"route": "takeover", "instance": a.admin},
-		"IdemgateFailOpen":           {"route": "open"},
-		"IdemgateConfigReloadFailed": {"instance": a.admin},
+		"IdemgateLeaseTakeovers":             {"route": "takeover", "state": "firing"},
+		"IdemgateHeartbeatFailures":          {"route": "takeover", "instance": a.admin, "state": "firing"},
+		"IdemgateFailOpen":                   {"route": "open", "state": "firing"},
+		"IdemgateConfigReloadFailed":         {"instance": a.admin, "state": "firing"},
+		"IdemgateStoreWritesNotAcknowledged": {"instance": a.admin, "state": "firing"},
+		"IdemgateStoreUnreachable":           {"instance": a.admin, "state": "pending"},
 	}
 	waitFor("the event alerts fire", 30*time.Second, func() error {
 		var groups struct {
@@ -587,18 +601,18 @@ func TestPrometheusScrapesIdemgate(t *testing.T) {
 					Labels map[string]string `json:"labels"`
 					State  string            `json:"state"`
 				}) bool {
-					if a.State != "firing" || a.Labels["job"] != "idemgate" || a.Labels["severity"] == "" {
+					if a.State != labels["state"] || a.Labels["job"] != "idemgate" || a.Labels["severity"] == "" {
 						return false
 					}
 					for k, v := range labels {
-						if a.Labels[k] != v {
+						if k != "state" && a.Labels[k] != v {
 							return false
 						}
 					}
 					return true
 				})
 				if !firing {
-					problems = append(problems, fmt.Sprintf("%s not firing with %v: %+v", r.Name, labels, r.Alerts))
+					problems = append(problems, fmt.Sprintf("%s not in the state and with the labels %v: %+v", r.Name, labels, r.Alerts))
 				}
 			}
 		}

@@ -27,6 +27,15 @@ const adminToken = "fault-suite-admin-token"
 // tests can reach settings gateConfig has no field for.
 func startGateWith(t *testing.T, c gateConfig, edit func(string) string) *Gate {
 	t.Helper()
+	return startGateArgs(t, c, edit, "--wait-store", "10s")
+}
+
+// startGateArgs is startGateWith with the serve flags after --config FILE
+// given by the caller (startGateWith passes --wait-store 10s, so the gate
+// listens once its store is connected; without it the gate listens at
+// once and connects in the background).
+func startGateArgs(t *testing.T, c gateConfig, edit func(string) string, flags ...string) *Gate {
+	t.Helper()
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
@@ -38,7 +47,7 @@ func startGateWith(t *testing.T, c gateConfig, edit func(string) string) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+		args: append([]string{"serve", "--config", path}, flags...), logs: &lockedBuffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -610,7 +610,8 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 
 	free := v.Fill(t)
 	defer free()
-	// The holder's heartbeat is refused from now on: its 1 s lease ends.
+	// Claims and completions are refused from now on (the heartbeat still
+	// runs: extend.lua declares allow-oom); let more than the 1 s lease pass.
 	time.Sleep(1500 * time.Millisecond)
 	totalBefore := up.Total()
 
@@ -665,5 +666,43 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 		if n := up.Calls("alice", key); n != want {
 			t.Errorf("upstream executed key %s %d times, want %d", key, n, want)
 		}
+	}
+}
+
+// Scenario 8b (adversarial finding F4 of issue 10): Valkey stays full for
+// longer than the lease of a call in flight, and the duplicate arrives at an
+// instance that sent nothing during the outage, the moment memory is freed.
+// That instance has no reason to hold takeovers back, so the holder's lease
+// itself must still be alive: its heartbeat (extend.lua, allow-oom) runs on
+// a full Valkey. The duplicate waits and gets the replay; the operation runs
+// once.
+func TestFaultValkeyFullLongerThanLeaseNoTakeover(t *testing.T) {
+	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	up := startUpstream(t)
+	entered := make(chan struct{}, 8)
+	up.Set(nil, 3*time.Second, entered)
+	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, UpTimeout: "10s",
+		Routes: ordersRoute("lease: 1s", "wait_timeout: 10s")}
+	a := startGate(t, c)
+	first := make(chan Answer, 1)
+	go func() { first <- postTimeout(30*time.Second, a.URL+"/v1/orders", "alice", "oom-1", "{}") }()
+	waitEntered(t, entered, 10*time.Second)
+	free := v.Fill(t)
+	defer free()
+	// B starts during the outage and sends nothing until memory is freed.
+	b := startGate(t, c)
+	orig := <-first // answered at once; its Complete is refused and retried in the background
+	if orig.Status != 201 {
+		t.Fatalf("the original request: %v", orig)
+	}
+	time.Sleep(1500 * time.Millisecond) // more than the lease, still full
+	up.Set(nil, 0, entered)
+	free()
+	dup := postTimeout(30*time.Second, b.URL+"/v1/orders", "alice", "oom-1", "{}")
+	if dup.Status != 201 || !dup.replayed() || !bytes.Equal(dup.Body, orig.Body) {
+		t.Errorf("duplicate on B right after memory was freed: %v, want a replay of %s", dup, orig.Body)
+	}
+	if n := up.Calls("alice", "oom-1"); n != 1 {
+		t.Fatalf("upstream executed oom-1 %d times, want 1: the claim was taken over", n)
 	}
 }

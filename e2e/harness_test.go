@@ -76,7 +76,8 @@ func (l *lockedBuffer) String() string {
 // fragments indented as under their keys.
 type gateConfig struct {
 	Upstream    string
-	ValkeyAddrs []string // empty: memory store
+	ValkeyAddrs []string // empty: memory store (or Postgres when PostgresDSN is set)
+	PostgresDSN string   // set: the postgres store on this database
 	Defaults    string   // extra lines under defaults:, each "  key: value"
 	Routes      string   // lines under routes:
 	AdminToken  string
@@ -94,6 +95,8 @@ func (c gateConfig) yaml(listen, adminListen string) string {
 	fmt.Fprintf(&b, "admin:\n  listen: %q\n  token: %q\n", adminListen, c.AdminToken)
 	if len(c.ValkeyAddrs) > 0 {
 		fmt.Fprintf(&b, "store:\n  driver: valkey\n  valkey:\n    addrs: [%s]\n", quoteJoin(c.ValkeyAddrs))
+	} else if c.PostgresDSN != "" {
+		fmt.Fprintf(&b, "store:\n  driver: postgres\n  postgres:\n    dsn: %q\n", c.PostgresDSN)
 	} else {
 		b.WriteString("store:\n  driver: memory\n")
 	}
@@ -126,7 +129,7 @@ func startGate(t *testing.T, c gateConfig) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &lockedBuffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

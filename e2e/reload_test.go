@@ -42,7 +42,7 @@ routes:
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path, "--upstream", up.URL, "--listen", listen}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--upstream", up.URL, "--listen", listen, "--wait-store", "10s"}, logs: &lockedBuffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

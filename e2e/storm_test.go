@@ -109,7 +109,7 @@ func TestStorm(t *testing.T) {
 	}
 	for _, mode := range []string{"takeover", "reject"} {
 		t.Run("on_abandoned="+mode, func(t *testing.T) {
-			st := runStorm(t, requests, pairs, mode)
+			st := runStorm(t, requests, pairs, mode, valkeyStorm)
 			t.Logf("storm on_abandoned=%s: scheduled %d, sent %d (with client retries), pairs %d", mode, st.scheduled, st.sent, st.pairs)
 			t.Logf("answers by class: %v", sortedCounts(st.byClass))
 			t.Logf("pairs whose first execution completed: %d, duplicate executions among them: %d", st.cleanPairs, st.dupClean)
@@ -161,7 +161,19 @@ func retryable(class string) bool {
 	return false
 }
 
-func runStorm(t *testing.T, requests, npairs int, onAbandoned string) stormStats {
+// stormStore starts the store the storm runs on, durable across a crash,
+// and returns the gate config pointing at it, a crash (kill -9) and a
+// restart.
+type stormStore func(t *testing.T, c gateConfig) (_ gateConfig, kill, restart func())
+
+// valkeyStorm is Valkey with AOF and appendfsync always.
+func valkeyStorm(t *testing.T, c gateConfig) (gateConfig, func(), func()) {
+	v := valkeytest.Start(t, valkeytest.WithAOF())
+	c.ValkeyAddrs = []string{v.Addr()}
+	return c, v.Kill, v.Restart
+}
+
+func runStorm(t *testing.T, requests, npairs int, onAbandoned string, storeUnder stormStore) stormStats {
 	const (
 		workers     = 64
 		maxAttempts = 12
@@ -209,10 +221,9 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string) stormStats
 		schedule = append(schedule[:at], append([]item{{pair: p, gate: rng.IntN(2)}}, schedule[at:]...)...)
 	}
 
-	v := valkeytest.Start(t, valkeytest.WithAOF())
 	up := startStormUpstream(t)
-	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, UpTimeout: "10s",
-		Routes: ordersRoute(fmt.Sprintf("lease: %s", lease), "wait_timeout: 5s", "on_abandoned: "+onAbandoned)}
+	c, killStore, restartStore := storeUnder(t, gateConfig{Upstream: up.URL, UpTimeout: "10s",
+		Routes: ordersRoute(fmt.Sprintf("lease: %s", lease), "wait_timeout: 5s", "on_abandoned: "+onAbandoned)})
 	gates := []*Gate{startGate(t, c), startGate(t, c)}
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
 	t.Cleanup(client.CloseIdleConnections)
@@ -304,10 +315,10 @@ func runStorm(t *testing.T, requests, npairs int, onAbandoned string) stormStats
 	total := int64(len(schedule))
 	waitDone(total / 3)
 	downFrom := time.Now()
-	v.Kill()
+	killStore()
 	time.Sleep(valkeyDown)
 	downUntil := time.Now() // the server is started (and answers) only after this
-	v.Restart()
+	restartStore()
 	waitDone(2 * total / 3)
 	killedAt := time.Now()
 	gates[0].Kill()

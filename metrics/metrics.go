@@ -52,6 +52,9 @@ type Metrics struct {
 	takeovers         *prometheus.CounterVec
 	heartbeatFailures *prometheus.CounterVec
 	storedBytes       *prometheus.HistogramVec
+	ackDuration       *prometheus.HistogramVec
+	notAcknowledged   *prometheus.CounterVec
+	storeUp           prometheus.Gauge
 }
 
 // New creates the collectors and registers them, with idemgate_build_info
@@ -94,6 +97,19 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Help:    "Size in bytes of response bodies stored for replay.",
 			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
 		}, []string{"route"}),
+		ackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_store_ack_duration_seconds",
+			Help:    "Round trip in seconds of store writes that waited for replica acknowledgements (the script and its WAIT together), by operation.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 1.5, 2},
+		}, []string{"operation"}),
+		notAcknowledged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_store_writes_not_acknowledged_total",
+			Help: "Store writes that the required replicas did not acknowledge in time, by operation.",
+		}, []string{"operation"}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_store_up",
+			Help: "1 while the store is connected and answers, 0 while it is not (yet).",
+		}),
 	}
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemgate_build_info",
@@ -101,7 +117,7 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, info} {
+		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -163,6 +179,32 @@ func (m *Metrics) StoredResponse(route string, bytes int) {
 		return
 	}
 	m.storedBytes.WithLabelValues(route).Observe(float64(bytes))
+}
+
+// StoreAck observes one store write of operation ("claim", "extend",
+// "complete") that waited for replica acknowledgements: took is the round
+// trip of the script and its WAIT, acknowledged whether they came in time
+// (if not, idemgate_store_writes_not_acknowledged_total counts it).
+func (m *Metrics) StoreAck(operation string, took time.Duration, acknowledged bool) {
+	if m == nil {
+		return
+	}
+	m.ackDuration.WithLabelValues(operation).Observe(took.Seconds())
+	if !acknowledged {
+		m.notAcknowledged.WithLabelValues(operation).Inc()
+	}
+}
+
+// StoreUp sets idemgate_store_up: 1 when up, else 0.
+func (m *Metrics) StoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.storeUp.Set(v)
 }
 
 func (m *Metrics) storeOp(op string, start time.Time, err error) {

@@ -77,6 +77,8 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.Request("r", metrics.OutcomeForwarded)
 	m.Upstream("r", time.Second)
 	m.Waiters(1)
+	m.StoreAck("claim", time.Millisecond, false)
+	m.StoreUp(true)
 	if s := metrics.InstrumentStore(memory.New(), nil); s == nil {
 		t.Fatal("InstrumentStore(nil metrics) must return the store")
 	}
@@ -124,5 +126,36 @@ func TestInstrumentedStoreTimesOperations(t *testing.T) {
 		if !found {
 			t.Errorf("no observation for operation=%s result=%s", c.op, c.result)
 		}
+	}
+}
+
+func TestStoreAckAndStoreUp(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.StoreAck("claim", 2*time.Millisecond, true)
+	m.StoreAck("claim", 500*time.Millisecond, false)
+	m.StoreAck("complete", 500*time.Millisecond, false)
+	m.StoreUp(true)
+	want := `
+# HELP idemgate_store_up 1 while the store is connected and answers, 0 while it is not (yet).
+# TYPE idemgate_store_up gauge
+idemgate_store_up 1
+# HELP idemgate_store_writes_not_acknowledged_total Store writes that the required replicas did not acknowledge in time, by operation.
+# TYPE idemgate_store_writes_not_acknowledged_total counter
+idemgate_store_writes_not_acknowledged_total{operation="claim"} 1
+idemgate_store_writes_not_acknowledged_total{operation="complete"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemgate_store_up", "idemgate_store_writes_not_acknowledged_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "idemgate_store_ack_duration_seconds"); n != 2 {
+		t.Fatalf("ack duration series = %d, want 2 (claim, complete)", n)
+	}
+	m.StoreUp(false)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP idemgate_store_up 1 while the store is connected and answers, 0 while it is not (yet).\n# TYPE idemgate_store_up gauge\nidemgate_store_up 0\n"), "idemgate_store_up"); err != nil {
+		t.Fatal(err)
 	}
 }

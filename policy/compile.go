@@ -58,7 +58,7 @@ func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 var (
 	routeNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
-	scopeRE     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+	scopeRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9.:-]{0,63}$`)
 )
 
 // New compiles a Policy from the defaults route and the routes in file
@@ -122,11 +122,115 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 			}
 		}
 	}
+	errs = append(errs, checkScopes(p.defaults, p.routes)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	p.compileVariants()
 	return p, nil
+}
+
+// derivedScope is the scope of a route that sets none: its pattern's host
+// (lowercased) for a host pattern, else DefaultScope. The fingerprint does
+// not cover the host, so routes of different hosts must never share records:
+// the same key, owner and request on two hosts would replay one host's
+// response on the other (found by adversarial testing of issue 10).
+func derivedScope(match string) string {
+	if h := patternHost(match); h != "" {
+		return h
+	}
+	return DefaultScope
+}
+
+// patternHost returns the lowercased host of a ServeMux pattern
+// "[METHOD ][HOST]/[PATH]", or "" when it has none.
+func patternHost(pattern string) string {
+	rest := pattern
+	if i := strings.IndexAny(rest, " \t"); i >= 0 {
+		rest = strings.TrimLeft(rest[i:], " \t")
+	}
+	slash := strings.IndexByte(rest, '/')
+	if slash <= 0 {
+		return ""
+	}
+	return strings.ToLower(rest[:slash])
+}
+
+// ownerNamespace names the set of owner values a route's owner source can
+// produce. Sources of different kinds never produce the same value (each
+// kind has its own prefix: h:, sha256:, j:, cert:, or the empty global
+// owner), but two sources of one kind can: header:X-User and
+// header:X-Partner both store "h:42", and jwt owners made of claims that
+// leave out "iss" collide across issuers.
+func ownerNamespace(r *Route) string {
+	switch r.Owner.Kind {
+	case OwnerHeader:
+		return r.Owner.String()
+	case OwnerJWT:
+		if r.JWT == nil {
+			return string(OwnerJWT)
+		}
+		ns := string(OwnerJWT) + " claims " + strings.Join(r.JWT.Claims, ",")
+		if !slices.Contains(r.JWT.Claims, "iss") {
+			iss := slices.Clone(r.JWT.Issuers)
+			slices.Sort(iss)
+			ns += " of issuers " + strings.Join(iss, ",")
+		}
+		return ns
+	}
+	return string(r.Owner.Kind)
+}
+
+// checkScopes enforces what makes sharing records safe: routes that keep
+// records in one scope (store.Identity.Scope) must match the same host, and
+// those whose owners are of one kind must take them from the same source,
+// or one principal's stored response could answer another principal
+// (promise 2) or another host's endpoint. Each problem names the later
+// route and the earlier one it conflicts with.
+func checkScopes(defaults *Route, routes []*Route) []error {
+	type first struct {
+		path, name, host string
+		owners           map[OwnerKind]string // kind -> namespace
+		ownerPath        map[OwnerKind]string
+	}
+	show := func(h string) string {
+		if h == "" {
+			return "any host"
+		}
+		return "host " + h
+	}
+	byScope := map[string]*first{}
+	var errs []error
+	all := append([]*Route{defaults}, routes...)
+	for i, r := range all {
+		path := "defaults"
+		if i > 0 {
+			path = fmt.Sprintf("routes[%d]", i-1)
+		}
+		host, ns := patternHost(r.Match), ownerNamespace(r)
+		f := byScope[r.Scope]
+		if f == nil {
+			byScope[r.Scope] = &first{path: path, name: r.Name, host: host,
+				owners: map[OwnerKind]string{r.Owner.Kind: ns}, ownerPath: map[OwnerKind]string{r.Owner.Kind: path}}
+			continue
+		}
+		if host != f.host {
+			suggest := host
+			if suggest == "" {
+				suggest = r.Name
+			}
+			errs = append(errs, fieldErr(path+".scope", "route %q matches %s but keeps its records in scope %q with %s (%s), which matches %s: the fingerprint does not cover the host, so one key would replay the other host's response; give it a scope of its own (e.g. scope: %s)",
+				r.Name, show(host), r.Scope, f.path, f.name, show(f.host), suggest))
+			continue
+		}
+		if prev, ok := f.owners[r.Owner.Kind]; !ok {
+			f.owners[r.Owner.Kind], f.ownerPath[r.Owner.Kind] = ns, path
+		} else if prev != ns {
+			errs = append(errs, fieldErr(path+".owner", "route %q takes owners from %s but shares scope %q with %s, which takes them from %s: both produce owner values of one form, so two principals could share an owner; give one of them a scope of its own",
+				r.Name, ns, r.Scope, f.ownerPath[r.Owner.Kind], prev))
+		}
+	}
+	return errs
 }
 
 // register adds r's pattern to mux, turning ServeMux's panic on an invalid
@@ -296,9 +400,9 @@ func normalize(r *Route, path string) []error {
 	}
 	r.recipe = r.Fingerprint.Recipe()
 	if r.Scope == "" {
-		r.Scope = DefaultScope
+		r.Scope = derivedScope(r.Match)
 	} else if !scopeRE.MatchString(r.Scope) {
-		bad("scope", "%q must match ^[a-z0-9-]{1,64}$", r.Scope)
+		bad("scope", "%q must match ^[a-z0-9][a-z0-9.:-]{0,63}$", r.Scope)
 	}
 	// The stores keep leases and retentions in whole milliseconds: a shorter
 	// lease fails every Claim, and a shorter retention would become 0,
@@ -484,7 +588,6 @@ func DefaultRoute() Route {
 	return Route{
 		Name:             DefaultRouteName,
 		Mode:             ModeEnforce,
-		Scope:            DefaultScope,
 		Header:           "Idempotency-Key",
 		Methods:          []string{http.MethodPost, http.MethodPatch},
 		Owner:            OwnerSource{Kind: OwnerAuthorization},

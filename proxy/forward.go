@@ -101,7 +101,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 // recorded in the background (completeLater), with a heartbeat again: while
 // the store cannot be reached nobody can take the claim over, and Complete
 // still acts past the lease end as long as nobody has (store contract,
-// rule 3).
+// rule 3). A completion the replicas did not acknowledge
+// (store.ErrNotAcknowledged) takes the same path: the repeated Complete
+// re-confirms it with the same token (rule 3's exception), and completes
+// it for real if a failover lost it meanwhile.
 func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) {
 	ctx, cancel := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
@@ -109,7 +112,8 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
-			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err,
+			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
 		p.completeLater(r, ex, token, resp)
 		return
 	}
@@ -119,9 +123,10 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 }
 
 // logClaimLost logs a Complete that found the record no longer held by its
-// token (taken over, or purged by an operator).
+// token (taken over, or purged by an operator). Records are kept by scope,
+// not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "route", id.Scope, "key_hash", keyHash(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", keyHash(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
@@ -137,8 +142,19 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 
 // heartbeat extends the lease every lease/3 until the returned stop function
 // is called (stop waits for the heartbeat goroutine to end). A slow upstream
-// keeps its claim; a dead proxy's claim ends one lease later.
+// keeps its claim; a dead proxy's claim ends one lease later. It stops by
+// itself when an Extend finds the claim gone.
 func (p *Proxy) heartbeat(ex *exchange, token string) func() {
+	return p.heartbeatWith(ex, token, false)
+}
+
+// heartbeatWith is heartbeat; with keepOnLost it goes on after an Extend
+// that found the record no longer running with token. completeLater needs
+// that: a completion made but not acknowledged leaves the record completed
+// on the primary (Extend answers false), yet a failover may bring back the
+// running record, whose lease must then keep being extended until the
+// repeated Complete lands.
+func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func() {
 	lease := ex.route.Lease
 	interval := lease / 3
 	if interval <= 0 {
@@ -161,6 +177,11 @@ func (p *Proxy) heartbeat(ex *exchange, token string) func() {
 			cancel()
 			if err != nil {
 				p.noteStoreError()
+			}
+			if err == nil && !ok && keepOnLost {
+				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
+					"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+				continue
 			}
 			if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)

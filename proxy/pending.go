@@ -131,7 +131,10 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 	}
 	p.pending.byID[key] = pc
 	p.pending.mu.Unlock()
-	stopHeartbeat := p.heartbeat(ex, token)
+	// Kept even when Extend finds the record completed: a completion that
+	// was not acknowledged may be lost by a failover, which brings back the
+	// running record this heartbeat must keep alive.
+	stopHeartbeat := p.heartbeatWith(ex, token, true)
 	p.pending.wg.Add(1)
 	go func() {
 		defer p.pending.wg.Done()

@@ -65,6 +65,12 @@ type Options struct {
 	// operations completed before an upgrade still replay. Turn it off once
 	// the longest retention has passed since the upgrade.
 	V1Lookup bool
+	// PreviousPolicies, when set, returns the policies in force before the
+	// current one in this process (reload.Reloader.Previous). With V1Lookup
+	// a fresh key also looks for a layout 1 record under the route names
+	// those policies gave the request, so a reload that renames a route
+	// does not hide the records written under its old name.
+	PreviousPolicies func() []*policy.Policy
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -80,6 +86,7 @@ type Proxy struct {
 	m            *metrics.Metrics
 	newToken     func() string
 	v1Lookup     bool
+	previous     func() []*policy.Policy
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -109,6 +116,7 @@ func New(opts Options) (*Proxy, error) {
 		m:            opts.Metrics,
 		newToken:     opts.NewToken,
 		v1Lookup:     opts.V1Lookup,
+		previous:     opts.PreviousPolicies,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -270,6 +278,14 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		})
 		cancel()
 		if err != nil {
+			if errors.Is(err, store.ErrNotAcknowledged) {
+				// The claim may stand on the primary, but a failover may
+				// lose it: it does not count, nothing is forwarded, and it
+				// is released (its lease bounds it if this fails too).
+				p.release(r, ex, token)
+			} else if route.OnStoreError == policy.FailClosed {
+				p.releaseLater(ex, token)
+			}
 			p.storeFailed(w, r, ex, "claim", err)
 			return
 		}
@@ -300,8 +316,8 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			if res.Takeover {
 				p.m.Takeover(route.Name)
 				p.log.Warn("took over an abandoned claim", "route", route.Name, "key_hash", keyHash(ex.id.Key))
-			} else if p.v1Lookup && route.Name != ex.id.Scope {
-				switch p.checkV1(w, r, ex, token, &waitUntil) {
+			} else if names := p.v1Names(r, ex); len(names) > 0 {
+				switch p.checkV1(w, r, ex, token, names, &waitUntil) {
 				case v1Answered:
 					return
 				case v1Retry:
@@ -348,6 +364,34 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			return
 		}
 	}
+}
+
+// releaseLater frees, in the background, a claim whose Claim call failed:
+// the script may still have run (the reply was lost, or a stalled store
+// applied it after the timeout), and nobody would hold that claim, so the
+// client's retry, told to come back in a second, would find it running and
+// wait out a whole lease. Release acts only while the record holds token,
+// so it never frees another request's claim. It tries with backoff until
+// the lease of that claim would have ended anyway.
+func (p *Proxy) releaseLater(ex *exchange, token string) {
+	id, lease := ex.id, ex.route.Lease
+	go func() {
+		deadline := time.Now().Add(lease)
+		backoff := 100 * time.Millisecond
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+			released, err := p.store.Release(ctx, id, token)
+			cancel()
+			if err == nil {
+				if released {
+					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", keyHash(id.Key))
+				}
+				return
+			}
+			time.Sleep(min(backoff, time.Until(deadline)))
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
 }
 
 // Drain makes the proxy start no new enforced upstream calls: a request
@@ -466,7 +510,9 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
 	p.noteStoreError()
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
-	if ex.route.OnStoreError == policy.FailOpen && op == "claim" {
+	if ex.route.OnStoreError == policy.FailOpen && op == "claim" && !p.draining.Load() {
+		// Unprotected by the route's choice, but never a new call during
+		// the drain (see Drain).
 		p.forwardUnprotected(w, r, ex)
 		return
 	}

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -89,5 +90,45 @@ func TestRecordsKeepTheirRecipe(t *testing.T) {
 	}
 	if n := h.up.count("/v1/orders"); n != 1 {
 		t.Fatalf("upstream got %d requests, want still 1", n)
+	}
+}
+
+// TestHostRoutesNeverShareRecords is adversarial finding F1 of issue 10:
+// with every route in one shared scope, tenant b's order on host b.example
+// was answered with tenant a's stored response (same key, owner value and
+// body; the fingerprint does not cover the host). Host routes now keep their
+// records in a scope of their own.
+func TestHostRoutesNeverShareRecords(t *testing.T) {
+	h := newHarness(t, created, func(_ *proxy.Options, _ *policy.Route, routes *[]policy.Route) {
+		a, b := baseRoute(), baseRoute()
+		a.Name, a.Match = "tenant-a", "POST a.example/v1/orders"
+		b.Name, b.Match = "tenant-b", "POST b.example/v1/orders"
+		*routes = append(*routes, a, b)
+	})
+	send := func(host string) result {
+		req, err := http.NewRequest("POST", h.front.URL+"/v1/orders", strings.NewReader(`{"amount":5}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User", "42")
+		req.Header.Set("Idempotency-Key", "order-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return result{resp.StatusCode, resp.Header, string(b)}
+	}
+	if r := send("a.example"); r.status != 201 {
+		t.Fatalf("tenant a: %d %s", r.status, r.body)
+	}
+	if r := send("b.example"); r.status != 201 || r.header.Get(proxy.ReplayedHeader) == "true" {
+		t.Fatalf("tenant b got %d replayed=%q: another host's stored response", r.status, r.header.Get(proxy.ReplayedHeader))
+	}
+	if n := h.up.count("/v1/orders"); n != 2 {
+		t.Fatalf("upstream got %d requests, want 2 (one per host)", n)
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/metrics"
@@ -31,16 +32,26 @@ const (
 // replayed; a different fingerprint is 422; a running one is waited for (or
 // 409) like any running record; an abandoned one is taken over as a
 // layout 2 record would be, by forwarding under the fresh claim.
-func (p *Proxy) checkV1(w http.ResponseWriter, r *http.Request, ex *exchange, token string, waitUntil *time.Time) v1Action {
+func (p *Proxy) checkV1(w http.ResponseWriter, r *http.Request, ex *exchange, token string, names []string, waitUntil *time.Time) v1Action {
 	route := ex.route
-	old := store.Identity{Owner: ex.id.Owner, Scope: route.Name, Key: ex.id.Key}
-	ctx, cancel := p.storeCtx(r.Context())
-	rec, err := p.store.Get(ctx, old)
-	cancel()
-	if err != nil {
-		p.release(r, ex, token)
-		p.storeFailed(w, r, ex, "claim", err)
-		return v1Answered
+	var (
+		old store.Identity
+		rec *store.Record
+	)
+	for _, name := range names {
+		old = store.Identity{Owner: ex.id.Owner, Scope: name, Key: ex.id.Key}
+		ctx, cancel := p.storeCtx(r.Context())
+		var err error
+		rec, err = p.store.Get(ctx, old)
+		cancel()
+		if err != nil {
+			p.release(r, ex, token)
+			p.storeFailed(w, r, ex, "claim", err)
+			return v1Answered
+		}
+		if rec != nil {
+			break
+		}
 	}
 	if rec == nil {
 		return v1Forward
@@ -100,4 +111,30 @@ func (p *Proxy) checkV1(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return v1Forward
 	}
 	return v1Forward
+}
+
+// v1Names returns the scopes under which a layout 1 record of this request
+// may sit: the name of the route that governs it now and the names of the
+// routes that governed it under every earlier policy this process served
+// (Options.PreviousPolicies: a reload that renames a route, removes it or
+// adds a more specific one must not hide the records written under the old
+// name; adversarial finding F2 of issue 10), less the request's own layout
+// 2 scope. Empty when v1 lookups are off.
+func (p *Proxy) v1Names(r *http.Request, ex *exchange) []string {
+	if !p.v1Lookup {
+		return nil
+	}
+	var names []string
+	add := func(name string) {
+		if name != ex.id.Scope && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	add(ex.route.Name)
+	if p.previous != nil {
+		for _, old := range p.previous() {
+			add(old.Decide(r).Route.Name)
+		}
+	}
+	return names
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,8 @@ type Reloader struct {
 	debounce time.Duration
 
 	current atomic.Pointer[policy.Policy]
+	prevMu  sync.Mutex
+	prev    []*policy.Policy // replaced policies, oldest first; see Previous
 	reloads *prometheus.CounterVec
 	running atomic.Bool
 	// watching, when set (tests only), is called once Run's directory watch
@@ -178,7 +181,9 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 		r.log.Error("config reload rejected; keeping the previous policy", "path", r.path, "trigger", trigger, "err", err)
 		return fmt.Errorf("reload %s: %w", r.path, err)
 	}
-	r.current.Store(p)
+	old := r.current.Swap(p)
+	r.remember(old)
+	warnScopeChanges(r.log, old, p)
 	r.reloads.WithLabelValues("success").Inc()
 	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "routes", len(p.Routes()), "sha256", fmt.Sprintf("%x", sum[:8]))
 	return nil
@@ -316,4 +321,50 @@ func (r *Reloader) relevant(ev fsnotify.Event, target string, realPath *string) 
 		return true
 	}
 	return false
+}
+
+// maxPrevious bounds the policies Previous returns.
+const maxPrevious = 16
+
+func (r *Reloader) remember(old *policy.Policy) {
+	if old == nil {
+		return
+	}
+	r.prevMu.Lock()
+	defer r.prevMu.Unlock()
+	r.prev = append(r.prev, old)
+	if len(r.prev) > maxPrevious {
+		r.prev = r.prev[1:]
+	}
+}
+
+// Previous returns the policies this Reloader replaced, oldest first (at
+// most 16). The proxy asks them under which route names a request was
+// governed before, to find the records that builds before layout 2 kept by
+// route name (docs/protocol.md, "Layout versions").
+func (r *Reloader) Previous() []*policy.Policy {
+	r.prevMu.Lock()
+	defer r.prevMu.Unlock()
+	return slices.Clone(r.prev)
+}
+
+// warnScopeChanges logs one warning per route (by name) whose key scope the
+// new policy changes: records are found by owner, scope and key, so the
+// retries of operations recorded under the old scope are not answered from
+// their records and run again. It is not refused: moving a route to its
+// own scope is sometimes the point, but it must never be silent.
+func warnScopeChanges(log *slog.Logger, old, p *policy.Policy) {
+	if old == nil {
+		return
+	}
+	before := map[string]string{}
+	for _, rt := range old.Routes() {
+		before[rt.Name] = rt.Scope
+	}
+	for _, rt := range p.Routes() {
+		if s, ok := before[rt.Name]; ok && s != rt.Scope {
+			log.Warn("route's key scope changed: retries of operations recorded under the old scope are not answered from their records and run again",
+				"route", rt.Name, "old_scope", s, "new_scope", rt.Scope)
+		}
+	}
 }

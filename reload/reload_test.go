@@ -556,3 +556,59 @@ func TestRunLifecycle(t *testing.T) {
 		t.Error("Run on a missing directory succeeded")
 	}
 }
+
+// TestReloadRemembersAndWarnsOfScopeChanges: a reload keeps the replaced
+// policy (Previous, for the proxy's lookup of layout 1 records under old
+// route names) and warns, naming the route, when a route's key scope
+// changes, since the retries of its recorded operations would run again.
+func TestReloadRemembersAndWarnsOfScopeChanges(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "idemgate.yaml")
+	writeFile(t, path, "orders")
+	scope := "default"
+	logs := &syncBuffer{}
+	r, err := New(Options{
+		Path: path,
+		Load: func(path string) (*policy.Policy, error) {
+			p, err := loadNames(path)
+			if err != nil {
+				return nil, err
+			}
+			// Rebuild with the scope of the moment.
+			var routes []policy.Route
+			for _, rt := range p.Routes() {
+				if rt.Name != policy.DefaultRouteName {
+					c := *rt
+					c.Scope = scope
+					routes = append(routes, c)
+				}
+			}
+			return policy.New(baseRoute(), routes)
+		},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Current()
+	if len(r.Previous()) != 0 {
+		t.Fatalf("Previous before any reload = %v", r.Previous())
+	}
+	writeFile(t, path, "create-order")
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if prev := r.Previous(); len(prev) != 1 || prev[0] != first {
+		t.Fatalf("Previous after a rename = %v, want the first policy", prev)
+	}
+	if strings.Contains(logs.String(), "scope changed") {
+		t.Fatalf("a rename that keeps the scope warned:\n%s", logs)
+	}
+	scope = "orders-v2"
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "key scope changed") || !strings.Contains(logs.String(), "route=create-order old_scope=default new_scope=orders-v2") {
+		t.Fatalf("no warning naming the route whose scope changed:\n%s", logs)
+	}
+}

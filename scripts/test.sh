@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Runs every idemgate test: installs valkey-server and Debian's prometheus
-# (promtool and the server the deploy tests run) when missing, then unit,
-# store-contract (standalone and Cluster Valkey), e2e and deploy tests with
-# -race (the deploy tests build Helm and kustomize from deploy/tools), then
-# each fuzz target for a short bounded time.
+# Runs every idemgate test: installs valkey-server, the PostgreSQL server and
+# Debian's prometheus (promtool and the server the deploy tests run) when
+# missing, then unit, store-contract (standalone and Cluster Valkey,
+# PostgreSQL), e2e and deploy tests with -race (the deploy tests build Helm
+# and kustomize from deploy/tools), then each fuzz target for a short bounded
+# time.
 #   FUZZTIME=30s scripts/test.sh    # longer fuzzing
 #   SKIP_FUZZ=1 scripts/test.sh     # tests only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-valkey.sh
+bash scripts/install-postgres.sh
 # promtool and the Prometheus server for the deploy tests (Debian 12's
 # package; where systemd runs it may also start its own service on :9090,
 # which no test uses: they start their own on free loopback ports).

@@ -4,6 +4,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -154,6 +155,18 @@ type Record struct {
 // keeps working).
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrNotAcknowledged wraps a write that the backing server made but that
+// fewer replicas (or, with an AOF requirement, not the primary's disk)
+// acknowledged within the configured time (Valkey store, acks): a failover
+// may still lose it, so it does not count as made. It wraps ErrUnavailable,
+// so errors.Is(err, ErrUnavailable) holds for it and callers that fail
+// closed on ErrUnavailable keep doing so; callers that care tell it apart
+// with errors.Is(err, ErrNotAcknowledged). The write itself may persist on
+// the primary: a Claim answered with it still holds the record until it is
+// released or its lease ends, and a Complete answered with it may be
+// repeated (see the contract, rule 3).
+var ErrNotAcknowledged = fmt.Errorf("%w: write not acknowledged by the required replicas in time", ErrUnavailable)
+
 // MaxRecipeBytes bounds ClaimParams.Recipe, in bytes.
 const MaxRecipeBytes = 1024
 
@@ -188,7 +201,13 @@ const SafetyPoll = time.Second
 //     given token (not after a takeover, not after completion); otherwise they
 //     change nothing and return false. A completed record holds no token.
 //     Complete and Extend act on a running record even past its lease end as
-//     long as nobody has taken it over.
+//     long as nobody has taken it over. One exception, for stores that can
+//     answer ErrNotAcknowledged (Valkey with acks on) only: a Complete
+//     repeating the token that completed the record answers true again and
+//     keeps the first response; it re-confirms the completion (the store
+//     writes a marker, so its acknowledgement covers the completion), which
+//     is how a completion that was not acknowledged, or whose reply was
+//     lost, is retried. Such a store never returns the token in Record.
 //  4. All times come from one clock: the backing server's (Valkey: TIME inside
 //     the script), never the caller's.
 //  5. Failure to reach or use the backing server, or a done context, returns

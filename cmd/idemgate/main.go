@@ -33,6 +33,7 @@ import (
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/bolt"
+	"github.com/idemgate/idemgate/store/lazy"
 	"github.com/idemgate/idemgate/store/memory"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/tracing"
@@ -48,6 +49,7 @@ Usage:
   idemgate serve --upstream URL       run with built-in defaults and the memory store
   idemgate demo                       run an example API on 127.0.0.1:3000 behind idemgate on 127.0.0.1:8080
   idemgate validate --config FILE     check a config file and print every route's effective policy
+  idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
   idemgate version                    print the version
 `
@@ -68,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr, true)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
+	case "migrate":
+		return migrate(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "version", "--version", "-v":
@@ -170,7 +174,11 @@ func healthcheck(args []string, stderr io.Writer) int {
 
 // serveFlags are the command-line overrides of serve and demo.
 type serveFlags struct {
-	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, logFormat, logLevel string
+	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, postgresDSN, logFormat, logLevel string
+	// waitStore > 0 makes serve wait that long for the store before it
+	// listens, and exit 1 when the store is still unreachable (the
+	// behaviour before idemgate started without its store).
+	waitStore time.Duration
 }
 
 func serve(args []string, stderr io.Writer, demo bool) int {
@@ -185,11 +193,13 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.upstream, "upstream", "", "upstream URL (overrides upstream.url)")
 	fs.StringVar(&f.listen, "listen", "", "proxy listen address (overrides listen)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address (overrides admin.listen)")
-	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt (overrides store.driver)")
+	fs.StringVar(&f.storeDriver, "store", "", "store driver: memory | valkey | bolt | postgres (overrides store.driver)")
 	fs.StringVar(&f.valkeyAddrs, "valkey-addrs", "", "comma-separated Valkey addresses (overrides store.valkey.addrs)")
 	fs.StringVar(&f.boltPath, "bolt-path", "", "bolt database file; its directory must exist (overrides store.bolt.path)")
+	fs.StringVar(&f.postgresDSN, "postgres-dsn", "", "Postgres connection URL or key=value string (overrides store.postgres.dsn; IDEMGATE_STORE_POSTGRES_DSN keeps a password off the command line)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
+	fs.DurationVar(&f.waitStore, "wait-store", 0, "wait up to this long for the store before listening and exit 1 if it is still unreachable; 0 (default) listens at once and connects in the background")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -222,7 +232,7 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		defer demoAPI.Close()
 	}
-	if err := runServer(ctx, cfg, f.config, load, log); err != nil {
+	if err := runServer(ctx, cfg, f.config, load, log, f.waitStore); err != nil {
 		log.Error("idemgate stopped", "err", err)
 		return 1
 	}
@@ -240,6 +250,7 @@ func (f serveFlags) overrides() map[string]string {
 		"store.driver":       f.storeDriver,
 		"store.valkey.addrs": f.valkeyAddrs,
 		"store.bolt.path":    f.boltPath,
+		"store.postgres.dsn": f.postgresDSN,
 		"log.format":         f.logFormat,
 		"log.level":          f.logLevel,
 	} {
@@ -295,7 +306,7 @@ func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {
 // openStore builds the configured store driver.
 // onDisruption is called by the store when it may have been unreachable
 // without any request noticing (see proxy.Proxy.NoteStoreFailure).
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisruption func()) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
 	switch cfg.Store.Driver {
 	case config.DriverMemory:
 		log.Warn("using the in-memory store: records are lost on restart and not shared between instances; use store.driver: valkey in production")
@@ -315,7 +326,11 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 			SentinelMaster: v.SentinelMaster,
 			Logger:         log,
 			OnDisruption:   onDisruption,
+			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
+			OnAck:          m.StoreAck,
 		})
+	case config.DriverPostgres:
+		return openPostgres(ctx, cfg.Store.Postgres, log, onDisruption)
 	case config.DriverBolt:
 		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
 		if err != nil {
@@ -332,7 +347,11 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, onDisr
 // listener, serves until ctx ends, then shuts down gracefully (see drain).
 // load is how cfg was loaded; every policy reload of configPath goes
 // through it too.
-func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger) error {
+//
+// The process listens without waiting for its store (see storeConnector)
+// unless waitStore > 0: then it waits that long for the store first and
+// returns an error when it is still unreachable.
+func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger, waitStore time.Duration) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, version)
@@ -352,19 +371,38 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		}
 	}()
 	propagator := tracing.Propagator()
-	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	// The store exists before the proxy it reports disruptions to.
 	var gate atomic.Pointer[proxy.Proxy]
-	st, err := openStore(openCtx, cfg, log, func() {
-		if p := gate.Load(); p != nil {
-			p.NoteStoreFailure()
-		}
-	})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("opening the %s store: %w", cfg.Store.Driver, err)
+	lz := lazy.New(cfg.Store.Driver)
+	defer lz.Close()
+	sc := &storeConnector{
+		open: func(ctx context.Context) (store.Store, error) {
+			return openStore(ctx, cfg, log, m, func() {
+				if p := gate.Load(); p != nil {
+					p.NoteStoreFailure()
+				}
+			})
+		},
+		lazy: lz, driver: cfg.Store.Driver, log: log, m: m,
 	}
-	defer st.Close()
+	m.StoreUp(false)
+	if waitStore > 0 {
+		if err := sc.connect(ctx, waitStore); err != nil {
+			return fmt.Errorf("the %s store is unreachable after --wait-store %v: %w", cfg.Store.Driver, waitStore, err)
+		}
+	}
+	connCtx, stopConnector := context.WithCancel(context.Background())
+	connDone := make(chan struct{})
+	go func() {
+		defer close(connDone)
+		sc.run(connCtx)
+	}()
+	// Deferred after lz.Close, so it runs before it.
+	defer func() {
+		stopConnector()
+		<-connDone
+	}()
+	var st store.Store = lz
 	st = metrics.InstrumentStore(st, m)
 	st = tracing.InstrumentStore(st, tp)
 
@@ -412,6 +450,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		Logger:    log,
 		Metrics:   m,
 		V1Lookup:  cfg.Store.V1Lookup,
+		// Layout 1 records sit under route names of earlier policies too.
+		PreviousPolicies: reloader.Previous,
 	})
 	if err != nil {
 		return err

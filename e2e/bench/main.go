@@ -47,6 +47,9 @@ type options struct {
 	targets          string
 	logLevel         string
 	out              string
+	// acks > 0 gives target D's Valkey one replica per acknowledgement and
+	// runs D with store.valkey.acks.replicas = acks (issue 11).
+	acks int
 }
 
 func main() {
@@ -65,6 +68,7 @@ func main() {
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
 	flag.StringVar(&o.targets, "targets", "ABCD", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
+	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
 	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
@@ -146,7 +150,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		targets = append(targets, &target{id: "B", desc: "bare httputil.ReverseProxy", base: "http://" + bp.addr, proc: bp})
 	}
 	if strings.Contains(o.targets, "C") {
-		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "", o.logLevel)
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "", o.logLevel, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -154,14 +158,23 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	}
 	var vk *proc
 	if strings.Contains(o.targets, "D") {
-		if vk, err = startValkey(ctx, ps); err != nil {
+		if vk, err = startValkey(ctx, ps, "valkey", ""); err != nil {
 			return nil, err
 		}
-		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, vk.addr, o.logLevel)
+		desc := "idemgate, Valkey store"
+		for i := range o.acks {
+			if _, err := startValkey(ctx, ps, fmt.Sprintf("valkey-replica-%d", i), vk.addr); err != nil {
+				return nil, err
+			}
+		}
+		if o.acks > 0 {
+			desc = fmt.Sprintf("idemgate, Valkey store, acks.replicas %d", o.acks)
+		}
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, vk.addr, o.logLevel, o.acks)
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, &target{id: "D", desc: "idemgate, Valkey store", base: g.addr, proc: g})
+		targets = append(targets, &target{id: "D", desc: desc, base: g.addr, proc: g})
 	}
 	if !strings.Contains(o.targets, "A") {
 		targets = targets[1:]
@@ -410,7 +423,7 @@ func runDup(ctx context.Context, o options, t *target, upURL string, vk *proc, r
 
 // startIdemgate writes a config for the benchmark and starts idemgate with
 // the memory store (valkeyAddr "") or Valkey, waiting for /healthz.
-func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr, logLevel string) (*proc, error) {
+func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr, logLevel string, acks int) (*proc, error) {
 	port, err1 := freePort()
 	adminPort, err2 := freePort()
 	if err := errors.Join(err1, err2); err != nil {
@@ -421,6 +434,9 @@ func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr,
 	storeYAML := "store:\n  driver: memory\n"
 	if valkeyAddr != "" {
 		storeYAML = fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", valkeyAddr)
+		if acks > 0 {
+			storeYAML += fmt.Sprintf("    acks: {replicas: %d, timeout: 500ms}\n", acks)
+		}
 	}
 	cfg := fmt.Sprintf(`listen: %q
 upstream:
@@ -447,7 +463,7 @@ defaults:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := ps.start(name, bin, []string{"serve", "--config", path}, false)
+	p, err := ps.start(name, bin, []string{"serve", "--config", path, "--wait-store", "10s"}, false)
 	if err != nil {
 		return nil, err
 	}

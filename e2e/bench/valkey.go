@@ -15,9 +15,11 @@ import (
 // valkeyInstall is printed when valkey-server is missing.
 const valkeyInstall = "valkey-server not found on PATH: install it (Debian 12: apt-get install -t bookworm-backports valkey-server, or scripts/install-valkey.sh)"
 
-// startValkey starts a throwaway valkey-server (no persistence) on a free
-// loopback port and waits until it answers PING.
-func startValkey(ctx context.Context, ps *procs) (*proc, error) {
+// startValkey starts a throwaway valkey-server (no persistence) named name
+// on a free loopback port and waits until it answers PING; with primary
+// set ("host:port") it is a replica of primary, and it waits until the
+// replication link is up.
+func startValkey(ctx context.Context, ps *procs, name, primary string) (*proc, error) {
 	bin, err := exec.LookPath("valkey-server")
 	if err != nil {
 		return nil, fmt.Errorf("%s", valkeyInstall)
@@ -26,18 +28,31 @@ func startValkey(ctx context.Context, ps *procs) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := ps.start("valkey", bin, []string{
+	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", ps.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
-	}, false)
+	}
+	if primary != "" {
+		host, pport, err := net.SplitHostPort(primary)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--replicaof", host, pport, "--dbfilename", name+".rdb")
+	}
+	p, err := ps.start(name, bin, args, false)
 	if err != nil {
 		return nil, err
 	}
 	p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if _, err := valkeyCommand(p.addr, "PING"); err == nil {
+		if _, err := valkeyCommand(p.addr, "PING"); err == nil && primary == "" {
 			return p, nil
+		} else if err == nil {
+			info, ierr := valkeyCommand(p.addr, "INFO", "replication")
+			if ierr == nil && strings.Contains(info, "master_link_status:up") {
+				return p, nil
+			}
 		} else if time.Now().After(deadline) {
 			return nil, fmt.Errorf("valkey-server on %s did not answer PING: %w (log %s)", p.addr, err, p.log)
 		}
@@ -117,7 +132,9 @@ func readCmdStats(addr string) (cmdStats, error) {
 }
 
 // clientCommands are the commands a client sends itself (round trips);
-// every other command in commandstats ran inside a script.
+// every other command in commandstats ran inside a script. WAIT (acks on)
+// is not among them: it travels in one pipeline with its script, so it
+// adds a command and the replica's delay, not a round trip.
 var clientCommands = map[string]bool{
 	"evalsha": true, "evalsha_ro": true, "eval": true, "eval_ro": true, "script": true,
 	"ping": true, "hello": true, "client": true, "subscribe": true,

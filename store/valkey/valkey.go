@@ -98,7 +98,39 @@ type Options struct {
 	// unreachable, even for a process that sent no command meanwhile. The proxy uses it to hold lease takeovers back
 	// after an outage (proxy.Proxy.NoteStoreFailure).
 	OnDisruption func()
+	// Acks, when on, makes every claim, lease extension and completion wait
+	// for replica (and optionally AOF) acknowledgements; see Acks.
+	Acks Acks
+	// OnAck, when set, is called after every write whose acknowledgement
+	// was asked for (Acks on), with the operation ("claim", "extend",
+	// "complete"), the round trip of the script and its WAIT together, and
+	// whether the acknowledgement came in time. It must not block. main
+	// wires it to metrics.Metrics.StoreAck.
+	OnAck func(op string, took time.Duration, acknowledged bool)
 }
+
+// Acks asks the primary to confirm that a write reached its replicas
+// before the write counts: WAIT Replicas Timeout (or WAITAOF 1 Replicas
+// Timeout with AOFLocal), sent right after the script, in one pipeline on
+// the same dedicated connection, because WAIT counts the acknowledgements
+// of its own connection's writes only. The zero value is off.
+type Acks struct {
+	// Replicas is how many replicas must acknowledge each claim, extension
+	// and completion; 0 asks none (acks off unless AOFLocal).
+	Replicas int
+	// AOFLocal also requires the write to be fsynced to the primary's
+	// append-only file (WAITAOF 1 Replicas Timeout); WAITAOF then counts
+	// only the replicas that fsynced it to their own AOF. Primary and
+	// replicas must run with appendonly yes, else every write fails closed.
+	AOFLocal bool
+	// Timeout is the longest the primary waits for the acknowledgements;
+	// at least 1 ms when acks are on. A write not acknowledged by then
+	// fails with store.ErrNotAcknowledged.
+	Timeout time.Duration
+}
+
+// On reports whether any acknowledgement is asked for.
+func (a Acks) On() bool { return a.Replicas > 0 || a.AOFLocal }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
 // and one subscription to the events channel, dispatched to in-process
@@ -117,6 +149,12 @@ type Store struct {
 	onDisruption func()
 
 	claim, complete, release, extend, del, get *valkey.Lua
+
+	acks  Acks
+	onAck func(op string, took time.Duration, acknowledged bool)
+	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
+	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
+	claimSrc, completeSrc, extendSrc script
 
 	watchers watch.Set[string] // by record key
 
@@ -142,6 +180,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.ConnTimeout <= 0 {
 		opts.ConnTimeout = DefaultConnTimeout
+	}
+	if opts.Acks.Replicas < 0 {
+		return nil, fmt.Errorf("valkey store: Options.Acks.Replicas %d must be >= 0", opts.Acks.Replicas)
+	}
+	if opts.Acks.On() && opts.Acks.Timeout < time.Millisecond {
+		return nil, fmt.Errorf("valkey store: Options.Acks.Timeout %v must be >= 1ms when acks are on", opts.Acks.Timeout)
 	}
 	log := opts.Logger
 	if log == nil {
@@ -191,6 +235,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		del:      valkey.NewLuaScript(deleteLua),
 		get:      valkey.NewLuaScriptReadOnly(getLua),
 		subDone:  make(chan struct{}),
+
+		acks:        opts.Acks,
+		onAck:       opts.OnAck,
+		claimSrc:    newScript(claimLua),
+		completeSrc: newScript(completeLua),
+		extendSrc:   newScript(extendLua),
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
@@ -305,9 +355,28 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if p.NoTakeover {
 		noTakeover = "1"
 	}
-	res, _, err := s.exec(ctx, "claim", s.claim, p.Identity,
-		p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
-		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe)
+	args := []string{p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
+		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe}
+	if s.acks.On() {
+		w, err := s.writeAcked(ctx, "claim", s.claimSrc, p.Identity, args)
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		out, err := parseClaim(w.res)
+		if err != nil {
+			return store.ClaimResult{}, unavailable("claim", err)
+		}
+		// Only a claim wrote the record; any other answer reads what is
+		// there and needs no acknowledgement (a replay reads a completion
+		// whose own writer waits for its acknowledgement).
+		if out.State == store.Claimed {
+			if err := s.acked("claim", w); err != nil {
+				return store.ClaimResult{}, err
+			}
+		}
+		return out, nil
+	}
+	res, _, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -412,8 +481,14 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	if resp.Omitted {
 		omitted = "1"
 	}
-	return s.boolOp(ctx, "complete", s.complete, id, true,
-		token, strconv.Itoa(resp.Status), string(EncodeHeader(resp.Header)), string(resp.Body), omitted, s.channel)
+	args := []string{token, strconv.Itoa(resp.Status), string(EncodeHeader(resp.Header)), string(resp.Body), omitted, s.channel}
+	if s.acks.On() {
+		// "1": a repeat by the completing token re-confirms the record
+		// (store contract, rule 3), so a completion that was not
+		// acknowledged can be retried and its WAIT then means something.
+		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+	}
+	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
 }
 
 // Release implements store.Store with release.lua. Errors wrap
@@ -427,6 +502,9 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
 	if lease < time.Millisecond {
 		return false, fmt.Errorf("valkey store: extend: lease %v must be >= 1ms", lease)
+	}
+	if s.acks.On() {
+		return s.boolOpAcked(ctx, "extend", s.extendSrc, id, false, []string{token, ms(lease)})
 	}
 	return s.boolOp(ctx, "extend", s.extend, id, false, token, ms(lease))
 }
@@ -631,7 +709,12 @@ func (s *Store) subscribe(ctx context.Context, ready chan struct{}) {
 	}
 }
 
-// Ping implements store.Store with PING. Errors wrap store.ErrUnavailable.
+// Ping implements store.Store with PING. With Acks.Replicas > 0 it also
+// checks that every primary has that many replicas able to acknowledge
+// (INFO replication), and otherwise returns an error wrapping
+// store.ErrNotAcknowledged that says which primary lacks them: readiness
+// then tells why every keyed request fails closed. Errors wrap
+// store.ErrUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return unavailable("ping", err)
@@ -639,7 +722,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := await(ctx, func() valkey.ValkeyResult { return s.client.Do(ctx, s.client.B().Ping().Build()) }).Error(); err != nil {
 		return unavailable("ping", err)
 	}
-	return nil
+	return s.checkReplicas(ctx)
 }
 
 // Close stops the subscription, wakes every watcher and closes the

@@ -59,7 +59,7 @@ redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running'
 if rec[1] then
   -- An old record (expired, or taken over) is overwritten, never deleted
   -- first: its fields not written above go only after the write went through.
-  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa')
+  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa', 'ct', 'ca')
 end
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}

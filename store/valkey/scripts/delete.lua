@@ -1,7 +1,8 @@
-#!lua
+#!lua flags=allow-oom
 -- delete.lua: remove the record whatever its state (store.Store.Delete, operator purge).
 -- KEYS[1] record key. ARGV[1] events channel.
 -- Returns 1 when a live record was removed, 0 when there was none.
+-- allow-oom: it only deletes, which frees memory on a full server.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,7 +1,11 @@
-#!lua
+#!lua flags=allow-oom
 -- extend.lua: move the lease end to now + lease while the record holds the token (store.Store.Extend).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] lease ms (> 0).
 -- Returns 1 when extended, 0 when the token does not hold the record.
+-- allow-oom: it only rewrites two numbers of an existing record, so a full
+-- server (maxmemory, noeviction) still runs it: the holder's heartbeat keeps
+-- its lease while claims are refused, and no other instance takes the claim
+-- over when memory frees (adversarial finding F4 of issue 10).
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

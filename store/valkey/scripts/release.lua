@@ -1,7 +1,8 @@
-#!lua
+#!lua flags=allow-oom
 -- release.lua: delete the record while it holds the token (store.Store.Release).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] events channel.
 -- Returns 1 when released, 0 when the token does not hold the record.
+-- allow-oom: it only deletes, which frees memory on a full server.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -31,6 +31,7 @@ const stopTimeout = 5 * time.Second
 type Option func(*config)
 
 type config struct {
+	port    int
 	aof     bool
 	args    []string
 	cluster bool
@@ -49,6 +50,11 @@ func WithArgs(args ...string) Option {
 // WithDir makes the server keep its data (and log) in dir instead of a fresh
 // directory under t.TempDir().
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithPort makes the server listen on port instead of a free one picked by
+// Start (e.g. one reserved with FreePort, to start the server after a
+// client was configured with its address).
+func WithPort(port int) Option { return func(c *config) { c.port = port } }
 
 // withCluster starts the server with cluster mode enabled.
 func withCluster() Option { return func(c *config) { c.cluster = true } }
@@ -96,7 +102,10 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
-	port := FreePort(t)
+	port := c.port
+	if port == 0 {
+		port = FreePort(t)
+	}
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -303,16 +312,33 @@ func ping(addr string) error {
 	return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 }
 
-// Cluster is a Valkey Cluster of masters without replicas.
+// Cluster is a Valkey Cluster of masters, without replicas unless started
+// with StartClusterWithReplicas.
 type Cluster struct {
 	// Servers are the master nodes, in the order given to --cluster create.
 	Servers []*Server
+	// Replicas are the replica nodes (StartClusterWithReplicas), each
+	// replicating the master of the same index in Servers.
+	Replicas []*Server
 }
 
 // StartCluster starts masters (>= 3) cluster-enabled servers, joins them
 // with valkey-cli --cluster create, waits until every node reports
 // cluster_state:ok and stops them in t.Cleanup.
 func StartCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, false)
+}
+
+// StartClusterWithReplicas is StartCluster with one replica per master: it
+// waits as well until every replica's link to its master is up. Replicas[i]
+// replicates Servers[i].
+func StartClusterWithReplicas(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, true)
+}
+
+func startCluster(t testing.TB, masters int, withReplicas bool) *Cluster {
 	t.Helper()
 	if masters < 3 {
 		t.Fatalf("valkeytest: a cluster needs at least 3 masters, got %d", masters)
@@ -327,8 +353,24 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	if out, err := cli(t, c.Servers[0].port, args...); err != nil {
 		t.Fatalf("valkeytest: cluster create: %v\n%s", err, out)
 	}
+	if withReplicas {
+		for _, m := range c.Servers {
+			id, err := m.CLI("CLUSTER", "MYID")
+			if err != nil {
+				t.Fatalf("valkeytest: CLUSTER MYID on %s: %v", m.Addr(), err)
+			}
+			r := Start(t, withCluster())
+			if out, err := cli(t, r.port, "--cluster", "add-node", r.Addr(), m.Addr(), "--cluster-slave", "--cluster-master-id", id); err != nil {
+				t.Fatalf("valkeytest: cluster add-node %s as replica of %s: %v\n%s", r.Addr(), m.Addr(), err, out)
+			}
+			c.Replicas = append(c.Replicas, r)
+		}
+		for _, r := range c.Replicas {
+			r.WaitLinkUp(linkTimeout)
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range c.Servers {
+	for _, s := range append(append([]*Server(nil), c.Servers...), c.Replicas...) {
 		for {
 			out, err := s.CLI("CLUSTER", "INFO")
 			if err == nil && strings.Contains(out, "cluster_state:ok") && strings.Contains(out, "cluster_slots_ok:16384") {
@@ -584,4 +626,39 @@ func (c *respConn) usedMemory() (int64, error) {
 		}
 	}
 	return 0, errors.New("INFO memory has no used_memory")
+}
+
+// linkTimeout bounds how long StartReplica waits for the replication link.
+const linkTimeout = 20 * time.Second
+
+// StartReplica starts a valkey-server that replicates primaryAddr
+// ("host:port": the primary itself, or a relay in front of it), waits until
+// its link to the primary is up (INFO replication master_link_status:up)
+// and stops it in t.Cleanup. opts apply as for Start.
+func StartReplica(t testing.TB, primaryAddr string, opts ...Option) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(primaryAddr)
+	if err != nil {
+		t.Fatalf("valkeytest: replica of %q: %v", primaryAddr, err)
+	}
+	r := Start(t, append(opts, WithArgs("--replicaof", host, port))...)
+	r.WaitLinkUp(linkTimeout)
+	return r
+}
+
+// WaitLinkUp waits up to d until the server, a replica, reports
+// master_link_status:up, and fails the test otherwise.
+func (s *Server) WaitLinkUp(d time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		out, err := s.CLI("INFO", "replication")
+		if err == nil && strings.Contains(out, "master_link_status:up") {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("valkeytest: replica %s: link to its primary not up after %v: %v\n%s", s.Addr(), d, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

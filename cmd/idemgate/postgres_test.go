@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/store/postgres/pgtest"
+)
+
+// TestMigrate: `idemgate migrate` creates the table on a real server, again
+// without harm, and refuses a config that is not for the postgres store.
+func TestMigrate(t *testing.T) {
+	srv := pgtest.Start(t)
+	db := srv.CreateDatabase()
+	srv.ExecIn(db, "CREATE SCHEMA app")
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	cfg := fmt.Sprintf("upstream: {url: 'http://127.0.0.1:3000'}\nstore:\n  driver: postgres\n  postgres:\n    dsn: %q\n    table: app.records\n", srv.DatabaseDSN(db))
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"migrate", "--config", path}, &out, &errOut); code != 0 {
+			t.Fatalf("migrate: exit %d: %s", code, errOut.String())
+		}
+	}
+	if n, err := srv.QueryInt(db, `SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'records'`); err != nil || n != 2 {
+		t.Fatalf("indexes on app.records = %d, %v; want 2 (primary key, expiry)", n, err)
+	}
+	memory := filepath.Join(t.TempDir(), "memory.yaml")
+	if err := os.WriteFile(memory, []byte("upstream: {url: 'http://127.0.0.1:3000'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"migrate", "--config", memory}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "only the postgres store") {
+		t.Fatalf("migrate of a memory config: exit %d: %s", code, errOut.String())
+	}
+	if code := run([]string{"migrate"}, &out, &errOut); code != 2 {
+		t.Fatalf("migrate without --config: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,456 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/valkey"
+)
+
+// State values of the state column.
+const (
+	stateRunning   = 1
+	stateCompleted = 2
+)
+
+// maxAttempts bounds how often one operation sends its statement.
+const maxAttempts = 3
+
+// nowSQL is the statement time: the injected clock's parameter when set,
+// else the database clock, truncated to milliseconds. Every statement reads
+// it once, in a MATERIALIZED CTE.
+const nowSQL = `date_trunc('milliseconds', COALESCE($%d::timestamptz, clock_timestamp()))`
+
+// statements holds the SQL of every operation for one table.
+type statements struct {
+	claim, complete, release, extend, del, get, sweep string
+}
+
+func buildStatements(t string) statements {
+	now := func(n int) string { return fmt.Sprintf(nowSQL, n) }
+	// Conditions on the conflicting row r and the proposed row excluded
+	// (whose created is the statement's now).
+	const (
+		expired = `(r.expiry IS NOT NULL AND r.expiry <= excluded.created)`
+		same    = `COALESCE(r.state = 1 AND r.token = excluded.token, false)`
+		repeat  = `(NOT ` + expired + ` AND ` + same + `)`
+	)
+	ms := func(p string) string { return p + `::bigint * interval '1 millisecond'` }
+	return statements{
+		// $1 id, $2 owner, $3 scope, $4 key, $5 fingerprint, $6 token,
+		// $7 lease ms, $8 retention ms, $9 no takeover, $10 recipe, $11 now.
+		// cur reads the row as of the statement's snapshot. Only when it is
+		// absent or claimable does the upsert run, answering Claimed (fresh,
+		// expired, repeated token or takeover); otherwise (a replay, a
+		// running record) the statement writes and locks nothing, and the
+		// second branch returns cur for Go to classify.
+		claim: `WITH v AS MATERIALIZED (
+  SELECT n.now, n.now + ` + ms("$7") + ` AS lease_end,
+    CASE WHEN $8::bigint > 0 THEN greatest(n.now + ` + ms("$7") + `, n.now + ` + ms("$8") + `)
+         ELSE n.now + ` + ms("$7") + ` + interval '24 hours' END AS expiry
+  FROM (SELECT ` + now(11) + ` AS now) n
+), cur AS MATERIALIZED (
+  SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
+    r.headers, r.body, r.omitted, r.stored_at,
+    COALESCE((r.expiry IS NOT NULL AND r.expiry <= v.now) OR (r.state = 1 AND r.token = $6)
+      OR (r.state = 1 AND r.lease_end <= v.now AND r.fingerprint = $5 AND NOT $9::boolean), false) AS claimable
+  FROM ` + t + ` r, v WHERE r.id = $1
+), up AS (
+  INSERT INTO ` + t + ` AS r (id, owner, scope, key, state, fingerprint, recipe, token, takeover, created, lease_end, expiry, retention_ms, version)
+  SELECT $1, $2, $3, $4, 1, $5, $10, $6, false, v.now, v.lease_end, v.expiry, $8, 2 FROM v
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT cur.claimable)
+  ON CONFLICT (id) DO UPDATE SET
+    owner = excluded.owner, scope = excluded.scope, key = excluded.key, state = 1,
+    fingerprint = CASE WHEN ` + repeat + ` THEN r.fingerprint ELSE excluded.fingerprint END,
+    recipe = CASE WHEN ` + repeat + ` THEN r.recipe ELSE excluded.recipe END,
+    token = excluded.token,
+    takeover = CASE WHEN ` + expired + ` THEN false WHEN ` + same + ` THEN r.takeover ELSE true END,
+    created = CASE WHEN ` + repeat + ` THEN r.created ELSE excluded.created END,
+    lease_end = excluded.lease_end,
+    expiry = CASE WHEN ` + repeat + ` THEN greatest(r.expiry, excluded.expiry) ELSE excluded.expiry END,
+    retention_ms = CASE WHEN ` + repeat + ` THEN r.retention_ms ELSE excluded.retention_ms END,
+    status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, version = 2
+  WHERE ` + expired + ` OR ` + same + `
+     OR (r.state = 1 AND r.lease_end <= excluded.created AND r.fingerprint = excluded.fingerprint AND NOT $9::boolean)
+  RETURNING r.fingerprint, r.recipe, r.lease_end, r.takeover
+)
+SELECT true, v.now, up.fingerprint, up.recipe, up.lease_end, up.takeover, NULL::smallint, NULL::bytea,
+  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, false
+FROM up, v
+UNION ALL
+SELECT false, v.now, cur.fingerprint, cur.recipe, cur.lease_end, cur.takeover, cur.state, cur.token,
+  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.claimable
+FROM cur, v WHERE NOT EXISTS (SELECT 1 FROM up)`,
+		// $1 id, $2 token, $3 status, $4 headers, $5 body, $6 omitted, $7 now, $8 channel.
+		complete: `WITH n AS MATERIALIZED (SELECT ` + now(7) + ` AS now), u AS (
+  UPDATE ` + t + ` r SET state = 2, token = NULL, takeover = false, lease_end = NULL,
+    status = $3, headers = $4, body = $5, omitted = $6, stored_at = n.now,
+    expiry = CASE WHEN r.retention_ms > 0 THEN n.now + r.retention_ms * interval '1 millisecond' END
+  FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now
+  RETURNING r.id
+)
+SELECT pg_notify($8, encode(u.id, 'hex'))::text FROM u`,
+		// $1 id, $2 token, $3 now, $4 channel.
+		release: `WITH n AS MATERIALIZED (SELECT ` + now(3) + ` AS now), d AS (
+  DELETE FROM ` + t + ` r USING n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now
+  RETURNING r.id
+)
+SELECT pg_notify($4, encode(d.id, 'hex'))::text FROM d`,
+		// $1 id, $2 token, $3 lease ms, $4 now.
+		extend: `WITH n AS MATERIALIZED (SELECT ` + now(4) + ` AS now)
+UPDATE ` + t + ` r SET lease_end = n.now + ` + ms("$3") + `,
+  expiry = CASE WHEN r.retention_ms > 0 THEN greatest(r.expiry, n.now + ` + ms("$3") + `)
+                ELSE n.now + ` + ms("$3") + ` + interval '24 hours' END
+FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now`,
+		// $1 id, $2 now, $3 channel.
+		del: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now), d AS (
+  DELETE FROM ` + t + ` r USING n WHERE r.id = $1 AND (r.expiry IS NULL OR r.expiry > n.now)
+  RETURNING r.id
+)
+SELECT pg_notify($3, encode(d.id, 'hex'))::text FROM d`,
+		// $1 id, $2 now.
+		get: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now)
+SELECT n.now, r.owner, r.scope, r.key, r.state, r.fingerprint, r.recipe, r.token, r.created,
+  r.lease_end, r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at
+FROM ` + t + ` r, n WHERE r.id = $1 AND (r.expiry IS NULL OR r.expiry > n.now)`,
+		// $1 now, $2 batch size.
+		sweep: `WITH n AS MATERIALIZED (SELECT ` + now(1) + ` AS now)
+DELETE FROM ` + t + ` r USING n
+WHERE r.ctid = ANY (ARRAY(SELECT s.ctid FROM ` + t + ` s WHERE s.expiry <= (SELECT now FROM n)
+                          LIMIT $2 FOR UPDATE OF s SKIP LOCKED))
+  AND r.expiry <= n.now`,
+	}
+}
+
+// retryRule says which failures an operation may send its statement again
+// after.
+type retryRule int
+
+const (
+	// retryUnsent: only when nothing reached the server (pgconn.SafeToRetry)
+	// or the server refused the statement as a whole (serialization failure,
+	// deadlock), i.e. when it cannot have applied. For Complete, Release and
+	// Delete, whose second run would answer false.
+	retryUnsent retryRule = iota
+	// retryAny: also after a lost connection, when the statement may have
+	// applied: Claim (a claim finding its own token answers Claimed again),
+	// Extend (moves the lease forward again) and Get.
+	retryAny
+)
+
+func retryableCode(code string) bool {
+	return code == "40001" || code == "40P01" // serialization_failure, deadlock_detected
+}
+
+func shouldRetry(err error, rule retryRule) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if retryableCode(pgErr.Code) {
+			return true
+		}
+		// 57P01..57P03: admin shutdown, crash shutdown, cannot connect now;
+		// 08*: connection exceptions. The statement may have applied.
+		return rule == retryAny && (strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08"))
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return false
+	}
+	return rule == retryAny && connErr(err)
+}
+
+// connErr reports whether err is a lost or refused connection.
+func connErr(err error) bool {
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// run calls fn until it succeeds, fails in a way rule does not retry, ctx
+// ends or maxAttempts is reached. Errors wrap store.ErrUnavailable (and the
+// context error once ctx is done).
+func (s *Store) run(ctx context.Context, op string, rule retryRule, fn func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return unavailable(op, err)
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = fn(ctx); err == nil {
+			return nil
+		}
+		if attempt == maxAttempts || ctx.Err() != nil || !shouldRetry(err, rule) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+	return unavailable(op, withCtx(ctx, err))
+}
+
+// bs converts s to a non-nil byte slice: pgx sends a nil slice as NULL.
+func bs(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	return []byte(s)
+}
+
+// errStale says the claim statement's fallback row is older than the row
+// its upsert saw (a concurrent insert or change committed after the
+// statement's snapshot): the statement wrote nothing and is sent again.
+var errStale = errors.New("claim raced a concurrent change; statement sent again")
+
+// maxStale bounds how often Claim re-sends its statement after errStale.
+const maxStale = 10
+
+// Claim implements store.Store with one INSERT ... ON CONFLICT DO UPDATE
+// statement. Errors wrap store.ErrUnavailable; an empty token, a lease under
+// 1ms, a negative retention or a recipe over store.MaxRecipeBytes is
+// rejected with an error that does not.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if p.Token == "" {
+		return store.ClaimResult{}, errors.New("postgres store: claim: empty token")
+	}
+	if p.Lease < time.Millisecond {
+		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: lease %v must be >= 1ms", p.Lease)
+	}
+	if p.Retention < 0 {
+		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: negative retention %v", p.Retention)
+	}
+	if len(p.Recipe) > store.MaxRecipeBytes {
+		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: recipe of %d bytes exceeds %d", len(p.Recipe), store.MaxRecipeBytes)
+	}
+	id := ID(p.Identity)
+	var out store.ClaimResult
+	for range maxStale {
+		err := s.run(ctx, "claim", retryAny, func(ctx context.Context) error {
+			var err error
+			out, err = s.claimOnce(ctx, id, p)
+			return err
+		})
+		if !errors.Is(err, errStale) {
+			return out, err
+		}
+	}
+	return store.ClaimResult{}, unavailable("claim", errStale)
+}
+
+func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (store.ClaimResult, error) {
+	rows, err := s.pool.Query(ctx, s.sql.claim, id, bs(p.Identity.Owner), bs(p.Identity.Scope), bs(p.Identity.Key),
+		bs(p.Fingerprint), bs(p.Token), p.Lease.Milliseconds(), p.Retention.Milliseconds(), p.NoTakeover, bs(p.Recipe), s.now())
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return store.ClaimResult{}, err
+		}
+		// The conflicting row was inserted after this statement's snapshot.
+		return store.ClaimResult{}, errStale
+	}
+	var (
+		claimed, takeover, claimable bool
+		now                          time.Time
+		fp, recipe, token, hdr, body []byte
+		leaseEnd, expiry, storedAt   *time.Time
+		state, status                *int16
+		omitted                      *bool
+	)
+	if err := rows.Scan(&claimed, &now, &fp, &recipe, &leaseEnd, &takeover, &state, &token,
+		&expiry, &status, &hdr, &body, &omitted, &storedAt, &claimable); err != nil {
+		return store.ClaimResult{}, err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.ClaimResult{}, err
+	}
+	if claimed {
+		return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: string(fp), Recipe: string(recipe), LeaseEnd: *leaseEnd}, nil
+	}
+	if state == nil || claimable {
+		// The upsert was refused although the snapshot's row was claimable:
+		// the row changed after the snapshot.
+		return store.ClaimResult{}, errStale
+	}
+	switch *state {
+	case stateCompleted:
+		resp, err := response(status, hdr, body, omitted, storedAt)
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		return store.ClaimResult{State: store.Completed, Fingerprint: string(fp), Recipe: string(recipe), Response: resp}, nil
+	case stateRunning:
+		if leaseEnd == nil {
+			return store.ClaimResult{}, errors.New("running row without lease_end")
+		}
+		out := store.ClaimResult{Fingerprint: string(fp), Recipe: string(recipe), LeaseEnd: *leaseEnd, State: store.Running}
+		if !leaseEnd.After(now) {
+			// Not claimable, so another fingerprint or NoTakeover.
+			out.State = store.Abandoned
+		}
+		return out, nil
+	}
+	return store.ClaimResult{}, fmt.Errorf("row state %d", *state)
+}
+
+func response(status *int16, hdr, body []byte, omitted *bool, storedAt *time.Time) (*store.Response, error) {
+	if status == nil || storedAt == nil || omitted == nil {
+		return nil, errors.New("completed row without status, omitted or stored_at")
+	}
+	h, err := valkey.DecodeHeader(hdr)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}, nil
+}
+
+// notifyOp runs a statement that returns one row per notified record and
+// reports whether it acted, waking this process's watchers at once (the
+// notification reaches them too; this saves its round trip).
+func (s *Store) notifyOp(ctx context.Context, op string, id []byte, sql string, args ...any) (bool, error) {
+	var acted bool
+	err := s.run(ctx, op, retryUnsent, func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		acted = n > 0
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if acted {
+		s.watchers.Wake(idKey(id))
+	}
+	return acted, nil
+}
+
+// Complete implements store.Store with one UPDATE ... WHERE token = $2
+// that also calls pg_notify. Errors wrap store.ErrUnavailable; a Status
+// outside 100..599 is rejected.
+func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
+	if resp.Status < 100 || resp.Status > 599 {
+		return false, fmt.Errorf("postgres store: complete: status %d outside 100..599", resp.Status)
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	rowID := ID(id)
+	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), int16(resp.Status),
+		valkey.EncodeHeader(resp.Header), body, resp.Omitted, s.now(), s.channel)
+}
+
+// Release implements store.Store with one DELETE ... WHERE token = $2 that
+// also calls pg_notify. Errors wrap store.ErrUnavailable.
+func (s *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
+	rowID := ID(id)
+	return s.notifyOp(ctx, "release", rowID, s.sql.release, rowID, bs(token), s.now(), s.channel)
+}
+
+// Delete implements store.Store with one DELETE that also calls pg_notify.
+// Errors wrap store.ErrUnavailable.
+func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
+	rowID := ID(id)
+	return s.notifyOp(ctx, "delete", rowID, s.sql.del, rowID, s.now(), s.channel)
+}
+
+// Extend implements store.Store with one UPDATE ... WHERE token = $2.
+// Errors wrap store.ErrUnavailable; a lease under 1ms is rejected.
+func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
+	if lease < time.Millisecond {
+		return false, fmt.Errorf("postgres store: extend: lease %v must be >= 1ms", lease)
+	}
+	var n int64
+	err := s.run(ctx, "extend", retryAny, func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, s.sql.extend, ID(id), bs(token), lease.Milliseconds(), s.now())
+		n = tag.RowsAffected()
+		return err
+	})
+	return n == 1, err
+}
+
+// Get implements store.Store with one SELECT. Errors wrap
+// store.ErrUnavailable.
+func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
+	var rec *store.Record
+	err := s.run(ctx, "get", retryAny, func(ctx context.Context) error {
+		var (
+			now, created                       time.Time
+			owner, scope, key, fp, recipe, tok []byte
+			hdr, body                          []byte
+			leaseEnd, expiry, storedAt         *time.Time
+			state                              int16
+			status                             *int16
+			omitted                            *bool
+		)
+		err := s.pool.QueryRow(ctx, s.sql.get, ID(id), s.now()).Scan(&now, &owner, &scope, &key, &state, &fp, &recipe,
+			&tok, &created, &leaseEnd, &expiry, &status, &hdr, &body, &omitted, &storedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			rec = nil
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r := &store.Record{
+			Identity:    store.Identity{Owner: string(owner), Scope: string(scope), Key: string(key)},
+			Fingerprint: string(fp),
+			Recipe:      string(recipe),
+			CreatedAt:   created,
+		}
+		if expiry != nil {
+			r.RetentionEnd = *expiry
+		}
+		switch state {
+		case stateCompleted:
+			r.State = store.Completed
+			if r.Response, err = response(status, hdr, body, omitted, storedAt); err != nil {
+				return fmt.Errorf("%w: %w", errBadRow, err)
+			}
+		case stateRunning:
+			if leaseEnd == nil {
+				return fmt.Errorf("%w: running row without lease_end", errBadRow)
+			}
+			r.Token, r.LeaseEnd, r.State = string(tok), *leaseEnd, store.Running
+			if !leaseEnd.After(now) {
+				r.State = store.Abandoned
+			}
+		default:
+			return fmt.Errorf("%w: state %d", errBadRow, state)
+		}
+		rec = r
+		return nil
+	})
+	return rec, err
+}
+
+// errBadRow marks a row that does not follow the layout.
+var errBadRow = errors.New("row does not follow the layout")

@@ -1,0 +1,405 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/postgres/pgtest"
+	"github.com/idemgate/idemgate/store/storetest"
+)
+
+var tableSeq atomic.Int64
+
+func freshTable() string {
+	return fmt.Sprintf("records_%d_%d", time.Now().UnixNano()%1e6, tableSeq.Add(1))
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open returns a store on dsn and table, closed in t.Cleanup.
+func open(t *testing.T, opts Options) *Store {
+	t.Helper()
+	s, err := New(testCtx(t), opts)
+	if err != nil {
+		t.Fatalf("New(table %q): %v", opts.Table, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestContract runs the whole store contract on a real server with an
+// injected clock (Options.Clock: the statements take now as a parameter
+// instead of clock_timestamp(), and nothing else changes), so the exact
+// end <= now boundary and the repeated-claim rules are checked to the
+// millisecond. The peer is a second store (its own pool and LISTEN
+// connection) on the same table, as another idemgate process would be.
+// TestDatabaseClock and the fault tests cover the database clock.
+func TestContract(t *testing.T) {
+	srv := pgtest.Start(t)
+	clock := storetest.NewClock(time.Now())
+	storetest.RunHarness(t, storetest.Harness{
+		NewStore: func(t *testing.T) store.Store {
+			return open(t, Options{DSN: srv.DSN(), Table: freshTable(), Clock: clock.Now})
+		},
+		NewPeer: func(t *testing.T, s store.Store) store.Store {
+			return open(t, Options{DSN: srv.DSN(), Table: s.(*Store).TableName(), Clock: clock.Now})
+		},
+		Clock: clock,
+	})
+}
+
+// dbNow reads the database clock, truncated like the store's.
+func dbNow(t *testing.T, srv *pgtest.Server) time.Time {
+	t.Helper()
+	ms, err := srv.QueryInt("postgres", `SELECT (extract(epoch FROM date_trunc('milliseconds', clock_timestamp())) * 1000)::bigint`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.UnixMilli(ms)
+}
+
+// TestDatabaseClock checks the production path: every time comes from the
+// database clock, at millisecond resolution; leases end, are taken over
+// and are restarted by a repeated claim on that clock.
+func TestDatabaseClock(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, Options{DSN: srv.DSN(), Table: freshTable()})
+	peer := open(t, Options{DSN: srv.DSN(), Table: s.TableName()})
+	ctx := testCtx(t)
+	id := store.Identity{Owner: "o", Scope: "default", Key: "k"}
+	lease := 300 * time.Millisecond
+	p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t1", Lease: lease, Retention: time.Hour}
+	before := dbNow(t, srv)
+	res, err := s.Claim(ctx, p)
+	after := dbNow(t, srv)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil || r == nil {
+		t.Fatalf("Get = %+v, %v", r, err)
+	}
+	if r.CreatedAt.Before(before) || r.CreatedAt.After(after) || !r.CreatedAt.Equal(r.CreatedAt.Truncate(time.Millisecond)) {
+		t.Fatalf("CreatedAt %v not a database time in [%v, %v] at ms resolution", r.CreatedAt, before, after)
+	}
+	if !res.LeaseEnd.Equal(r.CreatedAt.Add(lease)) || !r.RetentionEnd.Equal(r.CreatedAt.Add(time.Hour)) {
+		t.Fatalf("lease end %v, expiry %v: want created %v + lease, + retention", res.LeaseEnd, r.RetentionEnd, r.CreatedAt)
+	}
+	if got, err := peer.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t2", Lease: lease, Retention: time.Hour}); err != nil || got.State != store.Running {
+		t.Fatalf("peer Claim within the lease = %+v, %v; want Running", got, err)
+	}
+	// Past the lease: the holder's repeated claim restarts it on the
+	// database clock, so the peer still sees it running.
+	time.Sleep(lease + 10*time.Millisecond)
+	from := dbNow(t, srv)
+	again, err := s.Claim(ctx, p)
+	to := dbNow(t, srv)
+	if err != nil || again.State != store.Claimed || again.Takeover || again.LeaseEnd.Before(from.Add(lease)) || again.LeaseEnd.After(to.Add(lease)) {
+		t.Fatalf("repeated Claim = %+v, %v; want Claimed, lease end in [%v, %v]", again, err, from.Add(lease), to.Add(lease))
+	}
+	if got, err := peer.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t2", Lease: lease, Retention: time.Hour}); err != nil || got.State != store.Running || !got.LeaseEnd.Equal(again.LeaseEnd) {
+		t.Fatalf("peer Claim after the repeated claim = %+v, %v; want Running until %v", got, err, again.LeaseEnd)
+	}
+	time.Sleep(time.Until(again.LeaseEnd.Add(10 * time.Millisecond)))
+	if got, err := peer.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t2", Lease: lease, Retention: time.Hour}); err != nil || got.State != store.Claimed || !got.Takeover {
+		t.Fatalf("peer Claim past the lease = %+v, %v; want a takeover", got, err)
+	}
+	if ok, err := s.Complete(ctx, id, "t1", store.Response{Status: 200}); ok || err != nil {
+		t.Fatalf("Complete by the old holder = %v, %v; want false", ok, err)
+	}
+	if ok, err := peer.Complete(ctx, id, "t2", store.Response{Status: 200}); !ok || err != nil {
+		t.Fatalf("Complete by the new holder = %v, %v", ok, err)
+	}
+	r, err = s.Get(ctx, id)
+	if err != nil || r == nil || r.State != store.Completed || r.Response.StoredAt.Before(again.LeaseEnd) || !r.RetentionEnd.Equal(r.Response.StoredAt.Add(time.Hour)) {
+		t.Fatalf("completed record = %+v, %v", r, err)
+	}
+}
+
+// countingConn counts the writes (one per round trip with pgx's extended
+// protocol: Bind, Execute and Sync go out in one write) on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestRoundTrips checks that a fresh request costs two round trips (claim
+// and complete, as on Valkey) and a replay one, once the statements are
+// prepared on the connection.
+func TestRoundTrips(t *testing.T) {
+	srv := pgtest.Start(t)
+	opts := Options{DSN: srv.DSN(), Table: freshTable(), MaxConns: 1, SweepInterval: -1}
+	cfg, err := PoolConfig(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	// Pooled connections only: the listening connection (made from
+	// cfg.ConnConfig, without BeforeConnect) pings now and then.
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		dial := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{Conn: c, writes: &writes}, nil
+		}
+		return nil
+	}
+	s, err := newWithConfig(testCtx(t), opts, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := testCtx(t)
+	fresh := func(key string) int64 {
+		id := store.Identity{Owner: "o", Scope: "default", Key: key}
+		start := writes.Load()
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: key, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim = %+v, %v", res, err)
+		}
+		if ok, err := s.Complete(ctx, id, key, store.Response{Status: 201, Body: []byte("x")}); !ok || err != nil {
+			t.Fatalf("Complete = %v, %v", ok, err)
+		}
+		return writes.Load() - start
+	}
+	fresh("warm-up") // prepares the statements on the pooled connection
+	if n := fresh("fresh"); n != 2 {
+		t.Fatalf("a fresh request took %d round trips, want 2 (claim, complete)", n)
+	}
+	start := writes.Load()
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Owner: "o", Scope: "default", Key: "fresh"}, Fingerprint: "fp", Token: "retry", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Completed {
+		t.Fatalf("replay Claim = %+v, %v", res, err)
+	}
+	if n := writes.Load() - start; n != 1 {
+		t.Fatalf("a replay took %d round trips, want 1", n)
+	}
+}
+
+// TestRoleWithoutDDL: once the table exists, a role with only SELECT,
+// INSERT, UPDATE and DELETE on it runs every operation, the sweep
+// included; without the table it gets an error naming idemgate migrate.
+func TestRoleWithoutDDL(t *testing.T) {
+	srv := pgtest.Start(t)
+	db := srv.CreateDatabase()
+	table := "app.idem_records"
+	srv.ExecIn(db, `CREATE SCHEMA app`)
+	if err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	srv.Exec(`CREATE ROLE app_rw LOGIN PASSWORD 'pw'`)
+	srv.ExecIn(db, `REVOKE ALL ON SCHEMA public FROM PUBLIC`)
+	srv.ExecIn(db, `GRANT USAGE ON SCHEMA app TO app_rw`)
+	srv.ExecIn(db, `GRANT SELECT, INSERT, UPDATE, DELETE ON app.idem_records TO app_rw`)
+	dsn := srv.UserDSN("app_rw", "pw", db)
+
+	clock := storetest.NewClock(time.Now())
+	s := open(t, Options{DSN: dsn, Table: table, Clock: clock.Now})
+	ctx := testCtx(t)
+	id := store.Identity{Owner: "o", Scope: "default", Key: "k"}
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: time.Second}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	if ok, err := s.Extend(ctx, id, "t", time.Second); !ok || err != nil {
+		t.Fatalf("Extend = %v, %v", ok, err)
+	}
+	if ok, err := s.Complete(ctx, id, "t", store.Response{Status: 200}); !ok || err != nil {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	clock.Advance(2 * time.Second)
+	if n, err := s.Sweep(ctx); n != 1 || err != nil {
+		t.Fatalf("Sweep = %d, %v; want 1 row deleted", n, err)
+	}
+	if ok, err := s.Delete(ctx, id); ok || err != nil {
+		t.Fatalf("Delete = %v, %v", ok, err)
+	}
+
+	_, err := New(testCtx(t), Options{DSN: dsn, Table: "app.missing"})
+	if err == nil || !strings.Contains(err.Error(), "idemgate migrate") || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("New on a missing table without DDL rights: %v; want an error naming idemgate migrate", err)
+	}
+	_, err = New(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: "app.missing", NoCreate: true})
+	if err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
+		t.Fatalf("New with NoCreate on a missing table: %v", err)
+	}
+}
+
+// TestConcurrentStartCreatesTableOnce starts replicas at once on a missing
+// table: the advisory lock lets exactly one create it and every one start.
+func TestConcurrentStartCreatesTableOnce(t *testing.T) {
+	srv := pgtest.Start(t)
+	table := freshTable()
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := New(testCtx(t), Options{DSN: srv.DSN(), Table: table})
+			if err == nil {
+				_ = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+}
+
+// TestSweepDeletesExpiredInBatches: expired rows (completed past retention,
+// running past expiry) are deleted in batches; rows kept forever and live
+// rows stay.
+func TestSweepDeletesExpiredInBatches(t *testing.T) {
+	srv := pgtest.Start(t)
+	clock := storetest.NewClock(time.Now())
+	s := open(t, Options{DSN: srv.DSN(), Table: freshTable(), Clock: clock.Now, SweepBatch: 2, SweepInterval: -1})
+	ctx := testCtx(t)
+	claim := func(key string, lease, retention time.Duration, complete bool) {
+		id := store.Identity{Owner: "o", Scope: "default", Key: key}
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: key, Lease: lease, Retention: retention}); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim = %+v, %v", res, err)
+		}
+		if complete {
+			if ok, err := s.Complete(ctx, id, key, store.Response{Status: 200}); !ok || err != nil {
+				t.Fatalf("Complete = %v, %v", ok, err)
+			}
+		}
+	}
+	for i := range 5 {
+		claim(fmt.Sprintf("done-%d", i), time.Second, time.Minute, true)
+	}
+	claim("forever", time.Second, 0, true)
+	claim("running", time.Second, time.Minute, false) // expires a minute after claim
+	claim("live", time.Hour, 2*time.Hour, false)
+	clock.Advance(time.Minute)
+	n, err := s.Sweep(ctx)
+	if err != nil || n != 6 {
+		t.Fatalf("Sweep = %d, %v; want 6 (5 completed, 1 running)", n, err)
+	}
+	left, err := srv.QueryInt("postgres", `SELECT count(*) FROM `+s.Table())
+	if err != nil || left != 2 {
+		t.Fatalf("rows left = %d, %v; want 2 (forever, live)", left, err)
+	}
+}
+
+func TestValidateTable(t *testing.T) {
+	for _, ok := range []string{"idemgate_records", "app.idemgate_records", "_x", "a1", strings.Repeat("a", 56)} {
+		if err := ValidateTable(ok); err != nil {
+			t.Errorf("ValidateTable(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a.b.c", ".a", "a.", "1a", "Records", "a-b", `a"b`, "a b", strings.Repeat("a", 57), "a;drop"} {
+		if err := ValidateTable(bad); err == nil {
+			t.Errorf("ValidateTable(%q) = nil, want an error", bad)
+		}
+	}
+	if q, _ := QuoteTable("app.records"); q != `"app"."records"` {
+		t.Errorf("QuoteTable = %s", q)
+	}
+	if c := Channel(DefaultTable); c != "idemgate_records_events" {
+		t.Errorf("Channel = %s", c)
+	}
+	if c := Channel(strings.Repeat("a", 56) + "." + strings.Repeat("b", 56)); len(c) > 63 || !strings.HasPrefix(c, "idemgate_events_") {
+		t.Errorf("Channel of a long name = %s", c)
+	}
+}
+
+// TestStatementsInProtocolDoc keeps docs/protocol.md, "Store records
+// (Postgres)", byte for byte what the store sends for the default table.
+func TestStatementsInProtocolDoc(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := Schema(DefaultTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := QuoteTable(DefaultTable)
+	st := buildStatements(q)
+	want := map[string]string{
+		"claim": st.claim, "complete": st.complete, "release": st.release, "extend": st.extend,
+		"delete": st.del, "get": st.get, "sweep": st.sweep,
+		"table": ddl[0] + ";", "index": ddl[1] + ";",
+	}
+	for name, sql := range want {
+		if !strings.Contains(string(doc), "\n"+sql+"\n") {
+			t.Errorf("docs/protocol.md lacks the %s statement as sent:\n%s", name, sql)
+		}
+	}
+}
+
+// TestAnswersFromSnapshotWriteNothing: a replay or a Running answer only
+// reads (no row lock, no transaction id, so no WAL flush or synchronous
+// standby wait per retry); a claim that takes the row writes.
+func TestAnswersFromSnapshotWriteNothing(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := open(t, Options{DSN: srv.DSN(), Table: freshTable(), SweepInterval: -1})
+	ctx := testCtx(t)
+	nextXID := func() int64 {
+		t.Helper()
+		n, err := srv.QueryInt("postgres", `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	done := store.Identity{Owner: "o", Scope: "default", Key: "done"}
+	running := store.Identity{Owner: "o", Scope: "default", Key: "running"}
+	for _, id := range []store.Identity{done, running} {
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: id.Key, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim = %+v, %v", res, err)
+		}
+	}
+	if ok, err := s.Complete(ctx, done, "done", store.Response{Status: 201, Body: []byte("x")}); !ok || err != nil {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	before := nextXID()
+	const n = 20
+	for i := range n {
+		tok := fmt.Sprintf("retry-%d", i)
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: done, Fingerprint: "fp", Token: tok, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Completed {
+			t.Fatalf("replay Claim = %+v, %v", res, err)
+		}
+		if res, err := s.Claim(ctx, store.ClaimParams{Identity: running, Fingerprint: "other", Token: tok, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Running {
+			t.Fatalf("Claim on a running record = %+v, %v", res, err)
+		}
+	}
+	// Two xids of slack for background work (autovacuum's analyze).
+	if used := nextXID() - before; used > 2 {
+		t.Fatalf("%d answers from existing records used %d transaction ids, want none", 2*n, used)
+	}
+	before = nextXID()
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Owner: "o", Scope: "default", Key: "new"}, Fingerprint: "fp", Token: "new", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v", res, err)
+	}
+	if used := nextXID() - before; used < 1 {
+		t.Fatalf("a fresh claim used %d transaction ids, want a write", used)
+	}
+}

@@ -1,0 +1,215 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// LayoutVersion is the value of the version column of every row this
+// package writes (layout 2 of docs/protocol.md: identity = owner + scope +
+// key, each row keeping its fingerprint recipe).
+const LayoutVersion = 2
+
+// maxTablePart bounds each part of Options.Table in bytes, so that the
+// index name (table + "_expiry") fits PostgreSQL's 63-byte identifiers.
+const maxTablePart = 56
+
+// migrateLockKey is the pg_advisory_xact_lock key that serializes schema
+// creation between replicas starting at once: "idemgate" in ASCII.
+const migrateLockKey int64 = 0x6964656d67617465
+
+// ValidateTable checks a table name as Options.Table takes it: "name" or
+// "schema.name", each part 1..56 bytes of lowercase ASCII letters, digits
+// and underscores, not starting with a digit. Quoting then keeps it exactly
+// as written (no case folding surprises).
+func ValidateTable(table string) error {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return fmt.Errorf("table %q: at most one dot (schema.name)", table)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > maxTablePart {
+			return fmt.Errorf("table %q: each part must be 1..%d bytes", table, maxTablePart)
+		}
+		for i, c := range p {
+			if c == '_' || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9') {
+				continue
+			}
+			return fmt.Errorf("table %q: use lowercase letters, digits and underscores only, not starting with a digit", table)
+		}
+	}
+	return nil
+}
+
+// QuoteTable validates table (ValidateTable) and returns it quoted for SQL:
+// "name" or "schema"."name".
+func QuoteTable(table string) (string, error) {
+	if err := ValidateTable(table); err != nil {
+		return "", fmt.Errorf("postgres store: %w", err)
+	}
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize(), nil
+}
+
+// indexName is the unqualified name of the expiry index of table: its last
+// part + "_expiry" (it lives in the table's schema).
+func indexName(table string) string {
+	parts := strings.Split(table, ".")
+	return parts[len(parts)-1] + "_expiry"
+}
+
+// Channel returns the notification channel of table (as given in
+// Options.Table): table + "_events" (e.g. idemgate_records_events) when
+// that fits a 63-byte identifier, else "idemgate_events_" + the first 16
+// hex digits of the SHA-256 of table.
+func Channel(table string) string {
+	if c := table + "_events"; len(c) <= 63 {
+		return c
+	}
+	sum := sha256.Sum256([]byte(table))
+	return "idemgate_events_" + hex.EncodeToString(sum[:8])
+}
+
+// columns lists the table's columns in the order Get and the column check
+// select them.
+const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeover, created,
+  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version`
+
+// Schema returns the DDL that Migrate runs for table (validated, unquoted
+// form as in Options.Table): the table and its partial expiry index, both
+// IF NOT EXISTS.
+func Schema(table string) ([]string, error) {
+	q, err := QuoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + q + ` (
+  id           bytea       NOT NULL PRIMARY KEY CHECK (octet_length(id) = 32),
+  owner        bytea       NOT NULL,
+  scope        bytea       NOT NULL,
+  key          bytea       NOT NULL,
+  state        smallint    NOT NULL CHECK (state IN (1, 2)),
+  fingerprint  bytea       NOT NULL,
+  recipe       bytea       NOT NULL,
+  token        bytea,
+  takeover     boolean     NOT NULL DEFAULT false,
+  created      timestamptz NOT NULL,
+  lease_end    timestamptz,
+  expiry       timestamptz,
+  retention_ms bigint      NOT NULL CHECK (retention_ms >= 0),
+  status       smallint,
+  headers      bytea,
+  body         bytea,
+  omitted      boolean,
+  stored_at    timestamptz,
+  version      smallint    NOT NULL DEFAULT 2
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(table)}.Sanitize() + ` ON ` + q + ` (expiry) WHERE expiry IS NOT NULL`,
+	}, nil
+}
+
+// Migrate creates the table and its index when missing (Schema), in one
+// transaction holding pg_advisory_xact_lock so that replicas starting at
+// once do not race on CREATE TABLE IF NOT EXISTS; nothing else. It needs a
+// role allowed to create tables in the schema. Connection errors wrap
+// store.ErrUnavailable.
+func Migrate(ctx context.Context, opts Options) error {
+	cfg, err := PoolConfig(opts)
+	if err != nil {
+		return err
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	ddl, err := Schema(opts.Table)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return unavailable("migrate", withCtx(ctx, err))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return migrate(ctx, conn, ddl)
+}
+
+// execer is what migrate needs from a connection or pool.
+type execer interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+func migrate(ctx context.Context, db execer, ddl []string) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return unavailable("migrate", withCtx(ctx, err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
+		return migrateErr(ctx, err)
+	}
+	for _, stmt := range ddl {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return migrateErr(ctx, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return migrateErr(ctx, err)
+	}
+	return nil
+}
+
+// migrateErr reports a refused DDL statement (no rights, ...) as itself and
+// anything else as unavailability.
+func migrateErr(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !retryableCode(pgErr.Code) && !strings.HasPrefix(pgErr.Code, "57") && !strings.HasPrefix(pgErr.Code, "08") {
+		return fmt.Errorf("postgres store: migrate: %w", err)
+	}
+	return unavailable("migrate", withCtx(ctx, err))
+}
+
+// prepareSchema checks that the table has every column of the layout,
+// creating it first when it is missing and create is true. A role with
+// only SELECT, INSERT, UPDATE and DELETE on an existing table passes.
+func (s *Store) prepareSchema(ctx context.Context, table string, create bool) error {
+	check := func() error {
+		_, err := s.pool.Exec(ctx, `SELECT `+columns+` FROM `+s.table+` LIMIT 0`)
+		return err
+	}
+	err := check()
+	var pgErr *pgconn.PgError
+	if err != nil && errors.As(err, &pgErr) && pgErr.Code == "42P01" && create { // undefined_table
+		ddl, serr := Schema(table)
+		if serr != nil {
+			return serr
+		}
+		if err := migrate(ctx, s.pool, ddl); err != nil {
+			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+				return fmt.Errorf("postgres store: table %s does not exist and this role may not create it; run `idemgate migrate --config FILE` with a role that may: %w", s.table, err)
+			}
+			return err
+		}
+		err = check()
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "42P01":
+			return fmt.Errorf("postgres store: table %s does not exist; run `idemgate migrate --config FILE` with a role that may create it: %w", s.table, err)
+		case pgErr.Code == "42703":
+			return fmt.Errorf("postgres store: table %s lacks a column of layout %d (docs/protocol.md, \"Store records (Postgres)\"): %w", s.table, LayoutVersion, err)
+		case pgErr.Code == "42501":
+			return fmt.Errorf("postgres store: the role may not read table %s (grant SELECT, INSERT, UPDATE, DELETE): %w", s.table, err)
+		}
+	}
+	return unavailable("schema check", withCtx(ctx, err))
+}

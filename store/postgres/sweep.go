@@ -1,0 +1,58 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+const (
+	// sweepStatementTimeout bounds one sweep statement.
+	sweepStatementTimeout = 30 * time.Second
+	// maxSweepBatches bounds the statements of one sweep; the rest waits
+	// for the next one.
+	maxSweepBatches = 100
+)
+
+// sweepLoop runs Sweep every sweepEvery until ctx ends.
+func (s *Store) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(s.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("postgres store: sweeping expired rows failed", "deleted", n, "err", err)
+			}
+		}
+	}
+}
+
+// Sweep deletes rows whose expiry has passed (expiry <= now on the database
+// clock) in statements of at most Options.SweepBatch rows each, skipping
+// rows locked by a concurrent operation, until a statement deletes fewer
+// than a batch or 100 statements ran. It returns how many rows it deleted.
+// Expired rows are absent to every operation whether swept or not; the
+// sweep only keeps the table from growing. Errors wrap store.ErrUnavailable.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	var total int64
+	for range maxSweepBatches {
+		var n int64
+		err := s.run(ctx, "sweep", retryUnsent, func(ctx context.Context) error {
+			sctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
+			defer cancel()
+			tag, err := s.pool.Exec(sctx, s.sql.sweep, s.now(), s.sweepBatch)
+			n = tag.RowsAffected()
+			return err
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(s.sweepBatch) {
+			break
+		}
+	}
+	return total, nil
+}

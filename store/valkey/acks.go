@@ -1,0 +1,244 @@
+package valkey
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// maxReplicaLag is the largest INFO replication "lag" (seconds since the
+// replica's last REPLCONF ACK, which replicas send every second) at which
+// Ping counts a replica as able to acknowledge. Generous, so that a busy
+// host does not flap readiness; writes fail closed on their own anyway.
+const maxReplicaLag = 5
+
+// script is a Lua script sent by hand: EVALSHA sha, then EVAL src when the
+// server answers NOSCRIPT.
+type script struct {
+	src, sha string
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// ackedWrite is the outcome of one script and the WAIT (or WAITAOF) that
+// followed it on the same connection.
+type ackedWrite struct {
+	res  valkey.ValkeyResult // the script's reply
+	ack  valkey.ValkeyResult // WAIT's (an integer) or WAITAOF's ([local, replicas]) reply
+	took time.Duration       // the round trip of both
+}
+
+// multiClient is what writeAcked needs of a client: the command builder
+// and DoMulti (valkey.Client and valkey.DedicatedClient both have them).
+type multiClient interface {
+	B() valkey.Builder
+	DoMulti(ctx context.Context, multi ...valkey.Completed) []valkey.ValkeyResult
+}
+
+// ackCmd builds the acknowledgement command of s.acks.
+func (s *Store) ackCmd(c multiClient) valkey.Completed {
+	timeout := s.acks.Timeout.Milliseconds()
+	if s.acks.AOFLocal {
+		return c.B().Waitaof().Numlocal(1).Numreplicas(int64(s.acks.Replicas)).Timeout(timeout).Build()
+	}
+	return c.B().Wait().Numreplicas(int64(s.acks.Replicas)).Timeout(timeout).Build()
+}
+
+// writeAcked runs sc on id's record key with args, followed by the
+// acknowledgement command, in ONE pipeline on ONE dedicated connection. WAIT
+// counts the replicas that have acknowledged the replication offset of its
+// own connection's last write: sent on any other connection it answers at
+// once with the replicas that acknowledged that connection's (older, or no)
+// writes, which proves nothing about this one. On a Cluster client the pair
+// goes through a Dedicated client: the client's own DoMulti would redirect
+// the script alone after a MOVED while WAIT stays on the old node, so the
+// pair would be split; on a dedicated connection a redirect surfaces as the
+// script's error instead. After NOSCRIPT (the server lost its
+// script cache: a restart, a failover to a replica that never ran the
+// script, SCRIPT FLUSH) the pair is sent again with EVAL; the first WAIT
+// then followed a failed script and is ignored.
+//
+// The returned error wraps store.ErrUnavailable when the pair could not be
+// sent or the script failed; whether the acknowledgement came in time is
+// for the caller to check with acked, since only a script that wrote needs
+// one.
+func (s *Store) writeAcked(ctx context.Context, op string, sc script, id store.Identity, args []string) (ackedWrite, error) {
+	if err := ctx.Err(); err != nil {
+		return ackedWrite{}, unavailable(op, err)
+	}
+	key := s.Key(id)
+	var out ackedWrite
+	start := time.Now()
+	pair := func(c multiClient) {
+		resps := c.DoMulti(ctx,
+			c.B().Evalsha().Sha1(sc.sha).Numkeys(1).Key(key).Arg(args...).Build(),
+			s.ackCmd(c))
+		if verr, ok := valkey.IsValkeyErr(resps[0].Error()); ok && verr.IsNoScript() {
+			resps = c.DoMulti(ctx,
+				c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build(),
+				s.ackCmd(c))
+		}
+		out.res, out.ack = resps[0], resps[1]
+	}
+	res := await(ctx, func() valkey.ValkeyResult {
+		if s.client.Mode() != valkey.ClientModeCluster {
+			// Standalone and Sentinel: a DoMulti holding a blocking
+			// command (WAIT is one) runs whole on one dedicated
+			// connection of the blocking pool (valkey-go mux.DoMulti,
+			// blockingMulti), without the clean-up round trip that
+			// returning a Dedicated client costs.
+			pair(s.client)
+			return out.res
+		}
+		err := s.client.Dedicated(func(c valkey.DedicatedClient) error {
+			pair(c)
+			return nil
+		})
+		if err != nil {
+			return valkey.NewErrorResult(err)
+		}
+		return out.res
+	})
+	out.took = time.Since(start)
+	if err := res.Error(); err != nil && !valkey.IsValkeyNil(err) {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w (%w)", cerr, err)
+		}
+		return out, unavailable(op, err)
+	}
+	return out, nil
+}
+
+// acked checks the acknowledgement of a write that changed the record,
+// reports it to OnAck and returns an error wrapping
+// store.ErrNotAcknowledged when it did not come in time, or
+// store.ErrUnavailable when the acknowledgement command failed (WAITAOF on
+// a primary without appendonly, WAIT on a replica).
+func (s *Store) acked(op string, w ackedWrite) error {
+	ok, detail, err := s.ackOK(w.ack)
+	if err != nil {
+		if s.onAck != nil {
+			s.onAck(op, w.took, false)
+		}
+		return unavailable(op, fmt.Errorf("acknowledgement: %w", err))
+	}
+	if s.onAck != nil {
+		s.onAck(op, w.took, ok)
+	}
+	if !ok {
+		return fmt.Errorf("valkey store: %s: %w: %s within %v", op, store.ErrNotAcknowledged, detail, s.acks.Timeout)
+	}
+	return nil
+}
+
+// ackOK interprets a WAIT or WAITAOF reply against s.acks; detail says what
+// came, for the error.
+func (s *Store) ackOK(ack valkey.ValkeyResult) (bool, string, error) {
+	if s.acks.AOFLocal {
+		v, err := ack.AsIntSlice()
+		if err != nil {
+			return false, "", err
+		}
+		if len(v) != 2 {
+			return false, "", fmt.Errorf("WAITAOF reply %v", v)
+		}
+		detail := fmt.Sprintf("fsynced locally %d of 1, by %d of %d replicas", v[0], v[1], s.acks.Replicas)
+		return v[0] >= 1 && v[1] >= int64(s.acks.Replicas), detail, nil
+	}
+	n, err := ack.AsInt64()
+	if err != nil {
+		return false, "", err
+	}
+	return n >= int64(s.acks.Replicas), fmt.Sprintf("%d of %d replicas acknowledged", n, s.acks.Replicas), nil
+}
+
+// boolOpAcked is boolOp for the scripts that need an acknowledgement: a
+// script that answered 1 wrote, and counts only once acknowledged.
+func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, id store.Identity, wake bool, args []string) (bool, error) {
+	w, err := s.writeAcked(ctx, op, sc, id, args)
+	if err != nil {
+		return false, err
+	}
+	n, err := w.res.AsInt64()
+	if err != nil {
+		return false, unavailable(op, fmt.Errorf("reply: %w", err))
+	}
+	if n != 1 {
+		return false, nil
+	}
+	if wake {
+		// The record changed on the primary whether or not it was
+		// acknowledged: waiters re-read it.
+		s.wake(s.Key(id))
+	}
+	if err := s.acked(op, w); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// checkReplicas is the acknowledgement part of Ping: every primary the
+// client knows (the standalone or Sentinel primary, every Cluster master)
+// must have at least Acks.Replicas replicas online whose last
+// acknowledgement is at most maxReplicaLag seconds old, else no write it
+// takes can be acknowledged and every keyed request fails closed. The error
+// wraps store.ErrNotAcknowledged and names the primary.
+func (s *Store) checkReplicas(ctx context.Context) error {
+	if s.acks.Replicas == 0 {
+		return nil
+	}
+	for addr, c := range s.client.Nodes() {
+		info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+		if err != nil {
+			return unavailable("ping", fmt.Errorf("INFO replication on %s: %w", addr, err))
+		}
+		role, online, connected := parseReplication(info)
+		if role != "master" {
+			continue
+		}
+		if online < s.acks.Replicas {
+			return fmt.Errorf("valkey store: ping: %w: primary %s has %d replicas able to acknowledge (connected %d, lag <= %ds), acks.replicas is %d: keyed requests fail closed until enough replicas are back",
+				store.ErrNotAcknowledged, addr, online, connected, maxReplicaLag, s.acks.Replicas)
+		}
+	}
+	return nil
+}
+
+// parseReplication reads INFO replication: the role, the replicas in state
+// online with lag <= maxReplicaLag, and connected_slaves.
+func parseReplication(info string) (role string, online, connected int) {
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "role":
+			role = value
+		case name == "connected_slaves":
+			connected, _ = strconv.Atoi(value)
+		case strings.HasPrefix(name, "slave") && strings.Contains(value, "state=online"):
+			for _, kv := range strings.Split(value, ",") {
+				if lag, ok := strings.CutPrefix(kv, "lag="); ok {
+					if n, err := strconv.Atoi(lag); err == nil && n <= maxReplicaLag {
+						online++
+					}
+				}
+			}
+		}
+	}
+	return role, online, connected
+}

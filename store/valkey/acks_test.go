@@ -1,0 +1,272 @@
+package valkey_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// ackLog records OnAck calls.
+type ackLog struct {
+	mu    sync.Mutex
+	calls []string // "op:true" / "op:false"
+}
+
+func (l *ackLog) on(op string, _ time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ok {
+		l.calls = append(l.calls, op+":true")
+	} else {
+		l.calls = append(l.calls, op+":false")
+	}
+}
+
+func (l *ackLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.calls, " ")
+}
+
+const ackTimeout = 300 * time.Millisecond
+
+func claimParams(id store.Identity, token string) store.ClaimParams {
+	return store.ClaimParams{Identity: id, Fingerprint: "fp", Token: token, Lease: time.Minute, Retention: time.Hour}
+}
+
+func wantNotAcknowledged(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, store.ErrNotAcknowledged) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("%s: err = %v, want ErrNotAcknowledged (and ErrUnavailable)", what, err)
+	}
+}
+
+// TestAcksFollowTheWriteOnItsConnection is the test of issue 11 that fails
+// when the acknowledgement is asked on another connection than the write:
+// with the only replica frozen, WAIT on the write's connection times out,
+// while WAIT on any other connection answers at once that the replica has
+// everything (it acknowledged that connection's offset, 0, long ago).
+func TestAcksFollowTheWriteOnItsConnection(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	var acks ackLog
+	prefix := randomPrefix()
+	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: prefix,
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on})
+	ctx := t.Context()
+	done := store.Identity{Owner: "o", Scope: "r", Key: "acked"}
+	if res, err := s.Claim(ctx, claimParams(done, "t1")); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim with a live replica = %+v, %v", res, err)
+	}
+	pingEventually(t, s, 10*time.Second)
+
+	replica.Pause()
+	id := store.Identity{Owner: "o", Scope: "r", Key: "not-acked"}
+	start := time.Now()
+	_, err := s.Claim(ctx, claimParams(id, "t2"))
+	wantNotAcknowledged(t, "Claim with the replica frozen", err)
+	if took := time.Since(start); took < ackTimeout-50*time.Millisecond {
+		t.Fatalf("Claim not acknowledged after %v, want it to wait for the %v acknowledgement timeout", took, ackTimeout)
+	}
+
+	// The mistake this guards against: the same script through the
+	// client's ordinary path, then WAIT as a separate call, which the
+	// client sends on another (dedicated) connection. It claims a fresh
+	// key and "proves" that the frozen replica acknowledged it.
+	c := raw(t, primary.Addr())
+	wrongID := store.Identity{Owner: "o", Scope: "r", Key: "wrongly-acked"}
+	lua := vk.NewLuaScript(valkey.Scripts()["claim.lua"])
+	if err := lua.Exec(ctx, c, []string{valkey.Key(prefix, wrongID)},
+		[]string{"o", "r", "wrongly-acked", "fp", "t3", "60000", "3600000", "0", "recipe"}).Error(); err != nil {
+		t.Fatalf("claim.lua through Exec: %v", err)
+	}
+	n, err := c.Do(ctx, c.B().Wait().Numreplicas(1).Timeout(ackTimeout.Milliseconds()).Build()).AsInt64()
+	if err != nil || n != 1 {
+		t.Fatalf("WAIT on a separate connection = %d, %v; want 1 at once (the trap the store must avoid)", n, err)
+	}
+
+	// A completion not acknowledged fails, but the record is completed on
+	// the primary, and a repeat by the same token re-confirms it.
+	_, err = s.Complete(ctx, done, "t1", store.Response{Status: 201, Body: []byte("made")})
+	wantNotAcknowledged(t, "Complete with the replica frozen", err)
+	if rec, err := s.Get(ctx, done); err != nil || rec == nil || rec.State != store.Completed || rec.Token != "" {
+		t.Fatalf("record after an unacknowledged Complete = %+v, %v; want completed on the primary, no token", rec, err)
+	}
+	_, err = s.Extend(ctx, id, "t2", time.Minute)
+	wantNotAcknowledged(t, "Extend with the replica frozen", err)
+
+	replica.Resume()
+	ok, err := s.Complete(ctx, done, "t1", store.Response{Status: 500, Body: []byte("other")})
+	if err != nil || !ok {
+		t.Fatalf("repeated Complete by the completing token after the replica is back = %v, %v; want true", ok, err)
+	}
+	if ok, err := s.Complete(ctx, done, "not-t1", store.Response{Status: 500}); err != nil || ok {
+		t.Fatalf("Complete by another token on a completed record = %v, %v; want false", ok, err)
+	}
+	rec, err := s.Get(ctx, done)
+	if err != nil || rec == nil || rec.Response == nil || string(rec.Response.Body) != "made" {
+		t.Fatalf("record after the repeat = %+v, %v; want the first response kept", rec, err)
+	}
+	// Acknowledged: the replica has the completion.
+	if out, err := replica.CLI("HGET", s.Key(done), "s"); err != nil || out != "completed" {
+		t.Fatalf("record state on the replica = %q, %v; want completed", out, err)
+	}
+
+	// NOSCRIPT: the pair is sent again with EVAL.
+	if _, err := primary.CLI("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	again := store.Identity{Owner: "o", Scope: "r", Key: "after-flush"}
+	if res, err := s.Claim(ctx, claimParams(again, "t4")); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim after SCRIPT FLUSH = %+v, %v", res, err)
+	}
+	if out, err := replica.CLI("HGET", s.Key(again), "t"); err != nil || out != "t4" {
+		t.Fatalf("claim on the replica after SCRIPT FLUSH = %q, %v", out, err)
+	}
+	want := "claim:true claim:false complete:false extend:false complete:true claim:true"
+	if got := acks.String(); got != want {
+		t.Fatalf("OnAck calls = %q, want %q", got, want)
+	}
+}
+
+func TestAcksPingNamesMissingReplicas(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 2, Timeout: ackTimeout}})
+	err := s.Ping(t.Context())
+	wantNotAcknowledged(t, "Ping with 1 replica, acks.replicas 2", err)
+	if !strings.Contains(err.Error(), primary.Addr()) {
+		t.Fatalf("Ping error %q does not name the primary %s", err, primary.Addr())
+	}
+	one := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}})
+	pingEventually(t, one, 10*time.Second)
+	// A frozen replica stays connected but stops acknowledging: once its
+	// lag passes the bound, readiness says so.
+	replica.Pause()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := one.Ping(t.Context())
+		if errors.Is(err, store.ErrNotAcknowledged) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping 15s after the replica froze = %v; want ErrNotAcknowledged", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestAcksAOFLocal(t *testing.T) {
+	// WAITAOF counts the replicas that fsynced the write to their own AOF:
+	// the replicas need appendonly too.
+	primary := valkeytest.Start(t, valkeytest.WithAOF())
+	valkeytest.StartReplica(t, primary.Addr(), valkeytest.WithAOF())
+	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, AOFLocal: true, Timeout: time.Second}})
+	id := store.Identity{Owner: "o", Scope: "r", Key: "aof"}
+	if res, err := s.Claim(t.Context(), claimParams(id, "t")); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim with WAITAOF = %+v, %v", res, err)
+	}
+	// WAITAOF on a primary without appendonly is refused: every write fails
+	// closed (not "acknowledged").
+	noAOF := valkeytest.Start(t)
+	bad := newStore(t, valkey.Options{Addrs: []string{noAOF.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{AOFLocal: true, Timeout: time.Second}})
+	if _, err := bad.Claim(t.Context(), claimParams(id, "t")); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Claim with WAITAOF on a primary without AOF: err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestAcksSentinel(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	sen := valkeytest.StartSentinel(t, primary, "idemgate-acks")
+	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}})
+	id := store.Identity{Owner: "o", Scope: "r", Key: "sentinel-acked"}
+	if res, err := s.Claim(t.Context(), claimParams(id, "t")); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim through sentinel with a live replica = %+v, %v", res, err)
+	}
+	replica.Pause()
+	_, err := s.Claim(t.Context(), claimParams(store.Identity{Owner: "o", Scope: "r", Key: "sentinel-frozen"}, "t"))
+	wantNotAcknowledged(t, "Claim through sentinel with the replica frozen", err)
+}
+
+// TestAcksCluster checks that the acknowledgement is asked on the node that
+// owns each key's slot: keys spread over three shards, each with one
+// replica, are all acknowledged, and freezing one shard's replica fails
+// exactly the claims of that shard.
+func TestAcksCluster(t *testing.T) {
+	c := valkeytest.StartClusterWithReplicas(t, 3)
+	var acks ackLog
+	s := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on})
+	ctx := t.Context()
+	pingEventually(t, s, 10*time.Second)
+	frozen := c.Replicas[0]
+	owner := c.Servers[0]
+	ids := make([]store.Identity, 24)
+	onFrozen := 0
+	for i := range ids {
+		ids[i] = store.Identity{Owner: "o", Scope: "r", Key: "k" + string(rune('a'+i))}
+		if res, err := s.Claim(ctx, claimParams(ids[i], "t")); err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim %d = %+v, %v", i, res, err)
+		}
+		if out, _ := owner.CLI("EXISTS", s.Key(ids[i])); out == "1" {
+			onFrozen++
+		}
+	}
+	if onFrozen == 0 || onFrozen == len(ids) {
+		t.Fatalf("%d of %d keys on shard 0; want some on each side", onFrozen, len(ids))
+	}
+	frozen.Pause()
+	failed := 0
+	for i, id := range ids {
+		id.Key += "-2"
+		_, err := s.Claim(ctx, claimParams(id, "t"))
+		out, _ := owner.CLI("EXISTS", s.Key(id))
+		switch {
+		case out == "1":
+			wantNotAcknowledged(t, "Claim on the shard whose replica is frozen", err)
+			failed++
+		case err != nil:
+			t.Fatalf("Claim %d on a shard with a live replica: %v", i, err)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no claim landed on the frozen replica's shard")
+	}
+	frozen.Resume()
+	pingEventually(t, s, 10*time.Second)
+}
+
+// pingEventually waits up to d for s.Ping to succeed: a replica that just
+// linked up (or resumed) is counted once the primary has its first
+// acknowledgement.
+func pingEventually(t *testing.T, s *valkey.Store, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		pctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := s.Ping(pctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping not ok after %v: %v", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
