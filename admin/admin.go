@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -31,10 +31,6 @@ const ReadyTimeout = time.Second
 // store can hold the request for as long as the client waits (the Valkey
 // client retries until its context ends); after it the answer is 503.
 const StoreTimeout = 3 * time.Second
-
-// ProblemBase is the prefix of every problem type URI the admin listener
-// answers with (problem.Base).
-const ProblemBase = problem.Base
 
 // Options configures the admin handler. Every field is optional except that
 // /readyz reports not ready without Store or Policy, /metrics answers 404
@@ -89,8 +85,9 @@ type handler struct {
 //     unless force=true is given (completed and abandoned records purge
 //     freely).
 //
-// Every error is an RFC 9457 application/problem+json document whose type is
-// ProblemBase plus a stable case name.
+// Every error is an RFC 9457 application/problem+json document of a kind in
+// problem.Catalog, whose type, status and title are the same wherever
+// idemgate answers with it.
 func New(opts Options) http.Handler {
 	h := &handler{opts: opts, log: opts.Logger, now: opts.Now}
 	if h.log == nil {
@@ -104,11 +101,9 @@ func New(opts Options) http.Handler {
 	h.mux.HandleFunc("/healthz", methods(h.healthz, http.MethodGet, http.MethodHead))
 	h.mux.HandleFunc("/readyz", methods(h.readyz, http.MethodGet, http.MethodHead))
 	h.mux.Handle("/metrics", h.metrics())
-	h.mux.HandleFunc("/admin/", h.authorized(h.adminNotFound))
+	h.mux.HandleFunc("/admin/", h.authorized(notFound))
 	h.mux.HandleFunc("/admin/records", h.authorized(methods(h.records, http.MethodGet, http.MethodHead, http.MethodDelete)))
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, "not-found", "Not Found", fmt.Sprintf("no admin endpoint at %q", r.URL.Path))
-	})
+	h.mux.HandleFunc("/", notFound)
 	return h
 }
 
@@ -128,8 +123,8 @@ func methods(next http.HandlerFunc, allowed ...string) http.HandlerFunc {
 			}
 		}
 		w.Header().Set("Allow", allow)
-		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method Not Allowed",
-			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+		problem.Write(w, problem.MethodNotAllowed.With(
+			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)))
 	}
 }
 
@@ -141,15 +136,15 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Draining != nil && h.opts.Draining() {
-		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "shutting down: requests in flight are finishing, new ones go elsewhere")
+		problem.Write(w, problem.NotReady.With("shutting down: requests in flight are finishing, new ones go elsewhere"))
 		return
 	}
 	if h.opts.Policy == nil || h.opts.Policy() == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "policy check failed: no policy loaded")
+		problem.Write(w, problem.NotReady.With("policy check failed: no policy loaded"))
 		return
 	}
 	if h.opts.Store == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready", "store check failed: no store configured")
+		problem.Write(w, problem.NotReady.With("store check failed: no store configured"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
@@ -158,8 +153,8 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := h.opts.Store.Ping(ctx); err != nil {
 		took := h.now().Sub(start)
 		h.log.Warn("readiness store check failed", "err", err, "took_ms", took.Milliseconds())
-		writeProblem(w, http.StatusServiceUnavailable, "not-ready", "Not Ready",
-			fmt.Sprintf("store check failed after %d ms: %v", took.Milliseconds(), err))
+		problem.Write(w, problem.NotReady.With(
+			fmt.Sprintf("store check failed after %d ms: %v", took.Milliseconds(), err)))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -170,8 +165,8 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 func (h *handler) metrics() http.Handler {
 	if h.opts.Gatherer == nil {
 		return methods(func(w http.ResponseWriter, r *http.Request) {
-			writeProblem(w, http.StatusNotFound, "metrics-not-configured", "Metrics Not Configured",
-				"no metrics gatherer is configured")
+			problem.Write(w, problem.MetricsNotConfigured.With(
+				"no metrics gatherer is configured"))
 		}, http.MethodGet, http.MethodHead)
 	}
 	ph := promhttp.HandlerFor(h.opts.Gatherer, promhttp.HandlerOpts{
@@ -188,15 +183,15 @@ func (h *handler) authorized(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if h.opts.Token == "" {
-			writeProblem(w, http.StatusForbidden, "admin-disabled", "Admin API Disabled",
-				"the admin token is not configured, so the admin API is disabled")
+			problem.Write(w, problem.AdminDisabled.With(
+				"the admin token is not configured, so the admin API is disabled"))
 			return
 		}
 		presented, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin"`)
-			writeProblem(w, http.StatusUnauthorized, "admin-unauthorized", "Unauthorized",
-				"the admin API requires Authorization: Bearer <token>")
+			problem.Write(w, problem.AdminUnauthorized.With(
+				"the admin API requires Authorization: Bearer <token>"))
 			return
 		}
 		// Hashing first makes the comparison constant time in the length
@@ -205,8 +200,8 @@ func (h *handler) authorized(next http.HandlerFunc) http.HandlerFunc {
 		if subtle.ConstantTimeCompare(sum[:], h.token[:]) != 1 {
 			// RFC 6750 section 3.1.
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate-admin", error="invalid_token"`)
-			writeProblem(w, http.StatusUnauthorized, "admin-unauthorized", "Unauthorized",
-				"the admin bearer token is not valid")
+			problem.Write(w, problem.AdminUnauthorized.With(
+				"the admin bearer token is not valid"))
 			return
 		}
 		next(w, r)
@@ -227,8 +222,10 @@ func bearer(v string) (string, bool) {
 	return token, true
 }
 
-func (h *handler) adminNotFound(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, http.StatusNotFound, "not-found", "Not Found", fmt.Sprintf("no admin endpoint at %q", r.URL.Path))
+// notFound answers a path no endpoint serves; under /admin/ only once the
+// caller is authorized, so the paths stay hidden from others.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, problem.NotFound.With(fmt.Sprintf("no admin endpoint at %q", r.URL.Path)))
 }
 
 // recordView is the JSON shape of GET /admin/records. Absent parts are
@@ -299,7 +296,7 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		// URL.Query would drop the malformed pair and report it missing.
-		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request", "malformed query string: "+err.Error())
+		problem.Write(w, problem.AdminBadRequest.With("malformed query string: "+err.Error()))
 		return store.Identity{}, false
 	}
 	routeName, key := q.Get("route"), q.Get("key")
@@ -317,22 +314,22 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		missing = append(missing, "owner (or authorization)")
 	}
 	if len(missing) > 0 {
-		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
-			"missing query parameter: "+strings.Join(missing, ", "))
+		problem.Write(w, problem.AdminBadRequest.With(
+			"missing query parameter: "+strings.Join(missing, ", ")))
 		return store.Identity{}, false
 	}
 	if hasOwner && hasAuth {
-		writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
-			"give either owner or authorization, not both")
+		problem.Write(w, problem.AdminBadRequest.With(
+			"give either owner or authorization, not both"))
 		return store.Identity{}, false
 	}
 	if h.opts.Policy == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "policy-not-loaded", "Policy Not Loaded", "no policy is loaded")
+		problem.Write(w, problem.PolicyNotLoaded.With("no policy is loaded"))
 		return store.Identity{}, false
 	}
 	p := h.opts.Policy()
 	if p == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "policy-not-loaded", "Policy Not Loaded", "no policy is loaded")
+		problem.Write(w, problem.PolicyNotLoaded.With("no policy is loaded"))
 		return store.Identity{}, false
 	}
 	var route *policy.Route
@@ -343,21 +340,21 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		}
 	}
 	if route == nil {
-		writeProblem(w, http.StatusNotFound, "admin-unknown-route", "Unknown Route",
-			fmt.Sprintf("no route named %q in the current policy", routeName))
+		problem.Write(w, problem.AdminUnknownRoute.With(
+			fmt.Sprintf("no route named %q in the current policy", routeName)))
 		return store.Identity{}, false
 	}
 	owner := q.Get("owner")
 	if hasAuth {
 		if route.Owner.Kind != policy.OwnerAuthorization {
-			writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request",
-				fmt.Sprintf("route %q takes its owner from %q, not the Authorization header; give owner instead", route.Name, route.Owner.Kind))
+			problem.Write(w, problem.AdminBadRequest.With(
+				fmt.Sprintf("route %q takes its owner from %q, not the Authorization header; give owner instead", route.Name, route.Owner.Kind)))
 			return store.Identity{}, false
 		}
 		raw := q.Get("authorization")
 		if strings.Trim(raw, " \t") == "" {
 			// policy never derives an owner from an empty Authorization field.
-			writeProblem(w, http.StatusBadRequest, "admin-bad-request", "Bad Request", "authorization is empty")
+			problem.Write(w, problem.AdminBadRequest.With("authorization is empty"))
 			return store.Identity{}, false
 		}
 		// The one derivation the proxy uses, so the operator's hash always
@@ -379,7 +376,7 @@ func v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
 
 func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Store == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "store-unavailable", "Store Unavailable", "no store is configured")
+		problem.Write(w, problem.StoreUnavailable.With("no store is configured"))
 		return
 	}
 	id, ok := h.identity(w, r)
@@ -404,14 +401,14 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rec == nil {
-		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
-			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route")))
+		problem.Write(w, problem.AdminRecordNotFound.With(
+			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route"))))
 		return
 	}
 	body, err := json.Marshal(viewOf(rec))
 	if err != nil {
 		h.log.Error("admin record encoding failed", "scope", id.Scope, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "admin-internal", "Internal Error", "the record could not be encoded")
+		problem.Write(w, problem.AdminInternal.With("the record could not be encoded"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -446,9 +443,9 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			// abandoned can be re-claimed in between; the store has no
 			// conditional delete to close that window.
 			h.log.Warn("admin purge refused: record running", "route", r.URL.Query().Get("route"), "scope", id.Scope,
-				"owner_sha256", shortDigest(id.Owner), "key_sha256", shortDigest(id.Key), "remote", r.RemoteAddr)
-			writeProblem(w, http.StatusConflict, "admin-record-running", "Record Running",
-				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true")
+				"owner_hash", proxy.LogDigest(id.Owner), "key_hash", proxy.LogDigest(id.Key), "remote", r.RemoteAddr)
+			problem.Write(w, problem.AdminRecordRunning.With(
+				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true"))
 			return
 		}
 	}
@@ -463,11 +460,11 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	// Audit line: the raw key and owner may be secrets or personal data, so
 	// only short digests identify the record.
-	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_sha256", shortDigest(id.Owner),
-		"key_sha256", shortDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
+	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_hash", proxy.LogDigest(id.Owner),
+		"key_hash", proxy.LogDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
-		writeProblem(w, http.StatusNotFound, "admin-record-not-found", "Record Not Found",
-			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route")))
+		problem.Write(w, problem.AdminRecordNotFound.With(
+			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route"))))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -476,23 +473,11 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // storeError fails closed: a store failure is reported as such, never as an
 // absent record.
 func (h *handler) storeError(w http.ResponseWriter, op string, id store.Identity, err error) {
-	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_sha256", shortDigest(id.Key), "err", err)
+	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_hash", proxy.LogDigest(id.Key), "err", err)
 	if errors.Is(err, store.ErrUnavailable) {
-		writeProblem(w, http.StatusServiceUnavailable, "store-unavailable", "Store Unavailable",
-			"the idempotency store could not be reached")
+		problem.Write(w, problem.StoreUnavailable.With(
+			"the idempotency store could not be reached"))
 		return
 	}
-	writeProblem(w, http.StatusInternalServerError, "admin-internal", "Internal Error", "the store operation failed")
-}
-
-// shortDigest is the first 8 bytes of SHA-256 in hex: enough to correlate
-// log lines without writing the value itself to the log.
-func shortDigest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:8])
-}
-
-// problem is an RFC 9457 section 3 problem details object.
-func writeProblem(w http.ResponseWriter, status int, kind, title, detail string) {
-	problem.Write(w, problem.New(kind, status, title, detail))
+	problem.Write(w, problem.AdminInternal.With("the store operation failed"))
 }

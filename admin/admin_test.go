@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
 )
@@ -231,14 +232,14 @@ func assertProblem(t *testing.T, rec *httptest.ResponseRecorder, status int, kin
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body is not JSON: %v; %s", err, rec.Body)
 	}
-	if p["type"] != ProblemBase+kind {
-		t.Errorf("type = %v, want %s", p["type"], ProblemBase+kind)
+	if p["type"] != problem.Base+kind {
+		t.Errorf("type = %v, want %s", p["type"], problem.Base+kind)
 	}
 	if p["status"] != float64(status) {
 		t.Errorf("problem status = %v, want %d", p["status"], status)
 	}
-	if s, _ := p["title"].(string); s == "" {
-		t.Errorf("problem has no title: %s", rec.Body)
+	if s, _ := p["title"].(string); s == "" || s != catalogTitle(kind) {
+		t.Errorf("problem title %q, want the catalog's %q: %s", s, catalogTitle(kind), rec.Body)
 	}
 	detail, _ := p["detail"].(string)
 	if detail == "" {
@@ -620,7 +621,7 @@ func TestRecordsPurge(t *testing.T) {
 	if !strings.Contains(logs, "admin purge") || !strings.Contains(logs, "route=orders") || !strings.Contains(logs, "force=true") {
 		t.Errorf("purge not logged with its route and force:\n%s", logs)
 	}
-	if !strings.Contains(logs, "key_sha256="+sha256Hex(id.Key)[:16]) {
+	if !strings.Contains(logs, "key_hash="+sha256Hex(id.Key)[:12]) {
 		t.Errorf("purge log lacks the key digest:\n%s", logs)
 	}
 	for _, secret := range []string{id.Key, "h:alice", "alice", "bob"} {
@@ -655,4 +656,14 @@ func TestUnknownPath(t *testing.T) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// catalogTitle is the title problem.Catalog gives the kind named slug.
+func catalogTitle(slug string) string {
+	for _, k := range problem.Catalog() {
+		if k.Slug == slug {
+			return k.Title
+		}
+	}
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -94,12 +95,14 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(data)
-	keys := append([]string{}, envKeys...)
-	for _, k := range []string{"header", "methods", "required", "owner", "allow_global_keys", "fingerprint", "headers", "query", "body",
-		"lease", "retention", "concurrent", "wait_timeout", "replay_statuses", "max_request_bytes", "max_response_bytes",
-		"on_store_error", "on_abandoned", "name", "match", "mode", "scope",
-		"jwt", "jwks_url", "jwks_file", "issuers", "audiences", "claims"} {
+	// The keys the decoder knows: the top-level ones, and a route's (its
+	// settings are those of defaults), each section by name too.
+	keys := keyPaths(reflect.TypeFor[rawConfig](), "")
+	for _, k := range keyPaths(reflect.TypeFor[rawRoute](), "") {
 		keys = append(keys, k)
+		if section, _, ok := strings.Cut(k, "."); ok {
+			keys = append(keys, section)
+		}
 	}
 	for _, k := range keys {
 		leaf := k[strings.LastIndex(k, ".")+1:]

@@ -1,4 +1,6 @@
-// Package problem writes RFC 9457 problem details, the body of every error response idemgate itself produces.
+// Package problem writes RFC 9457 problem details, the body of every error
+// response idemgate itself produces, and holds their catalog (Catalog): the
+// proxy and the admin listener answer only with its kinds.
 package problem
 
 import (
@@ -21,11 +23,9 @@ type Details struct {
 	// RetryAfter, in whole seconds, is sent as the Retry-After field when > 0
 	// (RFC 9110 section 10.2.3); it is not part of the JSON body.
 	RetryAfter int `json:"-"`
-}
-
-// New returns the problem of case slug (its type is Base+slug).
-func New(slug string, status int, title, detail string) Details {
-	return Details{Type: Base + slug, Title: title, Status: status, Detail: detail}
+	// Outcome is the metrics outcome of the Kind d was made from (Kind.With);
+	// the proxy counts the request under it. Not part of the JSON body.
+	Outcome string `json:"-"`
 }
 
 // Write answers with d: status d.Status, the JSON body and the fields that

@@ -11,7 +11,7 @@ import (
 
 func TestWrite(t *testing.T) {
 	rec := httptest.NewRecorder()
-	d := problem.New("request-in-progress", 409, "In progress", "retry later")
+	d := problem.InProgress.With("retry later")
 	d.RetryAfter = 3
 	problem.Write(rec, d)
 	if rec.Code != 409 || rec.Header().Get("Content-Type") != "application/problem+json" ||

@@ -49,7 +49,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 			// No connection was made, so no byte reached the upstream: the
 			// key is free again.
 			p.release(r, ex, token)
-			p.upstreamFailed(w, r, ex, probUpstreamUnreached.with("the upstream could not be reached; the request was not sent and the key was released"), err)
+			p.upstreamFailed(w, r, ex, problem.UpstreamUnreachable.With("the upstream could not be reached; the request was not sent and the key was released"), err)
 			return
 		}
 		p.upstreamAmbiguous(w, r, ex, ctx, err)
@@ -61,8 +61,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
 		p.release(r, ex, token)
-		p.copyResponse(w, resp, nil)
 		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+		p.copyResponse(w, r, ex, resp, nil)
 		p.done(r, ex)
 		return
 	}
@@ -83,15 +83,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	stopHeartbeat()
 	p.complete(r, ex, token, stored)
+	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
-			"route", route.Name, "key_hash", keyHash(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
-		p.copyResponse(w, resp, body)
+			"route", route.Name, "key_hash", LogDigest(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
+		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
 		writeStored(w, r, &stored, false)
 	}
-	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.done(r, ex)
 }
 
@@ -112,7 +112,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
-			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err,
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
 		p.completeLater(r, ex, token, resp)
 		return
@@ -126,7 +126,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 // token (taken over, or purged by an operator). Records are kept by scope,
 // not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", keyHash(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", LogDigest(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
@@ -136,7 +136,7 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.
 		p.log.Warn("release failed; the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
 	}
 }
 
@@ -180,12 +180,12 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			}
 			if err == nil && !ok && keepOnLost {
 				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
-					"route", ex.route.Name, "key_hash", keyHash(ex.id.Key))
+					"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
 				continue
 			}
 			if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
-				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "lost", err == nil, "err", err)
+				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "lost", err == nil, "err", err)
 				if err == nil {
 					return // the claim is gone; extending again cannot help
 				}
@@ -206,17 +206,17 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 // success nor released.
 func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *exchange, ctx context.Context, err error) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		p.upstreamFailed(w, r, ex, probUpstreamTimeout.with(fmt.Sprintf(
+		p.upstreamFailed(w, r, ex, problem.UpstreamTimeout.With(fmt.Sprintf(
 			"the upstream did not answer within %s; it may have acted, so the key stays claimed until its lease ends", p.timeout)), err)
 		return
 	}
-	p.upstreamFailed(w, r, ex, probUpstreamFailed.with(
+	p.upstreamFailed(w, r, ex, problem.UpstreamFailed.With(
 		"the upstream exchange failed after the request was sent; it may have acted, so the key stays claimed until its lease ends"), err)
 }
 
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem, err error) {
-	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", keyHash(ex.id.Key), "err", err)
-	p.fail(w, r, ex, metrics.OutcomeUpstreamError, pr)
+	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
+	p.fail(w, r, ex, pr)
 }
 
 // outbound builds the upstream request for an enforced exchange. Body is a
@@ -245,19 +245,33 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 }
 
 // copyResponse streams resp to the client, after the already-read prefix.
-func (p *Proxy) copyResponse(w http.ResponseWriter, resp *http.Response, prefix []byte) {
+// The caller has set ex's outcome and status. A copy that fails midway (the
+// upstream's body broke, or the client left) can no longer be answered:
+// returning would let net/http end a chunked response with a clean final
+// chunk, and the client would take a short body for a complete one. So, as
+// httputil.ReverseProxy does (golang/go#23643), the request is recorded and
+// the response aborted with http.ErrAbortHandler, which cuts the connection
+// (issue 16; TestBrokenUpstreamStreamIsCut).
+func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchange, resp *http.Response, prefix []byte) {
 	h := w.Header()
 	for name, values := range resp.Header {
 		h[name] = append([]string(nil), values...)
 	}
 	removeHopByHop(h)
 	w.WriteHeader(resp.StatusCode)
+	var err error
 	if len(prefix) > 0 {
-		if _, err := w.Write(prefix); err != nil {
-			return
-		}
+		_, err = w.Write(prefix)
 	}
-	_, _ = io.Copy(w, resp.Body)
+	if err == nil {
+		_, err = io.Copy(w, resp.Body)
+	}
+	if err != nil {
+		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key),
+			"status", resp.StatusCode, "err", err)
+		p.done(r, ex)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // forwardUnprotected sends a request whose claim failed on a fail_open route:
@@ -267,34 +281,11 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 	defer cancel()
 	resp, err := p.transport.RoundTrip(p.outbound(ctx, r, ex.body))
 	if err != nil {
-		p.upstreamFailed(w, r, ex, probUpstreamFailed.with("the upstream exchange failed"), err)
+		p.upstreamFailed(w, r, ex, problem.UpstreamFailed.With("the upstream exchange failed"), err)
 		return
 	}
 	defer resp.Body.Close()
-	p.copyResponse(w, resp, nil)
 	ex.outcome, ex.status = metrics.OutcomeFailOpen, resp.StatusCode
+	p.copyResponse(w, r, ex, resp, nil)
 	p.done(r, ex)
-}
-
-// passthroughServe proxies a request that is not enforced, untouched and
-// streamed, through httputil.ReverseProxy.
-func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exchange) {
-	ex.outcome = metrics.OutcomePassthrough
-	// Deferred: ReverseProxy aborts the handler with http.ErrAbortHandler
-	// when the client leaves mid-stream, and the request still counts.
-	defer p.done(r, ex)
-	p.passthrough.ServeHTTP(w, r)
-}
-
-func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
-	p.log.Warn("passthrough upstream exchange failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	if errors.Is(err, context.DeadlineExceeded) {
-		problem.Write(w, probUpstreamTimeout.with("the upstream did not answer in time"))
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		w.WriteHeader(499) // client went away; nobody reads this
-		return
-	}
-	problem.Write(w, probUpstreamUnreached.with("the upstream exchange failed"))
 }

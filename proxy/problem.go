@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 
 	"github.com/idemgate/idemgate/problem"
@@ -13,33 +15,27 @@ const ProblemBase = problem.Base
 // response the proxy produces (problem.Details).
 type Problem = problem.Details
 
-// problemKind is one documented case: its type suffix, status and title.
-type problemKind struct {
-	slug   string
-	status int
-	title  string
+// fail answers with pr, a problem of the catalog (problem.Kind.With), and
+// logs the request under the outcome of pr's kind: the pair is defined once,
+// in the catalog.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem) {
+	problem.Write(w, pr)
+	ex.outcome, ex.status = pr.Outcome, pr.Status
+	p.done(r, ex)
 }
 
-// The problem cases; README.md lists them with their meaning.
-var (
-	probInvalidKey        = problemKind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key"}
-	probMissingKey        = problemKind{"missing-key", http.StatusBadRequest, "Idempotency key required"}
-	probMissingOwner      = problemKind{"missing-owner", http.StatusBadRequest, "Request owner missing"}
-	probInvalidCreds      = problemKind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid"}
-	probBadRequest        = problemKind{"bad-request", http.StatusBadRequest, "Request body could not be read"}
-	probAmbiguous         = problemKind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous"}
-	probTooLarge          = problemKind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
-	probMismatch          = problemKind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request"}
-	probInProgress        = problemKind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress"}
-	probNotRetained       = problemKind{"response-not-retained", http.StatusConflict, "The original response was not retained"}
-	probOutcomeUnknown    = problemKind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown"}
-	probShuttingDown      = problemKind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down"}
-	probStoreUnavailable  = problemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable"}
-	probUpstreamUnreached = problemKind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable"}
-	probUpstreamFailed    = problemKind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown"}
-	probUpstreamTimeout   = problemKind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown"}
-)
+// withRetry returns pr with a Retry-After of seconds.
+func withRetry(pr Problem, seconds int) Problem {
+	pr.RetryAfter = seconds
+	return pr
+}
 
-func (k problemKind) with(detail string) Problem {
-	return problem.New(k.slug, k.status, k.title, detail)
+// LogDigest is what every idemgate log line shows instead of an idempotency
+// key or an owner: the first 12 hex digits (48 bits) of the value's SHA-256,
+// enough to correlate the lines of one operation, in the proxy's and the
+// admin listener's logs alike, without writing the value itself. README.md
+// documents the format.
+func LogDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:6])
 }

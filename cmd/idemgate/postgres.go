@@ -47,11 +47,13 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "idemgate migrate: --config FILE is required")
 		return 2
 	}
-	cfg, err := config.Load(*path, os.Environ())
-	if err == nil && *dsn != "" {
-		cfg.Store.Postgres.DSN = *dsn
-		err = cfg.Validate()
+	// The flag merges like serve's flags, in config.Load, so it is parsed
+	// and validated as the key it sets.
+	var overrides map[string]string
+	if *dsn != "" {
+		overrides = map[string]string{"store.postgres.dsn": *dsn}
 	}
+	cfg, err := config.Load(*path, os.Environ(), config.WithOverrides(overrides))
 	if err != nil {
 		fmt.Fprintf(stderr, "idemgate migrate: %s is invalid:\n", *path)
 		for _, line := range strings.Split(err.Error(), "\n") {

@@ -1,0 +1,314 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+)
+
+// builder turns a rawConfig into a Config. A value that does not parse is
+// reported at its path and replaced by the inherited one, so that it causes
+// no second error downstream.
+type builder struct {
+	errs   []error
+	failed map[string]bool   // paths already reported
+	set    []map[string]bool // per route: fields the route sets itself
+
+	policyErrs []error        // from policy.New
+	merged     []policy.Route // routes then defaults, when policy.New failed
+}
+
+func (b *builder) bad(path, format string, args ...any) {
+	b.failed[path] = true
+	b.errs = append(b.errs, &policy.FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+}
+
+func (b *builder) str(dst *string, src *string) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+func (b *builder) duration(path string, dst *time.Duration, src *string) {
+	if src == nil {
+		return
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(*src))
+	if err != nil {
+		b.bad(path, "%q is not a duration like 10s, 1m30s or 24h", *src)
+		return
+	}
+	*dst = d
+}
+
+func (b *builder) size(path string, dst *int64, src *string) {
+	if src == nil {
+		return
+	}
+	n, err := ParseSize(*src)
+	if err != nil {
+		b.bad(path, "%v", err)
+		return
+	}
+	*dst = n
+}
+
+func (b *builder) build(raw *rawConfig) *Config {
+	c := Default()
+	b.str(&c.Listen, raw.Listen)
+	if raw.Upstream.URL != nil {
+		u, err := url.Parse(strings.TrimSpace(*raw.Upstream.URL))
+		if err != nil || !u.IsAbs() {
+			shown := strconv.Quote(*raw.Upstream.URL)
+			if strings.Contains(*raw.Upstream.URL, "@") {
+				shown = "the value" // may carry a password
+			}
+			b.bad("upstream.url", "%s is not an absolute http or https URL", shown)
+		} else {
+			c.Upstream.URL = u
+		}
+	}
+	b.duration("upstream.timeout", &c.Upstream.Timeout, raw.Upstream.Timeout)
+	b.str(&c.Admin.Listen, raw.Admin.Listen)
+	b.str(&c.Admin.Token, raw.Admin.Token)
+	b.str(&c.Store.Driver, raw.Store.Driver)
+	if a := raw.Store.Valkey.Addrs; a != nil {
+		c.Store.Valkey.Addrs = append([]string(nil), (*a)...)
+	}
+	b.str(&c.Store.Valkey.Username, raw.Store.Valkey.Username)
+	b.str(&c.Store.Valkey.Password, raw.Store.Valkey.Password)
+	if t := raw.Store.Valkey.TLS; t != nil {
+		c.Store.Valkey.TLS = *t
+	}
+	b.str(&c.Store.Valkey.KeyPrefix, raw.Store.Valkey.KeyPrefix)
+	b.str(&c.Store.Valkey.SentinelMaster, raw.Store.Valkey.SentinelMaster)
+	if n := raw.Store.Valkey.Acks.Replicas; n != nil {
+		c.Store.Valkey.Acks.Replicas = *n
+	}
+	if a := raw.Store.Valkey.Acks.AOFLocal; a != nil {
+		c.Store.Valkey.Acks.AOFLocal = *a
+	}
+	b.duration("store.valkey.acks.timeout", &c.Store.Valkey.Acks.Timeout, raw.Store.Valkey.Acks.Timeout)
+	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
+	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
+	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)
+	if n := raw.Store.Postgres.MaxConns; n != nil {
+		c.Store.Postgres.MaxConns = *n
+	}
+	if v := raw.Store.V1Lookup; v != nil {
+		c.Store.V1Lookup = *v
+	}
+	b.str(&c.Log.Format, raw.Log.Format)
+	b.str(&c.Log.Level, raw.Log.Level)
+	s := raw.Server
+	b.duration("server.read_header_timeout", &c.Server.ReadHeaderTimeout, s.ReadHeaderTimeout)
+	b.duration("server.read_timeout", &c.Server.ReadTimeout, s.ReadTimeout)
+	b.duration("server.write_timeout", &c.Server.WriteTimeout, s.WriteTimeout)
+	b.duration("server.idle_timeout", &c.Server.IdleTimeout, s.IdleTimeout)
+	b.duration("server.shutdown_timeout", &c.Server.ShutdownTimeout, s.ShutdownTimeout)
+	if s.ShutdownTimeout == nil {
+		// Unset: follows upstream.timeout, so the drain outlasts the
+		// longest call in flight at SIGTERM.
+		c.Server.ShutdownTimeout = c.Upstream.Timeout + ShutdownMargin
+	}
+	if s.MaxHeaderBytes != nil {
+		n := int64(c.Server.MaxHeaderBytes)
+		b.size("server.max_header_bytes", &n, s.MaxHeaderBytes)
+		if n > int64(^uint32(0)>>1) {
+			b.bad("server.max_header_bytes", "%d bytes is more than 2GiB", n)
+		} else {
+			c.Server.MaxHeaderBytes = int(n)
+		}
+	}
+	tr := raw.Tracing
+	if tr.Enabled != nil {
+		c.Tracing.Enabled = *tr.Enabled
+	}
+	b.str(&c.Tracing.Endpoint, tr.Endpoint)
+	b.str(&c.Tracing.Protocol, tr.Protocol)
+	if tr.Insecure != nil {
+		c.Tracing.Insecure = *tr.Insecure
+	}
+	if tr.SampleRatio != nil {
+		c.Tracing.SampleRatio = *tr.SampleRatio
+	}
+	b.str(&c.Tracing.ServiceName, tr.ServiceName)
+
+	defaults := policy.DefaultRoute()
+	b.apply(&defaults, &raw.Defaults, "defaults")
+	routes := make([]policy.Route, len(raw.Routes))
+	b.set = make([]map[string]bool, len(raw.Routes))
+	for i := range raw.Routes {
+		rr := &raw.Routes[i]
+		path := fmt.Sprintf("routes[%d]", i)
+		r := defaults
+		r.Methods = append([]string(nil), defaults.Methods...)
+		r.Fingerprint.Headers = append([]string(nil), defaults.Fingerprint.Headers...)
+		r.ReplayStatuses = append([]policy.StatusRange(nil), defaults.ReplayStatuses...)
+		r.Name = ""
+		if rr.Name == nil {
+			b.bad(path+".name", "is required")
+		} else {
+			r.Name = *rr.Name
+		}
+		if rr.Match != nil {
+			r.Match = *rr.Match
+		}
+		b.set[i] = rr.rawSettings.setFields()
+		b.apply(&r, &rr.rawSettings, path)
+		routes[i] = r
+	}
+	p, err := policy.New(defaults, routes)
+	if err != nil {
+		b.policyErrs = unjoin(err)
+		b.merged = append([]policy.Route{}, routes...)
+		b.merged = append(b.merged, defaults)
+		c.Policy = nil
+		return c
+	}
+	c.Policy = p
+	return c
+}
+
+// apply overrides r with the settings that s sets; path is "defaults" or
+// "routes[i]".
+func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
+	if s.Mode != nil {
+		r.Mode = policy.Mode(*s.Mode)
+	}
+	b.str(&r.Scope, s.Scope)
+	b.str(&r.Header, s.Header)
+	if s.Methods != nil {
+		r.Methods = append([]string(nil), (*s.Methods)...)
+	}
+	if s.Required != nil {
+		r.Required = *s.Required
+	}
+	if s.Owner != nil {
+		o, err := policy.ParseOwnerSource(strings.TrimSpace(*s.Owner))
+		if err != nil {
+			b.bad(path+".owner", "%v", err)
+		} else {
+			r.Owner = o
+		}
+	}
+	if j := s.JWT; j != nil {
+		r.JWT = mergeJWT(r.JWT, j)
+	} else if r.JWT != nil && r.Owner.Kind != policy.OwnerJWT {
+		// Inherited from defaults by a route that chose another owner.
+		r.JWT = nil
+	}
+	if s.AllowGlobalKeys != nil {
+		r.AllowGlobalKeys = *s.AllowGlobalKeys
+	}
+	if f := s.Fingerprint; f != nil {
+		if f.Headers != nil {
+			r.Fingerprint.Headers = append([]string(nil), (*f.Headers)...)
+		}
+		if f.Query != nil {
+			r.Fingerprint.Query = *f.Query
+		}
+		if f.Body != nil {
+			r.Fingerprint.Body = policy.BodyMode(*f.Body)
+		}
+	}
+	b.duration(path+".lease", &r.Lease, s.Lease)
+	b.duration(path+".retention", &r.Retention, s.Retention)
+	if s.Concurrent != nil {
+		r.Concurrent = policy.Concurrent(*s.Concurrent)
+	}
+	b.duration(path+".wait_timeout", &r.WaitTimeout, s.WaitTimeout)
+	if s.ReplayStatuses != nil {
+		var st []policy.StatusRange
+		ok := true
+		for _, v := range *s.ReplayStatuses {
+			sr, err := policy.ParseStatus(v)
+			if err != nil {
+				b.bad(path+".replay_statuses", "%v", err)
+				ok = false
+				continue
+			}
+			st = append(st, sr)
+		}
+		if ok {
+			r.ReplayStatuses = st
+		}
+	}
+	b.size(path+".max_request_bytes", &r.MaxRequestBytes, s.MaxRequestBytes)
+	b.size(path+".max_response_bytes", &r.MaxResponseBytes, s.MaxResponseBytes)
+	if s.OnStoreError != nil {
+		r.OnStoreError = policy.OnStoreError(*s.OnStoreError)
+	}
+	if s.OnAbandoned != nil {
+		r.OnAbandoned = policy.OnAbandoned(*s.OnAbandoned)
+	}
+}
+
+// mergeJWT returns the `jwt:` settings of a route whose inherited settings
+// are base (nil if none) and whose own section is j: every key j sets
+// replaces the inherited one, and jwks_file and jwks_url replace each other,
+// being one choice. Claims default to policy.DefaultJWTClaims.
+func mergeJWT(base *policy.JWTSettings, j *rawJWT) *policy.JWTSettings {
+	out := &policy.JWTSettings{Claims: policy.DefaultJWTClaims()}
+	if base != nil {
+		out.JWKSFile, out.JWKSURL = base.JWKSFile, base.JWKSURL
+		out.Issuers = append([]string(nil), base.Issuers...)
+		out.Audiences = append([]string(nil), base.Audiences...)
+		out.Claims = append([]string(nil), base.Claims...)
+	}
+	if j.JWKSFile != nil || j.JWKSURL != nil {
+		out.JWKSFile, out.JWKSURL = "", ""
+		if j.JWKSFile != nil {
+			out.JWKSFile = strings.TrimSpace(*j.JWKSFile)
+		}
+		if j.JWKSURL != nil {
+			out.JWKSURL = strings.TrimSpace(*j.JWKSURL)
+		}
+	}
+	if j.Issuers != nil {
+		out.Issuers = append([]string{}, (*j.Issuers)...)
+	}
+	if j.Audiences != nil {
+		out.Audiences = append([]string{}, (*j.Audiences)...)
+	}
+	if j.Claims != nil {
+		out.Claims = append([]string{}, (*j.Claims)...)
+	}
+	return out
+}
+
+// dropInherited removes an error at routes[i].FIELD when route i does not
+// set FIELD and defaults.FIELD has an error: the route only inherited the
+// bad value, and one report at its source is clearer than one per route.
+func (b *builder) dropInherited(errs []error) []error {
+	inDefaults := map[string]bool{}
+	for _, e := range errs {
+		var fe *policy.FieldError
+		if errors.As(e, &fe) {
+			if f, ok := strings.CutPrefix(fe.Path, "defaults."); ok {
+				inDefaults[f] = true
+			}
+		}
+	}
+	out := errs[:0:0]
+	for _, e := range errs {
+		var fe *policy.FieldError
+		if errors.As(e, &fe) {
+			var i int
+			var field string
+			if n, _ := fmt.Sscanf(fe.Path, "routes[%d].", &i); n == 1 {
+				_, field, _ = strings.Cut(fe.Path, "].")
+				if i >= 0 && i < len(b.set) && !b.set[i][field] && inDefaults[field] {
+					continue
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}

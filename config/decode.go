@@ -1,0 +1,271 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+
+	"github.com/idemgate/idemgate/policy"
+)
+
+// decodeErrors turns the decoder's error into one error per problem, each
+// naming its key path. mapstructure reports each problem as a
+// *mapstructure.DecodeError whose Name is the path (the Go type's name at
+// the top level) and whose Unwrap is the problem; viper wraps their
+// errors.Join once. A mistyped value becomes a *policy.FieldError at its
+// path; an unknown key becomes one *policy.FieldError per key
+// ("path.key: unknown key").
+func decodeErrors(err error) []error {
+	var out []error
+	for _, e := range decodeLeaves(err) {
+		var de *mapstructure.DecodeError
+		if !errors.As(e, &de) {
+			out = append(out, e)
+			continue
+		}
+		path, problem := de.Name(), de.Unwrap().Error()
+		if path == rawTypeName {
+			path = "" // mapstructure >= v2.5 names the top level by its Go type
+		}
+		// Unknown keys (ErrorUnused) are the one problem mapstructure gives
+		// no type of its own: one error per struct, listing the keys. Its
+		// path still comes from Name, only the list from the text.
+		if keys, ok := strings.CutPrefix(problem, "has invalid keys: "); ok {
+			for _, k := range strings.Split(keys, ", ") {
+				if path != "" {
+					k = path + "." + k
+				}
+				out = append(out, &policy.FieldError{Path: k, Err: errors.New("unknown key")})
+			}
+			continue
+		}
+		if path == "" {
+			path = "(top level)"
+		}
+		// The quotes mapstructure puts around type names read as noise
+		// next to a key path.
+		out = append(out, &policy.FieldError{Path: path, Err: errors.New(strings.ReplaceAll(problem, "'", ""))})
+	}
+	return out
+}
+
+// decodeLeaves unwraps err down to the decoder's *mapstructure.DecodeError
+// values, through joins and single wraps alike (viper adds "decoding failed
+// due to the following error(s)" around the join). A DecodeError is a leaf:
+// its Unwrap is the problem, not another path.
+func decodeLeaves(err error) []error {
+	if _, ok := err.(*mapstructure.DecodeError); ok {
+		return []error{err}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		var out []error
+		for _, e := range u.Unwrap() {
+			out = append(out, decodeLeaves(e)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return decodeLeaves(inner)
+		}
+	}
+	return []error{err}
+}
+
+// rawTypeName is how mapstructure names the top level in its errors.
+var rawTypeName = fmt.Sprintf("%T", rawConfig{})
+
+// unjoin flattens errors.Join trees, so that Load reports each problem as
+// one line (and can drop the ones another already explains).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// rawConfig mirrors the YAML, and is the one schema of the file: the
+// decoder reads its mapstructure tags, and so do keyPaths (the keys the
+// environment may set) and the test that keeps config.example.yaml
+// complete. Pointers tell a key that is absent from one that is set, so
+// that routes inherit only what they do not set, and the environment
+// overrides only what it names. Values that need parsing (durations,
+// sizes, URLs) are strings here: builder parses them and reports a bad one
+// at its key path.
+type rawConfig struct {
+	Listen   *string `mapstructure:"listen"`
+	Upstream struct {
+		URL     *string `mapstructure:"url"`
+		Timeout *string `mapstructure:"timeout"`
+	} `mapstructure:"upstream"`
+	Admin struct {
+		Listen *string `mapstructure:"listen"`
+		Token  *string `mapstructure:"token"`
+	} `mapstructure:"admin"`
+	Store struct {
+		Driver *string `mapstructure:"driver"`
+		Valkey struct {
+			Addrs          *[]string `mapstructure:"addrs"`
+			Username       *string   `mapstructure:"username"`
+			Password       *string   `mapstructure:"password"`
+			TLS            *bool     `mapstructure:"tls"`
+			KeyPrefix      *string   `mapstructure:"key_prefix"`
+			SentinelMaster *string   `mapstructure:"sentinel_master"`
+			Acks           struct {
+				Replicas *int    `mapstructure:"replicas"`
+				AOFLocal *bool   `mapstructure:"aof_local"`
+				Timeout  *string `mapstructure:"timeout"`
+			} `mapstructure:"acks"`
+		} `mapstructure:"valkey"`
+		Bolt struct {
+			Path *string `mapstructure:"path"`
+		} `mapstructure:"bolt"`
+		Postgres struct {
+			DSN      *string `mapstructure:"dsn"`
+			Table    *string `mapstructure:"table"`
+			MaxConns *int    `mapstructure:"max_conns"`
+		} `mapstructure:"postgres"`
+		V1Lookup *bool `mapstructure:"v1_lookup"`
+	} `mapstructure:"store"`
+	Log struct {
+		Format *string `mapstructure:"format"`
+		Level  *string `mapstructure:"level"`
+	} `mapstructure:"log"`
+	Server struct {
+		ReadHeaderTimeout *string `mapstructure:"read_header_timeout"`
+		ReadTimeout       *string `mapstructure:"read_timeout"`
+		WriteTimeout      *string `mapstructure:"write_timeout"`
+		IdleTimeout       *string `mapstructure:"idle_timeout"`
+		ShutdownTimeout   *string `mapstructure:"shutdown_timeout"`
+		MaxHeaderBytes    *string `mapstructure:"max_header_bytes"`
+	} `mapstructure:"server"`
+	Tracing struct {
+		Enabled     *bool    `mapstructure:"enabled"`
+		Endpoint    *string  `mapstructure:"endpoint"`
+		Protocol    *string  `mapstructure:"protocol"`
+		Insecure    *bool    `mapstructure:"insecure"`
+		SampleRatio *float64 `mapstructure:"sample_ratio"`
+		ServiceName *string  `mapstructure:"service_name"`
+	} `mapstructure:"tracing"`
+	Defaults rawSettings `mapstructure:"defaults"`
+	Routes   []rawRoute  `mapstructure:"routes"`
+}
+
+// rawRoute is one entry of `routes:`: its name and match, and the settings
+// it overrides from `defaults:`.
+type rawRoute struct {
+	Name        *string `mapstructure:"name"`
+	Match       *string `mapstructure:"match"`
+	rawSettings `mapstructure:",squash"`
+}
+
+// rawSettings are the route policy keys, under `defaults:` or one route.
+type rawSettings struct {
+	Mode             *string         `mapstructure:"mode"`
+	Scope            *string         `mapstructure:"scope"`
+	Header           *string         `mapstructure:"header"`
+	Methods          *[]string       `mapstructure:"methods"`
+	Required         *bool           `mapstructure:"required"`
+	Owner            *string         `mapstructure:"owner"`
+	JWT              *rawJWT         `mapstructure:"jwt"`
+	AllowGlobalKeys  *bool           `mapstructure:"allow_global_keys"`
+	Fingerprint      *rawFingerprint `mapstructure:"fingerprint"`
+	Lease            *string         `mapstructure:"lease"`
+	Retention        *string         `mapstructure:"retention"`
+	Concurrent       *string         `mapstructure:"concurrent"`
+	WaitTimeout      *string         `mapstructure:"wait_timeout"`
+	ReplayStatuses   *[]string       `mapstructure:"replay_statuses"`
+	MaxRequestBytes  *string         `mapstructure:"max_request_bytes"`
+	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
+	OnStoreError     *string         `mapstructure:"on_store_error"`
+	OnAbandoned      *string         `mapstructure:"on_abandoned"`
+}
+
+// rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
+type rawJWT struct {
+	JWKSFile  *string   `mapstructure:"jwks_file"`
+	JWKSURL   *string   `mapstructure:"jwks_url"`
+	Issuers   *[]string `mapstructure:"issuers"`
+	Audiences *[]string `mapstructure:"audiences"`
+	Claims    *[]string `mapstructure:"claims"`
+}
+
+// rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
+type rawFingerprint struct {
+	Headers *[]string `mapstructure:"headers"`
+	Query   *bool     `mapstructure:"query"`
+	Body    *string   `mapstructure:"body"`
+}
+
+// setFields returns the key names (relative to the route, e.g. "lease",
+// "fingerprint.body") that s sets.
+func (s *rawSettings) setFields() map[string]bool {
+	m := map[string]bool{}
+	add := func(name string, set bool) {
+		if set {
+			m[name] = true
+		}
+	}
+	add("mode", s.Mode != nil)
+	add("scope", s.Scope != nil)
+	add("header", s.Header != nil)
+	add("methods", s.Methods != nil)
+	add("required", s.Required != nil)
+	add("owner", s.Owner != nil)
+	add("allow_global_keys", s.AllowGlobalKeys != nil)
+	if j := s.JWT; j != nil {
+		add("jwt", true)
+		add("jwt.jwks_file", j.JWKSFile != nil || j.JWKSURL != nil)
+		add("jwt.jwks_url", j.JWKSFile != nil || j.JWKSURL != nil)
+		add("jwt.issuers", j.Issuers != nil)
+		add("jwt.audiences", j.Audiences != nil)
+		add("jwt.claims", j.Claims != nil)
+	}
+	if f := s.Fingerprint; f != nil {
+		add("fingerprint.headers", f.Headers != nil)
+		add("fingerprint.query", f.Query != nil)
+		add("fingerprint.body", f.Body != nil)
+	}
+	add("lease", s.Lease != nil)
+	add("retention", s.Retention != nil)
+	add("concurrent", s.Concurrent != nil)
+	add("wait_timeout", s.WaitTimeout != nil)
+	add("replay_statuses", s.ReplayStatuses != nil)
+	add("max_request_bytes", s.MaxRequestBytes != nil)
+	add("max_response_bytes", s.MaxResponseBytes != nil)
+	add("on_store_error", s.OnStoreError != nil)
+	add("on_abandoned", s.OnAbandoned != nil)
+	return m
+}
+
+// keyPaths returns the key paths of t, a raw* struct type, as the decoder
+// sees them: mapstructure tag names joined by ".", a squashed struct's keys
+// at its parent's level, a section (a struct, or a pointer to one) by its
+// keys. A list of sections (routes) is one key: its entries' keys are
+// keyPaths of the entry type.
+func keyPaths(t reflect.Type, prefix string) []string {
+	var out []string
+	for f := range t.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case opts == "squash":
+			out = append(out, keyPaths(ft, prefix)...)
+		case ft.Kind() == reflect.Struct:
+			out = append(out, keyPaths(ft, prefix+name+".")...)
+		default:
+			out = append(out, prefix+name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package problem
+
+import (
+	"net/http"
+
+	"github.com/idemgate/idemgate/metrics"
+)
+
+// Kind is one documented problem case: its type (Base+Slug), status and
+// title, which never vary between answers of the case, and the outcome label
+// under which the proxy counts it (metrics.Outcome*; "" for the admin
+// listener's cases, which are not counted). Keeping the outcome here, next to
+// the status, defines each (outcome, problem) pair once: the proxy counts a
+// request by the kind it answers with, never by a second argument that could
+// drift from it. README.md's "Problem types" tables list every kind
+// (TestCatalogMatchesREADME).
+type Kind struct {
+	// Slug names the case; the type URI is Base+Slug.
+	Slug string
+	// Status is the HTTP status of every answer of the case.
+	Status int
+	// Title is the short, fixed summary of the case (RFC 9457 section 3.1.4).
+	Title string
+	// Outcome is the idemgate_requests_total outcome label the proxy
+	// counts the case under.
+	Outcome string
+}
+
+// Type returns the kind's problem type URI.
+func (k Kind) Type() string { return Base + k.Slug }
+
+// With returns the problem of kind k with detail, the explanation of this
+// occurrence.
+func (k Kind) With(detail string) Details {
+	return Details{Type: k.Type(), Title: k.Title, Status: k.Status, Detail: detail, Outcome: k.Outcome}
+}
+
+// The proxy's cases: what a client of an enforced route may get from
+// idemgate itself.
+var (
+	InvalidKey          = Kind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key", metrics.OutcomeInvalidKey}
+	MissingKey          = Kind{"missing-key", http.StatusBadRequest, "Idempotency key required", metrics.OutcomeMissingKey}
+	MissingOwner        = Kind{"missing-owner", http.StatusBadRequest, "Request owner missing", metrics.OutcomeMissingOwner}
+	InvalidCredentials  = Kind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid", metrics.OutcomeInvalidCredentials}
+	BadRequest          = Kind{"bad-request", http.StatusBadRequest, "Request body could not be read", metrics.OutcomeBadRequest}
+	Ambiguous           = Kind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous", metrics.OutcomeBadRequest}
+	TooLarge            = Kind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large", metrics.OutcomeTooLarge}
+	KeyReused           = Kind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request", metrics.OutcomeMismatch}
+	InProgress          = Kind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress", metrics.OutcomeConflict}
+	NotRetained         = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", metrics.OutcomeAbandoned}
+	OutcomeUnknown      = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", metrics.OutcomeAbandoned}
+	ShuttingDown        = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
+	StoreUnavailable    = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
+	UpstreamUnreachable = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", metrics.OutcomeUpstreamError}
+	UpstreamFailed      = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", metrics.OutcomeUpstreamError}
+	UpstreamTimeout     = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", metrics.OutcomeUpstreamError}
+)
+
+// The admin listener's own cases; it also answers StoreUnavailable.
+var (
+	AdminUnauthorized    = Kind{"admin-unauthorized", http.StatusUnauthorized, "Unauthorized", ""}
+	AdminDisabled        = Kind{"admin-disabled", http.StatusForbidden, "Admin API Disabled", ""}
+	AdminBadRequest      = Kind{"admin-bad-request", http.StatusBadRequest, "Bad Request", ""}
+	AdminUnknownRoute    = Kind{"admin-unknown-route", http.StatusNotFound, "Unknown Route", ""}
+	AdminRecordNotFound  = Kind{"admin-record-not-found", http.StatusNotFound, "Record Not Found", ""}
+	AdminRecordRunning   = Kind{"admin-record-running", http.StatusConflict, "Record Running", ""}
+	AdminInternal        = Kind{"admin-internal", http.StatusInternalServerError, "Internal Error", ""}
+	PolicyNotLoaded      = Kind{"policy-not-loaded", http.StatusServiceUnavailable, "Policy Not Loaded", ""}
+	NotReady             = Kind{"not-ready", http.StatusServiceUnavailable, "Not Ready", ""}
+	MetricsNotConfigured = Kind{"metrics-not-configured", http.StatusNotFound, "Metrics Not Configured", ""}
+	MethodNotAllowed     = Kind{"method-not-allowed", http.StatusMethodNotAllowed, "Method Not Allowed", ""}
+	NotFound             = Kind{"not-found", http.StatusNotFound, "Not Found", ""}
+)
+
+// Catalog returns every kind idemgate answers with, proxy's first, each
+// once.
+func Catalog() []Kind {
+	return []Kind{
+		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
+		InProgress, NotRetained, OutcomeUnknown, ShuttingDown, StoreUnavailable,
+		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout,
+		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
+		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,
+	}
+}

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/store"
+)
+
+// TestDecideClaim covers every reaction to a claim result without a server
+// or a store: the decision is a value, enforce only carries it out.
+func TestDecideClaim(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	wait := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentWait, OnStoreError: policy.FailClosed}
+	conflictRoute := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentConflict}
+	failOpen := &policy.Route{Name: "r", OnStoreError: policy.FailOpen}
+	otherRecipe := (policy.FingerprintSpec{Query: true, Body: policy.BodyRaw}).Recipe()
+	resp := &store.Response{Status: 201, Body: []byte("ok")}
+	running := store.ClaimResult{State: store.Running, Fingerprint: "fp", Recipe: "rc", LeaseEnd: now.Add(2500 * time.Millisecond)}
+
+	cases := []struct {
+		name    string
+		s       claimState
+		step    step
+		release release
+		kind    *problem.Kind
+		retry   int // Retry-After of the answer, or of the wait
+		check   func(t *testing.T, a action)
+	}{
+		{name: "fresh claim forwards", s: claimState{res: store.ClaimResult{State: store.Claimed}},
+			step: stepForward},
+		{name: "fresh claim looks for layout 1 first", s: claimState{res: store.ClaimResult{State: store.Claimed}, v1Due: true},
+			step: stepLookV1},
+		{name: "takeover forwards and is counted, no layout 1 lookup", s: claimState{res: store.ClaimResult{State: store.Claimed, Takeover: true}, v1Due: true},
+			step: stepForward, check: func(t *testing.T, a action) {
+				if !a.takeover {
+					t.Error("takeover not counted")
+				}
+			}},
+		{name: "draining refuses and releases", s: claimState{res: store.ClaimResult{State: store.Claimed}, draining: true},
+			step: stepAnswer, release: releaseNow, kind: &problem.ShuttingDown, retry: 1},
+		{name: "completed replays", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp", Recipe: "rc", Response: resp}},
+			step: stepReplay, check: func(t *testing.T, a action) {
+				if a.response != resp {
+					t.Error("replays another response")
+				}
+			}},
+		{name: "completed not retained", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp", Recipe: "rc", Response: &store.Response{Status: 201, Omitted: true}}},
+			step: stepAnswer, kind: &problem.NotRetained},
+		{name: "completed without a response is a store fault", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp", Recipe: "rc"}},
+			step: stepStoreFailed},
+		{name: "other fingerprint", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "other", Recipe: "rc", Response: resp}},
+			step: stepAnswer, kind: &problem.KeyReused},
+		{name: "running waits", s: claimState{res: running},
+			step: stepWait, retry: 3},
+		{name: "running conflicts on a conflict route", s: claimState{res: running, route: conflictRoute},
+			step: stepAnswer, kind: &problem.InProgress, retry: 3},
+		{name: "running past its lease end still says 1 s", s: claimState{res: store.ClaimResult{State: store.Running, Fingerprint: "fp", Recipe: "rc", LeaseEnd: now.Add(-time.Second)}, route: conflictRoute},
+			step: stepAnswer, kind: &problem.InProgress, retry: 1},
+		{name: "abandoned under on_abandoned: reject", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}},
+			step: stepAnswer, kind: &problem.OutcomeUnknown},
+		{name: "abandoned while takeovers are held back", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}, held: true},
+			step: stepAnswer, kind: &problem.InProgress, retry: 10},
+		{name: "other recipe: fingerprint again", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp2", Recipe: otherRecipe, Response: resp}},
+			step: stepRecompute, check: func(t *testing.T, a action) {
+				if a.spec.Recipe() != otherRecipe {
+					t.Errorf("spec %q, want the record's %q", a.spec.Recipe(), otherRecipe)
+				}
+			}},
+		{name: "recipe this version cannot compute", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp", Recipe: "v=99", Response: resp}},
+			step: stepAnswer, kind: &problem.KeyReused},
+		{name: "abandoned, same fingerprint under its recipe: claim again", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}, recomputed: true},
+			step: stepClaimAgain},
+		{name: "claim not acknowledged: released, 503", s: claimState{err: fmt.Errorf("x: %w", store.ErrNotAcknowledged)},
+			step: stepStoreFailed, release: releaseNow},
+		{name: "claim failed, fail closed: released later", s: claimState{err: store.ErrUnavailable},
+			step: stepStoreFailed, release: releaseLater},
+		{name: "claim failed, fail open: nothing to release", s: claimState{err: store.ErrUnavailable, route: failOpen},
+			step: stepStoreFailed, release: keepClaim},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.s
+			s.now = now
+			if s.route == nil {
+				s.route = wait
+			}
+			if s.res.State != store.Claimed && s.err == nil && s.fp == "" {
+				s.fp, s.recipe = "fp", "rc"
+			}
+			a := decideClaim(s)
+			if a.step != c.step || a.release != c.release {
+				t.Fatalf("got %v (release %d), want %v (release %d)", a.step, a.release, c.step, c.release)
+			}
+			checkAnswer(t, a, c.kind, c.retry)
+			if c.check != nil {
+				c.check(t, a)
+			}
+		})
+	}
+}
+
+// TestDecideV1 covers the reactions to a layout 1 record found for a fresh
+// claim.
+func TestDecideV1(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	route := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentWait, OnAbandoned: policy.AbandonedTakeover}
+	reject := &policy.Route{Name: "r", Lease: 10 * time.Second, OnAbandoned: policy.AbandonedReject}
+	conflictRoute := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentConflict}
+	resp := &store.Response{Status: 201}
+	rec := func(state store.State, fp string) *store.Record {
+		return &store.Record{State: state, Fingerprint: fp, Response: resp, LeaseEnd: now.Add(1500 * time.Millisecond)}
+	}
+	cases := []struct {
+		name     string
+		s        v1State
+		step     step
+		release  release
+		kind     *problem.Kind
+		retry    int
+		takeover bool
+	}{
+		{name: "none: forward", s: v1State{}, step: stepForward},
+		{name: "none while draining", s: v1State{draining: true}, step: stepAnswer, release: releaseNow, kind: &problem.ShuttingDown, retry: 1},
+		{name: "other fingerprint", s: v1State{rec: rec(store.Completed, "other")}, step: stepAnswer, release: releaseNow, kind: &problem.KeyReused},
+		{name: "completed: adopted and replayed", s: v1State{rec: rec(store.Completed, "fp")}, step: stepReplay, release: adoptRecord},
+		{name: "completed without response", s: v1State{rec: &store.Record{State: store.Completed, Fingerprint: "fp"}}, step: stepStoreFailed, release: releaseNow},
+		{name: "completed not retained: adopted", s: v1State{rec: &store.Record{State: store.Completed, Fingerprint: "fp", Response: &store.Response{Omitted: true}}},
+			step: stepAnswer, release: adoptRecord, kind: &problem.NotRetained},
+		{name: "running: wait on it", s: v1State{rec: rec(store.Running, "fp")}, step: stepWait, release: releaseNow, retry: 2},
+		{name: "running, conflict route", s: v1State{rec: rec(store.Running, "fp"), route: conflictRoute}, step: stepAnswer, release: releaseNow, kind: &problem.InProgress, retry: 2},
+		{name: "abandoned, reject", s: v1State{rec: rec(store.Abandoned, "fp"), route: reject}, step: stepAnswer, release: releaseNow, kind: &problem.OutcomeUnknown},
+		{name: "abandoned, held back", s: v1State{rec: rec(store.Abandoned, "fp"), held: true}, step: stepAnswer, release: releaseNow, kind: &problem.InProgress, retry: 10},
+		{name: "abandoned: taken over", s: v1State{rec: rec(store.Abandoned, "fp")}, step: stepForward, takeover: true},
+		{name: "abandoned while draining: counted, refused", s: v1State{rec: rec(store.Abandoned, "fp"), draining: true},
+			step: stepAnswer, release: releaseNow, kind: &problem.ShuttingDown, retry: 1, takeover: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.s
+			s.now, s.fp = now, "fp"
+			if s.route == nil {
+				s.route = route
+			}
+			a := decideV1(s)
+			if a.step != c.step || a.release != c.release || a.takeover != c.takeover {
+				t.Fatalf("got %v (release %d, takeover %v), want %v (release %d, takeover %v)", a.step, a.release, a.takeover, c.step, c.release, c.takeover)
+			}
+			if a.release == adoptRecord && a.response != s.rec.Response {
+				t.Error("adopts another response than the record's")
+			}
+			checkAnswer(t, a, c.kind, c.retry)
+		})
+	}
+}
+
+// checkAnswer checks a stepAnswer's problem kind and Retry-After, and a
+// stepWait's Retry-After.
+func checkAnswer(t *testing.T, a action, kind *problem.Kind, retry int) {
+	t.Helper()
+	switch a.step {
+	case stepAnswer:
+		if kind == nil || a.problem.Type != kind.Type() || a.problem.Outcome != kind.Outcome || a.problem.Status != kind.Status {
+			t.Errorf("answers %+v, want kind %+v", a.problem, kind)
+		}
+		if a.problem.RetryAfter != retry {
+			t.Errorf("Retry-After %d, want %d", a.problem.RetryAfter, retry)
+		}
+	case stepWait:
+		if a.retry != retry {
+			t.Errorf("wait's Retry-After %d, want %d", a.retry, retry)
+		}
+	}
+}

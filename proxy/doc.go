@@ -1,0 +1,49 @@
+// Package proxy is the idempotency-enforcing reverse proxy: it forwards each
+// operation once and answers retries from the store.
+//
+// # Who calls what
+//
+// cmd/idemgate builds one Proxy with New and serves it; it calls Drain when
+// the process starts to shut down and Wait after http.Server.Shutdown, and
+// NoteStoreFailure when the store reports a lost subscription. Everything
+// else happens inside ServeHTTP.
+//
+// # The flow of a request: decide, claim, act
+//
+//  1. Decide (proxy.go, ServeHTTP). The policy in force names the route
+//     that governs the request and its variants (policy.Policy.Decide; a
+//     form body that may carry a _method override is read first, body.go).
+//     An ambiguous form is refused (400 ambiguous-request). A request the
+//     route does not enforce (method not listed, passthrough mode, no key
+//     where the key is optional, a WebSocket upgrade) is proxied untouched
+//     through httputil.ReverseProxy (passthrough.go). Otherwise the key and
+//     the owner are parsed (400 or 401 on failure), the body is read within
+//     max_request_bytes (413) and fingerprinted with the route's recipe.
+//  2. Claim (enforce.go, claim). A response this instance could not record
+//     yet for the same identity is recorded first (pending.go). The
+//     identity (owner, scope, key) is then claimed in the store with a new
+//     token; while the store has failed recently, takeovers are held back
+//     so that a live holder can record its response.
+//  3. Decide again (decision.go). decideClaim turns the claim result, the
+//     route and the exchange's state into an action, a value: forward,
+//     look for a layout 1 record (v1.go, decideV1), replay, wait, claim
+//     again, fingerprint again under the record's recipe, answer with a
+//     problem, or handle a store failure; and what becomes of the claim
+//     first (kept, released now, released in the background, or completed
+//     with a layout 1 record's response). It is pure, so a table test
+//     covers every case without a server.
+//  4. Act (enforce.go, act). One short loop carries the action out. Forward
+//     (forward.go) sends the request upstream once, detached from the
+//     client, with a heartbeat that extends the lease, and records the
+//     outcome: Complete for a replayable status, Release when the upstream
+//     surely did not act, nothing when the outcome is unknown. Replay
+//     (replay.go) writes the stored response with Idempotent-Replayed.
+//     Wait (wait.go) sleeps on the store's notification until the record
+//     stops running, then the loop claims again. A store failure answers
+//     503, or forwards unprotected on a fail_open route.
+//
+// Every error the proxy answers with is a problem of package problem's
+// catalog; the kind fixes the status, the title and the metrics outcome
+// (problem.go, fail). Logs never carry a key or an owner, only LogDigest.
+// README.md, "How a request is handled", says the same for operators.
+package proxy

@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/store"
+)
+
+// enforce claims the identity and carries out the decision on the answer
+// (decideClaim; decideV1 for a layout 1 record), until the request is
+// answered (the package documentation gives the whole flow).
+func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	var waitUntil time.Time // when this request stops waiting, set by its first wait
+	for {
+		// A response this instance could not record yet is recorded first:
+		// the claim below would otherwise find the record past its lease and
+		// run the operation again.
+		if err := p.recordPending(r.Context(), ex.id); err != nil {
+			p.storeFailed(w, r, ex, "complete", err)
+			return
+		}
+		s, token := p.claim(r, ex)
+		a := decideClaim(s)
+		if a.step == stepRecompute {
+			ex.fp, ex.recipe = a.spec.Of(r, ex.body), s.res.Recipe
+			s.fp, s.recipe, s.recomputed = ex.fp, ex.recipe, true
+			a = decideClaim(s)
+		}
+		waitOn := ex.id
+		if a.step == stepLookV1 {
+			a, waitOn = p.checkV1(r, ex)
+		}
+		if !p.act(w, r, ex, a, token, waitOn, &waitUntil) {
+			return
+		}
+	}
+}
+
+// claim claims ex's identity with a new token and returns what decideClaim
+// needs to know about the answer, and the token.
+func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
+	route := ex.route
+	token := p.newToken()
+	held := route.OnAbandoned != policy.AbandonedReject && p.holdTakeover(route)
+	ctx, cancel := p.storeCtx(r.Context())
+	res, err := p.store.Claim(ctx, store.ClaimParams{
+		Identity:    ex.id,
+		Fingerprint: ex.fp,
+		Recipe:      ex.recipe,
+		Token:       token,
+		Lease:       route.Lease,
+		Retention:   route.Retention,
+		NoTakeover:  route.OnAbandoned == policy.AbandonedReject || held,
+	})
+	cancel()
+	if err == nil {
+		p.noteStoreOK()
+	}
+	return claimState{
+		res: res, err: err, route: route, fp: ex.fp, recipe: ex.recipe,
+		held: held, draining: p.draining.Load(), v1Due: p.v1Lookup, now: time.Now(),
+	}, token
+}
+
+// act carries out a: first what becomes of the claim held with token, then
+// the step. It reports whether the loop claims again; when it returns false
+// the request has been answered. waitOn is the record stepWait waits for.
+func (p *Proxy) act(w http.ResponseWriter, r *http.Request, ex *exchange, a action, token string, waitOn store.Identity, waitUntil *time.Time) bool {
+	if a.takeover {
+		p.m.Takeover(ex.route.Name)
+		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
+	}
+	switch a.release {
+	case releaseNow:
+		p.release(r, ex, token)
+	case releaseLater:
+		p.releaseLater(ex, token)
+	case adoptRecord:
+		ctx, cancel := p.storeCtx(r.Context())
+		if _, err := p.store.Complete(ctx, ex.id, token, *a.response); err != nil {
+			// Replaying is still right; the next retry reads the old
+			// record again.
+			p.release(r, ex, token)
+		}
+		cancel()
+	}
+	switch a.step {
+	case stepForward:
+		p.forward(w, r, ex, token)
+	case stepReplay:
+		p.replay(w, r, ex, a.response)
+	case stepWait:
+		return p.wait(w, r, ex, waitOn, a.retry, waitUntil)
+	case stepClaimAgain:
+		return true
+	case stepAnswer:
+		p.fail(w, r, ex, a.problem)
+	default: // stepStoreFailed (enforce resolves stepRecompute and stepLookV1 before acting)
+		p.storeFailed(w, r, ex, a.op, a.err)
+	}
+	return false
+}
+
+// releaseLater frees, in the background, a claim whose Claim call failed:
+// the script may still have run (the reply was lost, or a stalled store
+// applied it after the timeout), and nobody would hold that claim, so the
+// client's retry, told to come back in a second, would find it running and
+// wait out a whole lease. Release acts only while the record holds token,
+// so it never frees another request's claim. It tries with backoff until
+// the lease of that claim would have ended anyway.
+func (p *Proxy) releaseLater(ex *exchange, token string) {
+	id, lease := ex.id, ex.route.Lease
+	go func() {
+		deadline := time.Now().Add(lease)
+		backoff := 100 * time.Millisecond
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+			released, err := p.store.Release(ctx, id, token)
+			cancel()
+			if err == nil {
+				if released {
+					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", LogDigest(id.Key))
+				}
+				return
+			}
+			time.Sleep(min(backoff, time.Until(deadline)))
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
+}
+
+// Drain makes the proxy start no new enforced upstream calls: a request
+// that claims its key from now on releases it and gets 503 shutting-down
+// (Retry-After: 1), while calls already running finish and record their
+// outcome. Replays, waits and passthrough traffic are served as before.
+// Call it when the process starts to shut down, before
+// http.Server.Shutdown; it cannot be undone.
+func (p *Proxy) Drain() { p.draining.Store(true) }
+
+// storeFailed answers a store failure: 503 (fail closed) or, on routes that
+// chose fail_open, forwards the request unprotected.
+func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
+	p.noteStoreError()
+	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
+	if ex.route.OnStoreError == policy.FailOpen && op == "claim" && !p.draining.Load() {
+		// Unprotected by the route's choice, but never a new call during
+		// the drain (see Drain).
+		p.forwardUnprotected(w, r, ex)
+		return
+	}
+	p.fail(w, r, ex, withRetry(problem.StoreUnavailable.With(
+		"the idempotency store cannot be reached, so the request was not forwarded; retry later with the same key"), 1))
+}

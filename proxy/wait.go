@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/store"
+)
+
+// wait waits while the record id (the request's own, or a layout 1
+// record) is running, up to the route's wait_timeout counted from the first
+// wait of this request (*until). It reports whether the caller should claim
+// again; when it returns false the request has been answered (409 after the
+// timeout, 503 when the store failed, nothing when the client left).
+func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, ex *exchange, id store.Identity, retry int, until *time.Time) bool {
+	if until.IsZero() {
+		*until = time.Now().Add(ex.route.WaitTimeout)
+	}
+	if !time.Now().Before(*until) {
+		p.fail(w, r, ex, inProgress(retry))
+		return false
+	}
+	if err := p.waitWhileRunning(r.Context(), id, *until); err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			p.storeFailed(w, r, ex, "wait", err)
+			return false
+		}
+		if r.Context().Err() != nil {
+			ex.outcome, ex.status = metrics.OutcomeConflict, 499
+			p.done(r, ex)
+			return false
+		}
+		p.fail(w, r, ex, inProgress(retry))
+		return false
+	}
+	return true
+}
+
+// waitWhileRunning returns once the identity's record is no longer running
+// (completed, released, purged or expired), waking on the store's
+// notification and at most every store.SafetyPoll. Waiters for one identity
+// in this process share one wait. It returns context.DeadlineExceeded at
+// until, the store's error, or ctx's error.
+func (p *Proxy) waitWhileRunning(ctx context.Context, id store.Identity, until time.Time) error {
+	p.m.Waiters(1)
+	defer p.m.Waiters(-1)
+	for {
+		ch := p.waits.DoChan(waitKey(id), func() (any, error) {
+			// Detached: one waiter leaving must not end the wait of the others.
+			wctx, cancel := context.WithDeadline(context.Background(), until)
+			defer cancel()
+			return nil, p.pollUntilNotRunning(wctx, id)
+		})
+		select {
+		case res := <-ch:
+			if res.Err == nil {
+				return nil
+			}
+			// The shared wait may have started with an earlier deadline than ours.
+			if errors.Is(res.Err, context.DeadlineExceeded) && time.Now().Before(until) {
+				continue
+			}
+			return res.Err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(until)):
+			return context.DeadlineExceeded
+		}
+	}
+}
+
+func (p *Proxy) pollUntilNotRunning(ctx context.Context, id store.Identity) error {
+	for {
+		changed, stop := p.store.Watch(id)
+		gctx, cancel := context.WithTimeout(ctx, p.storeTimeout)
+		rec, err := p.store.Get(gctx, id)
+		cancel()
+		if err != nil {
+			stop()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if rec == nil || rec.State != store.Running {
+			stop()
+			return nil
+		}
+		t := time.NewTimer(store.SafetyPoll)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func waitKey(id store.Identity) string {
+	return strconv.Itoa(len(id.Owner)) + ":" + id.Owner + strconv.Itoa(len(id.Scope)) + ":" + id.Scope + id.Key
+}
