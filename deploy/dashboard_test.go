@@ -43,8 +43,13 @@ var labelValues = map[string][]string{
 	"idemgate_config_reloads_total/result":                {"success", "failure"},
 }
 
-// targetLabels are added by Prometheus to every scraped series.
-var targetLabels = []string{"instance", "job"}
+// targetLabels are added by Prometheus to every scraped series (namespace
+// by the Prometheus Operator's ServiceMonitor and by Kubernetes service
+// discovery relabelling; absent elsewhere, and harmless in a grouping).
+var targetLabels = []string{"instance", "job", "namespace"}
+
+// dsVar is the dashboard's data source template variable.
+const dsVar = "datasource"
 
 var (
 	metricRef = regexp.MustCompile(`\b(idemgate_[a-z0-9_]+)(\{[^}]*\})?`)
@@ -127,13 +132,18 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("read %s: %v", p, err)
 	}
 	var dash struct {
-		Inputs []struct {
-			Name, Type, PluginID string
-		} `json:"__inputs"`
+		Inputs        []any  `json:"__inputs"`
 		SchemaVersion int    `json:"schemaVersion"`
 		UID           string `json:"uid"`
 		Title         string `json:"title"`
-		Panels        []struct {
+		Templating    struct {
+			List []struct {
+				Name, Type string
+				Query      any
+				Datasource *struct{ Type, UID string }
+			}
+		} `json:"templating"`
+		Panels []struct {
 			ID         int    `json:"id"`
 			Title      string `json:"title"`
 			Type       string `json:"type"`
@@ -158,11 +168,23 @@ func TestDashboard(t *testing.T) {
 	if dash.UID == "" || dash.Title == "" {
 		t.Error("dashboard: uid and title must be set so provisioning is stable")
 	}
-	hasInput := slices.ContainsFunc(dash.Inputs, func(in struct{ Name, Type, PluginID string }) bool {
-		return in.Name == "DS_PROMETHEUS" && in.Type == "datasource" && in.PluginID == "prometheus"
-	})
-	if !hasInput {
-		t.Error("dashboard: no __inputs DS_PROMETHEUS prometheus datasource")
+	// File and sidecar provisioning do not resolve __inputs (only the UI
+	// import does): the data source is a template variable instead, which
+	// provisioning defaults to the Prometheus data source.
+	if len(dash.Inputs) != 0 {
+		t.Error("dashboard: __inputs only work through the UI import; use the datasource template variable")
+	}
+	hasVar := false
+	for _, v := range dash.Templating.List {
+		if v.Name == dsVar && v.Type == "datasource" && v.Query == "prometheus" {
+			hasVar = true
+		}
+		if v.Datasource != nil && v.Datasource.UID != "${"+dsVar+"}" {
+			t.Errorf("dashboard: variable %s uses data source %q, want ${%s}", v.Name, v.Datasource.UID, dsVar)
+		}
+	}
+	if !hasVar {
+		t.Errorf("dashboard: no templating variable %q of type datasource (query prometheus)", dsVar)
 	}
 	if len(dash.Panels) == 0 {
 		t.Fatal("dashboard: no panels")
@@ -179,8 +201,8 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s: duplicate id %d", where, panel.ID)
 		}
 		ids[panel.ID] = true
-		if panel.Datasource.UID != "${DS_PROMETHEUS}" {
-			t.Errorf("%s: datasource uid %q, want ${DS_PROMETHEUS}", where, panel.Datasource.UID)
+		if panel.Datasource.UID != "${"+dsVar+"}" {
+			t.Errorf("%s: datasource uid %q, want ${%s}", where, panel.Datasource.UID, dsVar)
 		}
 		if panel.GridPos.W <= 0 || panel.GridPos.H <= 0 || panel.GridPos.X+panel.GridPos.W > 24 {
 			t.Errorf("%s: gridPos %+v off the 24-column grid", where, panel.GridPos)
@@ -199,7 +221,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s: no queries", where)
 		}
 		for _, tg := range panel.Targets {
-			if tg.Datasource.UID != "" && tg.Datasource.UID != "${DS_PROMETHEUS}" {
+			if tg.Datasource.UID != "" && tg.Datasource.UID != "${"+dsVar+"}" {
 				t.Errorf("%s: target datasource %q", where, tg.Datasource.UID)
 			}
 			for _, m := range checkExpr(t, where, tg.Expr) {
