@@ -4,8 +4,8 @@
 //
 //	go run ./e2e/bench -out docs/performance.md
 //
-// It builds the upstream, the bare proxy and idemgate, starts them and a
-// throwaway valkey-server on 127.0.0.1, drives every workload against
+// It builds the upstream, the bare proxy and idemgate, starts them, a
+// throwaway valkey-server and a throwaway PostgreSQL on 127.0.0.1, drives every workload against
 // every target with vegeta, prints the results and, with -out, writes them
 // into the file between the bench markers. Every process it starts is
 // stopped when it ends or is interrupted.
@@ -30,8 +30,9 @@ import (
 // target is one system under test.
 type target struct {
 	id, desc string
-	base     string // base URL the load goes to
-	proc     *proc  // the process whose CPU and memory are measured
+	base     string     // base URL the load goes to
+	proc     *proc      // the process whose CPU and memory are measured
+	meter    storeMeter // the store's counters (D, E), nil for the others
 }
 
 type options struct {
@@ -50,6 +51,11 @@ type options struct {
 	// acks > 0 gives target D's Valkey one replica per acknowledgement and
 	// runs D with store.valkey.acks.replicas = acks (issue 11).
 	acks int
+	// pgFsync runs target E's PostgreSQL with fsync, synchronous_commit
+	// and full_page_writes on (its defaults); pgConns is E's
+	// store.postgres.max_conns.
+	pgFsync bool
+	pgConns int
 }
 
 func main() {
@@ -66,9 +72,11 @@ func main() {
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
-	flag.StringVar(&o.targets, "targets", "ABCD", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey")
+	flag.StringVar(&o.targets, "targets", "ABCDE", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
+	flag.BoolVar(&o.pgFsync, "pg-fsync", true, "run E's PostgreSQL with fsync and synchronous_commit on (its defaults); false turns them off")
+	flag.IntVar(&o.pgConns, "pg-conns", 16, "E's store.postgres.max_conns (0: idemgate's default, max(4, CPUs))")
 	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
@@ -150,15 +158,16 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		targets = append(targets, &target{id: "B", desc: "bare httputil.ReverseProxy", base: "http://" + bp.addr, proc: bp})
 	}
 	if strings.Contains(o.targets, "C") {
-		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "", o.logLevel, 0)
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "store:\n  driver: memory\n", o.logLevel)
 		if err != nil {
 			return nil, err
 		}
 		targets = append(targets, &target{id: "C", desc: "idemgate, memory store", base: g.addr, proc: g})
 	}
-	var vk *proc
+	machine := machineInfo()
 	if strings.Contains(o.targets, "D") {
-		if vk, err = startValkey(ctx, ps, "valkey", ""); err != nil {
+		vk, err := startValkey(ctx, ps, "valkey", "")
+		if err != nil {
 			return nil, err
 		}
 		desc := "idemgate, Valkey store"
@@ -170,17 +179,40 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		if o.acks > 0 {
 			desc = fmt.Sprintf("idemgate, Valkey store, acks.replicas %d", o.acks)
 		}
-		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, vk.addr, o.logLevel, o.acks)
+		storeYAML := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", vk.addr)
+		if o.acks > 0 {
+			storeYAML += fmt.Sprintf("    acks: {replicas: %d, timeout: 500ms}\n", o.acks)
+		}
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-valkey", upURL, storeYAML, o.logLevel)
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, &target{id: "D", desc: desc, base: g.addr, proc: g})
+		targets = append(targets, &target{id: "D", desc: desc, base: g.addr, proc: g, meter: valkeyMeter{vk}})
+	}
+	if strings.Contains(o.targets, "E") {
+		pg, stopPG, err := startPostgres(ctx, o.pgFsync)
+		if err != nil {
+			return nil, err
+		}
+		defer stopPG() // after the idemgate processes (deferred earlier) are stopped
+		defer ps.stopAll()
+		machine += " " + pg.version() + "."
+		storeYAML := fmt.Sprintf("store:\n  driver: postgres\n  postgres:\n    dsn: %q\n    max_conns: %d\n", pg.srv.DSN(), o.pgConns)
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-postgres", upURL, storeYAML, o.logLevel)
+		if err != nil {
+			return nil, err
+		}
+		desc := "idemgate, PostgreSQL store"
+		if !o.pgFsync {
+			desc += " (fsync off)"
+		}
+		targets = append(targets, &target{id: "E", desc: desc, base: g.addr, proc: g, meter: pg})
 	}
 	if !strings.Contains(o.targets, "A") {
 		targets = targets[1:]
 	}
 
-	rep := &report{opts: o, args: args, machine: machineInfo(), started: time.Now()}
+	rep := &report{opts: o, args: args, machine: machine, started: time.Now()}
 	// First, while the processes are fresh: later the memory store holds
 	// every record of the run and its RSS says more about them than about
 	// connections.
@@ -195,13 +227,13 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		}
 	}
 	for _, w := range o.workloads {
-		if err := runWorkload(ctx, o, w, targets, vk, rep); err != nil {
+		if err := runWorkload(ctx, o, w, targets, rep); err != nil {
 			return nil, err
 		}
 	}
 	if o.dupRequests > 0 {
 		for _, t := range targets {
-			if err := runDup(ctx, o, t, upURL, vk, rep); err != nil {
+			if err := runDup(ctx, o, t, upURL, rep); err != nil {
 				return nil, err
 			}
 		}
@@ -216,7 +248,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 // phase is split into rounds that alternate between the targets (in a
 // rotating order), so a change of background load on the machine hits
 // every target alike instead of whichever ran at that moment.
-func runWorkload(ctx context.Context, o options, w string, targets []*target, vk *proc, rep *report) error {
+func runWorkload(ctx context.Context, o options, w string, targets []*target, rep *report) error {
 	clients := map[string]*http.Client{}
 	for _, t := range targets {
 		clients[t.id] = newClient(o.concurrency * 4)
@@ -258,7 +290,7 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, vk
 					}
 					rate = max(1, int(bMax*frac))
 				}
-				x, err := measure(ctx, t, vk, func() *phaseStats {
+				x, err := measure(ctx, t, func() *phaseStats {
 					return attack(ctx, c, newTargeter(w, t.base, prefix, o.replayKeys), rate, o.concurrency, roundLen)
 				})
 				if err != nil {
@@ -294,9 +326,9 @@ type row struct {
 	s              *phaseStats
 	cpuSec         float64 // target process CPU seconds
 	peakRSSKB      int64
-	valkeyCmds     int64 // scripts' inner commands included
-	valkeyTrips    int64 // commands the client sent (round trips)
-	valkeyCPUSec   float64
+	storeOps       int64 // Valkey commands (scripts' inner ones included) or PostgreSQL statements
+	storeTrips     int64 // commands or statements the client sent (round trips)
+	storeCPUSec    float64
 	loadCPUSec     float64 // the benchmark's own CPU (load generator)
 	hostBusy0      int64   // jiffies of the whole machine not idle
 	hostTotal0     int64   // all jiffies of the whole machine
@@ -315,9 +347,9 @@ func (r *row) merge(o *row) {
 	r.s.merge(o.s)
 	r.cpuSec += o.cpuSec
 	r.peakRSSKB = max(r.peakRSSKB, o.peakRSSKB)
-	r.valkeyCmds += o.valkeyCmds
-	r.valkeyTrips += o.valkeyTrips
-	r.valkeyCPUSec += o.valkeyCPUSec
+	r.storeOps += o.storeOps
+	r.storeTrips += o.storeTrips
+	r.storeCPUSec += o.storeCPUSec
 	r.loadCPUSec += o.loadCPUSec
 	r.hostBusy0 += o.hostBusy0
 	r.hostTotal0 += o.hostTotal0
@@ -340,22 +372,20 @@ func (r *row) perReq(n int64) float64 {
 }
 
 // measure runs phase and adds the server-side figures: CPU and peak RSS of
-// the target process and, for a target using Valkey, the commands it sent.
-func measure(ctx context.Context, t *target, vk *proc, phase func() *phaseStats) (*row, error) {
+// the target process and, for a target with a store meter (D, E), the
+// store's operations, round trips and CPU.
+func measure(ctx context.Context, t *target, phase func() *phaseStats) (*row, error) {
 	pid := t.proc.pid()
 	_ = resetPeak(pid)
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
 		return nil, err
 	}
-	useValkey := vk != nil && t.id == "D"
-	var stats0 cmdStats
-	var vcpu0 float64
-	if useValkey {
-		if stats0, err = readCmdStats(vk.addr); err != nil {
+	var st0 storeSnap
+	if t.meter != nil {
+		if st0, err = t.meter.snap(); err != nil {
 			return nil, err
 		}
-		vcpu0, _ = cpuSeconds(vk.pid())
 	}
 	self0, _ := cpuSeconds(os.Getpid())
 	busy0, total0, _ := hostJiffies()
@@ -373,25 +403,22 @@ func measure(ctx context.Context, t *target, vk *proc, phase func() *phaseStats)
 	if r.peakRSSKB, err = memKB(pid, "VmHWM"); err != nil {
 		return nil, err
 	}
-	if useValkey {
-		stats1, err := readCmdStats(vk.addr)
+	if t.meter != nil {
+		st1, err := t.meter.snap()
 		if err != nil {
 			return nil, err
 		}
-		r.valkeyCmds, r.valkeyTrips = stats1.delta(stats0)
-		vcpu1, _ := cpuSeconds(vk.pid())
-		r.valkeyCPUSec = vcpu1 - vcpu0
+		r.storeOps, r.storeTrips, r.storeCPUSec, _ = st1.delta(st0)
 	}
 	return r, nil
 }
 
 // runDup runs the one-key storm against t.
-func runDup(ctx context.Context, o options, t *target, upURL string, vk *proc, rep *report) error {
-	useValkey := vk != nil && t.id == "D"
-	var stats0 cmdStats
+func runDup(ctx context.Context, o options, t *target, upURL string, rep *report) error {
+	var st0 storeSnap
 	var err error
-	if useValkey {
-		if stats0, err = readCmdStats(vk.addr); err != nil {
+	if t.meter != nil {
+		if st0, err = t.meter.snap(); err != nil {
 			return err
 		}
 	}
@@ -402,28 +429,22 @@ func runDup(ctx context.Context, o options, t *target, upURL string, vk *proc, r
 	}
 	cpu1, _ := cpuSeconds(t.proc.pid())
 	d := dupRow{target: t, s: s, cpu: cpu1 - cpu0}
-	if useValkey {
-		stats1, err := readCmdStats(vk.addr)
+	if t.meter != nil {
+		st1, err := t.meter.snap()
 		if err != nil {
 			return err
 		}
-		d.valkeyCmds, d.valkeyTrips = stats1.delta(stats0)
-		d.valkeyByName = map[string]int64{}
-		for name, n := range stats1 {
-			if name != "info" && n-stats0[name] > 0 {
-				d.valkeyByName[name] = n - stats0[name]
-			}
-		}
+		d.storeOps, d.storeTrips, d.storeCPUSec, d.byName = st1.delta(st0)
 	}
 	rep.dups = append(rep.dups, d)
-	fmt.Fprintf(os.Stderr, "dup %s: %d requests, %d upstream calls, codes %v, replayed %d, max %v, valkey %d cmds (%d round trips)\n",
-		t.id, s.requests, s.upstreamCalls, s.codes, s.replayed, s.max, d.valkeyCmds, d.valkeyTrips)
+	fmt.Fprintf(os.Stderr, "dup %s: %d requests, %d upstream calls, codes %v, replayed %d, max %v, store %d ops (%d round trips)\n",
+		t.id, s.requests, s.upstreamCalls, s.codes, s.replayed, s.max, d.storeOps, d.storeTrips)
 	return nil
 }
 
-// startIdemgate writes a config for the benchmark and starts idemgate with
-// the memory store (valkeyAddr "") or Valkey, waiting for /healthz.
-func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr, logLevel string, acks int) (*proc, error) {
+// startIdemgate writes a config for the benchmark with storeYAML as its
+// store: section and starts idemgate, waiting for /healthz.
+func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, storeYAML, logLevel string) (*proc, error) {
 	port, err1 := freePort()
 	adminPort, err2 := freePort()
 	if err := errors.Join(err1, err2); err != nil {
@@ -431,13 +452,6 @@ func startIdemgate(ctx context.Context, ps *procs, bin, name, upURL, valkeyAddr,
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-	storeYAML := "store:\n  driver: memory\n"
-	if valkeyAddr != "" {
-		storeYAML = fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", valkeyAddr)
-		if acks > 0 {
-			storeYAML += fmt.Sprintf("    acks: {replicas: %d, timeout: 500ms}\n", acks)
-		}
-	}
 	cfg := fmt.Sprintf(`listen: %q
 upstream:
   url: %q

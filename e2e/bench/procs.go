@@ -150,23 +150,31 @@ const clockTick = 100
 
 // cpuSeconds returns the user+system CPU time of pid in seconds
 // (/proc/PID/stat fields 14 and 15, see proc(5)).
-func cpuSeconds(pid int) (float64, error) {
+func cpuSeconds(pid int) (float64, error) { return statSeconds(pid, 11) }
+
+// childCPUSeconds returns the user+system CPU time of the children pid has
+// waited for, in seconds (/proc/PID/stat fields 16 and 17).
+func childCPUSeconds(pid int) (float64, error) { return statSeconds(pid, 13) }
+
+// statSeconds adds the two clock-tick fields of /proc/PID/stat at index i
+// and i+1 of the fields after the command name, in seconds.
+func statSeconds(pid, i int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
 	// The command name (field 2) may hold spaces; fields restart after ')'.
 	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 {
 		return 0, errors.New("malformed /proc/PID/stat")
 	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
+	f := strings.Fields(s[j+1:])
+	if len(f) < i+2 {
 		return 0, errors.New("short /proc/PID/stat")
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	ut, err1 := strconv.ParseInt(f[i], 10, 64)
+	st, err2 := strconv.ParseInt(f[i+1], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, err
 	}

@@ -18,11 +18,12 @@ const (
 )
 
 type dupRow struct {
-	target                  *target
-	s                       *dupStats
-	cpu                     float64
-	valkeyCmds, valkeyTrips int64
-	valkeyByName            map[string]int64
+	target               *target
+	s                    *dupStats
+	cpu                  float64
+	storeOps, storeTrips int64
+	storeCPUSec          float64
+	byName               map[string]int64 // store operations by name
 }
 
 type idleRow struct {
@@ -61,11 +62,15 @@ func (r *report) markdown() string {
 	p("Closed loop: %d concurrent requests (keep-alive connections), %v per target and phase in %d rounds that alternate between the targets, after a %v warm-up. "+
 		"Open loop: a fixed rate, a fraction of B's closed-loop throughput for the same workload, for %v; vegeta adds workers so no request waits for an earlier one (no coordinated omission). "+
 		"Latency is measured by the client (vegeta) from request start to the end of the response body. "+
-		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B, C and D; Valkey's is shown apart; the load generator's too). "+
+		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B to E; the store's is shown apart, for PostgreSQL the postmaster and all its processes; the load generator's too). "+
 		"Host busy is the share of the whole machine's CPU time that was not idle during the phase, whatever ran (other work on the machine included). "+
-		"Peak RSS is the target process's VmHWM during the phase. Valkey cmds counts every command in INFO commandstats (commands run inside scripts included); round trips counts the commands idemgate sent (EVALSHA, EVALSHA_RO, ...).\n\n",
+		"Peak RSS is the target process's VmHWM during the phase. Store ops: for D every command in Valkey's INFO commandstats (commands run inside scripts included), round trips the commands idemgate sent (EVALSHA, EVALSHA_RO, ...); for E the statements idemgate ran, from pg_stat_statements, each one round trip (the one-time Parse per pooled connection, pings and LISTEN not counted).\n\n",
 		r.opts.concurrency, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.duration)
-	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (log level %s).\n\n", r.opts.logLevel)
+	pg := "PostgreSQL defaults: fsync and synchronous_commit on"
+	if !r.opts.pgFsync {
+		pg = "fsync and synchronous_commit off"
+	}
+	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
 
 	modes := []string{"closed"}
 	for _, f := range r.opts.openFractions {
@@ -73,7 +78,7 @@ func (r *report) markdown() string {
 	}
 	for _, w := range r.opts.workloads {
 		p("### Workload %s\n\n", w)
-		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | Valkey cmds/req | round trips/req | Valkey CPU s/1k | load gen CPU s/1k | host busy |\n")
+		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | store ops/req | round trips/req | store CPU s/1k | load gen CPU s/1k | host busy |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, mode := range modes {
 			for _, x := range r.rows {
@@ -85,8 +90,8 @@ func (r *report) markdown() string {
 					rate = fmt.Sprint(x.rate)
 				}
 				vk, trips, vcpu := "-", "-", "-"
-				if x.target.id == "D" {
-					vk, trips, vcpu = fmt.Sprintf("%.2f", x.perReq(x.valkeyCmds)), fmt.Sprintf("%.2f", x.perReq(x.valkeyTrips)), fmt.Sprintf("%.3f", x.per1k(x.valkeyCPUSec))
+				if x.target.meter != nil {
+					vk, trips, vcpu = fmt.Sprintf("%.2f", x.perReq(x.storeOps)), fmt.Sprintf("%.2f", x.perReq(x.storeTrips)), fmt.Sprintf("%.3f", x.per1k(x.storeCPUSec))
 				}
 				p("| %s | %s | %s | %.0f | %s | %s | %s | %d | %d | %.3f | %.1f | %s | %s | %s | %.3f | %.0f%% |\n",
 					x.target.id, mode, rate, x.s.rps(), ms(x.s.quantile(0.5)), ms(x.s.quantile(0.99)), ms(x.s.quantile(0.999)),
@@ -102,61 +107,95 @@ func (r *report) markdown() string {
 	}
 
 	p("### Ratios to B (bare reverse proxy)\n\n")
-	p("Throughput: closed-loop req/s of C or D over B's. Added p99: open-loop p99 of C or D minus B's at the same rate. CPU: target process CPU per request over B's.\n\n")
-	p("| workload | C/B throughput | D/B throughput |")
+	p("Throughput: closed-loop req/s of an idemgate target over B's. Added p99: open-loop p99 minus B's at the same rate. CPU: target process CPU per request over B's; with store: the target's and its store's CPU per request over B's.\n\n")
+	var ids []string
+	for _, id := range []string{"C", "D", "E"} {
+		if strings.Contains(r.opts.targets, id) {
+			ids = append(ids, id)
+		}
+	}
+	p("| workload |")
+	for _, id := range ids {
+		p(" %s/B throughput |", id)
+	}
 	for _, m := range modes[1:] {
-		p(" C added p99 ms (%s) | D added p99 ms (%s) |", m, m)
+		for _, id := range ids {
+			p(" %s added p99 ms (%s) |", id, m)
+		}
 	}
-	p(" C/B CPU per request | D/B CPU per request |\n|---|---:|---:|")
-	for range modes[1:] {
-		p("---:|---:|")
+	for _, id := range ids {
+		p(" %s/B CPU per request |", id)
 	}
-	p("---:|---:|\n")
+	for _, id := range ids {
+		if id != "C" {
+			p(" %s/B CPU with store |", id)
+		}
+	}
+	p("\n|---|")
+	for range (1+len(modes[1:])+1)*len(ids) + len(ids) - min(1, strings.Count(r.opts.targets, "C")) {
+		p("---:|")
+	}
+	p("\n")
+	ratio := func(x, y *row) string {
+		if x == nil || y == nil || y.s.rps() == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", x.s.rps()/y.s.rps())
+	}
+	added := func(x, y *row) string {
+		if x == nil || y == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
+	}
+	cpu := func(x, y *row) string {
+		if x == nil || y == nil || y.cpuSec == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", x.per1k(x.cpuSec)/y.per1k(y.cpuSec))
+	}
 	for _, w := range r.opts.workloads {
-		bc, cc, dc := r.find(w, "closed", "B"), r.find(w, "closed", "C"), r.find(w, "closed", "D")
-		ratio := func(x, y *row) string {
-			if x == nil || y == nil || y.s.rps() == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2f", x.s.rps()/y.s.rps())
+		bc := r.find(w, "closed", "B")
+		p("| %s |", w)
+		for _, id := range ids {
+			p(" %s |", ratio(r.find(w, "closed", id), bc))
 		}
-		added := func(x, y *row) string {
-			if x == nil || y == nil {
-				return "-"
-			}
-			return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
-		}
-		cpu := func(x, y *row) string {
-			if x == nil || y == nil || y.cpuSec == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2f", x.per1k(x.cpuSec)/y.per1k(y.cpuSec))
-		}
-		p("| %s | %s | %s |", w, ratio(cc, bc), ratio(dc, bc))
 		for _, m := range modes[1:] {
-			bo := r.find(w, m, "B")
-			p(" %s | %s |", added(r.find(w, m, "C"), bo), added(r.find(w, m, "D"), bo))
+			for _, id := range ids {
+				p(" %s |", added(r.find(w, m, id), r.find(w, m, "B")))
+			}
 		}
-		p(" %s | %s |\n", cpu(cc, bc), cpu(dc, bc))
+		for _, id := range ids {
+			p(" %s |", cpu(r.find(w, "closed", id), bc))
+		}
+		for _, id := range ids {
+			if x := r.find(w, "closed", id); id != "C" && x != nil && bc != nil && bc.cpuSec > 0 {
+				p(" %.2f |", (x.per1k(x.cpuSec)+x.per1k(x.storeCPUSec))/bc.per1k(bc.cpuSec))
+			} else if id != "C" {
+				p(" - |")
+			}
+		}
+		p("\n")
 	}
 	p("\n")
 
 	if len(r.dups) > 0 {
 		p("### %d concurrent requests with one idempotency key (upstream delays 200 ms, wait_timeout 10s)\n\n", r.opts.dupRequests)
-		p("| target | upstream calls | statuses | replayed | p50 ms | p99 ms | max ms | CPU s | Valkey cmds | Valkey cmds per request | round trips per request |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| target | upstream calls | statuses | replayed | p50 ms | p99 ms | max ms | CPU s | store ops | store ops per request | round trips per request | store CPU s |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, d := range r.dups {
-			vk, per, trips := "-", "-", "-"
-			if d.target.id == "D" {
-				vk = fmt.Sprint(d.valkeyCmds)
-				per = fmt.Sprintf("%.2f", float64(d.valkeyCmds)/float64(d.s.requests))
-				trips = fmt.Sprintf("%.2f", float64(d.valkeyTrips)/float64(d.s.requests))
+			ops, per, trips, scpu := "-", "-", "-", "-"
+			if d.target.meter != nil {
+				ops = fmt.Sprint(d.storeOps)
+				per = fmt.Sprintf("%.2f", float64(d.storeOps)/float64(d.s.requests))
+				trips = fmt.Sprintf("%.2f", float64(d.storeTrips)/float64(d.s.requests))
+				scpu = fmt.Sprintf("%.2f", d.storeCPUSec)
 			}
-			p("| %s | %d | %s | %d | %s | %s | %s | %.2f | %s | %s | %s |\n", d.target.id, d.s.upstreamCalls, codes(d.s.codes), d.s.replayed,
-				ms(d.s.p50), ms(d.s.p99), ms(d.s.max), d.cpu, vk, per, trips)
+			p("| %s | %d | %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %s |\n", d.target.id, d.s.upstreamCalls, codes(d.s.codes), d.s.replayed,
+				ms(d.s.p50), ms(d.s.p99), ms(d.s.max), d.cpu, ops, per, trips, scpu)
 		}
 		for _, d := range r.dups {
-			if d.valkeyByName != nil {
-				p("\nValkey commands during D's storm: %s\n", byName(d.valkeyByName))
+			if d.target.meter != nil {
+				p("\n%s during %s's storm: %s\n", d.target.meter.opsName(), d.target.id, byName(d.byName))
 			}
 		}
 		p("\n")
@@ -238,7 +277,7 @@ func machineInfo() string {
 	if out, err := exec.Command("valkey-server", "--version").Output(); err == nil {
 		vk = strings.TrimSpace(string(out))
 	}
-	return fmt.Sprintf("%d × %s, %s RAM, Linux %s, %s %s/%s, %s. Load generator, upstream, target and Valkey share these CPUs.",
+	return fmt.Sprintf("%d × %s, %s RAM, Linux %s, %s %s/%s, %s. Load generator, upstream, target and store share these CPUs.",
 		runtime.NumCPU(), model, mem, strings.TrimSpace(string(kernel)), runtime.Version(), runtime.GOOS, runtime.GOARCH, vk)
 }
 

@@ -139,19 +139,3 @@ var clientCommands = map[string]bool{
 	"evalsha": true, "evalsha_ro": true, "eval": true, "eval_ro": true, "script": true,
 	"ping": true, "hello": true, "client": true, "subscribe": true,
 }
-
-// delta returns (all commands, client round trips) of after-before,
-// leaving out the INFO calls the benchmark made itself.
-func (after cmdStats) delta(before cmdStats) (all, roundTrips int64) {
-	for name, n := range after {
-		if name == "info" {
-			continue
-		}
-		d := n - before[name]
-		all += d
-		if clientCommands[name] {
-			roundTrips += d
-		}
-	}
-	return all, roundTrips
-}

@@ -14,6 +14,10 @@
 // chowned to it, and its parent is a directory of mode 0755 under the
 // system temp dir (t.TempDir is 0700 and root's, so postgres could not
 // reach it). Run as any other user, the server runs as that user.
+//
+// Programs without a testing.TB (the load benchmark e2e/bench) start the
+// same server with Launch, which returns an error and a stop function
+// instead of failing a test and registering a cleanup.
 package pgtest
 
 import (
@@ -49,8 +53,9 @@ const stopTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
-	fsync    bool
-	settings [][2]string
+	fsync     bool
+	settings  [][2]string
+	pdeathsig bool // SIGKILL the postmaster when the starting thread's process dies (Launch)
 }
 
 // WithFsync makes the server durable: fsync, synchronous_commit and
@@ -67,13 +72,14 @@ func WithSetting(name, value string) Option {
 // Server is one PostgreSQL server (postmaster and its backends) on
 // 127.0.0.1. Its methods are safe for concurrent use.
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string // data directory
-	log  string // server log file
-	port int
-	args []string
-	cred *syscall.Credential
+	t         testing.TB // nil for a server from Launch: its test-failing methods panic
+	bin       string
+	dir       string // data directory
+	log       string // server log file
+	port      int
+	args      []string
+	cred      *syscall.Credential
+	pdeathsig bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -84,6 +90,14 @@ type Server struct {
 // test with install instructions.
 func BinDir(t testing.TB) string {
 	t.Helper()
+	d, err := binDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func binDir() (string, error) {
 	var candidates []string
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
@@ -100,11 +114,10 @@ func BinDir(t testing.TB) string {
 	}
 	for _, d := range candidates {
 		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
-			return d
+			return d, nil
 		}
 	}
-	t.Fatalf("pgtest: PostgreSQL server binaries (initdb, postgres) not found (tried %q): %s", candidates, installHint)
-	return ""
+	return "", fmt.Errorf("pgtest: PostgreSQL server binaries (initdb, postgres) not found (tried %q): %s", candidates, installHint)
 }
 
 func version(dir string) int {
@@ -126,29 +139,71 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	bin := BinDir(t)
-	cred := credential(t)
+	s, stop, err := launch(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.t = t
+	t.Cleanup(stop)
+	return s
+}
+
+// Launch is Start for programs without a testing.TB, such as the load
+// benchmark: it starts the same server and returns it with stop, which
+// shuts it down and removes its directory (safe to call more than once;
+// call it on every path). logf receives where the server keeps its data
+// and log. The postmaster also gets SIGKILL if the calling process dies
+// without calling stop (PR_SET_PDEATHSIG). The methods that fail a test
+// (Start, Restart, Exec, ExecIn, CreateDatabase, Terminate) panic on a
+// server from Launch; use QueryInt, DSN, PIDs and the like.
+func Launch(logf func(format string, args ...any), opts ...Option) (s *Server, stop func(), err error) {
+	c := config{pdeathsig: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	if s, stop, err = launch(c); err != nil {
+		return nil, nil, err
+	}
+	logf("pgtest: PostgreSQL on 127.0.0.1:%d, data in %s, log %s", s.port, s.dir, s.log)
+	return s, stop, nil
+}
+
+// launch initializes and starts a server; stop stops it and removes its
+// directory. On error nothing is left behind.
+func launch(c config) (_ *Server, stop func(), err error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	cred, err := credential()
+	if err != nil {
+		return nil, nil, err
+	}
 	base, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(base)
+		}
+	}()
 	// Traversable by the postgres user; the data directory itself is 0700.
 	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
 	}
 	dir := filepath.Join(base, "data")
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
 	}
 	logPath := filepath.Join(base, "postgres.log")
 	if err := os.WriteFile(logPath, nil, 0o644); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
 	}
 	if cred != nil {
 		for _, p := range []string{dir, logPath} {
 			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
-				t.Fatalf("pgtest: chown %s to the postgres user: %v", p, err)
+				return nil, nil, fmt.Errorf("pgtest: chown %s to the postgres user: %w", p, err)
 			}
 		}
 	}
@@ -160,13 +215,17 @@ func Start(t testing.TB, opts ...Option) *Server {
 	cmd.Dir = base
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+		return nil, nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
 	}
 	fsync := "off"
 	if c.fsync {
 		fsync = "on"
 	}
-	s := &Server{t: t, bin: bin, dir: dir, log: logPath, port: FreePort(t), cred: cred}
+	port, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Server{bin: bin, dir: dir, log: logPath, port: port, cred: cred, pdeathsig: c.pdeathsig}
 	s.args = []string{"-D", dir, "-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=",
@@ -180,40 +239,65 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, kv := range c.settings {
 		s.args = append(s.args, "-c", kv[0]+"="+kv[1])
 	}
-	t.Cleanup(s.Stop)
-	s.Start()
-	return s
+	if err := s.start(); err != nil {
+		s.Stop()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return s, func() {
+		once.Do(func() {
+			s.Stop()
+			_ = os.RemoveAll(base)
+		})
+	}, nil
 }
 
 // credential returns the postgres user's credential when running as root,
 // else nil (run as the current user).
-func credential(t testing.TB) *syscall.Credential {
-	t.Helper()
+func credential() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
-		return nil
+		return nil, nil
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		t.Fatalf("pgtest: running as root, and initdb refuses root, but there is no postgres user to run the server as (%v): %s", err, installHint)
+		return nil, fmt.Errorf("pgtest: running as root, and initdb refuses root, but there is no postgres user to run the server as (%v): %s", err, installHint)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// fatalf fails the test of a server from Start, and panics for a server
+// from Launch (which has no test to fail).
+func (s *Server) fatalf(format string, args ...any) {
+	if s.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	s.t.Helper()
+	s.t.Fatalf(format, args...)
 }
 
 // Start starts the server again after Stop or Kill (same port, data and
 // settings) and waits until it accepts connections; a running server is
 // left alone.
 func (s *Server) Start() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
+	if err := s.start(); err != nil {
+		s.fatalf("%v", err)
+	}
+}
+
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		return
+		return nil
 	}
 	logFile, err := os.OpenFile(s.log, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		s.t.Fatalf("pgtest: %v", err)
+		return fmt.Errorf("pgtest: %w", err)
 	}
 	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), s.args...)
@@ -221,8 +305,11 @@ func (s *Server) Start() {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so a Ctrl-C of the test does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
+	if s.pdeathsig {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("pgtest: start postgres: %v", err)
+		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -234,15 +321,15 @@ func (s *Server) Start() {
 	for {
 		err := ping(s.DSN())
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("pgtest: server on port %d not ready within %v: %v\n%s", s.port, startTimeout, err, s.LogTail())
+			return fmt.Errorf("pgtest: server on port %d not ready within %v: %w\n%s", s.port, startTimeout, err, s.LogTail())
 		}
 		select {
 		case <-done:
 			s.cmd = nil
-			s.t.Fatalf("pgtest: postgres exited during start:\n%s", s.LogTail())
+			return fmt.Errorf("pgtest: postgres exited during start:\n%s", s.LogTail())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -344,13 +431,28 @@ func children(pid int) []int {
 
 // Restart stops the server if it runs and starts it again.
 func (s *Server) Restart() {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.Stop()
 	s.Start()
 }
 
 // Port returns the TCP port the server listens on.
 func (s *Server) Port() int { return s.port }
+
+// PIDs returns the pid of the postmaster followed by those of its children
+// (backends and background processes) at the time of the call, or nil
+// when the server is not running.
+func (s *Server) PIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	pid := s.cmd.Process.Pid
+	return append([]int{pid}, children(pid)...)
+}
 
 // DSN returns a URL for user postgres on database postgres.
 func (s *Server) DSN() string { return s.DatabaseDSN("postgres") }
@@ -368,23 +470,27 @@ func (s *Server) UserDSN(user, password, db string) string {
 // Exec runs sql as the superuser on database postgres, failing the test on
 // error.
 func (s *Server) Exec(sql string, args ...any) {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	s.ExecIn("postgres", sql, args...)
 }
 
 // ExecIn runs sql as the superuser on database db, failing the test on
 // error.
 func (s *Server) ExecIn(db, sql string, args ...any) {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.DatabaseDSN(db))
 	if err != nil {
-		s.t.Fatalf("pgtest: connect: %v", err)
+		s.fatalf("pgtest: connect: %v", err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		s.t.Fatalf("pgtest: %s: %v", sql, err)
+		s.fatalf("pgtest: %s: %v", sql, err)
 	}
 }
 
@@ -406,7 +512,9 @@ func (s *Server) QueryInt(db, sql string, args ...any) (int64, error) {
 // CreateDatabase creates a database with a fresh name and returns its
 // name.
 func (s *Server) CreateDatabase() string {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	name := fmt.Sprintf("db_%d", time.Now().UnixNano())
 	s.Exec("CREATE DATABASE " + name)
 	return name
@@ -416,11 +524,13 @@ func (s *Server) CreateDatabase() string {
 // whose application_name is app (the postgres store names its listening
 // connection "idemgate-listen"), and returns how many it terminated.
 func (s *Server) Terminate(db, app string) int {
-	s.t.Helper()
+	if s.t != nil {
+		s.t.Helper()
+	}
 	n, err := s.QueryInt("postgres", `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = $1 AND application_name = $2 AND pid <> pg_backend_pid()`, db, app)
 	if err != nil {
-		s.t.Fatalf("pgtest: terminate: %v", err)
+		s.fatalf("pgtest: terminate: %v", err)
 	}
 	return int(n)
 }
@@ -457,10 +567,18 @@ func (s *Server) LogTail() string {
 // call.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("pgtest: listen on 127.0.0.1:0: %v", err)
+		return 0, fmt.Errorf("pgtest: listen on 127.0.0.1:0: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
