@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/store/postgres/pgtest"
 )
