@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -73,9 +74,11 @@ type Decision struct {
 	// Route is still set (for metrics and logs).
 	Refuse string
 	// NeedBody reports that the decision is provisional: the request has a
-	// form body (application/x-www-form-urlencoded or multipart/form-data)
-	// whose _method field could change it. The caller reads the body, at
-	// most Route.MaxRequestBytes, and calls DecideBody with it.
+	// body whose _method member could change it: a form
+	// (application/x-www-form-urlencoded, multipart/form-data, or no
+	// Content-Type at all, which Rack reads as a form) or JSON. The caller
+	// reads the body, at most Route.MaxRequestBytes, and calls DecideBody
+	// with it.
 	NeedBody bool
 }
 
@@ -83,7 +86,10 @@ type Decision struct {
 // (Express method-override, ASP.NET, Google APIs, Symfony) let a request
 // stand for another method. With the _method query parameter and the
 // _method form field (Rails, Laravel, Symfony) they are the method
-// overrides Decide considers.
+// overrides Decide considers. A field whose name differs from one of them
+// only in letter case and in "_" for "-" counts as that field: Rack, WSGI
+// and CGI servers hand both spellings to the application as one
+// HTTP_X_HTTP_METHOD_OVERRIDE.
 var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 // Decide says which route governs r, or why r must be refused. It matches r
@@ -95,8 +101,9 @@ var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 //     segments and repeated slashes resolved, in lower case, with the
 //     trailing slash added or removed;
 //   - method variants: the method in upper case, and every method override
-//     (MethodOverrideHeaders, a _method query parameter, a _method field of
-//     a form body).
+//     (MethodOverrideHeaders, with "_" for "-" in their names; a _method
+//     query parameter or form field, its name also as PHP registers it; a
+//     top-level string member _method of a JSON body).
 //
 // With Strictness as the order (passthrough or method not enforced <
 // enforced with an optional key < enforced with a required key):
@@ -116,15 +123,18 @@ var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 //     override names another method (its record would be kept under the
 //     method sent while the upstream performs another).
 //
-// A form body is only needed on methods other than GET and HEAD, with a
-// form content type, and when some override could change the decision;
-// then NeedBody is set and DecideBody finishes the decision.
+// A body is only needed on methods other than GET and HEAD, when it is not
+// empty, is a form (a form content type, or none) or JSON, and some
+// override could change the decision (for a form, also whenever the
+// request is enforced and carries a key); then NeedBody is set and
+// DecideBody finishes the decision.
 //
 // A request already in canonical form (upper-case method, no override, no
-// form body to check, path clean, without ";" or backslash and in the
+// form body to check, path clean, without ";", "%" or backslash and in the
 // default encoding) costs no match beyond Match's when New found no route
 // that could govern its case or trailing-slash variants more strictly (or
-// as strictly, under another scope) than its own.
+// as strictly, under another scope) than its own, and, for a JSON body, no
+// route that a _method member could reach.
 func (p *Policy) Decide(r *http.Request) Decision {
 	return p.decide(r, nil, false)
 }
@@ -148,9 +158,13 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 
 	overrides := headerOverrides(r.Header)
 	queryOverride := r.URL.RawQuery != "" && mayHaveMethodParam(r.URL.RawQuery)
-	form := !haveBody && method != http.MethodGet && method != http.MethodHead && isForm(r)
-	if canonical && !overrides && !queryOverride && !form && !haveBody && isUpperASCII(method) &&
-		!p.mayVary(matched, method, r.URL.Path) {
+	kind := noBody
+	if !haveBody && r.Body != nil && r.Body != http.NoBody {
+		kind = bodyKindOf(r)
+	}
+	if canonical && !overrides && !queryOverride && kind != formBody && !haveBody && isUpperASCII(method) &&
+		!p.mayVary(matched, method, r.URL.Path) &&
+		(kind != jsonBody || !p.mayOverride(matched, method, r.URL.Path)) {
 		return d
 	}
 
@@ -204,7 +218,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		return ""
 	}
 	if overrides {
-		for _, name := range MethodOverrideHeaders {
+		for _, name := range overrideFields(r.Header) {
 			for _, v := range r.Header[name] {
 				for _, m := range splitMethods(v) {
 					if why := check("the "+name+" field", m); why != "" {
@@ -224,18 +238,23 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		}
 	}
 	if haveBody {
-		for _, m := range formMethods(r.Header.Get("Content-Type"), body) {
-			if why := check("the _method form field", m); why != "" {
+		source, methods := bodyMethods(r, body)
+		for _, m := range methods {
+			if why := check(source, m); why != "" {
 				d.Refuse = why
 				return d
 			}
 		}
 		return d
 	}
-	if form {
+	if kind != noBody {
 		// Could any _method value change the decision? Only then is the
-		// body worth reading.
-		if keyed {
+		// body worth reading. A keyed form always is: Rails and Laravel
+		// read form fields on every request, and a keyed request that
+		// names another method is refused whatever the routes. A JSON body
+		// is only read when some route its _method could reach would
+		// change the decision, so canonical JSON requests stay free.
+		if keyed && kind == formBody {
 			d.NeedBody = true
 			return d
 		}
@@ -317,30 +336,56 @@ func (p *Policy) survey(r *http.Request, method string, forms []pathForm, raw *R
 // whose literal path prefix is compatible with path in any letter case. The
 // rivals are found once, by New.
 func (p *Policy) mayVary(route *Route, method, path string) bool {
-	for _, rv := range p.rivals[route] {
-		if rv.method != method {
-			continue
+	for i, rv := range p.rivals[route] {
+		if rv.method == method {
+			return p.rivals[route][i].reaches(path)
 		}
-		x := strings.TrimSuffix(path, "/")
-		if rv.defaults {
-			// Below the root of a subtree route (a lower-case one, so the
-			// lower-case forms stay below it too), every case and slash
-			// form stays in that subtree or a more specific pattern: never
-			// the defaults.
-			if rv.subtree == "" || !strings.HasPrefix(x, rv.subtree+"/") {
-				return true
-			}
-		}
-		for _, l := range rv.prefixes {
-			// Case-insensitive: every case and slash variant of x is x in
-			// lower case, with or without the trailing slash.
-			if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
-				return true
-			}
-		}
-		return false
 	}
 	// A method no route lists has no rival.
+	return false
+}
+
+// reaches reports whether one of rv's routes could govern a case or
+// trailing-slash variant of the canonical path.
+func (rv *rival) reaches(path string) bool {
+	return rv.covers(strings.TrimSuffix(path, "/"))
+}
+
+// covers reports whether one of rv's routes could govern x (a clean path
+// without trailing slash) in any letter case, with or without the trailing
+// slash.
+func (rv *rival) covers(x string) bool {
+	if rv.defaults {
+		// Below the root of a subtree route (a lower-case one, so the
+		// lower-case forms stay below it too), every case and slash form
+		// stays in that subtree or a more specific pattern: never the
+		// defaults.
+		if rv.subtree == "" || len(x) <= len(rv.subtree) || x[len(rv.subtree)] != '/' || x[:len(rv.subtree)] != rv.subtree {
+			return true
+		}
+	}
+	for _, l := range rv.prefixes {
+		// Case-insensitive: every case and slash variant of x is x in
+		// lower case, with or without the trailing slash.
+		if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// mayOverride reports whether a canonical request matched to route with
+// method could have a method variant, named by a _method member of its
+// body, that some route governs more strictly than route governs method, or
+// as strictly under another scope (methodVariant). The routes are found
+// once, by New.
+func (p *Policy) mayOverride(route *Route, method, path string) bool {
+	rvs := p.overrides[route][route.Strictness(method)]
+	for i := range rvs {
+		if rvs[i].method != method && rvs[i].reaches(path) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -359,7 +404,9 @@ type rival struct {
 }
 
 // compileVariants precomputes what Decide's fast path needs: the methods
-// some route enforces, and each route's rivals per method.
+// some route enforces, each route's rivals per method (for path variants),
+// and per strictness of the request's method the rivals of each other
+// enforced method (for a _method override in a JSON body).
 func (p *Policy) compileVariants() {
 	all := append(slices.Clone(p.routes), p.defaults)
 	p.enforced = nil
@@ -374,6 +421,7 @@ func (p *Policy) compileVariants() {
 		}
 	}
 	p.rivals = make(map[*Route][]rival, len(all))
+	p.overrides = make(map[*Route][EnforcedRequired + 1][]rival, len(all))
 	for _, rt := range all {
 		subtree := ""
 		if pat := patternPath(rt.Match); strings.HasSuffix(pat, "/") && !strings.Contains(pat, "{") && pat == strings.ToLower(pat) {
@@ -404,6 +452,37 @@ func (p *Policy) compileVariants() {
 			}
 		}
 		p.rivals[rt] = rvs
+
+		// Method variants: with the request's own method at strictness s,
+		// any route that governs m more strictly, or as strictly under
+		// another scope, could refuse the request (methodVariant). The
+		// subtree argument of mayVary holds only for the methods rt's
+		// pattern matches: for others a variant may fall to the defaults.
+		pm := patternMethod(rt.Match)
+		var byLevel [EnforcedRequired + 1][]rival
+		for s := NotEnforced; s <= EnforcedRequired; s++ {
+			for _, m := range p.enforced {
+				rv := rival{method: m}
+				if pm == "" || pm == m || pm == http.MethodGet && m == http.MethodHead {
+					rv.subtree = subtree
+				}
+				for _, o := range all {
+					so := o.Strictness(m)
+					if so == NotEnforced || so < s || so == s && sameScope(o, rt) {
+						continue
+					}
+					if o == p.defaults {
+						rv.defaults = true
+					} else {
+						rv.prefixes = append(rv.prefixes, literalPrefix(o.Match))
+					}
+				}
+				if rv.defaults || len(rv.prefixes) > 0 {
+					byLevel[s] = append(byLevel[s], rv)
+				}
+			}
+		}
+		p.overrides[rt] = byLevel
 	}
 }
 
@@ -559,14 +638,65 @@ func (p *Policy) lookup(req *http.Request) *Route {
 	return p.defaults
 }
 
-// headerOverrides reports whether r carries any method-override field.
+// headerOverrides reports whether r carries any method-override field
+// (isOverrideField).
 func headerOverrides(h http.Header) bool {
-	for _, name := range MethodOverrideHeaders {
-		if len(h[name]) > 0 {
+	for name, v := range h {
+		if len(v) > 0 && isOverrideField(name) {
 			return true
 		}
 	}
 	return false
+}
+
+// overrideFields returns the names of h's method-override fields, sorted so
+// a refusal names the same field every time.
+func overrideFields(h http.Header) []string {
+	var out []string
+	for name, v := range h {
+		if len(v) > 0 && isOverrideField(name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// isOverrideField reports whether a field name is one of
+// MethodOverrideHeaders in any letter case, with "_" and "-" taken as the
+// same character: Rack, WSGI and CGI servers turn both into "_" (Go keeps
+// X-HTTP_Method_Override as its own field, X-Http_method_override).
+func isOverrideField(name string) bool {
+	for _, o := range MethodOverrideHeaders {
+		if len(name) == len(o) && equalFoldDash(name, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFoldDash compares two ASCII strings of one length ignoring letter
+// case and treating "_" as "-".
+func equalFoldDash(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // splitMethods returns the upper-case methods a field value names: each
@@ -581,14 +711,14 @@ func splitMethods(v string) []string {
 	return out
 }
 
-// mayHaveMethodParam is a cheap filter before methodParams: a _method key
-// is either spelled out or escaped.
+// mayHaveMethodParam is a cheap filter before methodParams: a key that
+// isMethodName accepts spells out "method" or is escaped.
 func mayHaveMethodParam(q string) bool {
-	return strings.Contains(q, "_method") || strings.ContainsRune(q, '%')
+	return strings.Contains(q, "method") || strings.ContainsRune(q, '%')
 }
 
-// methodParams returns the upper-case values of every _method key in a
-// query or urlencoded form ("&" and ";" separate pairs, "+" is a space,
+// methodParams returns the upper-case values of every _method key
+// (isMethodName) in a query or urlencoded form ("&" and ";" separate pairs, "+" is a space,
 // malformed escapes are kept as sent).
 func methodParams(q string) []string {
 	var out []string
@@ -600,12 +730,52 @@ func methodParams(q string) []string {
 			pair, q = q, ""
 		}
 		k, v, _ := strings.Cut(pair, "=")
-		if unescapeForm(k) != "_method" {
+		if !isMethodName(unescapeForm(k)) {
 			continue
 		}
 		out = append(out, splitMethods(unescapeForm(v))...)
 	}
 	return out
+}
+
+// isMethodName reports whether a decoded query or form parameter name
+// reaches a framework as _method: as sent, or as PHP registers it (Laravel,
+// Symfony): the name read up to a NUL byte, leading spaces dropped (or not:
+// both are taken), ".", " " and an unmatched "[" as "_", and "_method[…]"
+// an array named _method.
+func isMethodName(k string) bool {
+	if k == "_method" {
+		return true
+	}
+	if !strings.Contains(k, "method") {
+		return false
+	}
+	if i := strings.IndexByte(k, 0); i >= 0 {
+		k = k[:i]
+	}
+	if i := strings.IndexByte(k, '['); i > 0 && strings.IndexByte(k[i+1:], ']') >= 0 {
+		k = k[:i]
+	}
+	return phpMethodName(k) || phpMethodName(strings.TrimLeft(k, " "))
+}
+
+// phpMethodName reports whether k is "_method" once ".", " " and "[" are
+// read as "_", without allocating.
+func phpMethodName(k string) bool {
+	const want = "_method"
+	if len(k) != len(want) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c == '.' || c == ' ' || c == '[' {
+			c = '_'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func unescapeForm(s string) string {
@@ -618,37 +788,91 @@ func unescapeForm(s string) string {
 	return s
 }
 
-// isForm reports whether r's body is a form a framework may read a
-// _method field from.
-func isForm(r *http.Request) bool {
+// bodyKind says whether a framework may read a _method member from a
+// request body, and how.
+type bodyKind int
+
+const (
+	noBody bodyKind = iota
+	// formBody: application/x-www-form-urlencoded, multipart/form-data, or
+	// no media type at all (Rack's form_data? reads a POST without
+	// Content-Type as a form).
+	formBody
+	// jsonBody: a Content-Type naming "/json" or "+json", as Laravel's
+	// isJson tests it; Laravel and Express method-override getters read
+	// input from such a body.
+	jsonBody
+)
+
+// bodyKindOf returns how r's body may carry a _method member, from its
+// method and Content-Type alone; GET and HEAD bodies are never read.
+func bodyKindOf(r *http.Request) bodyKind {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return noBody
+	}
 	v := r.Header["Content-Type"]
 	if len(v) == 0 {
-		return false
+		return formBody
 	}
-	ct := v[0]
-	mt, _, _ := strings.Cut(ct, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
+	mt, _, _ := strings.Cut(v[0], ";")
+	mt = strings.TrimSpace(mt)
+	switch {
+	case mt == "", strings.EqualFold(mt, "application/x-www-form-urlencoded"), strings.EqualFold(mt, "multipart/form-data"):
+		return formBody
+	case containsFold(v[0], "/json"), containsFold(v[0], "+json"):
+		return jsonBody
+	}
+	return noBody
+}
+
+// containsFold reports whether s contains the lower-case ASCII substr in
+// any letter case, without allocating.
+func containsFold(s, substr string) bool {
+	for i := 0; i+len(substr) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(substr)], substr) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxMethodField bounds the _method value read from a multipart part.
 const maxMethodField = 64
 
-// formMethods returns the upper-case values of every _method field of a
-// form body with this content type; none for other bodies or parse errors.
-func formMethods(contentType string, body []byte) []string {
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return nil
+// bodyMethods returns how a refusal names the body's override, and the
+// upper-case values of every _method member of r's body: the fields of a
+// form (formMethods) or the top-level string members of a JSON object
+// (jsonMethods).
+func bodyMethods(r *http.Request, body []byte) (string, []string) {
+	if len(body) == 0 {
+		return "", nil
 	}
+	switch bodyKindOf(r) {
+	case formBody:
+		return "the _method form field", formMethods(r.Header.Get("Content-Type"), body)
+	case jsonBody:
+		return "the _method member of the JSON body", jsonMethods(body)
+	}
+	return "", nil
+}
+
+// formMethods returns the upper-case values of every _method field
+// (isMethodName) of a form body with this content type ("" reads as
+// urlencoded); none for other bodies or parse errors. A malformed parameter
+// of the content type does not stop the urlencoded body being read: Rack
+// and PHP read it by the media type alone.
+func formMethods(contentType string, body []byte) []string {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
 	switch mt {
-	case "application/x-www-form-urlencoded":
-		if !bytes.Contains(body, []byte("_method")) && !bytes.ContainsRune(body, '%') {
+	case "", "application/x-www-form-urlencoded":
+		if !bytes.Contains(body, []byte("method")) && !bytes.ContainsRune(body, '%') {
 			return nil
 		}
 		return methodParams(string(body))
 	case "multipart/form-data":
-		if params["boundary"] == "" {
+		_, params, err := mime.ParseMediaType(contentType)
+		if err != nil || params["boundary"] == "" {
 			return nil
 		}
 		var out []string
@@ -658,10 +882,70 @@ func formMethods(contentType string, body []byte) []string {
 			if err != nil {
 				return out
 			}
-			if part.FormName() == "_method" {
+			if isMethodName(part.FormName()) {
 				v, _ := io.ReadAll(io.LimitReader(part, maxMethodField))
 				out = append(out, splitMethods(string(v))...)
 			}
+		}
+	}
+	return nil
+}
+
+// jsonMethods returns the upper-case values of every top-level string
+// member "_method" of a JSON object (duplicates included: parsers differ on
+// which one wins), up to the first syntax error; none for other values. A
+// leading byte order mark is skipped. Member names are compared after JSON
+// unescaping, as PHP's json_decode and JSON.parse read them.
+func jsonMethods(body []byte) []string {
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	if !bytes.Contains(body, []byte("_method")) && !bytes.ContainsRune(body, '\\') {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var out []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		v, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		if d, ok := v.(json.Delim); ok {
+			if skipJSON(dec, d) != nil {
+				return out
+			}
+			continue
+		}
+		if k, _ := t.(string); k == "_method" {
+			if m, ok := v.(string); ok {
+				out = append(out, splitMethods(m)...)
+			}
+		}
+	}
+	return out
+}
+
+// skipJSON reads the rest of the array or object that open began.
+func skipJSON(dec *json.Decoder, open json.Delim) error {
+	if open != '{' && open != '[' {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
 		}
 	}
 	return nil

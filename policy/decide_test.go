@@ -70,6 +70,7 @@ func TestDecideVariants(t *testing.T) {
 	p := variantPolicy(t)
 	mpType, mpPatch := multipartBody(t, "name", "x", "_method", "patch")
 	_, mpPlain := multipartBody(t, "name", "x")
+	mpDotType, mpDot := multipartBody(t, "name", "x", ".method", "PATCH")
 	const form = "\r\nContent-Type: application/x-www-form-urlencoded"
 	tests := []struct {
 		name, head, body string
@@ -127,6 +128,31 @@ func TestDecideVariants(t *testing.T) {
 		{"override to a weaker method", "POST /v1/other HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: DELETE", "", "v1", false},
 		{"override naming its own method", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nX-HTTP-Method-Override: post", "", "orders", false},
 		{"form GET is not read", "GET /v1/legacy HTTP/1.1\r\nHost: x" + form, "_method=PATCH", "v1", false},
+
+		// Method variants that Rack, WSGI, PHP, Laravel and Express read.
+		{"override header with underscores", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP_Method_Override: PATCH", "", "refuse", false},
+		{"X_HTTP_METHOD", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX_HTTP_METHOD: patch", "", "refuse", false},
+		{"x-method_override", "PUT /v1/legacy HTTP/1.1\r\nHost: x\r\nx-method_override: PATCH", "", "refuse", false},
+		{"form without Content-Type", "POST /v1/legacy HTTP/1.1\r\nHost: x", "_method=PATCH&a=1", "refuse", true},
+		{"form with an empty Content-Type", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: ", "_method=PATCH", "refuse", true},
+		{"form with a malformed parameter", "POST /v1/legacy HTTP/1.1\r\nHost: x" + form + "; charset", "_method=PATCH", "refuse", true},
+		{"no Content-Type, no body", "POST /v1/legacy HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"JSON _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":1,"_method":"PATCH"}`, "refuse", true},
+		{"+json _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.api+json; charset=utf-8", `{"_method":"patch"}`, "refuse", true},
+		{"JSON _method, escaped key", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"\u005fmethod":"PATCH"}`, "refuse", true},
+		{"JSON _method, duplicate key", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":"POST","_method":"PATCH"}`, "refuse", true},
+		{"JSON _method after nested values", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":{"b":[1,{"_method":"x"}]},"_method":"PATCH"}`, "refuse", true},
+		{"JSON nested _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":{"_method":"PATCH"}}`, "v1", true},
+		{"JSON _method not a string", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":["PATCH"]}`, "v1", true},
+		{"JSON where no override matters", "POST /v1/other HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":"PATCH"}`, "v1", false},
+		{"PHP name: dot", "POST /v1/legacy?.method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: space", "POST /v1/legacy?%20method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: plus", "POST /v1/legacy?+method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: bracket", "POST /v1/legacy?[method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: leading space", "POST /v1/legacy?%20_method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: NUL", "POST /v1/legacy?_method%00x=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name in a form", "POST /v1/legacy HTTP/1.1\r\nHost: x" + form, "a=1&.method=PATCH", "refuse", true},
+		{"PHP name in multipart", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: " + mpDotType, mpDot, "refuse", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
