@@ -96,10 +96,13 @@ var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 // as Match does, then considers the forms in which the upstream, or a
 // normalizing hop in front of it, may execute r:
 //
-//   - path variants: %XX decoded (%2F included), "\" read as "/", ";"
-//     parameters stripped from every segment (each alone and combined), dot
-//     segments and repeated slashes resolved, in lower case, with the
-//     trailing slash added or removed;
+//   - path variants: %XX decoded (%2F included), and decoded again up to
+//     maxDecodes times in all ("%252F" as a hop that decodes twice reads
+//     it), "\" read as "/", ";" parameters stripped from every segment
+//     (each alone and combined), trailing "." and " " stripped from every
+//     segment (IIS), a ".ext" format extension of the last segment removed
+//     (Rails), dot segments and repeated slashes resolved, in lower case,
+//     with the trailing slash added or removed;
 //   - method variants: the method in upper case, and every method override
 //     (MethodOverrideHeaders, with "_" for "-" in their names; a _method
 //     query parameter or form field, its name also as PHP registers it; a
@@ -167,22 +170,47 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		(kind != jsonBody || !p.mayOverride(matched, method, r.URL.Path)) {
 		return d
 	}
-
-	var forms []pathForm // built on first use: a GET with an escaped query needs none
-	built := false
-	pathVariants := func() []pathForm {
-		if !built {
-			forms, built = pathForms(r), true
-		}
-		return forms
+	var vs variantSet
+	d = p.decideVariants(r, body, haveBody, d, kind, overrides, queryOverride, &vs)
+	if vs.truncated && d.Refuse == "" {
+		// The decision saw only the first maxPathForms forms: any other
+		// could belong to a stricter route.
+		d.Refuse = "the path combines more forms that the upstream may normalize (encodings, backslashes, parameters, extensions, trailing dots) than are checked; send it in canonical form"
+		d.NeedBody = false
 	}
+	return d
+}
+
+// variantSet builds a request's path variants on first use (a GET with an
+// escaped query needs none) and remembers whether they were cut short.
+type variantSet struct {
+	r         *http.Request
+	forms     []pathForm
+	built     bool
+	truncated bool
+}
+
+func (v *variantSet) get() []pathForm {
+	if !v.built {
+		v.forms, v.truncated = pathForms(v.r)
+		v.built = true
+	}
+	return v.forms
+}
+
+// decideVariants is Decide past its fast path: d is the decision for the
+// request as matched.
+func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d Decision, kind bodyKind, overrides, queryOverride bool, vs *variantSet) Decision {
+	vs.r = r
+	method := r.Method
+	matched := d.Matched
 	upper := strings.ToUpper(method)
 
 	// Path variants, same method: lift to a stricter route, or refuse.
 	s := matched.Strictness(method)
 	sv := surveyed{winner: matched}
 	if slices.Contains(p.enforced, method) {
-		sv = p.survey(r, method, pathVariants(), matched)
+		sv = p.survey(r, method, vs.get(), matched)
 	}
 	switch {
 	case sv.max > s && sv.scopes > 1:
@@ -199,7 +227,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 
 	// Method variants: refuse any that is stricter, or as strict elsewhere.
 	if upper != method {
-		if why := p.methodVariant(r, upper, pathVariants, route, sd); why != "" {
+		if why := p.methodVariant(r, upper, vs, route, sd); why != "" {
 			d.Refuse = "the method " + method + " must be sent in upper case (" + upper + "): " + why
 			return d
 		}
@@ -212,7 +240,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		if keyed {
 			return source + " names the method " + m + " on an enforced " + method + " request; its record would be kept under " + method + " while the upstream performs " + m + ", so it is refused"
 		}
-		if why := p.methodVariant(r, m, pathVariants, route, sd); why != "" {
+		if why := p.methodVariant(r, m, vs, route, sd); why != "" {
 			return source + " names the method " + m + ": " + why
 		}
 		return ""
@@ -259,7 +287,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 			return d
 		}
 		for _, m := range p.enforced {
-			if m != upper && p.methodVariant(r, m, pathVariants, route, sd) != "" {
+			if m != upper && p.methodVariant(r, m, vs, route, sd) != "" {
 				d.NeedBody = true
 				return d
 			}
@@ -271,12 +299,12 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 // methodVariant returns why r sent with method m instead of its own would
 // escape the decision's route (governed by a stricter route, or by an
 // equally strict route of another scope), or "".
-func (p *Policy) methodVariant(r *http.Request, m string, forms func() []pathForm, route *Route, sd Strictness) string {
+func (p *Policy) methodVariant(r *http.Request, m string, vs *variantSet, route *Route, sd Strictness) string {
 	if !slices.Contains(p.enforced, m) {
 		return ""
 	}
 	raw, _ := p.match(r, m)
-	sv := p.survey(r, m, forms(), raw)
+	sv := p.survey(r, m, vs.get(), raw)
 	switch {
 	case sv.max > sd:
 		return "route " + sv.winner.Name + " governs " + m + " " + sv.winnerPath + " (" + sv.max.String() + "), more strictly than route " + route.Name + " governs this request"
@@ -331,8 +359,8 @@ func (p *Policy) survey(r *http.Request, method string, forms []pathForm, raw *R
 }
 
 // mayVary reports whether a canonical request (isCanonicalPath) matched to
-// route with method could have a case or trailing-slash variant governed by
-// a rival: a route of another scope at least as strict (and enforcing),
+// route with method could have a case, trailing-slash, extension or
+// trailing-dot variant governed by a rival: a route of another scope at least as strict (and enforcing),
 // whose literal path prefix is compatible with path in any letter case. The
 // rivals are found once, by New.
 func (p *Policy) mayVary(route *Route, method, path string) bool {
@@ -345,10 +373,24 @@ func (p *Policy) mayVary(route *Route, method, path string) bool {
 	return false
 }
 
-// reaches reports whether one of rv's routes could govern a case or
-// trailing-slash variant of the canonical path.
+// reaches reports whether one of rv's routes could govern a case,
+// trailing-slash, extension or trailing-dot variant of the canonical path
+// (see tailForms). The extension variant is a prefix of the path, so a
+// canonical "/v1/orders.json" costs no allocation; only a segment ending in
+// "." or " " builds another string.
 func (rv *rival) reaches(path string) bool {
-	return rv.covers(strings.TrimSuffix(path, "/"))
+	x := strings.TrimSuffix(path, "/")
+	if rv.covers(x) {
+		return true
+	}
+	if y := stripExtension(x); y != x && rv.covers(y) {
+		return true
+	}
+	if hasSegmentTail(x) {
+		y := trimSegmentTails(x)
+		return rv.covers(y) || rv.covers(stripExtension(y))
+	}
+	return false
 }
 
 // covers reports whether one of rv's routes could govern x (a clean path
@@ -518,14 +560,28 @@ type pathForm struct {
 	raw     bool // the form as sent: its route is the matched one
 }
 
+// maxPathForms bounds the path forms a request is matched in: past it the
+// request is refused (ambiguous-request) rather than matched hundreds of
+// times. A path combining every normalization Decide knows would have
+// several hundred forms; a legitimate one has at most a few dozen.
+const maxPathForms = 64
+
+// maxDecodes bounds how many times in all (net/http's decoding included) a
+// path is decoded for its variants: a hop that decodes once more than the
+// upstream's router reads "%252F" as "/"; three rounds cover "%25252F",
+// and the bound keeps a crafted path from multiplying the matches.
+const maxDecodes = 3
+
 // pathForms returns r's path variants, most normalized first: decoded
-// before escaped, "\" as "/" and ";" parameters stripped before kept, each
-// cleaned of dot segments and repeated slashes, lower case before as sent,
-// without trailing slash before with. Duplicates are dropped. A CONNECT
-// request (authority, not path) has none.
-func pathForms(r *http.Request) []pathForm {
+// (most rounds first) before escaped, "\" as "/" and ";" parameters
+// stripped before kept, extension and trailing dots removed before kept
+// (tailForms), each cleaned of dot segments and repeated slashes, lower
+// case before as sent, without trailing slash before with. Duplicates are
+// dropped. A CONNECT request (authority, not path) has none. Past
+// maxPathForms forms it stops, and reports that the list is cut short.
+func pathForms(r *http.Request) ([]pathForm, bool) {
 	if r.Method == http.MethodConnect {
-		return nil
+		return nil, false
 	}
 	esc := r.URL.EscapedPath()
 	rawPath := CleanPath(esc)
@@ -533,16 +589,29 @@ func pathForms(r *http.Request) []pathForm {
 		path    string
 		escaped bool
 	}
-	var sources []source
-	if r.URL.RawPath != "" {
+	var buf [maxDecodes + 1]source // decoded again, decoded, escaped
+	sources := buf[:0]
+	var again []string
+	for dec, i := r.URL.Path, 1; i < maxDecodes && strings.ContainsRune(dec, '%'); i++ {
+		next, err := url.PathUnescape(dec)
+		if err != nil || next == dec {
+			break
+		}
+		again, dec = append(again, next), next
+	}
+	for i := len(again) - 1; i >= 0; i-- {
+		sources = append(sources, source{again[i], false})
+	}
+	if r.URL.RawPath != "" || strings.ContainsRune(r.URL.Path, ' ') {
 		// RawPath is set exactly when the path was sent with escapes that
 		// differ from the default encoding: %2F, %2E, %5C, an escaped letter.
+		// A space is escaped in the default encoding: only the decoded
+		// path shows it trailing a segment.
 		sources = append(sources, source{r.URL.Path, false})
 	}
 	sources = append(sources, source{esc, true})
-	backslash := strings.ContainsRune(r.URL.Path, '\\')
-	params := strings.ContainsRune(r.URL.Path, ';')
 	var out []pathForm
+	full := false
 	add := func(path string, escaped bool) {
 		if escaped && !strings.ContainsRune(path, '%') {
 			escaped = false
@@ -552,9 +621,16 @@ func pathForms(r *http.Request) []pathForm {
 				return
 			}
 		}
+		if len(out) == maxPathForms {
+			full = true
+			return
+		}
 		out = append(out, pathForm{path: path, escaped: escaped})
 	}
+gen:
 	for _, src := range sources {
+		backslash := strings.ContainsRune(src.path, '\\') || src.escaped && containsFold(src.path, "%5c")
+		params := strings.ContainsRune(src.path, ';')
 		for _, bs := range []bool{true, false} {
 			if bs && !backslash {
 				continue
@@ -573,20 +649,25 @@ func pathForms(r *http.Request) []pathForm {
 				if st {
 					base = stripParams(base)
 				}
-				base = CleanPath(base)
-				cases := []string{base}
-				if lower := strings.ToLower(base); lower != base {
-					cases = []string{lower, base}
-				}
-				for _, c := range cases {
-					trimmed, slashed := c, c
-					if len(c) > 1 && strings.HasSuffix(c, "/") {
-						trimmed = strings.TrimSuffix(c, "/")
-					} else if c != "/" {
-						slashed = c + "/"
+				var tailBuf [4]string
+				for _, tail := range tailForms(tailBuf[:0], CleanPath(base)) {
+					cases := []string{tail}
+					if lower := strings.ToLower(tail); lower != tail {
+						cases = []string{lower, tail}
 					}
-					add(trimmed, src.escaped)
-					add(slashed, src.escaped)
+					for _, c := range cases {
+						trimmed, slashed := c, c
+						if len(c) > 1 && strings.HasSuffix(c, "/") {
+							trimmed = strings.TrimSuffix(c, "/")
+						} else if c != "/" {
+							slashed = c + "/"
+						}
+						add(trimmed, src.escaped)
+						add(slashed, src.escaped)
+						if full {
+							break gen
+						}
+					}
 				}
 			}
 		}
@@ -596,7 +677,73 @@ func pathForms(r *http.Request) []pathForm {
 			out[i].raw = true
 		}
 	}
-	return out
+	return out, full
+}
+
+// tailForms appends to dst the clean path p and its variants with the
+// last segment's format extension removed (stripExtension) and with
+// trailing dots and spaces stripped from every segment (trimSegmentTails),
+// each alone and combined, most normalized first and p last, without
+// duplicates. Rails runs /v1/orders.json as /v1/orders, IIS and Windows
+// hosts /v1/orders. and /v1/orders%20 too.
+func tailForms(dst []string, p string) []string {
+	x := strings.TrimSuffix(p, "/")
+	var cand [4]string
+	n := 0
+	if hasSegmentTail(x) {
+		dots := trimSegmentTails(x)
+		cand[0], cand[1], n = stripExtension(dots), dots, 2
+	}
+	cand[n], cand[n+1] = stripExtension(x), p
+	for _, f := range cand[:n+2] {
+		if f == "" {
+			f = "/"
+		}
+		if !slices.Contains(dst, f) {
+			dst = append(dst, f)
+		}
+	}
+	return dst
+}
+
+// stripExtension removes a ".ext" format extension from the last segment
+// of x (a clean path without trailing slash), as Rails' "(.:format)" does:
+// from the segment's last dot, when the extension is not empty and the
+// stem is not only dots. The result is a prefix of x, still clean.
+func stripExtension(x string) string {
+	seg := x[strings.LastIndexByte(x, '/')+1:]
+	i := strings.LastIndexByte(seg, '.')
+	if i <= 0 || i == len(seg)-1 || strings.Trim(seg[:i], ".") == "" {
+		return x
+	}
+	return x[:len(x)-len(seg)+i]
+}
+
+// hasSegmentTail reports whether a segment of x ends in "." or " ".
+func hasSegmentTail(x string) bool {
+	for i := 0; i < len(x); i++ {
+		if (x[i] == '.' || x[i] == ' ') && (i+1 == len(x) || x[i+1] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// trimSegmentTails strips trailing dots and spaces from every segment of
+// x, as Windows path normalization (IIS) does, dropping segments that
+// become empty; the result is clean, without trailing slash.
+func trimSegmentTails(x string) string {
+	var b strings.Builder
+	for _, seg := range strings.Split(x, "/") {
+		if seg = strings.TrimRight(seg, ". "); seg != "" {
+			b.WriteByte('/')
+			b.WriteString(seg)
+		}
+	}
+	if b.Len() == 0 {
+		return "/"
+	}
+	return b.String()
 }
 
 // stripParams removes ";params" from every segment of p, as Tomcat and
@@ -961,8 +1108,10 @@ func isUpperASCII(s string) bool {
 }
 
 // isCanonicalPath reports whether r's path needs no variant but its letter
-// case and trailing slash, which mayVary covers: sent in the default
-// encoding (no RawPath), clean, without backslashes or ";" parameters.
+// case, trailing slash, extension and trailing dots, which mayVary covers:
+// sent in the default encoding (no RawPath), clean, without backslashes,
+// ";" parameters or "%" (a decoded "%" was sent as "%25", which a hop that
+// decodes again reads as an escape).
 func isCanonicalPath(u *url.URL) bool {
 	if u.RawPath != "" {
 		return false
@@ -970,7 +1119,7 @@ func isCanonicalPath(u *url.URL) bool {
 	p := u.Path
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case c == '\\' || c == ';':
+		case c == '\\' || c == ';' || c == '%':
 			return false
 		}
 	}

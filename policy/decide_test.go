@@ -129,6 +129,25 @@ func TestDecideVariants(t *testing.T) {
 		{"override naming its own method", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nX-HTTP-Method-Override: post", "", "orders", false},
 		{"form GET is not read", "GET /v1/legacy HTTP/1.1\r\nHost: x" + form, "_method=PATCH", "v1", false},
 
+		// Path variants that Rails, IIS and double-decoding hops execute as
+		// /v1/orders.
+		{"format extension", "POST /v1/orders.json HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"format extension, case and slash", "POST /V1/Orders.XML/ HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"format extension, encoded dot", "POST /v1/orders%2Ejson HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded slash", "POST /v1%252Forders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"triple-encoded slash", "POST /v1%25252Forders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded dot-dot", "POST /v1/x/%252E%252E/orders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded extension dot", "POST /v1/orders%252ejson HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing space", "POST /v1/orders%20 HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing dot", "POST /v1/orders. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing dots and spaces on every segment", "POST /v1.%20/orders.. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"extension after a trailing dot", "POST /v1/orders.json. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"extension inside a wildcard", "POST /v1/items/7.json HTTP/1.1\r\nHost: x", "", "items", false},
+		{"extension that changes nothing", "POST /v1/other.json HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"hidden file, no extension", "POST /v1/orders/.json HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"several normalizations at once", "POST /V1%2FOrders;a.JSON/ HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"every normalization at once: too many forms to match", "POST /V1%255C..;a/x%25252F..%5C.;b/Orders.%20/..%2e.JSON.;c/ HTTP/1.1\r\nHost: x", "", "refuse", false},
+
 		// Method variants that Rack, WSGI, PHP, Laravel and Express read.
 		{"override header with underscores", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP_Method_Override: PATCH", "", "refuse", false},
 		{"X_HTTP_METHOD", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX_HTTP_METHOD: patch", "", "refuse", false},
@@ -274,15 +293,18 @@ func decided(d Decision) string {
 
 // TestDecideCanonicalIsFree: a request in canonical form costs no
 // allocation beyond Match's (whose ServeMux lookup allocates for subtree
-// and not-found matches), so no extra match.
+// and not-found matches), so no extra match. A JSON body is one, unless a
+// _method member could reach a route; a file extension is one, unless the
+// path without it could belong to a stricter route.
 func TestDecideCanonicalIsFree(t *testing.T) {
 	p := variantPolicy(t)
-	for _, target := range []string{"/v1/orders", "/v1/other", "/v1/other/", "/v1/items/a%20b", "/v1/payments/x", "/elsewhere", "/v1/Other/ABC", "/v1/items/ABC"} {
+	for _, target := range []string{"/v1/orders", "/v1/other", "/v1/other/", "/v1/items/a%20b", "/v1/payments/x", "/elsewhere", "/v1/Other/ABC", "/v1/items/ABC",
+		"/v1/other.json", "/v1/items/7.json", "/v1/payments/x.pdf", "/elsewhere/a.b/c.d", "/v1/other/x.tar.gz"} {
 		get := parseRequest(t, "GET "+target+"?q=a%20b&x=%2F HTTP/1.1\r\nHost: x", "")
 		if n, match := testing.AllocsPerRun(100, func() { p.Decide(get) }), testing.AllocsPerRun(100, func() { p.Match(get) }); n != match {
 			t.Errorf("GET %s with an escaped query: %v allocations per decision, want Match's %v", target, n, match)
 		}
-		r := parseRequest(t, "POST "+target+" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json", "")
+		r := parseRequest(t, "POST "+target+" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json", `{"_method":"PATCH"}`)
 		if d := p.Decide(r); d.Refuse != "" || d.Route != d.Matched || d.NeedBody {
 			t.Fatalf("%s: %+v", target, d)
 		}
@@ -297,16 +319,24 @@ func TestDecideCanonicalIsFree(t *testing.T) {
 // canonical requests should cost the same, variants pay for their matches.
 func BenchmarkDecide(b *testing.B) {
 	p := variantPolicy(b)
-	for _, bc := range []struct{ name, head string }{
-		{"canonical-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json"},
-		{"canonical-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"},
-		{"canonical-GET", "GET /v1/orders/42 HTTP/1.1\r\nHost: x"},
-		{"variant-slash", "POST /v1/orders/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-case-params", "POST /V1/Orders;jsessionid=1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-encoded", "POST /v1/uploads/..%2F..%2Fv1%2Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-override", "GET /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: PATCH"},
+	const json = "\r\nContent-Type: application/json"
+	for _, bc := range []struct{ name, head, body string }{
+		{"canonical-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k" + json, ""},
+		{"canonical-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x" + json, ""},
+		{"canonical-GET", "GET /v1/orders/42 HTTP/1.1\r\nHost: x", ""},
+		{"canonical-json-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k" + json, `{"amount":1}`},
+		{"canonical-json-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x" + json, `{"amount":1}`},
+		{"canonical-extension", "POST /v1/other/report.json HTTP/1.1\r\nHost: x" + json, `{"amount":1}`},
+		{"variant-slash", "POST /v1/orders/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-case-params", "POST /V1/Orders;jsessionid=1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-encoded", "POST /v1/uploads/..%2F..%2Fv1%2Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-override", "GET /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: PATCH", ""},
+		{"variant-extension", "POST /v1/orders.json HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-double-encoded", "POST /v1%252Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-json-override", "POST /v1/legacy HTTP/1.1\r\nHost: x" + json, `{"_method":"PATCH"}`},
+		{"variant-everything", "POST /V1%255C..;a/x%25252F..%5C.;b/Orders.%20/..%2e.JSON.;c/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
 	} {
-		r := parseRequest(b, bc.head, "")
+		r := parseRequest(b, bc.head, bc.body)
 		b.Run(bc.name+"/match", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
