@@ -3,9 +3,11 @@ package policy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -354,11 +356,16 @@ func BenchmarkDecide(b *testing.B) {
 
 // FuzzDecide checks the invariant of the route decision against Match
 // alone, with variants built here independently of Decide: for any request,
-// unless the decision refuses it, no variant of it (path: decoded, "\" as
-// "/", ";" parameters stripped, in lower case, with or without trailing
-// slash; method: upper case, every override) is governed by a route
-// stricter than the decision's route, and the decision is never weaker
-// than the route the request matched.
+// unless the decision refuses it, no variant of it (path: decoded, decoded
+// again up to three times in all, "\" as "/", ";" parameters stripped,
+// trailing dots and spaces stripped from every segment, a ".ext" of the
+// last segment removed, in lower case, with or without trailing slash;
+// method: upper case, every override field in any letter case and with "_"
+// for "-", _method in the query or in a form body, PHP's spellings of the
+// name included, a body without Content-Type read as a form, a top-level
+// _method member of a JSON body) is governed by a route stricter than the
+// decision's route, and the decision is never weaker than the route the
+// request matched.
 func FuzzDecide(f *testing.F) {
 	for _, s := range [][4]string{
 		{"POST", "/v1/orders/", "", ""},
@@ -370,6 +377,15 @@ func FuzzDecide(f *testing.F) {
 		{"PUT", "/v1\\legacy/", "X-Method-Override", "patch"},
 		{"POST", "/v1/x/..;/orders", "", ""},
 		{"POST", "/v1/%2e%2e/v1/orders", "", ""},
+		{"POST", "/v1/legacy", "X-HTTP_Method_Override", "PATCH"},
+		{"POST", "/v1/legacy", "X-Trace", "1\x00a=1&_method=PATCH"},
+		{"POST", "/v1/legacy", "Content-Type", "application/json\x00{\"a\":[1],\"_method\":\"patch\"}"},
+		{"POST", "/v1/legacy?.method=PATCH", "", ""},
+		{"POST", "/v1/legacy", "Content-Type", "application/x-www-form-urlencoded\x00+method=PATCH"},
+		{"POST", "/v1/orders.json", "", ""},
+		{"POST", "/v1%252Forders", "", ""},
+		{"POST", "/v1/orders%20", "", ""},
+		{"POST", "/v1./Orders.xml.", "", ""},
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
@@ -413,32 +429,89 @@ func FuzzDecide(f *testing.F) {
 	})
 }
 
+// phpParamName returns the name PHP registers a request parameter under:
+// read up to a NUL byte, leading spaces dropped (when trim; Decide also
+// reads them as "_", so both count), " " and "." as "_", and at the first
+// "[" either an array (a "]" follows: the name ends there) or "_" followed
+// by the rest as sent.
+func phpParamName(k string, trim bool) string {
+	k, _, _ = strings.Cut(k, "\x00")
+	if trim {
+		k = strings.TrimLeft(k, " ")
+	}
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case ' ', '.':
+			b.WriteByte('_')
+		case '[':
+			if strings.Contains(k[i+1:], "]") {
+				return b.String()
+			}
+			return b.String() + "_" + k[i+1:]
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 // independentVariants builds the variants of r the way an upstream might
 // read it, using only the standard library, for FuzzDecide.
 func independentVariants(r *http.Request, body []byte) []*http.Request {
 	methods := []string{r.Method, strings.ToUpper(r.Method)}
-	for _, name := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
-		for _, v := range r.Header.Values(name) {
-			for _, m := range strings.Split(v, ",") {
-				methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+	addList := func(v string) {
+		for _, m := range strings.Split(v, ",") {
+			methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+		}
+	}
+	for name, vs := range r.Header {
+		// As CGI names it: HTTP_ + upper case, "-" as "_".
+		cgi := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if cgi == "X_HTTP_METHOD_OVERRIDE" || cgi == "X_HTTP_METHOD" || cgi == "X_METHOD_OVERRIDE" {
+			for _, v := range vs {
+				addList(v)
 			}
 		}
 	}
-	if q, err := url.ParseQuery(r.URL.RawQuery); err == nil {
-		for _, v := range q["_method"] {
-			methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+	params := func(q url.Values) {
+		for k, vs := range q {
+			if k == "_method" || phpParamName(k, true) == "_method" || phpParamName(k, false) == "_method" {
+				for _, v := range vs {
+					methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+				}
+			}
 		}
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/x-www-form-urlencoded") {
-		if q, err := url.ParseQuery(string(body)); err == nil {
-			for _, v := range q["_method"] {
-				methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+	q, _ := url.ParseQuery(r.URL.RawQuery) // pairs before a malformed one still count
+	params(q)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && len(body) > 0 {
+		ct := strings.ToLower(r.Header.Get("Content-Type"))
+		mt := strings.TrimSpace(strings.Split(ct, ";")[0])
+		switch {
+		case mt == "" || mt == "application/x-www-form-urlencoded":
+			q, _ := url.ParseQuery(string(body))
+			params(q)
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			var obj map[string]any
+			if json.Unmarshal(body, &obj) == nil {
+				if v, ok := obj["_method"].(string); ok {
+					addList(v)
+				}
 			}
 		}
 	}
 
+	bases := []string{r.URL.Path, r.URL.EscapedPath()}
+	for i, d := 1, r.URL.Path; i < 3; i++ {
+		next, err := url.PathUnescape(d)
+		if err != nil || next == d {
+			break
+		}
+		bases, d = append(bases, next), next
+	}
 	paths := map[string]bool{}
-	for _, base := range []string{r.URL.Path, r.URL.EscapedPath()} {
+	for _, base := range bases {
 		for _, bs := range []bool{false, true} {
 			for _, semi := range []bool{false, true} {
 				p := base
@@ -456,12 +529,39 @@ func independentVariants(r *http.Request, body []byte) []*http.Request {
 				if p == "" || p[0] != '/' {
 					p = "/" + p
 				}
-				for _, c := range []string{p, strings.ToLower(p)} {
-					paths[c] = true
-					if strings.HasSuffix(c, "/") {
-						paths[strings.TrimRight(c, "/")] = true
-					} else {
-						paths[c+"/"] = true
+				for _, dots := range []bool{false, true} {
+					for _, ext := range []bool{false, true} {
+						t := p
+						if dots {
+							// Windows: trailing dots and spaces of each
+							// name go; dot segments stay for Clean.
+							segs := strings.Split(t, "/")
+							for i, s := range segs {
+								if s != "." && s != ".." {
+									segs[i] = strings.TrimRight(s, ". ")
+								}
+							}
+							t = strings.Join(segs, "/")
+						}
+						if ext {
+							// Rails (.:format): a non-empty extension after
+							// a stem that is not only dots.
+							x := strings.TrimRight(t, "/")
+							e := path.Ext(x)
+							stem := strings.TrimSuffix(path.Base(x), e)
+							if len(e) < 2 || strings.Trim(stem, ".") == "" {
+								continue
+							}
+							t = strings.TrimSuffix(x, e)
+						}
+						for _, c := range []string{t, strings.ToLower(t)} {
+							paths[c] = true
+							if strings.HasSuffix(c, "/") {
+								paths[strings.TrimRight(c, "/")] = true
+							} else {
+								paths[c+"/"] = true
+							}
+						}
 					}
 				}
 			}
