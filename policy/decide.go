@@ -190,10 +190,15 @@ type variantSet struct {
 	truncated bool
 }
 
+// get returns the path variants, or none when they were cut short: the
+// request is refused then (decide), so matching them would be wasted.
 func (v *variantSet) get() []pathForm {
 	if !v.built {
 		v.forms, v.truncated = pathForms(v.r)
 		v.built = true
+		if v.truncated {
+			v.forms = nil
+		}
 	}
 	return v.forms
 }
