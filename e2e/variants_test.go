@@ -3,6 +3,7 @@ package e2e
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,57 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	}
 	if n := up.Total() - before; n != 1 {
 		t.Errorf("the upstream executed %d of the _method requests, want only the one without _method", n)
+	}
+}
+
+// TestE2EVariantsSecondRound: the forms a second adversarial round found,
+// through the real binary configured from YAML (required "POST /v1/orders"
+// and "PATCH /v1/orders/{id}", a "/v1/" passthrough route), each sent raw
+// so its bytes reach idemgate exactly as written: a format extension, a
+// double-encoded slash, a trailing space or dot, an override field spelled
+// with underscores, a form without Content-Type, a JSON _method member and
+// PHP's spellings of _method. None reaches the counting upstream without a
+// key.
+func TestE2EVariantsSecondRound(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
+    match: "POST /v1/orders"
+    required: true
+  - name: update-order
+    match: "PATCH /v1/orders/{id}"
+    methods: [PATCH]
+    required: true
+  - name: v1
+    match: "/v1/"
+    mode: passthrough
+`})
+	send := func(head, body string) Answer {
+		head = strings.Replace(head, " HTTP/1.1", " HTTP/1.1\r\nHost: x\r\nX-User: alice\r\nConnection: close", 1)
+		resp, b, err := rawExchange(g.addr(), head+"\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body, 10*time.Second)
+		if err != nil {
+			return Answer{Err: err}
+		}
+		return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+	for _, c := range []struct{ head, body, problem string }{
+		{"POST /v1/orders.json HTTP/1.1", "{}", "missing-key"},
+		{"POST /v1%252Forders HTTP/1.1", "{}", "missing-key"},
+		{"POST /v1/orders%20 HTTP/1.1", "{}", "missing-key"},
+		{"POST /v1/orders. HTTP/1.1", "{}", "missing-key"},
+		{"POST /v1/orders/7 HTTP/1.1\r\nX-HTTP_Method_Override: PATCH", "{}", "ambiguous-request"},
+		{"POST /v1/orders/7 HTTP/1.1", "status=paid&_method=PATCH", "ambiguous-request"},
+		{"POST /v1/orders/7 HTTP/1.1\r\nContent-Type: application/json", `{"status":"paid","_method":"PATCH"}`, "ambiguous-request"},
+		{"POST /v1/orders/7?.method=PATCH HTTP/1.1", "{}", "ambiguous-request"},
+		{"POST /v1/orders/7?%20method=PATCH HTTP/1.1", "{}", "ambiguous-request"},
+	} {
+		if a := send(c.head, c.body); !a.isProblem(400, c.problem) {
+			t.Errorf("%q with body %q: %v, want 400 %s", c.head, c.body, a, c.problem)
+		}
+	}
+	if n := up.Total(); n != 0 {
+		t.Fatalf("the upstream executed %d requests without a key, want none", n)
+	}
+	if a := send("POST /v1/orders/7 HTTP/1.1\r\nContent-Type: application/json", `{"status":"paid"}`); a.Status != 201 || !strings.Contains(string(a.Body), `"request":"{\"status\":\"paid\"}"`) {
+		t.Errorf("JSON without _method: %v, want it passed through with its body", a)
 	}
 }

@@ -43,10 +43,13 @@ type Policy struct {
 	mux      *http.ServeMux
 	// enforced lists every method some route (defaults included) enforces;
 	// rivals holds, per route and enforced method, what could make one of
-	// its canonical requests vary (see compileVariants). Both are set by
-	// New, so Decide's common case needs no extra match.
-	enforced []string
-	rivals   map[*Route][]rival
+	// its canonical requests vary; overrides, per route and strictness of
+	// the request's method, what a _method member of its JSON body could
+	// reach (see compileVariants). All are set by New, so Decide's common
+	// case needs no extra match.
+	enforced  []string
+	rivals    map[*Route][]rival
+	overrides map[*Route][EnforcedRequired + 1][]rival
 }
 
 // routeHandler marks a ServeMux match as one of our routes; anything else

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -73,9 +74,11 @@ type Decision struct {
 	// Route is still set (for metrics and logs).
 	Refuse string
 	// NeedBody reports that the decision is provisional: the request has a
-	// form body (application/x-www-form-urlencoded or multipart/form-data)
-	// whose _method field could change it. The caller reads the body, at
-	// most Route.MaxRequestBytes, and calls DecideBody with it.
+	// body whose _method member could change it: a form
+	// (application/x-www-form-urlencoded, multipart/form-data, or no
+	// Content-Type at all, which Rack reads as a form) or JSON. The caller
+	// reads the body, at most Route.MaxRequestBytes, and calls DecideBody
+	// with it.
 	NeedBody bool
 }
 
@@ -83,20 +86,27 @@ type Decision struct {
 // (Express method-override, ASP.NET, Google APIs, Symfony) let a request
 // stand for another method. With the _method query parameter and the
 // _method form field (Rails, Laravel, Symfony) they are the method
-// overrides Decide considers.
+// overrides Decide considers. A field whose name differs from one of them
+// only in letter case and in "_" for "-" counts as that field: Rack, WSGI
+// and CGI servers hand both spellings to the application as one
+// HTTP_X_HTTP_METHOD_OVERRIDE.
 var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 // Decide says which route governs r, or why r must be refused. It matches r
 // as Match does, then considers the forms in which the upstream, or a
 // normalizing hop in front of it, may execute r:
 //
-//   - path variants: %XX decoded (%2F included), "\" read as "/", ";"
-//     parameters stripped from every segment (each alone and combined), dot
-//     segments and repeated slashes resolved, in lower case, with the
-//     trailing slash added or removed;
+//   - path variants: %XX decoded (%2F included), and decoded again up to
+//     maxDecodes times in all ("%252F" as a hop that decodes twice reads
+//     it), "\" read as "/", ";" parameters stripped from every segment
+//     (each alone and combined), trailing "." and " " stripped from every
+//     segment (IIS), a ".ext" format extension of the last segment removed
+//     (Rails), dot segments and repeated slashes resolved, in lower case,
+//     with the trailing slash added or removed;
 //   - method variants: the method in upper case, and every method override
-//     (MethodOverrideHeaders, a _method query parameter, a _method field of
-//     a form body).
+//     (MethodOverrideHeaders, with "_" for "-" in their names; a _method
+//     query parameter or form field, its name also as PHP registers it; a
+//     top-level string member _method of a JSON body).
 //
 // With Strictness as the order (passthrough or method not enforced <
 // enforced with an optional key < enforced with a required key):
@@ -116,15 +126,18 @@ var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 //     override names another method (its record would be kept under the
 //     method sent while the upstream performs another).
 //
-// A form body is only needed on methods other than GET and HEAD, with a
-// form content type, and when some override could change the decision;
-// then NeedBody is set and DecideBody finishes the decision.
+// A body is only needed on methods other than GET and HEAD, when it is not
+// empty, is a form (a form content type, or none) or JSON, and some
+// override could change the decision (for a form, also whenever the
+// request is enforced and carries a key); then NeedBody is set and
+// DecideBody finishes the decision.
 //
 // A request already in canonical form (upper-case method, no override, no
-// form body to check, path clean, without ";" or backslash and in the
+// form body to check, path clean, without ";", "%" or backslash and in the
 // default encoding) costs no match beyond Match's when New found no route
 // that could govern its case or trailing-slash variants more strictly (or
-// as strictly, under another scope) than its own.
+// as strictly, under another scope) than its own, and, for a JSON body, no
+// route that a _method member could reach.
 func (p *Policy) Decide(r *http.Request) Decision {
 	return p.decide(r, nil, false)
 }
@@ -148,27 +161,61 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 
 	overrides := headerOverrides(r.Header)
 	queryOverride := r.URL.RawQuery != "" && mayHaveMethodParam(r.URL.RawQuery)
-	form := !haveBody && method != http.MethodGet && method != http.MethodHead && isForm(r)
-	if canonical && !overrides && !queryOverride && !form && !haveBody && isUpperASCII(method) &&
-		!p.mayVary(matched, method, r.URL.Path) {
+	kind := noBody
+	if !haveBody && r.Body != nil && r.Body != http.NoBody {
+		kind = bodyKindOf(r)
+	}
+	if canonical && !overrides && !queryOverride && kind != formBody && !haveBody && isUpperASCII(method) &&
+		!p.mayVary(matched, method, r.URL.Path) &&
+		(kind != jsonBody || !p.mayOverride(matched, method, r.URL.Path)) {
 		return d
 	}
-
-	var forms []pathForm // built on first use: a GET with an escaped query needs none
-	built := false
-	pathVariants := func() []pathForm {
-		if !built {
-			forms, built = pathForms(r), true
-		}
-		return forms
+	var vs variantSet
+	d = p.decideVariants(r, body, haveBody, d, kind, overrides, queryOverride, &vs)
+	if vs.truncated && d.Refuse == "" {
+		// The decision saw only the first maxPathForms forms: any other
+		// could belong to a stricter route.
+		d.Refuse = "the path combines more forms that the upstream may normalize (encodings, backslashes, parameters, extensions, trailing dots) than are checked; send it in canonical form"
+		d.NeedBody = false
 	}
+	return d
+}
+
+// variantSet builds a request's path variants on first use (a GET with an
+// escaped query needs none) and remembers whether they were cut short.
+type variantSet struct {
+	r         *http.Request
+	forms     []pathForm
+	built     bool
+	truncated bool
+}
+
+// get returns the path variants, or none when they were cut short: the
+// request is refused then (decide), so matching them would be wasted.
+func (v *variantSet) get() []pathForm {
+	if !v.built {
+		v.forms, v.truncated = pathForms(v.r)
+		v.built = true
+		if v.truncated {
+			v.forms = nil
+		}
+	}
+	return v.forms
+}
+
+// decideVariants is Decide past its fast path: d is the decision for the
+// request as matched.
+func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d Decision, kind bodyKind, overrides, queryOverride bool, vs *variantSet) Decision {
+	vs.r = r
+	method := r.Method
+	matched := d.Matched
 	upper := strings.ToUpper(method)
 
 	// Path variants, same method: lift to a stricter route, or refuse.
 	s := matched.Strictness(method)
 	sv := surveyed{winner: matched}
 	if slices.Contains(p.enforced, method) {
-		sv = p.survey(r, method, pathVariants(), matched)
+		sv = p.survey(r, method, vs.get(), matched)
 	}
 	switch {
 	case sv.max > s && sv.scopes > 1:
@@ -185,7 +232,7 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 
 	// Method variants: refuse any that is stricter, or as strict elsewhere.
 	if upper != method {
-		if why := p.methodVariant(r, upper, pathVariants, route, sd); why != "" {
+		if why := p.methodVariant(r, upper, vs, route, sd); why != "" {
 			d.Refuse = "the method " + method + " must be sent in upper case (" + upper + "): " + why
 			return d
 		}
@@ -198,13 +245,13 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		if keyed {
 			return source + " names the method " + m + " on an enforced " + method + " request; its record would be kept under " + method + " while the upstream performs " + m + ", so it is refused"
 		}
-		if why := p.methodVariant(r, m, pathVariants, route, sd); why != "" {
+		if why := p.methodVariant(r, m, vs, route, sd); why != "" {
 			return source + " names the method " + m + ": " + why
 		}
 		return ""
 	}
 	if overrides {
-		for _, name := range MethodOverrideHeaders {
+		for _, name := range overrideFields(r.Header) {
 			for _, v := range r.Header[name] {
 				for _, m := range splitMethods(v) {
 					if why := check("the "+name+" field", m); why != "" {
@@ -224,23 +271,28 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 		}
 	}
 	if haveBody {
-		for _, m := range formMethods(r.Header.Get("Content-Type"), body) {
-			if why := check("the _method form field", m); why != "" {
+		source, methods := bodyMethods(r, body)
+		for _, m := range methods {
+			if why := check(source, m); why != "" {
 				d.Refuse = why
 				return d
 			}
 		}
 		return d
 	}
-	if form {
+	if kind != noBody {
 		// Could any _method value change the decision? Only then is the
-		// body worth reading.
-		if keyed {
+		// body worth reading. A keyed form always is: Rails and Laravel
+		// read form fields on every request, and a keyed request that
+		// names another method is refused whatever the routes. A JSON body
+		// is only read when some route its _method could reach would
+		// change the decision, so canonical JSON requests stay free.
+		if keyed && kind == formBody {
 			d.NeedBody = true
 			return d
 		}
 		for _, m := range p.enforced {
-			if m != upper && p.methodVariant(r, m, pathVariants, route, sd) != "" {
+			if m != upper && p.methodVariant(r, m, vs, route, sd) != "" {
 				d.NeedBody = true
 				return d
 			}
@@ -252,12 +304,12 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 // methodVariant returns why r sent with method m instead of its own would
 // escape the decision's route (governed by a stricter route, or by an
 // equally strict route of another scope), or "".
-func (p *Policy) methodVariant(r *http.Request, m string, forms func() []pathForm, route *Route, sd Strictness) string {
+func (p *Policy) methodVariant(r *http.Request, m string, vs *variantSet, route *Route, sd Strictness) string {
 	if !slices.Contains(p.enforced, m) {
 		return ""
 	}
 	raw, _ := p.match(r, m)
-	sv := p.survey(r, m, forms(), raw)
+	sv := p.survey(r, m, vs.get(), raw)
 	switch {
 	case sv.max > sd:
 		return "route " + sv.winner.Name + " governs " + m + " " + sv.winnerPath + " (" + sv.max.String() + "), more strictly than route " + route.Name + " governs this request"
@@ -312,35 +364,75 @@ func (p *Policy) survey(r *http.Request, method string, forms []pathForm, raw *R
 }
 
 // mayVary reports whether a canonical request (isCanonicalPath) matched to
-// route with method could have a case or trailing-slash variant governed by
-// a rival: a route of another scope at least as strict (and enforcing),
+// route with method could have a case, trailing-slash, extension or
+// trailing-dot variant governed by a rival: a route of another scope at least as strict (and enforcing),
 // whose literal path prefix is compatible with path in any letter case. The
 // rivals are found once, by New.
 func (p *Policy) mayVary(route *Route, method, path string) bool {
-	for _, rv := range p.rivals[route] {
-		if rv.method != method {
-			continue
+	for i, rv := range p.rivals[route] {
+		if rv.method == method {
+			return p.rivals[route][i].reaches(path)
 		}
-		x := strings.TrimSuffix(path, "/")
-		if rv.defaults {
-			// Below the root of a subtree route (a lower-case one, so the
-			// lower-case forms stay below it too), every case and slash
-			// form stays in that subtree or a more specific pattern: never
-			// the defaults.
-			if rv.subtree == "" || !strings.HasPrefix(x, rv.subtree+"/") {
-				return true
-			}
-		}
-		for _, l := range rv.prefixes {
-			// Case-insensitive: every case and slash variant of x is x in
-			// lower case, with or without the trailing slash.
-			if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
-				return true
-			}
-		}
-		return false
 	}
 	// A method no route lists has no rival.
+	return false
+}
+
+// reaches reports whether one of rv's routes could govern a case,
+// trailing-slash, extension or trailing-dot variant of the canonical path
+// (see tailForms). The extension variant is a prefix of the path, so a
+// canonical "/v1/orders.json" costs no allocation; only a segment ending in
+// "." or " " builds another string.
+func (rv *rival) reaches(path string) bool {
+	x := strings.TrimSuffix(path, "/")
+	if rv.covers(x) {
+		return true
+	}
+	if y := stripExtension(x); y != x && rv.covers(y) {
+		return true
+	}
+	if hasSegmentTail(x) {
+		y := trimSegmentTails(x)
+		return rv.covers(y) || rv.covers(stripExtension(y))
+	}
+	return false
+}
+
+// covers reports whether one of rv's routes could govern x (a clean path
+// without trailing slash) in any letter case, with or without the trailing
+// slash.
+func (rv *rival) covers(x string) bool {
+	if rv.defaults {
+		// Below the root of a subtree route (a lower-case one, so the
+		// lower-case forms stay below it too), every case and slash form
+		// stays in that subtree or a more specific pattern: never the
+		// defaults.
+		if rv.subtree == "" || len(x) <= len(rv.subtree) || x[len(rv.subtree)] != '/' || x[:len(rv.subtree)] != rv.subtree {
+			return true
+		}
+	}
+	for _, l := range rv.prefixes {
+		// Case-insensitive: every case and slash variant of x is x in
+		// lower case, with or without the trailing slash.
+		if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// mayOverride reports whether a canonical request matched to route with
+// method could have a method variant, named by a _method member of its
+// body, that some route governs more strictly than route governs method, or
+// as strictly under another scope (methodVariant). The routes are found
+// once, by New.
+func (p *Policy) mayOverride(route *Route, method, path string) bool {
+	rvs := p.overrides[route][route.Strictness(method)]
+	for i := range rvs {
+		if rvs[i].method != method && rvs[i].reaches(path) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -359,7 +451,9 @@ type rival struct {
 }
 
 // compileVariants precomputes what Decide's fast path needs: the methods
-// some route enforces, and each route's rivals per method.
+// some route enforces, each route's rivals per method (for path variants),
+// and per strictness of the request's method the rivals of each other
+// enforced method (for a _method override in a JSON body).
 func (p *Policy) compileVariants() {
 	all := append(slices.Clone(p.routes), p.defaults)
 	p.enforced = nil
@@ -374,6 +468,7 @@ func (p *Policy) compileVariants() {
 		}
 	}
 	p.rivals = make(map[*Route][]rival, len(all))
+	p.overrides = make(map[*Route][EnforcedRequired + 1][]rival, len(all))
 	for _, rt := range all {
 		subtree := ""
 		if pat := patternPath(rt.Match); strings.HasSuffix(pat, "/") && !strings.Contains(pat, "{") && pat == strings.ToLower(pat) {
@@ -404,6 +499,37 @@ func (p *Policy) compileVariants() {
 			}
 		}
 		p.rivals[rt] = rvs
+
+		// Method variants: with the request's own method at strictness s,
+		// any route that governs m more strictly, or as strictly under
+		// another scope, could refuse the request (methodVariant). The
+		// subtree argument of mayVary holds only for the methods rt's
+		// pattern matches: for others a variant may fall to the defaults.
+		pm := patternMethod(rt.Match)
+		var byLevel [EnforcedRequired + 1][]rival
+		for s := NotEnforced; s <= EnforcedRequired; s++ {
+			for _, m := range p.enforced {
+				rv := rival{method: m}
+				if pm == "" || pm == m || pm == http.MethodGet && m == http.MethodHead {
+					rv.subtree = subtree
+				}
+				for _, o := range all {
+					so := o.Strictness(m)
+					if so == NotEnforced || so < s || so == s && sameScope(o, rt) {
+						continue
+					}
+					if o == p.defaults {
+						rv.defaults = true
+					} else {
+						rv.prefixes = append(rv.prefixes, literalPrefix(o.Match))
+					}
+				}
+				if rv.defaults || len(rv.prefixes) > 0 {
+					byLevel[s] = append(byLevel[s], rv)
+				}
+			}
+		}
+		p.overrides[rt] = byLevel
 	}
 }
 
@@ -439,14 +565,28 @@ type pathForm struct {
 	raw     bool // the form as sent: its route is the matched one
 }
 
+// maxPathForms bounds the path forms a request is matched in: past it the
+// request is refused (ambiguous-request) rather than matched hundreds of
+// times. A path combining every normalization Decide knows would have
+// several hundred forms; a legitimate one has at most a few dozen.
+const maxPathForms = 64
+
+// maxDecodes bounds how many times in all (net/http's decoding included) a
+// path is decoded for its variants: a hop that decodes once more than the
+// upstream's router reads "%252F" as "/"; three rounds cover "%25252F",
+// and the bound keeps a crafted path from multiplying the matches.
+const maxDecodes = 3
+
 // pathForms returns r's path variants, most normalized first: decoded
-// before escaped, "\" as "/" and ";" parameters stripped before kept, each
-// cleaned of dot segments and repeated slashes, lower case before as sent,
-// without trailing slash before with. Duplicates are dropped. A CONNECT
-// request (authority, not path) has none.
-func pathForms(r *http.Request) []pathForm {
+// (most rounds first) before escaped, "\" as "/" and ";" parameters
+// stripped before kept, extension and trailing dots removed before kept
+// (tailForms), each cleaned of dot segments and repeated slashes, lower
+// case before as sent, without trailing slash before with. Duplicates are
+// dropped. A CONNECT request (authority, not path) has none. Past
+// maxPathForms forms it stops, and reports that the list is cut short.
+func pathForms(r *http.Request) ([]pathForm, bool) {
 	if r.Method == http.MethodConnect {
-		return nil
+		return nil, false
 	}
 	esc := r.URL.EscapedPath()
 	rawPath := CleanPath(esc)
@@ -454,16 +594,29 @@ func pathForms(r *http.Request) []pathForm {
 		path    string
 		escaped bool
 	}
-	var sources []source
-	if r.URL.RawPath != "" {
+	var buf [maxDecodes + 1]source // decoded again, decoded, escaped
+	sources := buf[:0]
+	var again []string
+	for dec, i := r.URL.Path, 1; i < maxDecodes && strings.ContainsRune(dec, '%'); i++ {
+		next, err := url.PathUnescape(dec)
+		if err != nil || next == dec {
+			break
+		}
+		again, dec = append(again, next), next
+	}
+	for i := len(again) - 1; i >= 0; i-- {
+		sources = append(sources, source{again[i], false})
+	}
+	if r.URL.RawPath != "" || strings.ContainsRune(r.URL.Path, ' ') {
 		// RawPath is set exactly when the path was sent with escapes that
 		// differ from the default encoding: %2F, %2E, %5C, an escaped letter.
+		// A space is escaped in the default encoding: only the decoded
+		// path shows it trailing a segment.
 		sources = append(sources, source{r.URL.Path, false})
 	}
 	sources = append(sources, source{esc, true})
-	backslash := strings.ContainsRune(r.URL.Path, '\\')
-	params := strings.ContainsRune(r.URL.Path, ';')
 	var out []pathForm
+	full := false
 	add := func(path string, escaped bool) {
 		if escaped && !strings.ContainsRune(path, '%') {
 			escaped = false
@@ -473,9 +626,16 @@ func pathForms(r *http.Request) []pathForm {
 				return
 			}
 		}
+		if len(out) == maxPathForms {
+			full = true
+			return
+		}
 		out = append(out, pathForm{path: path, escaped: escaped})
 	}
+gen:
 	for _, src := range sources {
+		backslash := strings.ContainsRune(src.path, '\\') || src.escaped && containsFold(src.path, "%5c")
+		params := strings.ContainsRune(src.path, ';')
 		for _, bs := range []bool{true, false} {
 			if bs && !backslash {
 				continue
@@ -494,20 +654,25 @@ func pathForms(r *http.Request) []pathForm {
 				if st {
 					base = stripParams(base)
 				}
-				base = CleanPath(base)
-				cases := []string{base}
-				if lower := strings.ToLower(base); lower != base {
-					cases = []string{lower, base}
-				}
-				for _, c := range cases {
-					trimmed, slashed := c, c
-					if len(c) > 1 && strings.HasSuffix(c, "/") {
-						trimmed = strings.TrimSuffix(c, "/")
-					} else if c != "/" {
-						slashed = c + "/"
+				var tailBuf [4]string
+				for _, tail := range tailForms(tailBuf[:0], CleanPath(base)) {
+					cases := []string{tail}
+					if lower := strings.ToLower(tail); lower != tail {
+						cases = []string{lower, tail}
 					}
-					add(trimmed, src.escaped)
-					add(slashed, src.escaped)
+					for _, c := range cases {
+						trimmed, slashed := c, c
+						if len(c) > 1 && strings.HasSuffix(c, "/") {
+							trimmed = strings.TrimSuffix(c, "/")
+						} else if c != "/" {
+							slashed = c + "/"
+						}
+						add(trimmed, src.escaped)
+						add(slashed, src.escaped)
+						if full {
+							break gen
+						}
+					}
 				}
 			}
 		}
@@ -517,7 +682,73 @@ func pathForms(r *http.Request) []pathForm {
 			out[i].raw = true
 		}
 	}
-	return out
+	return out, full
+}
+
+// tailForms appends to dst the clean path p and its variants with the
+// last segment's format extension removed (stripExtension) and with
+// trailing dots and spaces stripped from every segment (trimSegmentTails),
+// each alone and combined, most normalized first and p last, without
+// duplicates. Rails runs /v1/orders.json as /v1/orders, IIS and Windows
+// hosts /v1/orders. and /v1/orders%20 too.
+func tailForms(dst []string, p string) []string {
+	x := strings.TrimSuffix(p, "/")
+	var cand [4]string
+	n := 0
+	if hasSegmentTail(x) {
+		dots := trimSegmentTails(x)
+		cand[0], cand[1], n = stripExtension(dots), dots, 2
+	}
+	cand[n], cand[n+1] = stripExtension(x), p
+	for _, f := range cand[:n+2] {
+		if f == "" {
+			f = "/"
+		}
+		if !slices.Contains(dst, f) {
+			dst = append(dst, f)
+		}
+	}
+	return dst
+}
+
+// stripExtension removes a ".ext" format extension from the last segment
+// of x (a clean path without trailing slash), as Rails' "(.:format)" does:
+// from the segment's last dot, when the extension is not empty and the
+// stem is not only dots. The result is a prefix of x, still clean.
+func stripExtension(x string) string {
+	seg := x[strings.LastIndexByte(x, '/')+1:]
+	i := strings.LastIndexByte(seg, '.')
+	if i <= 0 || i == len(seg)-1 || strings.Trim(seg[:i], ".") == "" {
+		return x
+	}
+	return x[:len(x)-len(seg)+i]
+}
+
+// hasSegmentTail reports whether a segment of x ends in "." or " ".
+func hasSegmentTail(x string) bool {
+	for i := 0; i < len(x); i++ {
+		if (x[i] == '.' || x[i] == ' ') && (i+1 == len(x) || x[i+1] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// trimSegmentTails strips trailing dots and spaces from every segment of
+// x, as Windows path normalization (IIS) does, dropping segments that
+// become empty; the result is clean, without trailing slash.
+func trimSegmentTails(x string) string {
+	var b strings.Builder
+	for _, seg := range strings.Split(x, "/") {
+		if seg = strings.TrimRight(seg, ". "); seg != "" {
+			b.WriteByte('/')
+			b.WriteString(seg)
+		}
+	}
+	if b.Len() == 0 {
+		return "/"
+	}
+	return b.String()
 }
 
 // stripParams removes ";params" from every segment of p, as Tomcat and
@@ -559,14 +790,65 @@ func (p *Policy) lookup(req *http.Request) *Route {
 	return p.defaults
 }
 
-// headerOverrides reports whether r carries any method-override field.
+// headerOverrides reports whether r carries any method-override field
+// (isOverrideField).
 func headerOverrides(h http.Header) bool {
-	for _, name := range MethodOverrideHeaders {
-		if len(h[name]) > 0 {
+	for name, v := range h {
+		if len(v) > 0 && isOverrideField(name) {
 			return true
 		}
 	}
 	return false
+}
+
+// overrideFields returns the names of h's method-override fields, sorted so
+// a refusal names the same field every time.
+func overrideFields(h http.Header) []string {
+	var out []string
+	for name, v := range h {
+		if len(v) > 0 && isOverrideField(name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// isOverrideField reports whether a field name is one of
+// MethodOverrideHeaders in any letter case, with "_" and "-" taken as the
+// same character: Rack, WSGI and CGI servers turn both into "_" (Go keeps
+// X-HTTP_Method_Override as its own field, X-Http_method_override).
+func isOverrideField(name string) bool {
+	for _, o := range MethodOverrideHeaders {
+		if len(name) == len(o) && equalFoldDash(name, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFoldDash compares two ASCII strings of one length ignoring letter
+// case and treating "_" as "-".
+func equalFoldDash(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // splitMethods returns the upper-case methods a field value names: each
@@ -581,14 +863,14 @@ func splitMethods(v string) []string {
 	return out
 }
 
-// mayHaveMethodParam is a cheap filter before methodParams: a _method key
-// is either spelled out or escaped.
+// mayHaveMethodParam is a cheap filter before methodParams: a key that
+// isMethodName accepts spells out "method" or is escaped.
 func mayHaveMethodParam(q string) bool {
-	return strings.Contains(q, "_method") || strings.ContainsRune(q, '%')
+	return strings.Contains(q, "method") || strings.ContainsRune(q, '%')
 }
 
-// methodParams returns the upper-case values of every _method key in a
-// query or urlencoded form ("&" and ";" separate pairs, "+" is a space,
+// methodParams returns the upper-case values of every _method key
+// (isMethodName) in a query or urlencoded form ("&" and ";" separate pairs, "+" is a space,
 // malformed escapes are kept as sent).
 func methodParams(q string) []string {
 	var out []string
@@ -600,12 +882,52 @@ func methodParams(q string) []string {
 			pair, q = q, ""
 		}
 		k, v, _ := strings.Cut(pair, "=")
-		if unescapeForm(k) != "_method" {
+		if !isMethodName(unescapeForm(k)) {
 			continue
 		}
 		out = append(out, splitMethods(unescapeForm(v))...)
 	}
 	return out
+}
+
+// isMethodName reports whether a decoded query or form parameter name
+// reaches a framework as _method: as sent, or as PHP registers it (Laravel,
+// Symfony): the name read up to a NUL byte, leading spaces dropped (or not:
+// both are taken), ".", " " and an unmatched "[" as "_", and "_method[…]"
+// an array named _method.
+func isMethodName(k string) bool {
+	if k == "_method" {
+		return true
+	}
+	if !strings.Contains(k, "method") {
+		return false
+	}
+	if i := strings.IndexByte(k, 0); i >= 0 {
+		k = k[:i]
+	}
+	if i := strings.IndexByte(k, '['); i > 0 && strings.IndexByte(k[i+1:], ']') >= 0 {
+		k = k[:i]
+	}
+	return phpMethodName(k) || phpMethodName(strings.TrimLeft(k, " "))
+}
+
+// phpMethodName reports whether k is "_method" once ".", " " and "[" are
+// read as "_", without allocating.
+func phpMethodName(k string) bool {
+	const want = "_method"
+	if len(k) != len(want) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c == '.' || c == ' ' || c == '[' {
+			c = '_'
+		}
+		if c != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func unescapeForm(s string) string {
@@ -618,37 +940,91 @@ func unescapeForm(s string) string {
 	return s
 }
 
-// isForm reports whether r's body is a form a framework may read a
-// _method field from.
-func isForm(r *http.Request) bool {
+// bodyKind says whether a framework may read a _method member from a
+// request body, and how.
+type bodyKind int
+
+const (
+	noBody bodyKind = iota
+	// formBody: application/x-www-form-urlencoded, multipart/form-data, or
+	// no media type at all (Rack's form_data? reads a POST without
+	// Content-Type as a form).
+	formBody
+	// jsonBody: a Content-Type naming "/json" or "+json", as Laravel's
+	// isJson tests it; Laravel and Express method-override getters read
+	// input from such a body.
+	jsonBody
+)
+
+// bodyKindOf returns how r's body may carry a _method member, from its
+// method and Content-Type alone; GET and HEAD bodies are never read.
+func bodyKindOf(r *http.Request) bodyKind {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return noBody
+	}
 	v := r.Header["Content-Type"]
 	if len(v) == 0 {
-		return false
+		return formBody
 	}
-	ct := v[0]
-	mt, _, _ := strings.Cut(ct, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
+	mt, _, _ := strings.Cut(v[0], ";")
+	mt = strings.TrimSpace(mt)
+	switch {
+	case mt == "", strings.EqualFold(mt, "application/x-www-form-urlencoded"), strings.EqualFold(mt, "multipart/form-data"):
+		return formBody
+	case containsFold(v[0], "/json"), containsFold(v[0], "+json"):
+		return jsonBody
+	}
+	return noBody
+}
+
+// containsFold reports whether s contains the lower-case ASCII substr in
+// any letter case, without allocating.
+func containsFold(s, substr string) bool {
+	for i := 0; i+len(substr) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(substr)], substr) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxMethodField bounds the _method value read from a multipart part.
 const maxMethodField = 64
 
-// formMethods returns the upper-case values of every _method field of a
-// form body with this content type; none for other bodies or parse errors.
-func formMethods(contentType string, body []byte) []string {
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return nil
+// bodyMethods returns how a refusal names the body's override, and the
+// upper-case values of every _method member of r's body: the fields of a
+// form (formMethods) or the top-level string members of a JSON object
+// (jsonMethods).
+func bodyMethods(r *http.Request, body []byte) (string, []string) {
+	if len(body) == 0 {
+		return "", nil
 	}
+	switch bodyKindOf(r) {
+	case formBody:
+		return "the _method form field", formMethods(r.Header.Get("Content-Type"), body)
+	case jsonBody:
+		return "the _method member of the JSON body", jsonMethods(body)
+	}
+	return "", nil
+}
+
+// formMethods returns the upper-case values of every _method field
+// (isMethodName) of a form body with this content type ("" reads as
+// urlencoded); none for other bodies or parse errors. A malformed parameter
+// of the content type does not stop the urlencoded body being read: Rack
+// and PHP read it by the media type alone.
+func formMethods(contentType string, body []byte) []string {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
 	switch mt {
-	case "application/x-www-form-urlencoded":
-		if !bytes.Contains(body, []byte("_method")) && !bytes.ContainsRune(body, '%') {
+	case "", "application/x-www-form-urlencoded":
+		if !bytes.Contains(body, []byte("method")) && !bytes.ContainsRune(body, '%') {
 			return nil
 		}
 		return methodParams(string(body))
 	case "multipart/form-data":
-		if params["boundary"] == "" {
+		_, params, err := mime.ParseMediaType(contentType)
+		if err != nil || params["boundary"] == "" {
 			return nil
 		}
 		var out []string
@@ -658,10 +1034,70 @@ func formMethods(contentType string, body []byte) []string {
 			if err != nil {
 				return out
 			}
-			if part.FormName() == "_method" {
+			if isMethodName(part.FormName()) {
 				v, _ := io.ReadAll(io.LimitReader(part, maxMethodField))
 				out = append(out, splitMethods(string(v))...)
 			}
+		}
+	}
+	return nil
+}
+
+// jsonMethods returns the upper-case values of every top-level string
+// member "_method" of a JSON object (duplicates included: parsers differ on
+// which one wins), up to the first syntax error; none for other values. A
+// leading byte order mark is skipped. Member names are compared after JSON
+// unescaping, as PHP's json_decode and JSON.parse read them.
+func jsonMethods(body []byte) []string {
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	if !bytes.Contains(body, []byte("_method")) && !bytes.ContainsRune(body, '\\') {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var out []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		v, err := dec.Token()
+		if err != nil {
+			return out
+		}
+		if d, ok := v.(json.Delim); ok {
+			if skipJSON(dec, d) != nil {
+				return out
+			}
+			continue
+		}
+		if k, _ := t.(string); k == "_method" {
+			if m, ok := v.(string); ok {
+				out = append(out, splitMethods(m)...)
+			}
+		}
+	}
+	return out
+}
+
+// skipJSON reads the rest of the array or object that open began.
+func skipJSON(dec *json.Decoder, open json.Delim) error {
+	if open != '{' && open != '[' {
+		return nil
+	}
+	for depth := 1; depth > 0; {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
 		}
 	}
 	return nil
@@ -677,8 +1113,10 @@ func isUpperASCII(s string) bool {
 }
 
 // isCanonicalPath reports whether r's path needs no variant but its letter
-// case and trailing slash, which mayVary covers: sent in the default
-// encoding (no RawPath), clean, without backslashes or ";" parameters.
+// case, trailing slash, extension and trailing dots, which mayVary covers:
+// sent in the default encoding (no RawPath), clean, without backslashes,
+// ";" parameters or "%" (a decoded "%" was sent as "%25", which a hop that
+// decodes again reads as an escape).
 func isCanonicalPath(u *url.URL) bool {
 	if u.RawPath != "" {
 		return false
@@ -686,7 +1124,7 @@ func isCanonicalPath(u *url.URL) bool {
 	p := u.Path
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case c == '\\' || c == ';':
+		case c == '\\' || c == ';' || c == '%':
 			return false
 		}
 	}

@@ -3,9 +3,11 @@ package policy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,6 +72,7 @@ func TestDecideVariants(t *testing.T) {
 	p := variantPolicy(t)
 	mpType, mpPatch := multipartBody(t, "name", "x", "_method", "patch")
 	_, mpPlain := multipartBody(t, "name", "x")
+	mpDotType, mpDot := multipartBody(t, "name", "x", ".method", "PATCH")
 	const form = "\r\nContent-Type: application/x-www-form-urlencoded"
 	tests := []struct {
 		name, head, body string
@@ -127,6 +130,50 @@ func TestDecideVariants(t *testing.T) {
 		{"override to a weaker method", "POST /v1/other HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: DELETE", "", "v1", false},
 		{"override naming its own method", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nX-HTTP-Method-Override: post", "", "orders", false},
 		{"form GET is not read", "GET /v1/legacy HTTP/1.1\r\nHost: x" + form, "_method=PATCH", "v1", false},
+
+		// Path variants that Rails, IIS and double-decoding hops execute as
+		// /v1/orders.
+		{"format extension", "POST /v1/orders.json HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"format extension, case and slash", "POST /V1/Orders.XML/ HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"format extension, encoded dot", "POST /v1/orders%2Ejson HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded slash", "POST /v1%252Forders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"triple-encoded slash", "POST /v1%25252Forders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded dot-dot", "POST /v1/x/%252E%252E/orders HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"double-encoded extension dot", "POST /v1/orders%252ejson HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing space", "POST /v1/orders%20 HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing dot", "POST /v1/orders. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"trailing dots and spaces on every segment", "POST /v1.%20/orders.. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"extension after a trailing dot", "POST /v1/orders.json. HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"extension inside a wildcard", "POST /v1/items/7.json HTTP/1.1\r\nHost: x", "", "items", false},
+		{"extension that changes nothing", "POST /v1/other.json HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"hidden file, no extension", "POST /v1/orders/.json HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"several normalizations at once", "POST /V1%2FOrders;a.JSON/ HTTP/1.1\r\nHost: x", "", "orders", false},
+		{"every normalization at once: too many forms to match", "POST /V1%255C..;a/x%25252F..%5C.;b/Orders.%20/..%2e.JSON.;c/ HTTP/1.1\r\nHost: x", "", "refuse", false},
+
+		// Method variants that Rack, WSGI, PHP, Laravel and Express read.
+		{"override header with underscores", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP_Method_Override: PATCH", "", "refuse", false},
+		{"X_HTTP_METHOD", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nX_HTTP_METHOD: patch", "", "refuse", false},
+		{"x-method_override", "PUT /v1/legacy HTTP/1.1\r\nHost: x\r\nx-method_override: PATCH", "", "refuse", false},
+		{"form without Content-Type", "POST /v1/legacy HTTP/1.1\r\nHost: x", "_method=PATCH&a=1", "refuse", true},
+		{"form with an empty Content-Type", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: ", "_method=PATCH", "refuse", true},
+		{"form with a malformed parameter", "POST /v1/legacy HTTP/1.1\r\nHost: x" + form + "; charset", "_method=PATCH", "refuse", true},
+		{"no Content-Type, no body", "POST /v1/legacy HTTP/1.1\r\nHost: x", "", "v1", false},
+		{"JSON _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":1,"_method":"PATCH"}`, "refuse", true},
+		{"+json _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.api+json; charset=utf-8", `{"_method":"patch"}`, "refuse", true},
+		{"JSON _method, escaped key", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"\u005fmethod":"PATCH"}`, "refuse", true},
+		{"JSON _method, duplicate key", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":"POST","_method":"PATCH"}`, "refuse", true},
+		{"JSON _method after nested values", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":{"b":[1,{"_method":"x"}]},"_method":"PATCH"}`, "refuse", true},
+		{"JSON nested _method", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"a":{"_method":"PATCH"}}`, "v1", true},
+		{"JSON _method not a string", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":["PATCH"]}`, "v1", true},
+		{"JSON where no override matters", "POST /v1/other HTTP/1.1\r\nHost: x\r\nContent-Type: application/json", `{"_method":"PATCH"}`, "v1", false},
+		{"PHP name: dot", "POST /v1/legacy?.method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: space", "POST /v1/legacy?%20method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: plus", "POST /v1/legacy?+method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: bracket", "POST /v1/legacy?[method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: leading space", "POST /v1/legacy?%20_method=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name: NUL", "POST /v1/legacy?_method%00x=PATCH HTTP/1.1\r\nHost: x", "", "refuse", false},
+		{"PHP name in a form", "POST /v1/legacy HTTP/1.1\r\nHost: x" + form, "a=1&.method=PATCH", "refuse", true},
+		{"PHP name in multipart", "POST /v1/legacy HTTP/1.1\r\nHost: x\r\nContent-Type: " + mpDotType, mpDot, "refuse", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,15 +295,18 @@ func decided(d Decision) string {
 
 // TestDecideCanonicalIsFree: a request in canonical form costs no
 // allocation beyond Match's (whose ServeMux lookup allocates for subtree
-// and not-found matches), so no extra match.
+// and not-found matches), so no extra match. A JSON body is one, unless a
+// _method member could reach a route; a file extension is one, unless the
+// path without it could belong to a stricter route.
 func TestDecideCanonicalIsFree(t *testing.T) {
 	p := variantPolicy(t)
-	for _, target := range []string{"/v1/orders", "/v1/other", "/v1/other/", "/v1/items/a%20b", "/v1/payments/x", "/elsewhere", "/v1/Other/ABC", "/v1/items/ABC"} {
+	for _, target := range []string{"/v1/orders", "/v1/other", "/v1/other/", "/v1/items/a%20b", "/v1/payments/x", "/elsewhere", "/v1/Other/ABC", "/v1/items/ABC",
+		"/v1/other.json", "/v1/items/7.json", "/v1/payments/x.pdf", "/elsewhere/a.b/c.d", "/v1/other/x.tar.gz"} {
 		get := parseRequest(t, "GET "+target+"?q=a%20b&x=%2F HTTP/1.1\r\nHost: x", "")
 		if n, match := testing.AllocsPerRun(100, func() { p.Decide(get) }), testing.AllocsPerRun(100, func() { p.Match(get) }); n != match {
 			t.Errorf("GET %s with an escaped query: %v allocations per decision, want Match's %v", target, n, match)
 		}
-		r := parseRequest(t, "POST "+target+" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json", "")
+		r := parseRequest(t, "POST "+target+" HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json", `{"_method":"PATCH"}`)
 		if d := p.Decide(r); d.Refuse != "" || d.Route != d.Matched || d.NeedBody {
 			t.Fatalf("%s: %+v", target, d)
 		}
@@ -271,16 +321,24 @@ func TestDecideCanonicalIsFree(t *testing.T) {
 // canonical requests should cost the same, variants pay for their matches.
 func BenchmarkDecide(b *testing.B) {
 	p := variantPolicy(b)
-	for _, bc := range []struct{ name, head string }{
-		{"canonical-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json"},
-		{"canonical-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"},
-		{"canonical-GET", "GET /v1/orders/42 HTTP/1.1\r\nHost: x"},
-		{"variant-slash", "POST /v1/orders/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-case-params", "POST /V1/Orders;jsessionid=1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-encoded", "POST /v1/uploads/..%2F..%2Fv1%2Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k"},
-		{"variant-override", "GET /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: PATCH"},
+	const json = "\r\nContent-Type: application/json"
+	for _, bc := range []struct{ name, head, body string }{
+		{"canonical-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k" + json, ""},
+		{"canonical-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x" + json, ""},
+		{"canonical-GET", "GET /v1/orders/42 HTTP/1.1\r\nHost: x", ""},
+		{"canonical-json-enforced", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k" + json, `{"amount":1}`},
+		{"canonical-json-passthrough", "POST /v1/other HTTP/1.1\r\nHost: x" + json, `{"amount":1}`},
+		{"canonical-extension", "POST /v1/other/report.json HTTP/1.1\r\nHost: x" + json, `{"amount":1}`},
+		{"variant-slash", "POST /v1/orders/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-case-params", "POST /V1/Orders;jsessionid=1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-encoded", "POST /v1/uploads/..%2F..%2Fv1%2Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-override", "GET /v1/legacy HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: PATCH", ""},
+		{"variant-extension", "POST /v1/orders.json HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-double-encoded", "POST /v1%252Forders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
+		{"variant-json-override", "POST /v1/legacy HTTP/1.1\r\nHost: x" + json, `{"_method":"PATCH"}`},
+		{"variant-everything", "POST /V1%255C..;a/x%25252F..%5C.;b/Orders.%20/..%2e.JSON.;c/ HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k", ""},
 	} {
-		r := parseRequest(b, bc.head, "")
+		r := parseRequest(b, bc.head, bc.body)
 		b.Run(bc.name+"/match", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -298,11 +356,16 @@ func BenchmarkDecide(b *testing.B) {
 
 // FuzzDecide checks the invariant of the route decision against Match
 // alone, with variants built here independently of Decide: for any request,
-// unless the decision refuses it, no variant of it (path: decoded, "\" as
-// "/", ";" parameters stripped, in lower case, with or without trailing
-// slash; method: upper case, every override) is governed by a route
-// stricter than the decision's route, and the decision is never weaker
-// than the route the request matched.
+// unless the decision refuses it, no variant of it (path: decoded, decoded
+// again up to three times in all, "\" as "/", ";" parameters stripped,
+// trailing dots and spaces stripped from every segment, a ".ext" of the
+// last segment removed, in lower case, with or without trailing slash;
+// method: upper case, every override field in any letter case and with "_"
+// for "-", _method in the query or in a form body, PHP's spellings of the
+// name included, a body without Content-Type read as a form, a top-level
+// _method member of a JSON body) is governed by a route stricter than the
+// decision's route, and the decision is never weaker than the route the
+// request matched.
 func FuzzDecide(f *testing.F) {
 	for _, s := range [][4]string{
 		{"POST", "/v1/orders/", "", ""},
@@ -314,6 +377,15 @@ func FuzzDecide(f *testing.F) {
 		{"PUT", "/v1\\legacy/", "X-Method-Override", "patch"},
 		{"POST", "/v1/x/..;/orders", "", ""},
 		{"POST", "/v1/%2e%2e/v1/orders", "", ""},
+		{"POST", "/v1/legacy", "X-HTTP_Method_Override", "PATCH"},
+		{"POST", "/v1/legacy", "X-Trace", "1\x00a=1&_method=PATCH"},
+		{"POST", "/v1/legacy", "Content-Type", "application/json\x00{\"a\":[1],\"_method\":\"patch\"}"},
+		{"POST", "/v1/legacy?.method=PATCH", "", ""},
+		{"POST", "/v1/legacy", "Content-Type", "application/x-www-form-urlencoded\x00+method=PATCH"},
+		{"POST", "/v1/orders.json", "", ""},
+		{"POST", "/v1%252Forders", "", ""},
+		{"POST", "/v1/orders%20", "", ""},
+		{"POST", "/v1./Orders.xml.", "", ""},
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
@@ -357,32 +429,89 @@ func FuzzDecide(f *testing.F) {
 	})
 }
 
+// phpParamName returns the name PHP registers a request parameter under:
+// read up to a NUL byte, leading spaces dropped (when trim; Decide also
+// reads them as "_", so both count), " " and "." as "_", and at the first
+// "[" either an array (a "]" follows: the name ends there) or "_" followed
+// by the rest as sent.
+func phpParamName(k string, trim bool) string {
+	k, _, _ = strings.Cut(k, "\x00")
+	if trim {
+		k = strings.TrimLeft(k, " ")
+	}
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case ' ', '.':
+			b.WriteByte('_')
+		case '[':
+			if strings.Contains(k[i+1:], "]") {
+				return b.String()
+			}
+			return b.String() + "_" + k[i+1:]
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 // independentVariants builds the variants of r the way an upstream might
 // read it, using only the standard library, for FuzzDecide.
 func independentVariants(r *http.Request, body []byte) []*http.Request {
 	methods := []string{r.Method, strings.ToUpper(r.Method)}
-	for _, name := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
-		for _, v := range r.Header.Values(name) {
-			for _, m := range strings.Split(v, ",") {
-				methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+	addList := func(v string) {
+		for _, m := range strings.Split(v, ",") {
+			methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+		}
+	}
+	for name, vs := range r.Header {
+		// As CGI names it: HTTP_ + upper case, "-" as "_".
+		cgi := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if cgi == "X_HTTP_METHOD_OVERRIDE" || cgi == "X_HTTP_METHOD" || cgi == "X_METHOD_OVERRIDE" {
+			for _, v := range vs {
+				addList(v)
 			}
 		}
 	}
-	if q, err := url.ParseQuery(r.URL.RawQuery); err == nil {
-		for _, v := range q["_method"] {
-			methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+	params := func(q url.Values) {
+		for k, vs := range q {
+			if k == "_method" || phpParamName(k, true) == "_method" || phpParamName(k, false) == "_method" {
+				for _, v := range vs {
+					methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+				}
+			}
 		}
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/x-www-form-urlencoded") {
-		if q, err := url.ParseQuery(string(body)); err == nil {
-			for _, v := range q["_method"] {
-				methods = append(methods, strings.ToUpper(strings.TrimSpace(v)))
+	q, _ := url.ParseQuery(r.URL.RawQuery) // pairs before a malformed one still count
+	params(q)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && len(body) > 0 {
+		ct := strings.ToLower(r.Header.Get("Content-Type"))
+		mt := strings.TrimSpace(strings.Split(ct, ";")[0])
+		switch {
+		case mt == "" || mt == "application/x-www-form-urlencoded":
+			q, _ := url.ParseQuery(string(body))
+			params(q)
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			var obj map[string]any
+			if json.Unmarshal(body, &obj) == nil {
+				if v, ok := obj["_method"].(string); ok {
+					addList(v)
+				}
 			}
 		}
 	}
 
+	bases := []string{r.URL.Path, r.URL.EscapedPath()}
+	for i, d := 1, r.URL.Path; i < 3; i++ {
+		next, err := url.PathUnescape(d)
+		if err != nil || next == d {
+			break
+		}
+		bases, d = append(bases, next), next
+	}
 	paths := map[string]bool{}
-	for _, base := range []string{r.URL.Path, r.URL.EscapedPath()} {
+	for _, base := range bases {
 		for _, bs := range []bool{false, true} {
 			for _, semi := range []bool{false, true} {
 				p := base
@@ -400,12 +529,39 @@ func independentVariants(r *http.Request, body []byte) []*http.Request {
 				if p == "" || p[0] != '/' {
 					p = "/" + p
 				}
-				for _, c := range []string{p, strings.ToLower(p)} {
-					paths[c] = true
-					if strings.HasSuffix(c, "/") {
-						paths[strings.TrimRight(c, "/")] = true
-					} else {
-						paths[c+"/"] = true
+				for _, dots := range []bool{false, true} {
+					for _, ext := range []bool{false, true} {
+						t := p
+						if dots {
+							// Windows: trailing dots and spaces of each
+							// name go; dot segments stay for Clean.
+							segs := strings.Split(t, "/")
+							for i, s := range segs {
+								if s != "." && s != ".." {
+									segs[i] = strings.TrimRight(s, ". ")
+								}
+							}
+							t = strings.Join(segs, "/")
+						}
+						if ext {
+							// Rails (.:format): a non-empty extension after
+							// a stem that is not only dots.
+							x := strings.TrimRight(t, "/")
+							e := path.Ext(x)
+							stem := strings.TrimSuffix(path.Base(x), e)
+							if len(e) < 2 || strings.Trim(stem, ".") == "" {
+								continue
+							}
+							t = strings.TrimSuffix(x, e)
+						}
+						for _, c := range []string{t, strings.ToLower(t)} {
+							paths[c] = true
+							if strings.HasSuffix(c, "/") {
+								paths[strings.TrimRight(c, "/")] = true
+							} else {
+								paths[c+"/"] = true
+							}
+						}
 					}
 				}
 			}

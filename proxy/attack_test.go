@@ -614,3 +614,49 @@ func TestAttackMethodParameterIsAnOverride(t *testing.T) {
 		t.Errorf("form too large to check: %d %s, upstream executed %d; want 413 and nothing more executed", status, body, n)
 	}
 }
+
+// TestAttackSecondRoundVariants: with a required "POST /v1/orders", a
+// required "PATCH /v1/orders/{id}" and a "/v1/" passthrough route, these
+// forms ran the order or the update without a key: a format extension
+// (Rails), a double-encoded slash (a hop that decodes twice), a trailing
+// space or dot (IIS), an override field spelled with underscores (Rack,
+// WSGI), a form body without Content-Type (Rack), a _method member of a
+// JSON body (Laravel, Express) and PHP's spellings of _method. Now nothing
+// reaches the upstream without a key, a key on the extension form runs
+// once, and a JSON body without _method passes through intact.
+func TestAttackSecondRoundVariants(t *testing.T) {
+	update := atkRoute("update-order", "PATCH /v1/orders/{id}")
+	update.Methods = []string{"PATCH"}
+	up, addr := variantProxy(t, atkRoute("orders", "POST /v1/orders"), update, passthroughRoute("v1", "/v1/"))
+	const json = "\r\nContent-Type: application/json"
+	for _, a := range []struct{ name, head, body, problem string }{
+		{"format extension", "POST /v1/orders.json HTTP/1.1", "{}", "missing-key"},
+		{"format extension, case", "POST /v1/Orders.XML HTTP/1.1", "{}", "missing-key"},
+		{"double-encoded slash", "POST /v1%252Forders HTTP/1.1", "{}", "missing-key"},
+		{"trailing space", "POST /v1/orders%20 HTTP/1.1", "{}", "missing-key"},
+		{"trailing dot", "POST /v1/orders. HTTP/1.1", "{}", "missing-key"},
+		{"override field with underscores", "POST /v1/orders/7 HTTP/1.1\r\nX-HTTP_Method_Override: PATCH", "{}", "ambiguous-request"},
+		{"form without Content-Type", "POST /v1/orders/7 HTTP/1.1", "status=paid&_method=PATCH", "ambiguous-request"},
+		{"JSON _method", "POST /v1/orders/7 HTTP/1.1" + json, `{"status":"paid","_method":"PATCH"}`, "ambiguous-request"},
+		{"chunked JSON _method", "POST /v1/orders/7 HTTP/1.1\r\nTransfer-Encoding: chunked" + json, "13\r\n{\"_method\":\"patch\"}\r\n0\r\n\r\n", "ambiguous-request"},
+		{"PHP name, dot", "POST /v1/orders/7?.method=PATCH HTTP/1.1", "{}", "ambiguous-request"},
+		{"PHP name, space", "POST /v1/orders/7?%20method=PATCH HTTP/1.1", "{}", "ambiguous-request"},
+		{"PHP name in a form", "POST /v1/orders/7 HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded", "status=paid&.method=PATCH", "ambiguous-request"},
+	} {
+		status, body := atkSend(t, addr, strings.Replace(a.head, " HTTP/1.1", " HTTP/1.1\r\nHost: x\r\nX-User: u", 1), a.body)
+		if n, lines, _ := up.executed(); status != http.StatusBadRequest || !strings.Contains(body, a.problem) || n != 0 {
+			t.Errorf("%s: %d %s, upstream executed %q; want 400 %s and nothing executed", a.name, status, body, lines, a.problem)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		status, body := atkSend(t, addr, "POST /v1/orders.json HTTP/1.1\r\nHost: x\r\nX-User: u\r\nIdempotency-Key: \"k1\"", `{"amount":1}`)
+		if status != http.StatusCreated || body != "execution 1" {
+			t.Errorf("POST /v1/orders.json with key k1, attempt %d: %d %q, want 201 from the first execution", i+1, status, body)
+		}
+	}
+	const doc = `{"status":"paid","note":{"_method":"PATCH"}}`
+	status, _ := atkSend(t, addr, "POST /v1/orders/7 HTTP/1.1\r\nHost: x\r\nX-User: u"+json, doc)
+	if n, _, got := up.executed(); status != http.StatusCreated || n != 2 || got != doc {
+		t.Errorf("JSON without a top-level _method: %d, upstream executed %d with body %q; want it passed through, body intact", status, n, got)
+	}
+}

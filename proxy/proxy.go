@@ -188,9 +188,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := pol.Decide(r)
 	ex := &exchange{start: time.Now(), route: d.Route}
 	if d.NeedBody {
-		// A form body may carry a _method override that changes the
-		// decision: read it once, within the route's limit; the same bytes
-		// go upstream.
+		// A form or JSON body may carry a _method override that changes
+		// the decision: read it once, within the route's limit; the same
+		// bytes go upstream.
 		if !p.readBody(w, r, ex) {
 			return
 		}
