@@ -79,11 +79,11 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// ClaimParams are the inputs of Claim.
+// ClaimParams are the inputs of Claim; Validate checks the bounds below.
 type ClaimParams struct {
 	Identity Identity
 	// Fingerprint identifies the request (see policy.Fingerprint), at most
-	// 128 bytes.
+	// MaxFingerprintBytes.
 	Fingerprint string
 	// Recipe names how Fingerprint was computed (policy.FingerprintSpec.Recipe,
 	// at most MaxRecipeBytes); the record keeps it, so a retry made after the
@@ -94,8 +94,8 @@ type ClaimParams struct {
 	// attempt; only the holder of the token may Complete, Release or Extend
 	// the record.
 	Token string
-	// Lease is how long the claim holds the record without an Extend; > 0,
-	// millisecond resolution.
+	// Lease is how long the claim holds the record without an Extend; at
+	// least 1 ms, millisecond resolution.
 	Lease time.Duration
 	// Retention is how long a completed record is kept after Complete;
 	// 0 keeps it forever. Millisecond resolution.
@@ -222,7 +222,8 @@ const SafetyPoll = time.Second
 //     this process and in every other process sharing the backing server.
 type Store interface {
 	// Claim tries to take the record for p.Identity; see the contract above.
-	// Errors wrap ErrUnavailable.
+	// Errors wrap ErrUnavailable, except for parameters that p.Validate
+	// rejects: that error wraps ErrInvalid.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 	// Complete stores resp in the record while it still holds token, ends
 	// the lease and sets the retention end to now+Retention of the claim
@@ -234,7 +235,8 @@ type Store interface {
 	Release(ctx context.Context, id Identity, token string) (bool, error)
 	// Extend moves the lease end to now+lease while the record still holds
 	// token (the heartbeat of a long upstream call) and reports whether it
-	// did. Errors wrap ErrUnavailable.
+	// did. Errors wrap ErrUnavailable, except for a lease that
+	// ValidateLease rejects: that error wraps ErrInvalid.
 	Extend(ctx context.Context, id Identity, token string, lease time.Duration) (bool, error)
 	// Get returns the record for id, or nil when it is absent. Errors wrap
 	// ErrUnavailable.

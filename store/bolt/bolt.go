@@ -428,10 +428,11 @@ func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult,
 // Claim implements store.Store. Answers that change nothing (Completed,
 // Running, Abandoned) come from a read transaction, so replays do not queue
 // behind writes; the rest is decided again inside one write transaction.
-// Errors wrap store.ErrUnavailable.
+// Errors wrap store.ErrUnavailable, or store.ErrInvalid for parameters
+// p.Validate rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if p.Lease <= 0 {
-		return store.ClaimResult{}, fmt.Errorf("bolt store: claim: lease %v must be > 0", p.Lease)
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
 	}
 	var (
 		res  store.ClaimResult
@@ -545,10 +546,11 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 	})
 }
 
-// Extend implements store.Store. Errors wrap store.ErrUnavailable.
+// Extend implements store.Store. Errors wrap store.ErrUnavailable, or
+// store.ErrInvalid for a lease store.ValidateLease rejects.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if lease <= 0 {
-		return false, fmt.Errorf("bolt store: extend: lease %v must be > 0", lease)
+	if err := store.ValidateLease(lease); err != nil {
+		return false, err
 	}
 	return s.holding(ctx, "extend", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
 		r.leaseEndMs = nowMs + lease.Milliseconds()

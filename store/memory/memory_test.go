@@ -86,22 +86,3 @@ func BenchmarkClaimCompleted(b *testing.B) {
 	b.Cleanup(func() { _ = s.Close() })
 	storetest.BenchmarkClaimCompleted(b, s)
 }
-
-func TestRejectsUnsafeParams(t *testing.T) {
-	s := memory.New()
-	t.Cleanup(func() { _ = s.Close() })
-	id := store.Identity{Key: "k"}
-	for name, p := range map[string]store.ClaimParams{
-		"empty token":        {Identity: id, Fingerprint: "fp", Lease: time.Second},
-		"zero lease":         {Identity: id, Fingerprint: "fp", Token: "t"},
-		"sub-ms lease":       {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Microsecond},
-		"negative retention": {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: -time.Second},
-	} {
-		if res, err := s.Claim(t.Context(), p); err == nil || res.State == store.Claimed {
-			t.Fatalf("%s: Claim = %+v, %v; want an error", name, res, err)
-		}
-	}
-	if s.Len() != 0 {
-		t.Fatalf("rejected claims left %d records", s.Len())
-	}
-}

@@ -3,6 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +62,60 @@ func (s *suite) testPing(t *testing.T) {
 	st := s.newStore(t)
 	if err := st.Ping(ctx(t)); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// testInvalidParams: every store rejects the claim parameters and the
+// Extend leases that store.ClaimParams.Validate and store.ValidateLease
+// reject, with an error wrapping store.ErrInvalid and not
+// store.ErrUnavailable (a caller bug, not a store failure), and changes
+// nothing; the bounds themselves are accepted. Bolt once answered Claimed
+// to an empty token, a lease under 1 ms and a negative retention (issue 16).
+func (s *suite) testInvalidParams(t *testing.T) {
+	st := s.newStore(t)
+	wantInvalid := func(what string, err error) {
+		t.Helper()
+		if err == nil || !errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("%s: err = %v, want an error wrapping ErrInvalid and not ErrUnavailable", what, err)
+		}
+	}
+	id := newID()
+	valid := params(id, "fp", longLease, time.Hour)
+	for name, change := range map[string]func(p *store.ClaimParams){
+		"empty token":        func(p *store.ClaimParams) { p.Token = "" },
+		"zero lease":         func(p *store.ClaimParams) { p.Lease = 0 },
+		"sub-ms lease":       func(p *store.ClaimParams) { p.Lease = time.Millisecond - time.Nanosecond },
+		"negative lease":     func(p *store.ClaimParams) { p.Lease = -time.Second },
+		"negative retention": func(p *store.ClaimParams) { p.Retention = -time.Millisecond },
+		"long fingerprint":   func(p *store.ClaimParams) { p.Fingerprint = strings.Repeat("f", store.MaxFingerprintBytes+1) },
+		"long recipe":        func(p *store.ClaimParams) { p.Recipe = strings.Repeat("r", store.MaxRecipeBytes+1) },
+	} {
+		p := valid
+		change(&p)
+		res, err := st.Claim(ctx(t), p)
+		wantInvalid("Claim with "+name, err)
+		if res.State == store.Claimed {
+			t.Fatalf("Claim with %s answered Claimed", name)
+		}
+	}
+	if r := mustGet(t, st, id); r != nil {
+		t.Fatalf("rejected claims left a record: %+v", r)
+	}
+	// The bounds are valid.
+	edge := params(id, strings.Repeat("f", store.MaxFingerprintBytes), time.Millisecond, 0)
+	edge.Recipe = strings.Repeat("r", store.MaxRecipeBytes)
+	mustClaim(t, st, edge, store.Claimed)
+	mustBool(t, "Extend by 1ms", extend(st, id, edge.Token, time.Millisecond), true)
+	mustBool(t, "Extend", extend(st, id, edge.Token, longLease), true)
+	before := mustGet(t, st, id)
+	for _, lease := range []time.Duration{0, time.Millisecond - time.Nanosecond, -time.Second} {
+		ok, err := st.Extend(ctx(t), id, edge.Token, lease)
+		wantInvalid(fmt.Sprintf("Extend by %v", lease), err)
+		if ok {
+			t.Fatalf("Extend by %v answered true", lease)
+		}
+	}
+	if after := mustGet(t, st, id); !reflect.DeepEqual(before, after) {
+		t.Fatalf("record changed by rejected Extends:\nbefore %+v\nafter  %+v", before, after)
 	}
 }

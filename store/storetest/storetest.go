@@ -11,7 +11,7 @@
 //   - roundtrip.go: identities, responses and recipes come back as given;
 //     Get and Delete (rule 7)
 //   - watch.go: Watch, in this process and from a peer (rule 8)
-//   - failures.go: done contexts and Ping (rule 5)
+//   - failures.go: done contexts and Ping (rule 5); invalid parameters
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs
@@ -73,6 +73,7 @@ func RunHarness(t *testing.T, h Harness) {
 		{"ExtendKeepsRecord", s.testExtend},
 		{"OneClock", s.testOneClock},
 		{"DoneContext", s.testDoneContext},
+		{"InvalidParams", s.testInvalidParams},
 		{"RetentionZero", s.testRetentionZero},
 		{"RunningAlwaysExpires", s.testRunningAlwaysExpires},
 		{"RoundTripIdentity", s.testRoundTripIdentity},

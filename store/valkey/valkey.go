@@ -336,20 +336,11 @@ func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyRe
 }
 
 // Claim implements store.Store with claim.lua. Errors wrap
-// store.ErrUnavailable; an empty token, a lease under 1ms or a negative
-// retention is rejected with an error that does not.
+// store.ErrUnavailable, or store.ErrInvalid for parameters p.Validate
+// rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	// An empty token would let two claimers both hold the record (a claim
-	// finding its own token answers Claimed); a sub-millisecond lease would
-	// end the moment it starts.
-	if p.Token == "" {
-		return store.ClaimResult{}, errors.New("valkey store: claim: empty token")
-	}
-	if p.Lease < time.Millisecond {
-		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: lease %v must be >= 1ms", p.Lease)
-	}
-	if p.Retention < 0 {
-		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: negative retention %v", p.Retention)
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
 	}
 	noTakeover := "0"
 	if p.NoTakeover {
@@ -498,10 +489,11 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 }
 
 // Extend implements store.Store with extend.lua. Errors wrap
-// store.ErrUnavailable; a lease under 1ms is rejected.
+// store.ErrUnavailable, or store.ErrInvalid for a lease
+// store.ValidateLease rejects.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if lease < time.Millisecond {
-		return false, fmt.Errorf("valkey store: extend: lease %v must be >= 1ms", lease)
+	if err := store.ValidateLease(lease); err != nil {
+		return false, err
 	}
 	if s.acks.On() {
 		return s.boolOpAcked(ctx, "extend", s.extendSrc, id, false, []string{token, ms(lease)})

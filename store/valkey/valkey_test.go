@@ -500,25 +500,6 @@ func BenchmarkClaimCompleted(b *testing.B) {
 	storetest.BenchmarkClaimCompleted(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
 }
 
-func TestRejectsUnsafeParams(t *testing.T) {
-	srv := valkeytest.Start(t)
-	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
-	id := store.Identity{Key: "k"}
-	for name, p := range map[string]store.ClaimParams{
-		"empty token":        {Identity: id, Fingerprint: "fp", Lease: time.Second},
-		"zero lease":         {Identity: id, Fingerprint: "fp", Token: "t"},
-		"sub-ms lease":       {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Microsecond},
-		"negative retention": {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: -time.Second},
-	} {
-		if res, err := s.Claim(t.Context(), p); err == nil || res.State == store.Claimed {
-			t.Fatalf("%s: Claim = %+v, %v; want an error", name, res, err)
-		}
-	}
-	if out, err := srv.CLI("EXISTS", s.Key(id)); err != nil || out != "0" {
-		t.Fatalf("rejected claims left a record: EXISTS = %q, %v", out, err)
-	}
-}
-
 // TestFailingServer: a server that answers with an error (here WRONGTYPE on
 // a key that is not a record hash) is a store failure, never an answer.
 func TestFailingServer(t *testing.T) {
