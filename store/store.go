@@ -258,3 +258,17 @@ type Store interface {
 	// Close releases connections and stops background work.
 	Close() error
 }
+
+// Sweeper is implemented by stores that keep expired records until a
+// sweep removes them (memory, bolt, Postgres; Valkey expires its keys by
+// itself). A record past its retention end is absent to every operation
+// whether swept or not (contract rule 2): sweeping only keeps the store
+// from growing. Such stores sweep in the background; callers and tests
+// may also sweep at once. Check for it with a type assertion.
+type Sweeper interface {
+	// Sweep removes records past their retention end, never a live one,
+	// and returns how many it removed. A driver may bound the work of one
+	// call and leave the rest to the next. Errors, a done ctx included,
+	// wrap ErrUnavailable.
+	Sweep(ctx context.Context) (int, error)
+}

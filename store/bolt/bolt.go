@@ -118,7 +118,10 @@ type Store struct {
 	closeErr  error
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 // New opens or creates the bbolt file at path (mode 0600; its directory
 // must exist) and starts the background sweep. It fails with an error
@@ -668,9 +671,9 @@ func (s *Store) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep removes every record past its expiry, at most 1000 per write
-// transaction so writers never wait long, and returns how many it removed.
-// The background sweep calls it; tests may call it directly. It stops
+// Sweep implements store.Sweeper: it removes every record past its expiry,
+// at most 1000 per write transaction so writers never wait long, and
+// returns how many it removed. The background sweep calls it. It stops
 // early with an error wrapping store.ErrUnavailable when ctx ends or a
 // transaction fails.
 func (s *Store) Sweep(ctx context.Context) (int, error) {

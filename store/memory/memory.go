@@ -51,7 +51,10 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 type record struct {
 	running     bool
@@ -322,14 +325,18 @@ func (s *Store) sweepLoop() {
 		case <-s.stopSweep:
 			return
 		case <-t.C:
-			s.Sweep()
+			_, _ = s.Sweep(context.Background())
 		}
 	}
 }
 
-// Sweep removes up to 10000 records past their expiry and returns how many
-// it removed. The background sweep calls it; tests may call it directly.
-func (s *Store) Sweep() int {
+// Sweep implements store.Sweeper: it removes up to 10000 records past
+// their expiry and returns how many it removed. The background sweep calls
+// it. It fails only on a done ctx.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	if err := ctxErr(ctx, "sweep"); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -343,7 +350,7 @@ func (s *Store) Sweep() int {
 			removed++
 		}
 	}
-	return removed
+	return removed, nil
 }
 
 // Len returns the number of records held, expired ones not yet swept

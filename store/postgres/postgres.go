@@ -103,7 +103,10 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 // New connects to PostgreSQL, creates the table when it is missing (unless
 // Options.NoCreate), checks its columns, starts listening for

@@ -12,6 +12,7 @@
 //     Get and Delete (rule 7)
 //   - watch.go: Watch, in this process and from a peer (rule 8)
 //   - failures.go: done contexts and Ping (rule 5); invalid parameters
+//   - sweep.go: the optional store.Sweeper
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs
@@ -74,6 +75,7 @@ func RunHarness(t *testing.T, h Harness) {
 		{"OneClock", s.testOneClock},
 		{"DoneContext", s.testDoneContext},
 		{"InvalidParams", s.testInvalidParams},
+		{"Sweep", s.testSweep},
 		{"RetentionZero", s.testRetentionZero},
 		{"RunningAlwaysExpires", s.testRunningAlwaysExpires},
 		{"RoundTripIdentity", s.testRoundTripIdentity},
