@@ -104,16 +104,15 @@ func dbPath(t testing.TB) string { return filepath.Join(t.TempDir(), "idemgate.d
 
 func TestContractInjectedClock(t *testing.T) {
 	// A start off the millisecond grid checks that the store truncates.
-	clock := storetest.NewClock(time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC))
 	storetest.RunHarness(t, storetest.Harness{
-		NewStore: func(t *testing.T) store.Store {
+		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			s, err := bolt.New(dbPath(t), bolt.WithClock(clock.Now))
 			if err != nil {
 				t.Fatalf("bolt.New: %v", err)
 			}
 			return s
 		},
-		Clock: clock,
+		ClockStart: time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC),
 	})
 }
 

@@ -11,10 +11,11 @@ import (
 
 func TestContractInjectedClock(t *testing.T) {
 	// A start off the millisecond grid checks that the store truncates.
-	clock := storetest.NewClock(time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC))
 	storetest.RunHarness(t, storetest.Harness{
-		NewStore: func(t *testing.T) store.Store { return memory.New(memory.WithClock(clock.Now)) },
-		Clock:    clock,
+		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
+			return memory.New(memory.WithClock(clock.Now))
+		},
+		ClockStart: time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC),
 	})
 }
 

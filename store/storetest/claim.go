@@ -14,17 +14,17 @@ func (s *suite) testClaimFree(t *testing.T) {
 	id := newID()
 	p := params(id, "fp-1", longLease, time.Hour)
 	var before time.Time
-	if s.h.Clock != nil {
-		before = s.h.Clock.Now().Truncate(time.Millisecond)
+	if s.clock != nil {
+		before = s.clock.Now().Truncate(time.Millisecond)
 	}
-	res := mustClaim(t, st, p, store.Claimed)
+	res := s.mustClaim(t, st, p, store.Claimed)
 	if res.Takeover || res.Fingerprint != p.Fingerprint || res.Response != nil {
 		t.Fatalf("Claim = %+v, want no takeover, the caller's fingerprint, no response", res)
 	}
-	if s.h.Clock != nil && !res.LeaseEnd.Equal(before.Add(longLease)) {
+	if s.clock != nil && !res.LeaseEnd.Equal(before.Add(longLease)) {
 		t.Fatalf("LeaseEnd = %v, want now+lease = %v", res.LeaseEnd, before.Add(longLease))
 	}
-	r := mustGet(t, st, id)
+	r := s.mustGet(t, st, id)
 	if r == nil {
 		t.Fatal("Get after Claim = nil")
 	}
@@ -42,7 +42,7 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 	// must hold between processes, not only within one.
 	stores := []store.Store{st}
 	if s.h.NewPeer != nil {
-		peer := s.h.NewPeer(t, st)
+		peer := s.h.NewPeer(t, st, s.clock)
 		t.Cleanup(func() { _ = peer.Close() })
 		stores = append(stores, peer)
 	}
@@ -58,7 +58,7 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 			tokens[i] = newToken()
 			wg.Go(func() {
 				<-start
-				results[i], errs[i] = stores[i%len(stores)].Claim(ctx(t), store.ClaimParams{
+				results[i], errs[i] = stores[i%len(stores)].Claim(s.ctx(t), store.ClaimParams{
 					Identity: id, Fingerprint: fmt.Sprintf("fp-%d", i), Token: tokens[i],
 					Lease: longLease, Retention: time.Hour,
 				})
@@ -90,7 +90,7 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 				t.Fatalf("round %d: claim %d = %+v, want Running with the winner's fingerprint %q and lease end %v", round, i, results[i], wantFP, results[winner].LeaseEnd)
 			}
 		}
-		if r := mustGet(t, st, id); r == nil || r.Token != tokens[winner] {
+		if r := s.mustGet(t, st, id); r == nil || r.Token != tokens[winner] {
 			t.Fatalf("round %d: record = %+v, want it held by the winner's token", round, r)
 		}
 	}
@@ -99,21 +99,21 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 func (s *suite) testRunningAndCompleted(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
-	first := mustClaim(t, st, params(id, "fp-a", longLease, time.Hour), store.Claimed)
+	first := s.mustClaim(t, st, params(id, "fp-a", longLease, time.Hour), store.Claimed)
 	for _, fp := range []string{"fp-a", "fp-b"} {
 		p := params(id, fp, longLease, time.Hour)
 		p.NoTakeover = fp == "fp-b"
-		res := mustClaim(t, st, p, store.Running)
+		res := s.mustClaim(t, st, p, store.Running)
 		if res.Fingerprint != "fp-a" || !res.LeaseEnd.Equal(first.LeaseEnd) || res.Takeover || res.Response != nil {
 			t.Fatalf("Claim(%s) on running record = %+v, want Running fp-a lease end %v", fp, res, first.LeaseEnd)
 		}
 	}
 	// Complete with the holder's token; every later claim answers Completed.
-	rec := mustGet(t, st, id)
+	rec := s.mustGet(t, st, id)
 	resp := sampleResponse()
-	mustBool(t, "Complete by holder", complete(st, id, rec.Token, resp), true)
+	s.mustBool(t, "Complete by holder", complete(st, id, rec.Token, resp), true)
 	for _, fp := range []string{"fp-a", "fp-other"} {
-		res := mustClaim(t, st, params(id, fp, longLease, time.Hour), store.Completed)
+		res := s.mustClaim(t, st, params(id, fp, longLease, time.Hour), store.Completed)
 		if res.Fingerprint != "fp-a" || res.Takeover {
 			t.Fatalf("Claim(%s) on completed record = %+v, want fingerprint fp-a", fp, res)
 		}
@@ -125,13 +125,13 @@ func (s *suite) testRepeatedClaimSameToken(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	p := params(id, "fp", longLease, time.Hour)
-	first := mustClaim(t, st, p, store.Claimed)
+	first := s.mustClaim(t, st, p, store.Claimed)
 	// A claim retried after its reply was lost must not answer Running to
 	// the claimer itself.
-	again := mustClaim(t, st, p, store.Claimed)
+	again := s.mustClaim(t, st, p, store.Claimed)
 	// Its lease restarts (RepeatedClaimRefreshesLease); on an injected clock
 	// no time passed.
-	if again.LeaseEnd.Before(first.LeaseEnd) || (s.h.Clock != nil && !again.LeaseEnd.Equal(first.LeaseEnd)) ||
+	if again.LeaseEnd.Before(first.LeaseEnd) || (s.clock != nil && !again.LeaseEnd.Equal(first.LeaseEnd)) ||
 		again.Fingerprint != "fp" || again.Takeover {
 		t.Fatalf("repeated Claim = %+v, want the first claim's answer %+v", again, first)
 	}
@@ -145,7 +145,7 @@ func (s *suite) testRepeatedClaimSameToken(t *testing.T) {
 // claim's, never earlier.
 func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 	st := s.newStore(t)
-	if c := s.h.Clock; c != nil {
+	if c := s.clock; c != nil {
 		lease := time.Second
 		for _, tc := range []struct {
 			name      string
@@ -160,14 +160,14 @@ func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				id := newID()
 				p := params(id, "fp", lease, tc.retention)
-				mustClaim(t, st, p, store.Claimed)
+				s.mustClaim(t, st, p, store.Claimed)
 				c.Advance(tc.wait)
 				now := c.Now().Truncate(time.Millisecond)
-				before := mustGet(t, st, id)
+				before := s.mustGet(t, st, id)
 				if before == nil {
 					t.Fatal("Get before the repeated Claim = nil, want the running record")
 				}
-				again := mustClaim(t, st, p, store.Claimed)
+				again := s.mustClaim(t, st, p, store.Claimed)
 				if again.Takeover || again.Fingerprint != "fp" || !again.LeaseEnd.Equal(now.Add(lease)) {
 					t.Fatalf("repeated Claim = %+v, want Claimed without takeover, lease end now+lease = %v", again, now.Add(lease))
 				}
@@ -176,17 +176,17 @@ func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 					wantEnd = again.LeaseEnd.Add(24 * time.Hour)
 				}
 				wantEnd = latest(wantEnd, before.RetentionEnd)
-				r := mustGet(t, st, id)
+				r := s.mustGet(t, st, id)
 				if r == nil || r.State != store.Running || r.Token != p.Token || !r.LeaseEnd.Equal(again.LeaseEnd) || !r.RetentionEnd.Equal(wantEnd) {
 					t.Fatalf("record after the repeated Claim = %+v, want running, held by %q, lease end %v, expiry %v", r, p.Token, again.LeaseEnd, wantEnd)
 				}
 				c.Advance(lease - time.Millisecond)
-				other := mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Running)
+				other := s.mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Running)
 				if !other.LeaseEnd.Equal(again.LeaseEnd) {
 					t.Fatalf("other Claim = %+v, want Running until %v", other, again.LeaseEnd)
 				}
 				c.Advance(time.Millisecond)
-				if res := mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Claimed); !res.Takeover {
+				if res := s.mustClaim(t, st, params(id, "fp", lease, tc.retention), store.Claimed); !res.Takeover {
 					t.Fatalf("Claim at the refreshed lease end = %+v, want a takeover", res)
 				}
 			})
@@ -194,12 +194,12 @@ func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 		t.Run("expiry never shortened", func(t *testing.T) {
 			id := newID()
 			p := params(id, "fp", lease, 2*lease)
-			mustClaim(t, st, p, store.Claimed)
-			mustBool(t, "Extend", extend(st, id, p.Token, time.Hour), true)
-			before := mustGet(t, st, id)
+			s.mustClaim(t, st, p, store.Claimed)
+			s.mustBool(t, "Extend", extend(st, id, p.Token, time.Hour), true)
+			before := s.mustGet(t, st, id)
 			c.Advance(lease)
-			again := mustClaim(t, st, p, store.Claimed)
-			r := mustGet(t, st, id)
+			again := s.mustClaim(t, st, p, store.Claimed)
+			r := s.mustGet(t, st, id)
 			if !r.LeaseEnd.Equal(again.LeaseEnd) || !r.RetentionEnd.Equal(before.RetentionEnd) {
 				t.Fatalf("after the repeated Claim: lease end %v expiry %v, want lease end %v and the expiry %v kept", r.LeaseEnd, r.RetentionEnd, again.LeaseEnd, before.RetentionEnd)
 			}
@@ -211,20 +211,20 @@ func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 	lease := time.Second
 	id := newID()
 	p := params(id, "fp", lease, time.Hour)
-	first := mustClaim(t, st, p, store.Claimed)
-	before := mustGet(t, st, id)
+	first := s.mustClaim(t, st, p, store.Claimed)
+	before := s.mustGet(t, st, id)
 	s.elapse(lease) // past the first lease's end
 	from := time.Now().Truncate(time.Millisecond)
-	again := mustClaim(t, st, p, store.Claimed)
+	again := s.mustClaim(t, st, p, store.Claimed)
 	to := time.Now()
 	if again.Takeover || again.Fingerprint != "fp" || again.LeaseEnd.Before(from.Add(lease)) || again.LeaseEnd.After(to.Add(lease)) {
 		t.Fatalf("repeated Claim = %+v, want Claimed without takeover, lease end now+lease in [%v, %v] (first lease end %v)", again, from.Add(lease), to.Add(lease), first.LeaseEnd)
 	}
-	other := mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
+	other := s.mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
 	if !other.LeaseEnd.Equal(again.LeaseEnd) {
 		t.Fatalf("other Claim = %+v, want Running until %v", other, again.LeaseEnd)
 	}
-	r := mustGet(t, st, id)
+	r := s.mustGet(t, st, id)
 	if r == nil || r.State != store.Running || r.Token != p.Token || !r.LeaseEnd.Equal(again.LeaseEnd) || r.RetentionEnd.Before(before.RetentionEnd) {
 		t.Fatalf("record after the repeated Claim = %+v, want running, held by %q until %v, expiry not before %v", r, p.Token, again.LeaseEnd, before.RetentionEnd)
 	}
@@ -242,9 +242,9 @@ func (s *suite) testPeerShares(t *testing.T) {
 	peer := s.peer(t, st)
 	id := newID()
 	p := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
-	mustClaim(t, peer, params(id, "fp", longLease, time.Hour), store.Running)
-	mustBool(t, "Complete from peer with holder's token", complete(peer, id, p.Token, sampleResponse()), true)
-	res := mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustClaim(t, peer, params(id, "fp", longLease, time.Hour), store.Running)
+	s.mustBool(t, "Complete from peer with holder's token", complete(peer, id, p.Token, sampleResponse()), true)
+	res := s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
 	sameResponse(t, "claim after peer's Complete", res.Response, sampleResponse())
 }

@@ -16,10 +16,10 @@ func (s *suite) testDoneContext(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	held := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, st, held, store.Claimed)
-	canceled, cancel := context.WithCancel(context.Background())
+	s.mustClaim(t, st, held, store.Claimed)
+	canceled, cancel := context.WithCancel(s.background())
 	cancel()
-	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	expired, cancel2 := context.WithDeadline(s.background(), time.Now().Add(-time.Second))
 	defer cancel2()
 	for _, c := range []struct {
 		name string
@@ -49,18 +49,18 @@ func (s *suite) testDoneContext(t *testing.T) {
 		_, err = st.Delete(c.ctx, id)
 		check("Delete", err)
 		check("Ping", st.Ping(c.ctx))
-		if r := mustGet(t, st, fresh); r != nil {
+		if r := s.mustGet(t, st, fresh); r != nil {
 			t.Fatalf("Claim with %s context left a record: %+v", c.name, r)
 		}
 	}
-	if r := mustGet(t, st, id); r == nil || r.State != store.Running || r.Token != held.Token {
+	if r := s.mustGet(t, st, id); r == nil || r.State != store.Running || r.Token != held.Token {
 		t.Fatalf("record changed by calls with done contexts: %+v", r)
 	}
 }
 
 func (s *suite) testPing(t *testing.T) {
 	st := s.newStore(t)
-	if err := st.Ping(ctx(t)); err != nil {
+	if err := st.Ping(s.ctx(t)); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
 }
@@ -92,30 +92,30 @@ func (s *suite) testInvalidParams(t *testing.T) {
 	} {
 		p := valid
 		change(&p)
-		res, err := st.Claim(ctx(t), p)
+		res, err := st.Claim(s.ctx(t), p)
 		wantInvalid("Claim with "+name, err)
 		if res.State == store.Claimed {
 			t.Fatalf("Claim with %s answered Claimed", name)
 		}
 	}
-	if r := mustGet(t, st, id); r != nil {
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("rejected claims left a record: %+v", r)
 	}
 	// The bounds are valid.
 	edge := params(id, strings.Repeat("f", store.MaxFingerprintBytes), time.Millisecond, 0)
 	edge.Recipe = strings.Repeat("r", store.MaxRecipeBytes)
-	mustClaim(t, st, edge, store.Claimed)
-	mustBool(t, "Extend by 1ms", extend(st, id, edge.Token, time.Millisecond), true)
-	mustBool(t, "Extend", extend(st, id, edge.Token, longLease), true)
-	before := mustGet(t, st, id)
+	s.mustClaim(t, st, edge, store.Claimed)
+	s.mustBool(t, "Extend by 1ms", extend(st, id, edge.Token, time.Millisecond), true)
+	s.mustBool(t, "Extend", extend(st, id, edge.Token, longLease), true)
+	before := s.mustGet(t, st, id)
 	for _, lease := range []time.Duration{0, time.Millisecond - time.Nanosecond, -time.Second} {
-		ok, err := st.Extend(ctx(t), id, edge.Token, lease)
+		ok, err := st.Extend(s.ctx(t), id, edge.Token, lease)
 		wantInvalid(fmt.Sprintf("Extend by %v", lease), err)
 		if ok {
 			t.Fatalf("Extend by %v answered true", lease)
 		}
 	}
-	if after := mustGet(t, st, id); !reflect.DeepEqual(before, after) {
+	if after := s.mustGet(t, st, id); !reflect.DeepEqual(before, after) {
 		t.Fatalf("record changed by rejected Extends:\nbefore %+v\nafter  %+v", before, after)
 	}
 }

@@ -28,7 +28,7 @@ const (
 
 func (s *suite) newStore(t *testing.T) store.Store {
 	t.Helper()
-	st := s.h.NewStore(t)
+	st := s.h.NewStore(t, s.clock)
 	if st == nil {
 		t.Fatal("storetest: NewStore returned nil")
 	}
@@ -41,7 +41,7 @@ func (s *suite) peer(t *testing.T, st store.Store) store.Store {
 	if s.h.NewPeer == nil {
 		t.Skip("storetest: store is not shared between instances (Harness.NewPeer is nil)")
 	}
-	p := s.h.NewPeer(t, st)
+	p := s.h.NewPeer(t, st, s.clock)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
@@ -49,15 +49,24 @@ func (s *suite) peer(t *testing.T, st store.Store) store.Store {
 // elapse makes d pass on the store's clock: advances an injected clock, or
 // sleeps d plus a margin for millisecond truncation on a real clock.
 func (s *suite) elapse(d time.Duration) {
-	if s.h.Clock != nil {
-		s.h.Clock.Advance(d)
+	if s.clock != nil {
+		s.clock.Advance(d)
 		return
 	}
 	time.Sleep(d + 5*time.Millisecond)
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), opTimeout)
+// background is the context every store call of the suite derives from:
+// Harness.Context's, or context.Background.
+func (s *suite) background() context.Context {
+	if s.h.Context == nil {
+		return context.Background()
+	}
+	return s.h.Context(context.Background())
+}
+
+func (s *suite) ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(s.background(), opTimeout)
 	t.Cleanup(cancel)
 	return c
 }
@@ -78,9 +87,9 @@ func params(id store.Identity, fp string, lease, retention time.Duration) store.
 	return store.ClaimParams{Identity: id, Fingerprint: fp, Token: newToken(), Lease: lease, Retention: retention}
 }
 
-func mustClaim(t *testing.T, st store.Store, p store.ClaimParams, want store.State) store.ClaimResult {
+func (s *suite) mustClaim(t *testing.T, st store.Store, p store.ClaimParams, want store.State) store.ClaimResult {
 	t.Helper()
-	res, err := st.Claim(ctx(t), p)
+	res, err := st.Claim(s.ctx(t), p)
 	if err != nil {
 		t.Fatalf("Claim(%+v): %v", p.Identity, err)
 	}
@@ -90,9 +99,9 @@ func mustClaim(t *testing.T, st store.Store, p store.ClaimParams, want store.Sta
 	return res
 }
 
-func mustGet(t *testing.T, st store.Store, id store.Identity) *store.Record {
+func (s *suite) mustGet(t *testing.T, st store.Store, id store.Identity) *store.Record {
 	t.Helper()
-	r, err := st.Get(ctx(t), id)
+	r, err := st.Get(s.ctx(t), id)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -101,9 +110,9 @@ func mustGet(t *testing.T, st store.Store, id store.Identity) *store.Record {
 
 type boolOp func(context.Context) (bool, error)
 
-func mustBool(t *testing.T, what string, op boolOp, want bool) {
+func (s *suite) mustBool(t *testing.T, what string, op boolOp, want bool) {
 	t.Helper()
-	got, err := op(ctx(t))
+	got, err := op(s.ctx(t))
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}

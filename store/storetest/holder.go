@@ -13,13 +13,13 @@ func (s *suite) testStaleToken(t *testing.T) {
 	t.Run("wrong token", func(t *testing.T) {
 		id := newID()
 		p := params(id, "fp", longLease, time.Hour)
-		mustClaim(t, st, p, store.Claimed)
-		before := mustGet(t, st, id)
-		mustBool(t, "Complete wrong token", complete(st, id, "not-"+p.Token, sampleResponse()), false)
-		mustBool(t, "Release wrong token", release(st, id, "not-"+p.Token), false)
-		mustBool(t, "Extend wrong token", extend(st, id, "not-"+p.Token, 2*longLease), false)
-		mustBool(t, "Complete empty token", complete(st, id, "", sampleResponse()), false)
-		after := mustGet(t, st, id)
+		s.mustClaim(t, st, p, store.Claimed)
+		before := s.mustGet(t, st, id)
+		s.mustBool(t, "Complete wrong token", complete(st, id, "not-"+p.Token, sampleResponse()), false)
+		s.mustBool(t, "Release wrong token", release(st, id, "not-"+p.Token), false)
+		s.mustBool(t, "Extend wrong token", extend(st, id, "not-"+p.Token, 2*longLease), false)
+		s.mustBool(t, "Complete empty token", complete(st, id, "", sampleResponse()), false)
+		after := s.mustGet(t, st, id)
 		if !reflect.DeepEqual(before, after) {
 			t.Fatalf("record changed by wrong-token calls:\nbefore %+v\nafter  %+v", before, after)
 		}
@@ -27,19 +27,19 @@ func (s *suite) testStaleToken(t *testing.T) {
 	t.Run("after completion", func(t *testing.T) {
 		id := newID()
 		p := params(id, "fp", longLease, time.Hour)
-		mustClaim(t, st, p, store.Claimed)
+		s.mustClaim(t, st, p, store.Claimed)
 		resp := sampleResponse()
-		mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
-		before := mustGet(t, st, id)
+		s.mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
+		before := s.mustGet(t, st, id)
 		if before.Token != "" || !before.LeaseEnd.IsZero() {
 			t.Fatalf("completed record = %+v, want no token and zero lease end", before)
 		}
 		other := store.Response{Status: 500, Body: []byte("other")}
-		mustBool(t, "second Complete", complete(st, id, p.Token, other), false)
-		mustBool(t, "Release of completed", release(st, id, p.Token), false)
-		mustBool(t, "Extend of completed", extend(st, id, p.Token, longLease), false)
-		mustBool(t, "Release with empty token", release(st, id, ""), false)
-		after := mustGet(t, st, id)
+		s.mustBool(t, "second Complete", complete(st, id, p.Token, other), false)
+		s.mustBool(t, "Release of completed", release(st, id, p.Token), false)
+		s.mustBool(t, "Extend of completed", extend(st, id, p.Token, longLease), false)
+		s.mustBool(t, "Release with empty token", release(st, id, ""), false)
+		after := s.mustGet(t, st, id)
 		if !reflect.DeepEqual(before, after) {
 			t.Fatalf("completed record changed:\nbefore %+v\nafter  %+v", before, after)
 		}
@@ -48,34 +48,34 @@ func (s *suite) testStaleToken(t *testing.T) {
 	t.Run("after takeover", func(t *testing.T) {
 		id := newID()
 		a := params(id, "fp", shortLease, time.Hour)
-		mustClaim(t, st, a, store.Claimed)
+		s.mustClaim(t, st, a, store.Claimed)
 		s.elapse(shortLease)
 		b := params(id, "fp", longLease, time.Hour)
-		if res := mustClaim(t, st, b, store.Claimed); !res.Takeover {
+		if res := s.mustClaim(t, st, b, store.Claimed); !res.Takeover {
 			t.Fatalf("takeover claim = %+v, want Takeover", res)
 		}
-		before := mustGet(t, st, id)
-		mustBool(t, "Complete by old holder", complete(st, id, a.Token, sampleResponse()), false)
-		mustBool(t, "Extend by old holder", extend(st, id, a.Token, longLease), false)
-		mustBool(t, "Release by old holder", release(st, id, a.Token), false)
-		after := mustGet(t, st, id)
+		before := s.mustGet(t, st, id)
+		s.mustBool(t, "Complete by old holder", complete(st, id, a.Token, sampleResponse()), false)
+		s.mustBool(t, "Extend by old holder", extend(st, id, a.Token, longLease), false)
+		s.mustBool(t, "Release by old holder", release(st, id, a.Token), false)
+		after := s.mustGet(t, st, id)
 		if !reflect.DeepEqual(before, after) || after.Token != b.Token {
 			t.Fatalf("record changed by old holder:\nbefore %+v\nafter  %+v", before, after)
 		}
-		mustBool(t, "Complete by new holder", complete(st, id, b.Token, sampleResponse()), true)
+		s.mustBool(t, "Complete by new holder", complete(st, id, b.Token, sampleResponse()), true)
 	})
 	t.Run("after release", func(t *testing.T) {
 		id := newID()
 		p := params(id, "fp", longLease, time.Hour)
-		mustClaim(t, st, p, store.Claimed)
-		mustBool(t, "Release", release(st, id, p.Token), true)
-		mustBool(t, "second Release", release(st, id, p.Token), false)
-		mustBool(t, "Complete after Release", complete(st, id, p.Token, sampleResponse()), false)
-		mustBool(t, "Extend after Release", extend(st, id, p.Token, longLease), false)
-		if r := mustGet(t, st, id); r != nil {
+		s.mustClaim(t, st, p, store.Claimed)
+		s.mustBool(t, "Release", release(st, id, p.Token), true)
+		s.mustBool(t, "second Release", release(st, id, p.Token), false)
+		s.mustBool(t, "Complete after Release", complete(st, id, p.Token, sampleResponse()), false)
+		s.mustBool(t, "Extend after Release", extend(st, id, p.Token, longLease), false)
+		if r := s.mustGet(t, st, id); r != nil {
 			t.Fatalf("Get after Release = %+v, want nil", r)
 		}
-		if res := mustClaim(t, st, params(id, "other", longLease, time.Hour), store.Claimed); res.Takeover {
+		if res := s.mustClaim(t, st, params(id, "other", longLease, time.Hour), store.Claimed); res.Takeover {
 			t.Fatal("Claim after Release answered Takeover")
 		}
 	})
@@ -86,53 +86,53 @@ func (s *suite) testTakeover(t *testing.T) {
 	t.Run("same fingerprint", func(t *testing.T) {
 		id := newID()
 		a := params(id, "fp", shortLease, time.Hour)
-		mustClaim(t, st, a, store.Claimed)
+		s.mustClaim(t, st, a, store.Claimed)
 		s.elapse(shortLease)
-		if r := mustGet(t, st, id); r == nil || r.State != store.Abandoned || r.Token != a.Token {
+		if r := s.mustGet(t, st, id); r == nil || r.State != store.Abandoned || r.Token != a.Token {
 			t.Fatalf("Get past lease = %+v, want abandoned holding the first token", r)
 		}
 		b := params(id, "fp", longLease, time.Hour)
-		res := mustClaim(t, st, b, store.Claimed)
+		res := s.mustClaim(t, st, b, store.Claimed)
 		if !res.Takeover || res.Fingerprint != "fp" {
 			t.Fatalf("Claim past lease = %+v, want Claimed with Takeover", res)
 		}
-		if r := mustGet(t, st, id); r == nil || r.State != store.Running || r.Token != b.Token {
+		if r := s.mustGet(t, st, id); r == nil || r.State != store.Running || r.Token != b.Token {
 			t.Fatalf("Get after takeover = %+v, want running with the new token", r)
 		}
 		// The retried takeover claim keeps answering the same (its lease
 		// restarted, see RepeatedClaimRefreshesLease).
-		if again := mustClaim(t, st, b, store.Claimed); !again.Takeover || again.LeaseEnd.Before(res.LeaseEnd) {
+		if again := s.mustClaim(t, st, b, store.Claimed); !again.Takeover || again.LeaseEnd.Before(res.LeaseEnd) {
 			t.Fatalf("repeated takeover claim = %+v, want %+v", again, res)
 		}
 	})
 	t.Run("different fingerprint never", func(t *testing.T) {
 		id := newID()
 		a := params(id, "fp-a", shortLease, time.Hour)
-		claimed := mustClaim(t, st, a, store.Claimed)
+		claimed := s.mustClaim(t, st, a, store.Claimed)
 		s.elapse(shortLease)
 		for range 3 {
-			res := mustClaim(t, st, params(id, "fp-b", longLease, time.Hour), store.Abandoned)
+			res := s.mustClaim(t, st, params(id, "fp-b", longLease, time.Hour), store.Abandoned)
 			if res.Fingerprint != "fp-a" || res.Takeover || !res.LeaseEnd.Equal(claimed.LeaseEnd) {
 				t.Fatalf("Claim with other fingerprint = %+v, want Abandoned with fp-a", res)
 			}
 			s.elapse(shortLease)
 		}
-		if r := mustGet(t, st, id); r == nil || r.Token != a.Token {
+		if r := s.mustGet(t, st, id); r == nil || r.Token != a.Token {
 			t.Fatalf("record = %+v, want still held by the first token", r)
 		}
 	})
 	t.Run("NoTakeover", func(t *testing.T) {
 		id := newID()
 		a := params(id, "fp", shortLease, time.Hour)
-		mustClaim(t, st, a, store.Claimed)
+		s.mustClaim(t, st, a, store.Claimed)
 		s.elapse(shortLease)
 		b := params(id, "fp", longLease, time.Hour)
 		b.NoTakeover = true
-		res := mustClaim(t, st, b, store.Abandoned)
+		res := s.mustClaim(t, st, b, store.Abandoned)
 		if res.Fingerprint != "fp" || res.Takeover {
 			t.Fatalf("NoTakeover claim = %+v, want Abandoned", res)
 		}
-		if r := mustGet(t, st, id); r == nil || r.Token != a.Token {
+		if r := s.mustGet(t, st, id); r == nil || r.Token != a.Token {
 			t.Fatalf("record = %+v, want still held by the first token", r)
 		}
 	})
@@ -142,30 +142,30 @@ func (s *suite) testHolderPastLease(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	p := params(id, "fp", shortLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
+	s.mustClaim(t, st, p, store.Claimed)
 	s.elapse(shortLease)
-	mustBool(t, "Extend past lease, not taken over", extend(st, id, p.Token, longLease), true)
-	mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Running)
+	s.mustBool(t, "Extend past lease, not taken over", extend(st, id, p.Token, longLease), true)
+	s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Running)
 	id2 := newID()
 	p2 := params(id2, "fp", shortLease, time.Hour)
-	mustClaim(t, st, p2, store.Claimed)
+	s.mustClaim(t, st, p2, store.Claimed)
 	s.elapse(shortLease)
-	mustBool(t, "Complete past lease, not taken over", complete(st, id2, p2.Token, sampleResponse()), true)
-	mustClaim(t, st, params(id2, "fp", longLease, time.Hour), store.Completed)
+	s.mustBool(t, "Complete past lease, not taken over", complete(st, id2, p2.Token, sampleResponse()), true)
+	s.mustClaim(t, st, params(id2, "fp", longLease, time.Hour), store.Completed)
 }
 
 func (s *suite) testExtend(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
-	if c := s.h.Clock; c != nil {
+	if c := s.clock; c != nil {
 		lease := time.Second
 		p := params(id, "fp", lease, time.Hour)
-		mustClaim(t, st, p, store.Claimed)
+		s.mustClaim(t, st, p, store.Claimed)
 		c.Advance(lease - time.Millisecond)
 		extendedAt := c.Now().Truncate(time.Millisecond)
-		mustBool(t, "Extend", extend(st, id, p.Token, lease), true)
+		s.mustBool(t, "Extend", extend(st, id, p.Token, lease), true)
 		c.Advance(2 * time.Millisecond) // past the original lease end
-		res := mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
+		res := s.mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
 		if want := extendedAt.Add(lease); !res.LeaseEnd.Equal(want) {
 			t.Fatalf("LeaseEnd after Extend = %v, want %v", res.LeaseEnd, want)
 		}
@@ -175,16 +175,16 @@ func (s *suite) testExtend(t *testing.T) {
 	// a same-fingerprint claim right after each Extend must stay Running.
 	lease := 300 * time.Millisecond
 	p := params(id, "fp", lease, time.Hour)
-	first := mustClaim(t, st, p, store.Claimed)
+	first := s.mustClaim(t, st, p, store.Claimed)
 	for time.Until(first.LeaseEnd) > -lease {
 		time.Sleep(60 * time.Millisecond)
-		mustBool(t, "Extend", extend(st, id, p.Token, lease), true)
-		res := mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
+		s.mustBool(t, "Extend", extend(st, id, p.Token, lease), true)
+		res := s.mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
 		if !res.LeaseEnd.After(first.LeaseEnd) && time.Now().After(first.LeaseEnd) {
 			t.Fatalf("LeaseEnd %v not moved past the original %v", res.LeaseEnd, first.LeaseEnd)
 		}
 	}
-	if r := mustGet(t, st, id); r == nil || r.Token != p.Token || r.State != store.Running {
+	if r := s.mustGet(t, st, id); r == nil || r.Token != p.Token || r.State != store.Running {
 		t.Fatalf("record = %+v, want still running with the extending token", r)
 	}
 }

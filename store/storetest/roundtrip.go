@@ -38,7 +38,7 @@ func (s *suite) testRoundTripIdentity(t *testing.T) {
 		fp := fmt.Sprintf("fp-%d-\x00\xff-", i) + strings.Repeat("f", 100)
 		p := params(id, fp, longLease, time.Hour)
 		p.Token = fmt.Sprintf("tok\x00%d\xff", i)
-		res := mustClaim(t, st, p, store.Claimed)
+		res := s.mustClaim(t, st, p, store.Claimed)
 		if res.Fingerprint != fp {
 			t.Fatalf("%q: Claimed fingerprint %q, want %q", id, res.Fingerprint, fp)
 		}
@@ -47,14 +47,14 @@ func (s *suite) testRoundTripIdentity(t *testing.T) {
 	// Only after all claims: identities that differ only in where the
 	// separators fall must be distinct records.
 	for id, tok := range tokens {
-		r := mustGet(t, st, id)
+		r := s.mustGet(t, st, id)
 		if r == nil || r.Identity != id || r.Token != tok || r.Fingerprint != fingerprints[id] {
 			t.Fatalf("Get(%q) = %+v, want identity, token %q and fingerprint %q as given", id, r, tok, fingerprints[id])
 		}
 		resp := sampleResponse()
 		resp.Body = append(resp.Body, id.Owner...)
-		mustBool(t, "Complete", complete(st, id, tok, resp), true)
-		res := mustClaim(t, st, params(id, "x", longLease, time.Hour), store.Completed)
+		s.mustBool(t, "Complete", complete(st, id, tok, resp), true)
+		res := s.mustClaim(t, st, params(id, "x", longLease, time.Hour), store.Completed)
 		if res.Fingerprint != fingerprints[id] {
 			t.Fatalf("Completed fingerprint %q, want %q", res.Fingerprint, fingerprints[id])
 		}
@@ -72,22 +72,22 @@ func (s *suite) testRoundTripRecipe(t *testing.T) {
 	const recipe = "b=json&h=content-type&h=x-%00odd&q=0&v=hs1"
 	p := params(id, "fp", longLease, time.Hour)
 	p.Recipe = recipe
-	if res := mustClaim(t, st, p, store.Claimed); res.Recipe != recipe {
+	if res := s.mustClaim(t, st, p, store.Claimed); res.Recipe != recipe {
 		t.Fatalf("Claimed recipe %q, want the caller's %q", res.Recipe, recipe)
 	}
 	other := params(id, "fp-other", longLease, time.Hour)
 	other.Recipe = "b=raw&q=1&v=hs1"
-	if res := mustClaim(t, st, other, store.Running); res.Recipe != recipe || res.Fingerprint != "fp" {
+	if res := s.mustClaim(t, st, other, store.Running); res.Recipe != recipe || res.Fingerprint != "fp" {
 		t.Fatalf("Running answer = %+v, want the record's recipe %q and fingerprint", res, recipe)
 	}
-	if r := mustGet(t, st, id); r == nil || r.Recipe != recipe {
+	if r := s.mustGet(t, st, id); r == nil || r.Recipe != recipe {
 		t.Fatalf("Get = %+v, want recipe %q", r, recipe)
 	}
-	mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
-	if res := mustClaim(t, st, other, store.Completed); res.Recipe != recipe {
+	s.mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+	if res := s.mustClaim(t, st, other, store.Completed); res.Recipe != recipe {
 		t.Fatalf("Completed answer recipe %q, want %q", res.Recipe, recipe)
 	}
-	if r := mustGet(t, st, id); r == nil || r.Recipe != recipe {
+	if r := s.mustGet(t, st, id); r == nil || r.Recipe != recipe {
 		t.Fatalf("Get after Complete = %+v, want recipe %q", r, recipe)
 	}
 }
@@ -111,14 +111,14 @@ func (s *suite) testRoundTripResponse(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			id := newID()
 			p := params(id, "fp", longLease, time.Hour)
-			mustClaim(t, st, p, store.Claimed)
-			mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
-			r := mustGet(t, st, id)
+			s.mustClaim(t, st, p, store.Claimed)
+			s.mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
+			r := s.mustGet(t, st, id)
 			if r == nil || r.State != store.Completed || r.Fingerprint != "fp" || r.Token != "" {
 				t.Fatalf("Get = %+v, want completed record without token", r)
 			}
 			sameResponse(t, "Get", r.Response, resp)
-			res := mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
+			res := s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
 			sameResponse(t, "Claim", res.Response, resp)
 			if !res.Response.StoredAt.Equal(r.Response.StoredAt) {
 				t.Fatalf("StoredAt differs between Get (%v) and Claim (%v)", r.Response.StoredAt, res.Response.StoredAt)
@@ -134,45 +134,45 @@ func (s *suite) testCopies(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	p := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
+	s.mustClaim(t, st, p, store.Claimed)
 	resp := sampleResponse()
 	want := sampleResponse()
-	mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
+	s.mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
 	// Mutating what was passed in must not reach the store.
 	resp.Body[0] = 'X'
 	resp.Header.Set("Content-Type", "mutated")
 	resp.Header["X-Multi"][0] = "mutated"
-	got := mustGet(t, st, id)
+	got := s.mustGet(t, st, id)
 	sameResponse(t, "after mutating the input", got.Response, want)
 	// Nor must mutating what came out.
 	got.Response.Body[0] = 'Y'
 	got.Response.Header["X-Multi"][0] = "mutated"
-	res := mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
+	res := s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
 	sameResponse(t, "after mutating the output", res.Response, want)
 }
 
 func (s *suite) testGetDelete(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
-	if r := mustGet(t, st, id); r != nil {
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get of a fresh identity = %+v, want nil", r)
 	}
-	mustBool(t, "Delete absent", del(st, id), false)
+	s.mustBool(t, "Delete absent", del(st, id), false)
 	p := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
-	mustBool(t, "Delete running", del(st, id), true)
-	if r := mustGet(t, st, id); r != nil {
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustBool(t, "Delete running", del(st, id), true)
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get after Delete = %+v, want nil", r)
 	}
-	mustBool(t, "Complete after Delete", complete(st, id, p.Token, sampleResponse()), false)
+	s.mustBool(t, "Complete after Delete", complete(st, id, p.Token, sampleResponse()), false)
 	q := params(id, "fp", longLease, time.Hour)
-	if res := mustClaim(t, st, q, store.Claimed); res.Takeover {
+	if res := s.mustClaim(t, st, q, store.Claimed); res.Takeover {
 		t.Fatal("Claim after Delete answered Takeover")
 	}
-	mustBool(t, "Complete", complete(st, id, q.Token, sampleResponse()), true)
-	mustBool(t, "Delete completed", del(st, id), true)
-	mustBool(t, "Delete again", del(st, id), false)
-	if r := mustGet(t, st, id); r != nil {
+	s.mustBool(t, "Complete", complete(st, id, q.Token, sampleResponse()), true)
+	s.mustBool(t, "Delete completed", del(st, id), true)
+	s.mustBool(t, "Delete again", del(st, id), false)
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get after Delete = %+v, want nil", r)
 	}
 }

@@ -22,7 +22,7 @@ func (s *suite) testSweep(t *testing.T) {
 	}
 	sweep := func(when string, want int) {
 		t.Helper()
-		if n, err := sw.Sweep(ctx(t)); err != nil || n != want {
+		if n, err := sw.Sweep(s.ctx(t)); err != nil || n != want {
 			t.Fatalf("Sweep %s = %d, %v; want %d removed", when, n, err, want)
 		}
 	}
@@ -31,41 +31,41 @@ func (s *suite) testSweep(t *testing.T) {
 	for i := range 6 {
 		id := newID()
 		p := params(id, "fp", shortLease, retention)
-		mustClaim(t, st, p, store.Claimed)
+		s.mustClaim(t, st, p, store.Claimed)
 		if i%2 == 0 {
-			mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+			s.mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
 		}
 		expiring = append(expiring, id)
 	}
 	forever, abandoned, live := newID(), newID(), newID()
 	p := params(forever, "fp", shortLease, 0)
-	mustClaim(t, st, p, store.Claimed)
-	mustBool(t, "Complete", complete(st, forever, p.Token, sampleResponse()), true)
-	mustClaim(t, st, params(abandoned, "fp", shortLease, 0), store.Claimed)
-	mustClaim(t, st, params(live, "fp", longLease, time.Hour), store.Claimed)
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustBool(t, "Complete", complete(st, forever, p.Token, sampleResponse()), true)
+	s.mustClaim(t, st, params(abandoned, "fp", shortLease, 0), store.Claimed)
+	s.mustClaim(t, st, params(live, "fp", longLease, time.Hour), store.Claimed)
 	sweep("before anything expired", 0)
 	s.elapse(retention)
 	sweep("past the retention end", len(expiring))
 	for _, id := range expiring {
-		if r := mustGet(t, st, id); r != nil {
+		if r := s.mustGet(t, st, id); r != nil {
 			t.Fatalf("Get of a swept record = %+v, want nil", r)
 		}
 	}
 	for id, want := range map[store.Identity]store.State{forever: store.Completed, abandoned: store.Abandoned, live: store.Running} {
-		if r := mustGet(t, st, id); r == nil || r.State != want {
+		if r := s.mustGet(t, st, id); r == nil || r.State != want {
 			t.Fatalf("Get after Sweep = %+v, want a kept %v record", r, want)
 		}
 	}
-	if s.h.Clock != nil {
+	if s.clock != nil {
 		// A day later the crashed claim with retention 0 and the running
 		// record past claim time + retention go; retention 0 stays.
-		s.h.Clock.Advance(24 * time.Hour)
+		s.clock.Advance(24 * time.Hour)
 		sweep("a day later", 2)
-		if r := mustGet(t, st, forever); r == nil || r.State != store.Completed {
+		if r := s.mustGet(t, st, forever); r == nil || r.State != store.Completed {
 			t.Fatalf("completed record with retention 0 after Sweep = %+v, want kept", r)
 		}
 	}
-	done, cancel := context.WithCancel(context.Background())
+	done, cancel := context.WithCancel(s.background())
 	cancel()
 	if _, err := sw.Sweep(done); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sweep with a canceled context: err = %v, want it to wrap ErrUnavailable and context.Canceled", err)

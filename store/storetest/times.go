@@ -12,9 +12,9 @@ func (s *suite) testRetentionEnd(t *testing.T) {
 	retention := 150 * time.Millisecond
 	id := newID()
 	p := params(id, "fp", longLease, retention)
-	mustClaim(t, st, p, store.Claimed)
-	mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
-	r := mustGet(t, st, id)
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+	r := s.mustGet(t, st, id)
 	if r == nil || r.State != store.Completed {
 		t.Fatalf("Get right after Complete = %+v, want completed", r)
 	}
@@ -22,14 +22,14 @@ func (s *suite) testRetentionEnd(t *testing.T) {
 		t.Fatalf("RetentionEnd = %v, want StoredAt+retention = %v", r.RetentionEnd, want)
 	}
 	s.elapse(retention)
-	if r := mustGet(t, st, id); r != nil {
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get past retention end = %+v, want nil", r)
 	}
-	mustBool(t, "Complete past retention", complete(st, id, p.Token, sampleResponse()), false)
-	mustBool(t, "Extend past retention", extend(st, id, p.Token, longLease), false)
-	mustBool(t, "Release past retention", release(st, id, p.Token), false)
-	mustBool(t, "Delete past retention", del(st, id), false)
-	res := mustClaim(t, st, params(id, "other-fp", longLease, time.Hour), store.Claimed)
+	s.mustBool(t, "Complete past retention", complete(st, id, p.Token, sampleResponse()), false)
+	s.mustBool(t, "Extend past retention", extend(st, id, p.Token, longLease), false)
+	s.mustBool(t, "Release past retention", release(st, id, p.Token), false)
+	s.mustBool(t, "Delete past retention", del(st, id), false)
+	res := s.mustClaim(t, st, params(id, "other-fp", longLease, time.Hour), store.Claimed)
 	if res.Takeover {
 		t.Fatal("Claim past retention answered Takeover, want a fresh claim")
 	}
@@ -41,8 +41,8 @@ func (s *suite) testRunningExpiry(t *testing.T) {
 	lease, retention := shortLease, 2*shortLease
 	id := newID()
 	p := params(id, "fp", lease, retention)
-	res := mustClaim(t, st, p, store.Claimed)
-	r := mustGet(t, st, id)
+	res := s.mustClaim(t, st, p, store.Claimed)
+	r := s.mustGet(t, st, id)
 	if r == nil || !r.RetentionEnd.Equal(r.CreatedAt.Add(retention)) {
 		t.Fatalf("running record = %+v, want RetentionEnd = CreatedAt+retention", r)
 	}
@@ -50,58 +50,58 @@ func (s *suite) testRunningExpiry(t *testing.T) {
 		t.Fatalf("RetentionEnd %v before LeaseEnd %v", r.RetentionEnd, res.LeaseEnd)
 	}
 	s.elapse(retention)
-	if r := mustGet(t, st, id); r != nil {
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get past running record's end = %+v, want nil", r)
 	}
-	mustBool(t, "Complete past end", complete(st, id, p.Token, sampleResponse()), false)
-	mustBool(t, "Extend past end", extend(st, id, p.Token, longLease), false)
-	mustBool(t, "Release past end", release(st, id, p.Token), false)
-	mustBool(t, "Delete past end", del(st, id), false)
+	s.mustBool(t, "Complete past end", complete(st, id, p.Token, sampleResponse()), false)
+	s.mustBool(t, "Extend past end", extend(st, id, p.Token, longLease), false)
+	s.mustBool(t, "Release past end", release(st, id, p.Token), false)
+	s.mustBool(t, "Delete past end", del(st, id), false)
 	// A different fingerprint claims it: the record is absent, not abandoned.
-	res = mustClaim(t, st, params(id, "other-fp", longLease, time.Hour), store.Claimed)
+	res = s.mustClaim(t, st, params(id, "other-fp", longLease, time.Hour), store.Claimed)
 	if res.Takeover {
 		t.Fatal("Claim past running record's end answered Takeover, want a fresh claim")
 	}
 }
 
 func (s *suite) testExactBoundary(t *testing.T) {
-	if s.h.Clock == nil {
+	if s.clock == nil {
 		t.Skip("storetest: the exact end <= now boundary needs an injected clock (Harness.Clock)")
 	}
 	st := s.newStore(t)
-	c := s.h.Clock
+	c := s.clock
 	lease, retention := time.Second, 5*time.Second
 	id := newID()
 	p := params(id, "fp", lease, retention)
-	mustClaim(t, st, p, store.Claimed)
+	s.mustClaim(t, st, p, store.Claimed)
 	c.Advance(lease - time.Millisecond)
-	mustClaim(t, st, params(id, "fp", lease, retention), store.Running) // end > now: valid
+	s.mustClaim(t, st, params(id, "fp", lease, retention), store.Running) // end > now: valid
 	c.Advance(time.Millisecond)
 	// end == now: the lease is over.
-	mustClaim(t, st, params(id, "other", lease, retention), store.Abandoned)
-	if r := mustGet(t, st, id); r == nil || r.State != store.Abandoned {
+	s.mustClaim(t, st, params(id, "other", lease, retention), store.Abandoned)
+	if r := s.mustGet(t, st, id); r == nil || r.State != store.Abandoned {
 		t.Fatalf("Get at lease end = %+v, want abandoned", r)
 	}
 	q := params(id, "fp", lease, retention)
-	if res := mustClaim(t, st, q, store.Claimed); !res.Takeover {
+	if res := s.mustClaim(t, st, q, store.Claimed); !res.Takeover {
 		t.Fatal("Claim at lease end with same fingerprint: want Takeover")
 	}
-	mustBool(t, "Complete", complete(st, id, q.Token, sampleResponse()), true)
+	s.mustBool(t, "Complete", complete(st, id, q.Token, sampleResponse()), true)
 	c.Advance(retention - time.Millisecond)
-	if r := mustGet(t, st, id); r == nil || r.State != store.Completed {
+	if r := s.mustGet(t, st, id); r == nil || r.State != store.Completed {
 		t.Fatalf("Get 1ms before retention end = %+v, want completed", r)
 	}
 	c.Advance(time.Millisecond)
-	if r := mustGet(t, st, id); r != nil {
+	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get at retention end = %+v, want nil", r)
 	}
 	// Running record end, same boundary.
 	id2 := newID()
-	mustClaim(t, st, params(id2, "fp", lease, retention), store.Claimed)
+	s.mustClaim(t, st, params(id2, "fp", lease, retention), store.Claimed)
 	c.Advance(retention - time.Millisecond)
-	mustClaim(t, st, params(id2, "other", lease, retention), store.Abandoned)
+	s.mustClaim(t, st, params(id2, "other", lease, retention), store.Abandoned)
 	c.Advance(time.Millisecond)
-	mustClaim(t, st, params(id2, "other", lease, retention), store.Claimed)
+	s.mustClaim(t, st, params(id2, "other", lease, retention), store.Claimed)
 }
 
 func (s *suite) testOneClock(t *testing.T) {
@@ -109,24 +109,24 @@ func (s *suite) testOneClock(t *testing.T) {
 	id := newID()
 	retention := time.Hour
 	var now time.Time
-	if s.h.Clock != nil {
-		now = s.h.Clock.Now().Truncate(time.Millisecond)
+	if s.clock != nil {
+		now = s.clock.Now().Truncate(time.Millisecond)
 	}
 	p := params(id, "fp", 1500*time.Millisecond, retention)
-	res := mustClaim(t, st, p, store.Claimed)
-	r := mustGet(t, st, id)
+	res := s.mustClaim(t, st, p, store.Claimed)
+	r := s.mustGet(t, st, id)
 	if !r.CreatedAt.Equal(r.CreatedAt.Truncate(time.Millisecond)) || !res.LeaseEnd.Equal(r.CreatedAt.Add(p.Lease)) {
 		t.Fatalf("CreatedAt %v LeaseEnd %v: want ms resolution and LeaseEnd = CreatedAt+lease", r.CreatedAt, res.LeaseEnd)
 	}
-	if s.h.Clock != nil && !r.CreatedAt.Equal(now) {
+	if s.clock != nil && !r.CreatedAt.Equal(now) {
 		t.Fatalf("CreatedAt = %v, want the store clock's %v", r.CreatedAt, now)
 	}
-	mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
-	r = mustGet(t, st, id)
+	s.mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+	r = s.mustGet(t, st, id)
 	if r.Response.StoredAt.Before(r.CreatedAt) || !r.RetentionEnd.Equal(r.Response.StoredAt.Add(retention)) {
 		t.Fatalf("StoredAt %v CreatedAt %v RetentionEnd %v: want StoredAt >= CreatedAt, RetentionEnd = StoredAt+retention", r.Response.StoredAt, r.CreatedAt, r.RetentionEnd)
 	}
-	if s.h.Clock != nil && !r.Response.StoredAt.Equal(now) {
+	if s.clock != nil && !r.Response.StoredAt.Equal(now) {
 		t.Fatalf("StoredAt = %v, want the store clock's %v", r.Response.StoredAt, now)
 	}
 }
@@ -135,21 +135,21 @@ func (s *suite) testRetentionZero(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	p := params(id, "fp", shortLease, 0)
-	mustClaim(t, st, p, store.Claimed)
-	mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
-	r := mustGet(t, st, id)
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustBool(t, "Complete", complete(st, id, p.Token, sampleResponse()), true)
+	r := s.mustGet(t, st, id)
 	if r == nil || r.State != store.Completed || !r.RetentionEnd.IsZero() {
 		t.Fatalf("completed record with retention 0 = %+v, want RetentionEnd zero (never)", r)
 	}
-	if s.h.Clock != nil {
-		s.h.Clock.Advance(100 * 365 * 24 * time.Hour)
+	if s.clock != nil {
+		s.clock.Advance(100 * 365 * 24 * time.Hour)
 	} else {
 		s.elapse(2 * shortLease)
 	}
-	if r := mustGet(t, st, id); r == nil || r.State != store.Completed {
+	if r := s.mustGet(t, st, id); r == nil || r.State != store.Completed {
 		t.Fatalf("completed record with retention 0 after a long time = %+v, want kept", r)
 	}
-	mustClaim(t, st, params(id, "fp", longLease, 0), store.Completed)
+	s.mustClaim(t, st, params(id, "fp", longLease, 0), store.Completed)
 }
 
 func (s *suite) testRunningAlwaysExpires(t *testing.T) {
@@ -157,10 +157,10 @@ func (s *suite) testRunningAlwaysExpires(t *testing.T) {
 	for _, retention := range []time.Duration{0, time.Millisecond, time.Hour} {
 		id := newID()
 		p := params(id, "fp", longLease, retention)
-		res := mustClaim(t, st, p, store.Claimed)
+		res := s.mustClaim(t, st, p, store.Claimed)
 		check := func(when string) {
 			t.Helper()
-			r := mustGet(t, st, id)
+			r := s.mustGet(t, st, id)
 			if r == nil || r.RetentionEnd.IsZero() || r.RetentionEnd.Before(r.LeaseEnd) {
 				t.Fatalf("retention %v, %s: running record %+v must expire, not before its lease end", retention, when, r)
 			}
@@ -169,18 +169,18 @@ func (s *suite) testRunningAlwaysExpires(t *testing.T) {
 			}
 		}
 		check("after Claim")
-		mustBool(t, "Extend", extend(st, id, p.Token, 2*longLease), true)
+		s.mustBool(t, "Extend", extend(st, id, p.Token, 2*longLease), true)
 		check("after Extend")
-		if r := mustGet(t, st, id); !r.LeaseEnd.After(res.LeaseEnd) {
+		if r := s.mustGet(t, st, id); !r.LeaseEnd.After(res.LeaseEnd) {
 			t.Fatalf("Extend did not move the lease end: %v -> %v", res.LeaseEnd, r.LeaseEnd)
 		}
 	}
-	if s.h.Clock != nil {
+	if s.clock != nil {
 		// A crashed holder's record with retention 0 is gone a day after its lease.
 		id := newID()
-		mustClaim(t, st, params(id, "fp", time.Second, 0), store.Claimed)
-		s.h.Clock.Advance(time.Second + 24*time.Hour)
-		if r := mustGet(t, st, id); r != nil {
+		s.mustClaim(t, st, params(id, "fp", time.Second, 0), store.Claimed)
+		s.clock.Advance(time.Second + 24*time.Hour)
+		if r := s.mustGet(t, st, id); r != nil {
 			t.Fatalf("abandoned record with retention 0 a day past its lease = %+v, want nil", r)
 		}
 	}

@@ -28,14 +28,14 @@ func (s *suite) testWatch(t *testing.T, by string, peer bool) {
 	ch2, stop2 := watcherStore.Watch(id)
 	defer stop2()
 	p := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, actor, p, store.Claimed)
+	s.mustClaim(t, actor, p, store.Claimed)
 	switch by {
 	case "complete":
-		mustBool(t, "Complete", complete(actor, id, p.Token, sampleResponse()), true)
+		s.mustBool(t, "Complete", complete(actor, id, p.Token, sampleResponse()), true)
 	case "release":
-		mustBool(t, "Release", release(actor, id, p.Token), true)
+		s.mustBool(t, "Release", release(actor, id, p.Token), true)
 	case "delete":
-		mustBool(t, "Delete", del(actor, id), true)
+		s.mustBool(t, "Delete", del(actor, id), true)
 	}
 	waitClosed(t, ch1, by)
 	waitClosed(t, ch2, by+" (second watcher)")
@@ -47,32 +47,32 @@ func (s *suite) testWatchOthers(t *testing.T) {
 	// Same owner and route, other key: must not wake.
 	other.Owner, other.Scope = watched.Owner, watched.Scope
 	p := params(watched, "fp", longLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
+	s.mustClaim(t, st, p, store.Claimed)
 	ch, stop := st.Watch(watched)
 	defer stop()
 	for _, by := range []string{"complete", "release", "delete"} {
 		q := params(other, "fp", longLease, time.Hour)
-		mustClaim(t, st, q, store.Claimed)
+		s.mustClaim(t, st, q, store.Claimed)
 		switch by {
 		case "complete":
-			mustBool(t, "Complete other", complete(st, other, q.Token, sampleResponse()), true)
-			mustBool(t, "Delete other", del(st, other), true)
+			s.mustBool(t, "Complete other", complete(st, other, q.Token, sampleResponse()), true)
+			s.mustBool(t, "Delete other", del(st, other), true)
 		case "release":
-			mustBool(t, "Release other", release(st, other, q.Token), true)
+			s.mustBool(t, "Release other", release(st, other, q.Token), true)
 		case "delete":
-			mustBool(t, "Delete other", del(st, other), true)
+			s.mustBool(t, "Delete other", del(st, other), true)
 		}
 	}
 	// Changes to the watched record that are not completion, release or
 	// deletion do not wake it either.
-	mustBool(t, "Extend watched", extend(st, watched, p.Token, longLease), true)
-	mustClaim(t, st, params(watched, "fp", longLease, time.Hour), store.Running)
+	s.mustBool(t, "Extend watched", extend(st, watched, p.Token, longLease), true)
+	s.mustClaim(t, st, params(watched, "fp", longLease, time.Hour), store.Running)
 	select {
 	case <-ch:
 		t.Fatalf("watcher woken by changes to another identity")
 	case <-time.After(quietWindow):
 	}
-	mustBool(t, "Complete watched", complete(st, watched, p.Token, sampleResponse()), true)
+	s.mustBool(t, "Complete watched", complete(st, watched, p.Token, sampleResponse()), true)
 	waitClosed(t, ch, "complete of the watched identity")
 }
 
@@ -85,8 +85,8 @@ func (s *suite) testWatchStop(t *testing.T) {
 	live, stopLive := st.Watch(id)
 	defer stopLive()
 	p := params(id, "fp", longLease, time.Hour)
-	mustClaim(t, st, p, store.Claimed)
-	mustBool(t, "Release", release(st, id, p.Token), true)
+	s.mustClaim(t, st, p, store.Claimed)
+	s.mustBool(t, "Release", release(st, id, p.Token), true)
 	waitClosed(t, live, "release")
 	select {
 	case <-ch:

@@ -44,10 +44,10 @@ func newStore(t testing.TB, opts valkey.Options) *valkey.Store {
 
 func harness(addrs []string) storetest.Harness {
 	return storetest.Harness{
-		NewStore: func(t *testing.T) store.Store {
+		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
 			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix()})
 		},
-		NewPeer: func(t *testing.T, s store.Store) store.Store {
+		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
 			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix()})
 		},
 	}
