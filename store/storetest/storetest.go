@@ -16,6 +16,9 @@
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs
+//
+// instrumented_test.go runs the suite through the metrics and tracing
+// wrappers of the store (metrics.InstrumentStore, tracing.InstrumentStore).
 package storetest
 
 import (
