@@ -155,6 +155,29 @@ type Record struct {
 // keeps working).
 var ErrUnavailable = errors.New("store unavailable")
 
+// OpError is the error of a store operation that could not reach or use
+// the backing server, like net.OpError for a network operation: it wraps
+// ErrUnavailable and its cause (a server or connection error, a done
+// context), so both errors.Is(err, ErrUnavailable) and
+// errors.Is(err, context.DeadlineExceeded) hold, and errors.As finds the
+// operation. Drivers return it instead of formatting the message by hand.
+type OpError struct {
+	// Store names the driver: "memory", "bolt", "valkey", "postgres".
+	Store string
+	// Op is the operation: "claim", "complete", ..., "ping", "sweep".
+	Op string
+	// Err is the cause.
+	Err error
+}
+
+// Error reads "<store> store: <op>: store unavailable: <cause>".
+func (e *OpError) Error() string {
+	return e.Store + " store: " + e.Op + ": " + ErrUnavailable.Error() + ": " + e.Err.Error()
+}
+
+// Unwrap returns ErrUnavailable and the cause.
+func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
 // ErrNotAcknowledged wraps a write that the backing server made but that
 // fewer replicas (or, with an AOF requirement, not the primary's disk)
 // acknowledged within the configured time (Valkey store, acks): a failover

@@ -228,7 +228,7 @@ func msTime(ms int64) time.Time {
 func over(endMs, nowMs int64) bool { return endMs != 0 && endMs <= nowMs }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("bolt store: %s: %w: %w", op, store.ErrUnavailable, err)
+	return &store.OpError{Store: "bolt", Op: op, Err: err}
 }
 
 // errAbandoned makes a transaction roll back because its caller's context

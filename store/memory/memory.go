@@ -3,7 +3,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -112,7 +111,7 @@ func (s *Store) live(id store.Identity, now time.Time) *record {
 
 func ctxErr(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory store: %s: %w: %w", op, store.ErrUnavailable, err)
+		return &store.OpError{Store: "memory", Op: op, Err: err}
 	}
 	return nil
 }

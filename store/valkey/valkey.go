@@ -285,7 +285,7 @@ func (s *Store) KeyPrefix() string { return s.prefix }
 func (s *Store) Channel() string { return s.channel }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("valkey store: %s: %w: %w", op, store.ErrUnavailable, err)
+	return &store.OpError{Store: "valkey", Op: op, Err: err}
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
