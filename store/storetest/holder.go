@@ -171,13 +171,15 @@ func (s *suite) testExtend(t *testing.T) {
 		}
 		return
 	}
-	// Real clock: extend every 60ms with a 300ms lease for twice the lease;
+	// Real clock: extend every 200ms with a 1s lease for twice the lease;
 	// a same-fingerprint claim right after each Extend must stay Running.
-	lease := 300 * time.Millisecond
+	// The lease leaves room for a loaded machine running the subtests in
+	// parallel: the Claim must come within a lease of the Extend.
+	lease := time.Second
 	p := params(id, "fp", lease, time.Hour)
 	first := s.mustClaim(t, st, p, store.Claimed)
 	for time.Until(first.LeaseEnd) > -lease {
-		time.Sleep(60 * time.Millisecond)
+		time.Sleep(lease / 5)
 		s.mustBool(t, "Extend", extend(st, id, p.Token, lease), true)
 		res := s.mustClaim(t, st, params(id, "fp", lease, time.Hour), store.Running)
 		if !res.LeaseEnd.After(first.LeaseEnd) && time.Now().After(first.LeaseEnd) {
