@@ -79,11 +79,11 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// ClaimParams are the inputs of Claim.
+// ClaimParams are the inputs of Claim; Validate checks the bounds below.
 type ClaimParams struct {
 	Identity Identity
 	// Fingerprint identifies the request (see policy.Fingerprint), at most
-	// 128 bytes.
+	// MaxFingerprintBytes.
 	Fingerprint string
 	// Recipe names how Fingerprint was computed (policy.FingerprintSpec.Recipe,
 	// at most MaxRecipeBytes); the record keeps it, so a retry made after the
@@ -94,8 +94,8 @@ type ClaimParams struct {
 	// attempt; only the holder of the token may Complete, Release or Extend
 	// the record.
 	Token string
-	// Lease is how long the claim holds the record without an Extend; > 0,
-	// millisecond resolution.
+	// Lease is how long the claim holds the record without an Extend; at
+	// least 1 ms, millisecond resolution.
 	Lease time.Duration
 	// Retention is how long a completed record is kept after Complete;
 	// 0 keeps it forever. Millisecond resolution.
@@ -154,6 +154,29 @@ type Record struct {
 // errors are returned wrapped as well (errors.Is(err, context.DeadlineExceeded)
 // keeps working).
 var ErrUnavailable = errors.New("store unavailable")
+
+// OpError is the error of a store operation that could not reach or use
+// the backing server, like net.OpError for a network operation: it wraps
+// ErrUnavailable and its cause (a server or connection error, a done
+// context), so both errors.Is(err, ErrUnavailable) and
+// errors.Is(err, context.DeadlineExceeded) hold, and errors.As finds the
+// operation. Drivers return it instead of formatting the message by hand.
+type OpError struct {
+	// Store names the driver: "memory", "bolt", "valkey", "postgres".
+	Store string
+	// Op is the operation: "claim", "complete", ..., "ping", "sweep".
+	Op string
+	// Err is the cause.
+	Err error
+}
+
+// Error reads "<store> store: <op>: store unavailable: <cause>".
+func (e *OpError) Error() string {
+	return e.Store + " store: " + e.Op + ": " + ErrUnavailable.Error() + ": " + e.Err.Error()
+}
+
+// Unwrap returns ErrUnavailable and the cause.
+func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 
 // ErrNotAcknowledged wraps a write that the backing server made but that
 // fewer replicas (or, with an AOF requirement, not the primary's disk)
@@ -222,7 +245,8 @@ const SafetyPoll = time.Second
 //     this process and in every other process sharing the backing server.
 type Store interface {
 	// Claim tries to take the record for p.Identity; see the contract above.
-	// Errors wrap ErrUnavailable.
+	// Errors wrap ErrUnavailable, except for parameters that p.Validate
+	// rejects: that error wraps ErrInvalid.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 	// Complete stores resp in the record while it still holds token, ends
 	// the lease and sets the retention end to now+Retention of the claim
@@ -234,7 +258,8 @@ type Store interface {
 	Release(ctx context.Context, id Identity, token string) (bool, error)
 	// Extend moves the lease end to now+lease while the record still holds
 	// token (the heartbeat of a long upstream call) and reports whether it
-	// did. Errors wrap ErrUnavailable.
+	// did. Errors wrap ErrUnavailable, except for a lease that
+	// ValidateLease rejects: that error wraps ErrInvalid.
 	Extend(ctx context.Context, id Identity, token string, lease time.Duration) (bool, error)
 	// Get returns the record for id, or nil when it is absent. Errors wrap
 	// ErrUnavailable.
@@ -255,4 +280,18 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases connections and stops background work.
 	Close() error
+}
+
+// Sweeper is implemented by stores that keep expired records until a
+// sweep removes them (memory, bolt, Postgres; Valkey expires its keys by
+// itself). A record past its retention end is absent to every operation
+// whether swept or not (contract rule 2): sweeping only keeps the store
+// from growing. Such stores sweep in the background; callers and tests
+// may also sweep at once. Check for it with a type assertion.
+type Sweeper interface {
+	// Sweep removes records past their retention end, never a live one,
+	// and returns how many it removed. A driver may bound the work of one
+	// call and leave the rest to the next. Errors, a done ctx included,
+	// wrap ErrUnavailable.
+	Sweep(ctx context.Context) (int, error)
 }

@@ -118,7 +118,10 @@ type Store struct {
 	closeErr  error
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 // New opens or creates the bbolt file at path (mode 0600; its directory
 // must exist) and starts the background sweep. It fails with an error
@@ -225,7 +228,7 @@ func msTime(ms int64) time.Time {
 func over(endMs, nowMs int64) bool { return endMs != 0 && endMs <= nowMs }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("bolt store: %s: %w: %w", op, store.ErrUnavailable, err)
+	return &store.OpError{Store: "bolt", Op: op, Err: err}
 }
 
 // errAbandoned makes a transaction roll back because its caller's context
@@ -428,10 +431,11 @@ func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult,
 // Claim implements store.Store. Answers that change nothing (Completed,
 // Running, Abandoned) come from a read transaction, so replays do not queue
 // behind writes; the rest is decided again inside one write transaction.
-// Errors wrap store.ErrUnavailable.
+// Errors wrap store.ErrUnavailable, or store.ErrInvalid for parameters
+// p.Validate rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if p.Lease <= 0 {
-		return store.ClaimResult{}, fmt.Errorf("bolt store: claim: lease %v must be > 0", p.Lease)
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
 	}
 	var (
 		res  store.ClaimResult
@@ -545,10 +549,11 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 	})
 }
 
-// Extend implements store.Store. Errors wrap store.ErrUnavailable.
+// Extend implements store.Store. Errors wrap store.ErrUnavailable, or
+// store.ErrInvalid for a lease store.ValidateLease rejects.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if lease <= 0 {
-		return false, fmt.Errorf("bolt store: extend: lease %v must be > 0", lease)
+	if err := store.ValidateLease(lease); err != nil {
+		return false, err
 	}
 	return s.holding(ctx, "extend", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
 		r.leaseEndMs = nowMs + lease.Milliseconds()
@@ -666,9 +671,9 @@ func (s *Store) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep removes every record past its expiry, at most 1000 per write
-// transaction so writers never wait long, and returns how many it removed.
-// The background sweep calls it; tests may call it directly. It stops
+// Sweep implements store.Sweeper: it removes every record past its expiry,
+// at most 1000 per write transaction so writers never wait long, and
+// returns how many it removed. The background sweep calls it. It stops
 // early with an error wrapping store.ErrUnavailable when ctx ends or a
 // transaction fails.
 func (s *Store) Sweep(ctx context.Context) (int, error) {

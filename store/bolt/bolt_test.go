@@ -104,16 +104,15 @@ func dbPath(t testing.TB) string { return filepath.Join(t.TempDir(), "idemgate.d
 
 func TestContractInjectedClock(t *testing.T) {
 	// A start off the millisecond grid checks that the store truncates.
-	clock := storetest.NewClock(time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC))
 	storetest.RunHarness(t, storetest.Harness{
-		NewStore: func(t *testing.T) store.Store {
+		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			s, err := bolt.New(dbPath(t), bolt.WithClock(clock.Now))
 			if err != nil {
 				t.Fatalf("bolt.New: %v", err)
 			}
 			return s
 		},
-		Clock: clock,
+		ClockStart: time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.UTC),
 	})
 }
 
@@ -231,39 +230,6 @@ func mustLen(t *testing.T, s *bolt.Store) int {
 		t.Fatalf("Len: %v", err)
 	}
 	return n
-}
-
-func TestSweepRemovesExpiredRecords(t *testing.T) {
-	clock := storetest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := open(t, dbPath(t), bolt.WithClock(clock.Now), bolt.WithSweepInterval(0))
-	ctx := t.Context()
-	claimAndComplete(t, s, store.Identity{Key: "retention-1s"}, time.Second)
-	claimAndComplete(t, s, store.Identity{Key: "retention-0"}, 0)
-	// An abandoned claim with retention 0 goes a day after its lease end.
-	if _, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Key: "abandoned"}, Fingerprint: "fp", Token: "t", Lease: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	// Short-lived running records.
-	const many = 20
-	for i := range many {
-		if _, err := s.Claim(ctx, store.ClaimParams{Identity: store.Identity{Key: fmt.Sprint("short-", i)}, Fingerprint: "fp", Token: "t", Lease: time.Millisecond, Retention: time.Millisecond}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got, err := s.Sweep(ctx); err != nil || got != 0 {
-		t.Fatalf("Sweep before anything expired removed %d (%v), want 0", got, err)
-	}
-	clock.Advance(time.Second)
-	if got, err := s.Sweep(ctx); err != nil || got != many+1 || mustLen(t, s) != 2 {
-		t.Fatalf("Sweep removed %d (%v), %d left; want %d removed, 2 left", got, err, mustLen(t, s), many+1)
-	}
-	clock.Advance(24 * time.Hour)
-	if got, err := s.Sweep(ctx); err != nil || got != 1 || mustLen(t, s) != 1 {
-		t.Fatalf("Sweep removed %d (%v), %d left; want the abandoned claim removed, the retention-0 record kept", got, err, mustLen(t, s))
-	}
-	if r, err := s.Get(ctx, store.Identity{Key: "retention-0"}); err != nil || r == nil || r.State != store.Completed {
-		t.Fatalf("retention-0 record = %+v %v, want kept", r, err)
-	}
 }
 
 func TestExpiredRecordIsAbsentBeforeSweep(t *testing.T) {

@@ -3,8 +3,6 @@ package memory
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -52,7 +50,10 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 type record struct {
 	running     bool
@@ -110,7 +111,7 @@ func (s *Store) live(id store.Identity, now time.Time) *record {
 
 func ctxErr(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory store: %s: %w: %w", op, store.ErrUnavailable, err)
+		return &store.OpError{Store: "memory", Op: op, Err: err}
 	}
 	return nil
 }
@@ -127,31 +128,13 @@ func runningExpiry(now, leaseEnd time.Time, retention time.Duration) time.Time {
 	return leaseEnd
 }
 
-// checkClaim rejects parameters that would break the contract: an empty
-// token would let two claimers both hold the record (a repeated claim with
-// the holder's token answers Claimed), and a lease under the millisecond
-// resolution would end the moment it starts.
-func checkClaim(p store.ClaimParams) error {
-	if p.Token == "" {
-		return errors.New("memory store: claim: empty token")
-	}
-	if p.Lease < time.Millisecond {
-		return fmt.Errorf("memory store: claim: lease %v must be >= 1ms", p.Lease)
-	}
-	if p.Retention < 0 {
-		return fmt.Errorf("memory store: claim: negative retention %v", p.Retention)
-	}
-	return nil
-}
-
 // Claim implements store.Store. Errors wrap store.ErrUnavailable (only a
-// done ctx); an empty token, a lease under 1ms or a negative retention is
-// rejected with an error that does not.
+// done ctx), or store.ErrInvalid for parameters p.Validate rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if err := ctxErr(ctx, "claim"); err != nil {
+	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
-	if err := checkClaim(p); err != nil {
+	if err := ctxErr(ctx, "claim"); err != nil {
 		return store.ClaimResult{}, err
 	}
 	s.mu.Lock()
@@ -244,11 +227,11 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if err := ctxErr(ctx, "extend"); err != nil {
+	if err := store.ValidateLease(lease); err != nil {
 		return false, err
 	}
-	if lease < time.Millisecond {
-		return false, fmt.Errorf("memory store: extend: lease %v must be >= 1ms", lease)
+	if err := ctxErr(ctx, "extend"); err != nil {
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -341,14 +324,18 @@ func (s *Store) sweepLoop() {
 		case <-s.stopSweep:
 			return
 		case <-t.C:
-			s.Sweep()
+			_, _ = s.Sweep(context.Background())
 		}
 	}
 }
 
-// Sweep removes up to 10000 records past their expiry and returns how many
-// it removed. The background sweep calls it; tests may call it directly.
-func (s *Store) Sweep() int {
+// Sweep implements store.Sweeper: it removes up to 10000 records past
+// their expiry and returns how many it removed. The background sweep calls
+// it. It fails only on a done ctx.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	if err := ctxErr(ctx, "sweep"); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -362,7 +349,7 @@ func (s *Store) Sweep() int {
 			removed++
 		}
 	}
-	return removed
+	return removed, nil
 }
 
 // Len returns the number of records held, expired ones not yet swept

@@ -218,21 +218,11 @@ var errStale = errors.New("claim raced a concurrent change; statement sent again
 const maxStale = 10
 
 // Claim implements store.Store with one INSERT ... ON CONFLICT DO UPDATE
-// statement. Errors wrap store.ErrUnavailable; an empty token, a lease under
-// 1ms, a negative retention or a recipe over store.MaxRecipeBytes is
-// rejected with an error that does not.
+// statement. Errors wrap store.ErrUnavailable, or store.ErrInvalid for
+// parameters p.Validate rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if p.Token == "" {
-		return store.ClaimResult{}, errors.New("postgres store: claim: empty token")
-	}
-	if p.Lease < time.Millisecond {
-		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: lease %v must be >= 1ms", p.Lease)
-	}
-	if p.Retention < 0 {
-		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: negative retention %v", p.Retention)
-	}
-	if len(p.Recipe) > store.MaxRecipeBytes {
-		return store.ClaimResult{}, fmt.Errorf("postgres store: claim: recipe of %d bytes exceeds %d", len(p.Recipe), store.MaxRecipeBytes)
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
 	}
 	id := ID(p.Identity)
 	var out store.ClaimResult
@@ -383,10 +373,11 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 }
 
 // Extend implements store.Store with one UPDATE ... WHERE token = $2.
-// Errors wrap store.ErrUnavailable; a lease under 1ms is rejected.
+// Errors wrap store.ErrUnavailable, or store.ErrInvalid for a lease
+// store.ValidateLease rejects.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if lease < time.Millisecond {
-		return false, fmt.Errorf("postgres store: extend: lease %v must be >= 1ms", lease)
+	if err := store.ValidateLease(lease); err != nil {
+		return false, err
 	}
 	var n int64
 	err := s.run(ctx, "extend", retryAny, func(ctx context.Context) error {

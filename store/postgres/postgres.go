@@ -103,7 +103,10 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
+)
 
 // New connects to PostgreSQL, creates the table when it is missing (unless
 // Options.NoCreate), checks its columns, starts listening for
@@ -237,7 +240,7 @@ func (s *Store) TableName() string { return s.name }
 func (s *Store) Channel() string { return s.channel }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("postgres store: %s: %w: %w", op, store.ErrUnavailable, err)
+	return &store.OpError{Store: "postgres", Op: op, Err: err}
 }
 
 // now returns the injected clock's reading truncated to milliseconds, or

@@ -51,15 +51,14 @@ func open(t *testing.T, opts Options) *Store {
 // TestDatabaseClock and the fault tests cover the database clock.
 func TestContract(t *testing.T) {
 	srv := pgtest.Start(t)
-	clock := storetest.NewClock(time.Now())
 	storetest.RunHarness(t, storetest.Harness{
-		NewStore: func(t *testing.T) store.Store {
+		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			return open(t, Options{DSN: srv.DSN(), Table: freshTable(), Clock: clock.Now})
 		},
-		NewPeer: func(t *testing.T, s store.Store) store.Store {
+		NewPeer: func(t *testing.T, s store.Store, clock *storetest.Clock) store.Store {
 			return open(t, Options{DSN: srv.DSN(), Table: s.(*Store).TableName(), Clock: clock.Now})
 		},
-		Clock: clock,
+		ClockStart: time.Now(),
 	})
 }
 

@@ -29,28 +29,28 @@ func (s *Store) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep deletes rows whose expiry has passed (expiry <= now on the database
+// Sweep implements store.Sweeper: it deletes rows whose expiry has passed (expiry <= now on the database
 // clock) in statements of at most Options.SweepBatch rows each, skipping
 // rows locked by a concurrent operation, until a statement deletes fewer
 // than a batch or 100 statements ran. It returns how many rows it deleted.
 // Expired rows are absent to every operation whether swept or not; the
 // sweep only keeps the table from growing. Errors wrap store.ErrUnavailable.
-func (s *Store) Sweep(ctx context.Context) (int64, error) {
-	var total int64
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	total := 0
 	for range maxSweepBatches {
-		var n int64
+		var n int
 		err := s.run(ctx, "sweep", retryUnsent, func(ctx context.Context) error {
 			sctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
 			defer cancel()
 			tag, err := s.pool.Exec(sctx, s.sql.sweep, s.now(), s.sweepBatch)
-			n = tag.RowsAffected()
+			n = int(tag.RowsAffected())
 			return err
 		})
 		total += n
 		if err != nil {
 			return total, err
 		}
-		if n < int64(s.sweepBatch) {
+		if n < s.sweepBatch {
 			break
 		}
 	}

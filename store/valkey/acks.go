@@ -15,6 +15,29 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
+// Acks asks the primary to confirm that a write reached its replicas
+// before the write counts: WAIT Replicas Timeout (or WAITAOF 1 Replicas
+// Timeout with AOFLocal), sent right after the script, in one pipeline on
+// the same dedicated connection, because WAIT counts the acknowledgements
+// of its own connection's writes only. The zero value is off.
+type Acks struct {
+	// Replicas is how many replicas must acknowledge each claim, extension
+	// and completion; 0 asks none (acks off unless AOFLocal).
+	Replicas int
+	// AOFLocal also requires the write to be fsynced to the primary's
+	// append-only file (WAITAOF 1 Replicas Timeout); WAITAOF then counts
+	// only the replicas that fsynced it to their own AOF. Primary and
+	// replicas must run with appendonly yes, else every write fails closed.
+	AOFLocal bool
+	// Timeout is the longest the primary waits for the acknowledgements;
+	// at least 1 ms when acks are on. A write not acknowledged by then
+	// fails with store.ErrNotAcknowledged.
+	Timeout time.Duration
+}
+
+// On reports whether any acknowledgement is asked for.
+func (a Acks) On() bool { return a.Replicas > 0 || a.AOFLocal }
+
 // maxReplicaLag is the largest INFO replication "lag" (seconds since the
 // replica's last REPLCONF ACK, which replicas send every second) at which
 // Ping counts a replica as able to acknowledge. Generous, so that a busy

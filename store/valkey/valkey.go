@@ -3,25 +3,17 @@ package valkey
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	_ "embed"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/watch"
+	"github.com/valkey-io/valkey-go"
 )
 
 // DefaultKeyPrefix is the KeyPrefix used when Options.KeyPrefix is empty.
@@ -32,36 +24,6 @@ const DefaultDialTimeout = 2 * time.Second
 
 // DefaultConnTimeout is Options.ConnTimeout when unset.
 const DefaultConnTimeout = 3 * time.Second
-
-// maxResubscribeDelay caps the backoff between subscription attempts.
-const maxResubscribeDelay = time.Second
-
-// Every script starts with a shebang declaring its flags (#!lua, or
-// #!lua flags=no-writes for get.lua), so a Valkey out of memory refuses a
-// script that may write before it runs (docs/protocol.md, "Scripts").
-var (
-	//go:embed scripts/claim.lua
-	claimLua string
-	//go:embed scripts/complete.lua
-	completeLua string
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/extend.lua
-	extendLua string
-	//go:embed scripts/delete.lua
-	deleteLua string
-	//go:embed scripts/get.lua
-	getLua string
-)
-
-// Scripts returns the Lua source of every script by file name (claim.lua,
-// complete.lua, ...), as sent to the server; for docs and tests.
-func Scripts() map[string]string {
-	return map[string]string{
-		"claim.lua": claimLua, "complete.lua": completeLua, "release.lua": releaseLua,
-		"extend.lua": extendLua, "delete.lua": deleteLua, "get.lua": getLua,
-	}
-}
 
 // Options configures New.
 type Options struct {
@@ -108,29 +70,6 @@ type Options struct {
 	// wires it to metrics.Metrics.StoreAck.
 	OnAck func(op string, took time.Duration, acknowledged bool)
 }
-
-// Acks asks the primary to confirm that a write reached its replicas
-// before the write counts: WAIT Replicas Timeout (or WAITAOF 1 Replicas
-// Timeout with AOFLocal), sent right after the script, in one pipeline on
-// the same dedicated connection, because WAIT counts the acknowledgements
-// of its own connection's writes only. The zero value is off.
-type Acks struct {
-	// Replicas is how many replicas must acknowledge each claim, extension
-	// and completion; 0 asks none (acks off unless AOFLocal).
-	Replicas int
-	// AOFLocal also requires the write to be fsynced to the primary's
-	// append-only file (WAITAOF 1 Replicas Timeout); WAITAOF then counts
-	// only the replicas that fsynced it to their own AOF. Primary and
-	// replicas must run with appendonly yes, else every write fails closed.
-	AOFLocal bool
-	// Timeout is the longest the primary waits for the acknowledgements;
-	// at least 1 ms when acks are on. A write not acknowledged by then
-	// fails with store.ErrNotAcknowledged.
-	Timeout time.Duration
-}
-
-// On reports whether any acknowledgement is asked for.
-func (a Acks) On() bool { return a.Replicas > 0 || a.AOFLocal }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
 // and one subscription to the events channel, dispatched to in-process
@@ -255,29 +194,6 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 }
 
-// Key returns the record key of id under prefix: prefix + "{" + lowercase
-// hex SHA-256 of IdentityBytes(id) + "}". The braces make the whole digest
-// the Cluster hash tag.
-func Key(prefix string, id store.Identity) string {
-	sum := sha256.Sum256(IdentityBytes(id))
-	return prefix + "{" + hex.EncodeToString(sum[:]) + "}"
-}
-
-// IdentityBytes is the unambiguous encoding of id that Key hashes: for
-// Owner, Scope and Key in that order, the field's length in bytes as an
-// 8-byte big-endian unsigned integer followed by the field's bytes.
-func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
-	for _, f := range []string{id.Owner, id.Scope, id.Key} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
-
-// Key returns the record key of id in this store (see the package func Key).
-func (s *Store) Key(id store.Identity) string { return Key(s.prefix, id) }
-
 // KeyPrefix returns the prefix of every key of this store (Options.KeyPrefix).
 func (s *Store) KeyPrefix() string { return s.prefix }
 
@@ -285,20 +201,7 @@ func (s *Store) KeyPrefix() string { return s.prefix }
 func (s *Store) Channel() string { return s.channel }
 
 func unavailable(op string, err error) error {
-	return fmt.Errorf("valkey store: %s: %w: %w", op, store.ErrUnavailable, err)
-}
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-
-func msTime(v string) (time.Time, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("bad time %q: %w", v, err)
-	}
-	if n == 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(n), nil
+	return &store.OpError{Store: "valkey", Op: op, Err: err}
 }
 
 func (s *Store) exec(ctx context.Context, op string, l *valkey.Lua, id store.Identity, args ...string) (valkey.ValkeyResult, string, error) {
@@ -336,20 +239,11 @@ func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyRe
 }
 
 // Claim implements store.Store with claim.lua. Errors wrap
-// store.ErrUnavailable; an empty token, a lease under 1ms or a negative
-// retention is rejected with an error that does not.
+// store.ErrUnavailable, or store.ErrInvalid for parameters p.Validate
+// rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	// An empty token would let two claimers both hold the record (a claim
-	// finding its own token answers Claimed); a sub-millisecond lease would
-	// end the moment it starts.
-	if p.Token == "" {
-		return store.ClaimResult{}, errors.New("valkey store: claim: empty token")
-	}
-	if p.Lease < time.Millisecond {
-		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: lease %v must be >= 1ms", p.Lease)
-	}
-	if p.Retention < 0 {
-		return store.ClaimResult{}, fmt.Errorf("valkey store: claim: negative retention %v", p.Retention)
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
 	}
 	noTakeover := "0"
 	if p.NoTakeover {
@@ -385,74 +279,6 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
 	return out, nil
-}
-
-func replyStrings(res valkey.ValkeyResult) ([]string, error) {
-	arr, err := res.ToArray()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(arr))
-	for i := range arr {
-		if arr[i].IsNil() {
-			continue
-		}
-		if out[i], err = arr[i].ToString(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
-	v, err := replyStrings(res)
-	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
-	}
-	// Built only on failure: formatting a completed reply quotes the whole
-	// stored response, which cost more than the rest of Claim.
-	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
-	// The recipe is last in every reply; a layout 1 record has none (nil).
-	if len(v) < 4 {
-		return store.ClaimResult{}, bad()
-	}
-	recipe := v[len(v)-1]
-	switch v[0] {
-	case "claimed", "running", "abandoned":
-		lease, err := msTime(v[2])
-		if err != nil {
-			return store.ClaimResult{}, err
-		}
-		out := store.ClaimResult{Fingerprint: v[1], Recipe: recipe, LeaseEnd: lease}
-		switch v[0] {
-		case "claimed":
-			if len(v) != 5 {
-				return store.ClaimResult{}, bad()
-			}
-			out.State, out.Takeover = store.Claimed, v[3] == "1"
-		case "running":
-			if len(v) != 4 {
-				return store.ClaimResult{}, bad()
-			}
-			out.State = store.Running
-		default:
-			if len(v) != 4 {
-				return store.ClaimResult{}, bad()
-			}
-			out.State = store.Abandoned
-		}
-		return out, nil
-	case "completed":
-		if len(v) != 8 {
-			return store.ClaimResult{}, bad()
-		}
-		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
-		if err != nil {
-			return store.ClaimResult{}, err
-		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: recipe, Response: resp}, nil
-	}
-	return store.ClaimResult{}, bad()
 }
 
 func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, id store.Identity, wake bool, args ...string) (bool, error) {
@@ -498,10 +324,11 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 }
 
 // Extend implements store.Store with extend.lua. Errors wrap
-// store.ErrUnavailable; a lease under 1ms is rejected.
+// store.ErrUnavailable, or store.ErrInvalid for a lease
+// store.ValidateLease rejects.
 func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	if lease < time.Millisecond {
-		return false, fmt.Errorf("valkey store: extend: lease %v must be >= 1ms", lease)
+	if err := store.ValidateLease(lease); err != nil {
+		return false, err
 	}
 	if s.acks.On() {
 		return s.boolOpAcked(ctx, "extend", s.extendSrc, id, false, []string{token, ms(lease)})
@@ -533,180 +360,6 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		return nil, unavailable("get", err)
 	}
 	return r, nil
-}
-
-func parseRecord(v []string) (*store.Record, error) {
-	now, err := msTime(v[0])
-	if err != nil {
-		return nil, err
-	}
-	f := make(map[string]string, len(v)/2)
-	for i := 1; i+1 < len(v); i += 2 {
-		f[v[i]] = v[i+1]
-	}
-	r := &store.Record{
-		Identity:    store.Identity{Owner: f["o"], Scope: f["r"], Key: f["k"]},
-		Fingerprint: f["f"],
-		Recipe:      f["fr"],
-	}
-	if r.CreatedAt, err = msTime(f["c"]); err != nil {
-		return nil, err
-	}
-	if r.RetentionEnd, err = msTime(f["x"]); err != nil {
-		return nil, err
-	}
-	switch f["s"] {
-	case "completed":
-		r.State = store.Completed
-		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"]); err != nil {
-			return nil, err
-		}
-	case "running":
-		r.Token = f["t"]
-		if r.LeaseEnd, err = msTime(f["l"]); err != nil {
-			return nil, err
-		}
-		r.State = store.Running
-		if !r.LeaseEnd.After(now) {
-			r.State = store.Abandoned
-		}
-	default:
-		return nil, fmt.Errorf("record state %q", f["s"])
-	}
-	return r, nil
-}
-
-func decodeResponse(status, header, body, omitted, storedAt string) (*store.Response, error) {
-	code, err := strconv.Atoi(status)
-	if err != nil {
-		return nil, fmt.Errorf("bad status %q: %w", status, err)
-	}
-	h, err := DecodeHeader([]byte(header))
-	if err != nil {
-		return nil, err
-	}
-	at, err := msTime(storedAt)
-	if err != nil {
-		return nil, err
-	}
-	return &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}, nil
-}
-
-// EncodeHeader is the unambiguous encoding of h stored in the record's "h"
-// field: for each header name in byte order, for each of its values in
-// order, the name's length as a 4-byte big-endian unsigned integer, the
-// name, the value's length likewise, the value. A nil or empty h encodes to
-// no bytes. Names are kept exactly as in the map (not canonicalized).
-func EncodeHeader(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := 0
-	for name, vals := range h {
-		names = append(names, name)
-		for _, v := range vals {
-			size += 8 + len(name) + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	for _, name := range names {
-		for _, v := range h[name] {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
-			b = append(b, name...)
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
-// returns an error for truncated input.
-func DecodeHeader(b []byte) (http.Header, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	h := http.Header{}
-	next := func() (string, error) {
-		if len(b) < 4 {
-			return "", errors.New("header encoding truncated")
-		}
-		n := binary.BigEndian.Uint32(b)
-		b = b[4:]
-		if uint64(len(b)) < uint64(n) {
-			return "", errors.New("header encoding truncated")
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	for len(b) > 0 {
-		name, err := next()
-		if err != nil {
-			return nil, err
-		}
-		v, err := next()
-		if err != nil {
-			return nil, err
-		}
-		h[name] = append(h[name], v)
-	}
-	return h, nil
-}
-
-// Watch implements store.Store: the watcher is woken by the PUBLISH of
-// Complete, Release and Delete from any process, and spuriously whenever the
-// subscription is lost or re-established.
-func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	return s.watchers.Watch(s.Key(id))
-}
-
-func (s *Store) wake(key string) { s.watchers.Wake(key) }
-
-func (s *Store) wakeAll() { s.watchers.WakeAll() }
-
-// subscribe keeps one SUBSCRIBE to the events channel until ctx ends,
-// re-subscribing with backoff after errors. Every (re)subscription wakes all
-// watchers, since notifications may have been missed meanwhile.
-func (s *Store) subscribe(ctx context.Context, ready chan struct{}) {
-	defer close(s.subDone)
-	var readyOnce sync.Once
-	delay := 50 * time.Millisecond
-	for {
-		var subscribed atomic.Bool
-		hctx := valkey.WithOnSubscriptionHook(ctx, func(sub valkey.PubSubSubscription) {
-			if sub.Kind != "subscribe" || sub.Channel != s.channel {
-				return
-			}
-			// valkey-go re-subscribes by itself after a reconnection, so a
-			// second confirmation in one Receive is the other sign of an
-			// outage.
-			if subscribed.Swap(true) && s.onDisruption != nil {
-				s.onDisruption()
-			}
-			s.wakeAll()
-			readyOnce.Do(func() { close(ready) })
-		})
-		err := s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m valkey.PubSubMessage) {
-			s.wake(m.Message)
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("valkey store: events subscription lost; re-subscribing", "channel", s.channel, "err", err)
-		if s.onDisruption != nil {
-			s.onDisruption()
-		}
-		s.wakeAll()
-		if subscribed.Load() {
-			delay = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, maxResubscribeDelay)
-	}
 }
 
 // Ping implements store.Store with PING. With Acks.Replicas > 0 it also

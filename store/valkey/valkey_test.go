@@ -44,10 +44,10 @@ func newStore(t testing.TB, opts valkey.Options) *valkey.Store {
 
 func harness(addrs []string) storetest.Harness {
 	return storetest.Harness{
-		NewStore: func(t *testing.T) store.Store {
+		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
 			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix()})
 		},
-		NewPeer: func(t *testing.T, s store.Store) store.Store {
+		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
 			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix()})
 		},
 	}
@@ -498,25 +498,6 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkClaimCompleted(b *testing.B) {
 	srv := valkeytest.Start(b)
 	storetest.BenchmarkClaimCompleted(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
-}
-
-func TestRejectsUnsafeParams(t *testing.T) {
-	srv := valkeytest.Start(t)
-	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
-	id := store.Identity{Key: "k"}
-	for name, p := range map[string]store.ClaimParams{
-		"empty token":        {Identity: id, Fingerprint: "fp", Lease: time.Second},
-		"zero lease":         {Identity: id, Fingerprint: "fp", Token: "t"},
-		"sub-ms lease":       {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Microsecond},
-		"negative retention": {Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: -time.Second},
-	} {
-		if res, err := s.Claim(t.Context(), p); err == nil || res.State == store.Claimed {
-			t.Fatalf("%s: Claim = %+v, %v; want an error", name, res, err)
-		}
-	}
-	if out, err := srv.CLI("EXISTS", s.Key(id)); err != nil || out != "0" {
-		t.Fatalf("rejected claims left a record: EXISTS = %q, %v", out, err)
-	}
 }
 
 // TestFailingServer: a server that answers with an error (here WRONGTYPE on

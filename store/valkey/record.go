@@ -1,0 +1,238 @@
+package valkey
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Key returns the record key of id under prefix: prefix + "{" + lowercase
+// hex SHA-256 of IdentityBytes(id) + "}". The braces make the whole digest
+// the Cluster hash tag.
+func Key(prefix string, id store.Identity) string {
+	sum := sha256.Sum256(IdentityBytes(id))
+	return prefix + "{" + hex.EncodeToString(sum[:]) + "}"
+}
+
+// IdentityBytes is the unambiguous encoding of id that Key hashes: for
+// Owner, Scope and Key in that order, the field's length in bytes as an
+// 8-byte big-endian unsigned integer followed by the field's bytes.
+func IdentityBytes(id store.Identity) []byte {
+	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
+	for _, f := range []string{id.Owner, id.Scope, id.Key} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// Key returns the record key of id in this store (see the package func Key).
+func (s *Store) Key(id store.Identity) string { return Key(s.prefix, id) }
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+func msTime(v string) (time.Time, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q: %w", v, err)
+	}
+	if n == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(n), nil
+}
+
+func replyStrings(res valkey.ValkeyResult) ([]string, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(arr))
+	for i := range arr {
+		if arr[i].IsNil() {
+			continue
+		}
+		if out[i], err = arr[i].ToString(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
+	v, err := replyStrings(res)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
+	}
+	// Built only on failure: formatting a completed reply quotes the whole
+	// stored response, which cost more than the rest of Claim.
+	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
+	// The recipe is last in every reply; a layout 1 record has none (nil).
+	if len(v) < 4 {
+		return store.ClaimResult{}, bad()
+	}
+	recipe := v[len(v)-1]
+	switch v[0] {
+	case "claimed", "running", "abandoned":
+		lease, err := msTime(v[2])
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		out := store.ClaimResult{Fingerprint: v[1], Recipe: recipe, LeaseEnd: lease}
+		switch v[0] {
+		case "claimed":
+			if len(v) != 5 {
+				return store.ClaimResult{}, bad()
+			}
+			out.State, out.Takeover = store.Claimed, v[3] == "1"
+		case "running":
+			if len(v) != 4 {
+				return store.ClaimResult{}, bad()
+			}
+			out.State = store.Running
+		default:
+			if len(v) != 4 {
+				return store.ClaimResult{}, bad()
+			}
+			out.State = store.Abandoned
+		}
+		return out, nil
+	case "completed":
+		if len(v) != 8 {
+			return store.ClaimResult{}, bad()
+		}
+		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: recipe, Response: resp}, nil
+	}
+	return store.ClaimResult{}, bad()
+}
+
+func parseRecord(v []string) (*store.Record, error) {
+	now, err := msTime(v[0])
+	if err != nil {
+		return nil, err
+	}
+	f := make(map[string]string, len(v)/2)
+	for i := 1; i+1 < len(v); i += 2 {
+		f[v[i]] = v[i+1]
+	}
+	r := &store.Record{
+		Identity:    store.Identity{Owner: f["o"], Scope: f["r"], Key: f["k"]},
+		Fingerprint: f["f"],
+		Recipe:      f["fr"],
+	}
+	if r.CreatedAt, err = msTime(f["c"]); err != nil {
+		return nil, err
+	}
+	if r.RetentionEnd, err = msTime(f["x"]); err != nil {
+		return nil, err
+	}
+	switch f["s"] {
+	case "completed":
+		r.State = store.Completed
+		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"]); err != nil {
+			return nil, err
+		}
+	case "running":
+		r.Token = f["t"]
+		if r.LeaseEnd, err = msTime(f["l"]); err != nil {
+			return nil, err
+		}
+		r.State = store.Running
+		if !r.LeaseEnd.After(now) {
+			r.State = store.Abandoned
+		}
+	default:
+		return nil, fmt.Errorf("record state %q", f["s"])
+	}
+	return r, nil
+}
+
+func decodeResponse(status, header, body, omitted, storedAt string) (*store.Response, error) {
+	code, err := strconv.Atoi(status)
+	if err != nil {
+		return nil, fmt.Errorf("bad status %q: %w", status, err)
+	}
+	h, err := DecodeHeader([]byte(header))
+	if err != nil {
+		return nil, err
+	}
+	at, err := msTime(storedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}, nil
+}
+
+// EncodeHeader is the unambiguous encoding of h stored in the record's "h"
+// field: for each header name in byte order, for each of its values in
+// order, the name's length as a 4-byte big-endian unsigned integer, the
+// name, the value's length likewise, the value. A nil or empty h encodes to
+// no bytes. Names are kept exactly as in the map (not canonicalized).
+func EncodeHeader(h http.Header) []byte {
+	names := make([]string, 0, len(h))
+	size := 0
+	for name, vals := range h {
+		names = append(names, name)
+		for _, v := range vals {
+			size += 8 + len(name) + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	for _, name := range names {
+		for _, v := range h[name] {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+			b = append(b, name...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
+// returns an error for truncated input.
+func DecodeHeader(b []byte) (http.Header, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	h := http.Header{}
+	next := func() (string, error) {
+		if len(b) < 4 {
+			return "", errors.New("header encoding truncated")
+		}
+		n := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if uint64(len(b)) < uint64(n) {
+			return "", errors.New("header encoding truncated")
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, nil
+	}
+	for len(b) > 0 {
+		name, err := next()
+		if err != nil {
+			return nil, err
+		}
+		v, err := next()
+		if err != nil {
+			return nil, err
+		}
+		h[name] = append(h[name], v)
+	}
+	return h, nil
+}
