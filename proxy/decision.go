@@ -47,7 +47,7 @@ type action struct {
 	step    step
 	release release
 	// problem is the answer of stepAnswer; its kind fixes the outcome.
-	problem Problem
+	problem problem.Details
 	// response is what stepReplay writes, and what adoptRecord records.
 	response *store.Response
 	// retry is the Retry-After of stepWait when the wait times out.
@@ -243,7 +243,7 @@ func replayOf(resp *store.Response, rel release) action {
 	return action{step: stepReplay, release: rel, response: resp}
 }
 
-func answer(pr Problem) action { return action{step: stepAnswer, problem: pr} }
+func answer(pr problem.Details) action { return action{step: stepAnswer, problem: pr} }
 
 // conflict answers request-in-progress with Retry-After retry.
 func conflict(rel release, retry int) action {
@@ -254,7 +254,7 @@ func conflict(rel release, retry int) action {
 
 // inProgress is the answer to a request whose key another request holds,
 // also after a wait that timed out.
-func inProgress(retry int) Problem {
+func inProgress(retry int) problem.Details {
 	return withRetry(problem.InProgress.With(detailInFlight), retry)
 }
 

@@ -214,7 +214,7 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 		"the upstream exchange failed after the request was sent; it may have acted, so the key stays claimed until its lease ends"), err)
 }
 
-func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem, err error) {
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
 	p.fail(w, r, ex, pr)
 }

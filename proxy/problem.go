@@ -8,24 +8,17 @@ import (
 	"github.com/idemgate/idemgate/problem"
 )
 
-// ProblemBase is the prefix of every problem type URI (problem.Base).
-const ProblemBase = problem.Base
-
-// Problem is an RFC 9457 problem details object, the body of every error
-// response the proxy produces (problem.Details).
-type Problem = problem.Details
-
 // fail answers with pr, a problem of the catalog (problem.Kind.With), and
 // logs the request under the outcome of pr's kind: the pair is defined once,
 // in the catalog.
-func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem) {
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
 	problem.Write(w, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
 	p.done(r, ex)
 }
 
 // withRetry returns pr with a Retry-After of seconds.
-func withRetry(pr Problem, seconds int) Problem {
+func withRetry(pr problem.Details, seconds int) problem.Details {
 	pr.RetryAfter = seconds
 	return pr
 }

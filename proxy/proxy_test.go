@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -177,14 +178,14 @@ func problemType(t *testing.T, r result) string {
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Fatalf("Content-Type = %q, want application/problem+json (status %d, body %s)", ct, r.status, r.body)
 	}
-	var p proxy.Problem
+	var p problem.Details
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.body, err)
 	}
 	if p.Status != r.status || p.Title == "" {
 		t.Fatalf("problem %+v does not match status %d", p, r.status)
 	}
-	return strings.TrimPrefix(p.Type, proxy.ProblemBase)
+	return strings.TrimPrefix(p.Type, problem.Base)
 }
 
 func TestForwardOnceAndReplayExactly(t *testing.T) {
