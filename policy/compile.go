@@ -402,6 +402,9 @@ func normalize(r *Route, path string) []error {
 		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
+	if len(r.recipe) > MaxRecipeBytes {
+		bad("fingerprint.headers", "%d headers make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.recipe), MaxRecipeBytes)
+	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match)
 	} else if !scopeRE.MatchString(r.Scope) {

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -130,5 +131,20 @@ func TestHostRoutesNeverShareRecords(t *testing.T) {
 	}
 	if n := h.up.count("/v1/orders"); n != 2 {
 		t.Fatalf("upstream got %d requests, want 2 (one per host)", n)
+	}
+}
+
+// TestRecipeBoundsAgree: the policy refuses a route whose recipe the stores
+// would refuse at every claim.
+func TestRecipeBoundsAgree(t *testing.T) {
+	if policy.MaxRecipeBytes != store.MaxRecipeBytes {
+		t.Fatalf("policy.MaxRecipeBytes %d != store.MaxRecipeBytes %d", policy.MaxRecipeBytes, store.MaxRecipeBytes)
+	}
+	r := baseRoute()
+	for i := range 200 {
+		r.Fingerprint.Headers = append(r.Fingerprint.Headers, fmt.Sprintf("x-header-%03d", i))
+	}
+	if _, err := policy.New(r, nil); err == nil || !strings.Contains(err.Error(), "fingerprint.headers") {
+		t.Fatalf("New with a %d-header recipe = %v, want a fingerprint.headers error", len(r.Fingerprint.Headers), err)
 	}
 }
