@@ -74,6 +74,14 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 	}
 	b.duration("upstream.timeout", &c.Upstream.Timeout, raw.Upstream.Timeout)
+	ut := raw.Upstream.TLS
+	b.str(&c.Upstream.TLS.CAFile, ut.CAFile)
+	b.str(&c.Upstream.TLS.ServerName, ut.ServerName)
+	b.str(&c.Upstream.TLS.CertFile, ut.CertFile)
+	b.str(&c.Upstream.TLS.KeyFile, ut.KeyFile)
+	if v := ut.InsecureSkipVerify; v != nil {
+		c.Upstream.TLS.InsecureSkipVerify = *v
+	}
 	b.str(&c.Admin.Listen, raw.Admin.Listen)
 	b.str(&c.Admin.Token, raw.Admin.Token)
 	b.str(&c.Store.Driver, raw.Store.Driver)
@@ -125,6 +133,15 @@ func (b *builder) build(raw *rawConfig) *Config {
 			c.Server.MaxHeaderBytes = int(n)
 		}
 	}
+	if tp := s.TrustedProxies; tp != nil {
+		c.Server.TrustedProxies = append([]string(nil), (*tp)...)
+	}
+	st := s.TLS
+	b.str(&c.Server.TLS.CertFile, st.CertFile)
+	b.str(&c.Server.TLS.KeyFile, st.KeyFile)
+	b.str(&c.Server.TLS.MinVersion, st.MinVersion)
+	b.str(&c.Server.TLS.ClientCAFile, st.ClientCAFile)
+	b.str(&c.Server.TLS.ClientAuth, st.ClientAuth)
 	tr := raw.Tracing
 	if tr.Enabled != nil {
 		c.Tracing.Enabled = *tr.Enabled

@@ -60,6 +60,8 @@ type UpstreamConfig struct {
 	// Timeout bounds one upstream exchange; past it the client gets 504
 	// (upstream.timeout, default 60s).
 	Timeout time.Duration
+	// TLS is `upstream.tls:`, for every https upstream.
+	TLS UpstreamTLSConfig
 }
 
 // AdminConfig is the `admin:` section.
@@ -189,6 +191,12 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// MaxHeaderBytes bounds request headers, in bytes (default 1 MiB).
 	MaxHeaderBytes int
+	// TLS is `server.tls:`, TLS and mTLS on the proxy listener.
+	TLS ServerTLSConfig
+	// TrustedProxies (server.trusted_proxies) are the CIDRs or addresses of
+	// peers whose X-Forwarded-For and Forwarded fields idemgate appends to
+	// instead of replacing: the load balancers in front of it.
+	TrustedProxies []string
 }
 
 // TracingConfig is the `tracing:` section: OpenTelemetry spans exported over
@@ -255,6 +263,7 @@ func Default() *Config {
 			IdleTimeout:       120 * time.Second,
 			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
+			TLS:               ServerTLSConfig{MinVersion: "1.2", ClientAuth: ClientAuthNone},
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
 		Policy:  p,
@@ -364,6 +373,7 @@ func (c *Config) Validate() error {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)
 	}
 	errs = append(errs, c.Tracing.validate()...)
+	errs = append(errs, c.validateTLS()...)
 	if c.Policy == nil {
 		bad("routes", "no compiled policy")
 	} else {

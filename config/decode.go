@@ -104,6 +104,13 @@ type rawConfig struct {
 	Upstream struct {
 		URL     *string `mapstructure:"url"`
 		Timeout *string `mapstructure:"timeout"`
+		TLS     struct {
+			CAFile             *string `mapstructure:"ca_file"`
+			ServerName         *string `mapstructure:"server_name"`
+			CertFile           *string `mapstructure:"cert_file"`
+			KeyFile            *string `mapstructure:"key_file"`
+			InsecureSkipVerify *bool   `mapstructure:"insecure_skip_verify"`
+		} `mapstructure:"tls"`
 	} `mapstructure:"upstream"`
 	Admin struct {
 		Listen *string `mapstructure:"listen"`
@@ -139,12 +146,20 @@ type rawConfig struct {
 		Level  *string `mapstructure:"level"`
 	} `mapstructure:"log"`
 	Server struct {
-		ReadHeaderTimeout *string `mapstructure:"read_header_timeout"`
-		ReadTimeout       *string `mapstructure:"read_timeout"`
-		WriteTimeout      *string `mapstructure:"write_timeout"`
-		IdleTimeout       *string `mapstructure:"idle_timeout"`
-		ShutdownTimeout   *string `mapstructure:"shutdown_timeout"`
-		MaxHeaderBytes    *string `mapstructure:"max_header_bytes"`
+		ReadHeaderTimeout *string   `mapstructure:"read_header_timeout"`
+		ReadTimeout       *string   `mapstructure:"read_timeout"`
+		WriteTimeout      *string   `mapstructure:"write_timeout"`
+		IdleTimeout       *string   `mapstructure:"idle_timeout"`
+		ShutdownTimeout   *string   `mapstructure:"shutdown_timeout"`
+		MaxHeaderBytes    *string   `mapstructure:"max_header_bytes"`
+		TrustedProxies    *[]string `mapstructure:"trusted_proxies"`
+		TLS               struct {
+			CertFile     *string `mapstructure:"cert_file"`
+			KeyFile      *string `mapstructure:"key_file"`
+			MinVersion   *string `mapstructure:"min_version"`
+			ClientCAFile *string `mapstructure:"client_ca_file"`
+			ClientAuth   *string `mapstructure:"client_auth"`
+		} `mapstructure:"tls"`
 	} `mapstructure:"server"`
 	Tracing struct {
 		Enabled     *bool    `mapstructure:"enabled"`

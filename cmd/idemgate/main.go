@@ -441,12 +441,19 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return err
 	}
 
+	upstreamTransport, err := newUpstreamTransport(cfg, cfg.Upstream.TLS.ServerName)
+	if err != nil {
+		return err
+	}
+	if cfg.Upstream.TLS.InsecureSkipVerify {
+		log.Warn("INSECURE: upstream.tls.insecure_skip_verify is true: idemgate accepts ANY certificate from the upstream, so anyone on the path can read and answer its requests; use upstream.tls.ca_file instead")
+	}
 	p, err := proxy.New(proxy.Options{
 		Upstream:  cfg.Upstream.URL,
 		Timeout:   cfg.Upstream.Timeout,
 		Store:     st,
 		Policy:    reloader.Current,
-		Transport: tracing.Transport(proxy.NewTransport(cfg.Upstream.Timeout), tp, propagator),
+		Transport: tracing.Transport(upstreamTransport, tp, propagator),
 		Logger:    log,
 		Metrics:   m,
 		V1Lookup:  cfg.Store.V1Lookup,
@@ -479,9 +486,19 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	serverTLS, err := cfg.ServerTLS(log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if serverTLS != nil {
+		// The certificate comes from GetCertificate, which re-reads the
+		// files when cert-manager rotates them.
+		srv.TLSConfig = serverTLS
+		ln = tls.NewListener(ln, serverTLS)
 	}
 	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
@@ -489,7 +506,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
 	log.Info("idemgate listening", "version", version, "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()))
+		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()),
+		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreClosed(srv.Serve(ln)) })
@@ -557,6 +575,19 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	}
 	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// newUpstreamTransport returns the transport to an upstream: proxy's
+// defaults with upstream.tls (CA, client certificate) and serverName as the
+// name verified for https upstreams.
+func newUpstreamTransport(cfg *config.Config, serverName string) (*http.Transport, error) {
+	t := proxy.NewTransport(cfg.Upstream.Timeout)
+	tc, err := cfg.UpstreamTLS(serverName)
+	if err != nil {
+		return nil, err
+	}
+	t.TLSClientConfig = tc
+	return t, nil
 }
 
 // jwksClientTimeout bounds one JWKS fetch, response body included.
