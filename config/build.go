@@ -74,6 +74,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 	}
 	b.duration("upstream.timeout", &c.Upstream.Timeout, raw.Upstream.Timeout)
+	if v := raw.Upstream.PassHost; v != nil {
+		c.Upstream.PassHost = *v
+	}
 	ut := raw.Upstream.TLS
 	b.str(&c.Upstream.TLS.CAFile, ut.CAFile)
 	b.str(&c.Upstream.TLS.ServerName, ut.ServerName)

@@ -62,6 +62,10 @@ type UpstreamConfig struct {
 	Timeout time.Duration
 	// TLS is `upstream.tls:`, for every https upstream.
 	TLS UpstreamTLSConfig
+	// PassHost (upstream.pass_host) sends the client's Host field to the
+	// upstream instead of the upstream URL's host, like Traefik's
+	// passHostHeader; default false.
+	PassHost bool
 }
 
 // AdminConfig is the `admin:` section.

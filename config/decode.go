@@ -102,9 +102,10 @@ func unjoin(err error) []error {
 type rawConfig struct {
 	Listen   *string `mapstructure:"listen"`
 	Upstream struct {
-		URL     *string `mapstructure:"url"`
-		Timeout *string `mapstructure:"timeout"`
-		TLS     struct {
+		URL      *string `mapstructure:"url"`
+		Timeout  *string `mapstructure:"timeout"`
+		PassHost *bool   `mapstructure:"pass_host"`
+		TLS      struct {
 			CAFile             *string `mapstructure:"ca_file"`
 			ServerName         *string `mapstructure:"server_name"`
 			CertFile           *string `mapstructure:"cert_file"`

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -68,6 +69,13 @@ type Options struct {
 	// those policies gave the request, so a reload that renames a route
 	// does not hide the records written under its old name.
 	PreviousPolicies func() []*policy.Policy
+	// TrustedProxies are the peers (load balancers) whose X-Forwarded-For
+	// and Forwarded fields are appended to; anyone else's are replaced
+	// (forwardingHeaders). Nil trusts nobody.
+	TrustedProxies []netip.Prefix
+	// PassHost sends the client's Host to the upstream instead of the
+	// upstream URL's host (upstream.pass_host).
+	PassHost bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -84,6 +92,8 @@ type Proxy struct {
 	newToken     func() string
 	v1Lookup     bool
 	previous     func() []*policy.Policy
+	trusted      []netip.Prefix
+	passHost     bool
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -114,6 +124,8 @@ func New(opts Options) (*Proxy, error) {
 		newToken:     opts.NewToken,
 		v1Lookup:     opts.V1Lookup,
 		previous:     opts.PreviousPolicies,
+		trusted:      opts.TrustedProxies,
+		passHost:     opts.PassHost,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -160,12 +172,14 @@ func randomToken() string {
 }
 
 // rewrite is the single place that shapes an outbound request, for both the
-// passthrough ReverseProxy and the enforced path: target URL, Host of the
-// upstream, and X-Forwarded-* set by idemgate (client-sent ones are dropped
-// before this runs, so they are never trusted).
+// passthrough ReverseProxy and the enforced path: target URL, Host (the
+// upstream's, or the client's with PassHost), and the forwarding fields
+// (forwardingHeaders: appended to from trusted proxies, replaced from
+// anyone else).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.upstream)
-	pr.SetXForwarded()
+	pr.Out.Host = hostFor(pr.In, p.passHost)
+	forwardingHeaders(pr, p.trusted)
 }
 
 // exchange is the state of one request on its way through ServeHTTP.

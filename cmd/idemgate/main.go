@@ -459,6 +459,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		V1Lookup:  cfg.Store.V1Lookup,
 		// Layout 1 records sit under route names of earlier policies too.
 		PreviousPolicies: reloader.Previous,
+		TrustedProxies:   cfg.TrustedPrefixes(),
+		PassHost:         cfg.Upstream.PassHost,
 	})
 	if err != nil {
 		return err
