@@ -179,6 +179,10 @@ func (b *builder) build(raw *rawConfig) *Config {
 		if rr.Match != nil {
 			r.Match = *rr.Match
 		}
+		r.Upstream = nil
+		if rr.Upstream != nil {
+			r.Upstream = b.routeUpstream(path+".upstream", *rr.Upstream, c.Upstream.URL)
+		}
 		b.set[i] = rr.rawSettings.setFields()
 		b.apply(&r, &rr.rawSettings, path)
 		routes[i] = r
@@ -193,6 +197,32 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	c.Policy = p
 	return c
+}
+
+// routeUpstream parses a route's `upstream:`: an absolute http(s) URL with
+// a host and no query or fragment, as upstream.url. One equal to upstream.url
+// is the global upstream (nil), so spelling it out changes no scope.
+func (b *builder) routeUpstream(path, raw string, global *url.URL) *url.URL {
+	shown := strconv.Quote(raw)
+	if strings.Contains(raw, "@") {
+		shown = "the value" // may carry a password
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	switch {
+	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https"):
+		b.bad(path, "%s is not an absolute http or https URL", shown)
+		return nil
+	case u.Host == "":
+		b.bad(path, "%s has no host", shown)
+		return nil
+	case u.RawQuery != "" || u.Fragment != "":
+		b.bad(path, "%s must not carry a query or fragment", shown)
+		return nil
+	}
+	if global != nil && u.String() == global.String() {
+		return nil
+	}
+	return u
 }
 
 // apply overrides r with the settings that s sets; path is "defaults" or

@@ -179,6 +179,7 @@ type rawConfig struct {
 type rawRoute struct {
 	Name        *string `mapstructure:"name"`
 	Match       *string `mapstructure:"match"`
+	Upstream    *string `mapstructure:"upstream"`
 	rawSettings `mapstructure:",squash"`
 }
 

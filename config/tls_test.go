@@ -77,3 +77,37 @@ func TestTLSValidation(t *testing.T) {
 		t.Fatalf("env trusted proxies: %v %v", err, c)
 	}
 }
+
+// TestRouteUpstream: a route's own upstream is parsed like upstream.url,
+// gets a scope of its own unless it sets one, may not share a scope with a
+// route of another upstream, and one equal to upstream.url is the global
+// upstream (issue 14).
+func TestRouteUpstream(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, path, says string }{
+		{"relative", base + "routes: [{name: a, match: /a, upstream: /x}]\n", "routes[0].upstream", "absolute http or https"},
+		{"query", base + "routes: [{name: a, match: /a, upstream: 'http://b:1/?q=1'}]\n", "routes[0].upstream", "query"},
+		{"shared scope", base + "routes: [{name: a, match: /a, upstream: 'http://b:1', scope: shop}, {name: c, match: /c, scope: shop}]\n", "routes[1].scope", "does not cover the upstream"},
+		{"default scope", base + "routes: [{name: a, match: /a, upstream: 'http://b:1', scope: default}]\n", "routes[0].scope", "sends requests to http://b:1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, tt.yaml), nil)
+			for _, e := range unjoin(err) {
+				var fe *policy.FieldError
+				if errors.As(e, &fe) && fe.Path == tt.path && strings.Contains(fe.Err.Error(), tt.says) {
+					return
+				}
+			}
+			t.Fatalf("error does not name %s saying %q:\n%v", tt.path, tt.says, err)
+		})
+	}
+	c, err := Load(writeFile(t, base+"routes: [{name: a, match: /a, upstream: 'http://B:1'}, {name: c, match: /c, upstream: 'http://127.0.0.1:3000', scope: default}]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := route(t, c, "a"); r.Scope != "upstream:b:1" {
+		t.Errorf("derived scope %q", r.Scope)
+	}
+	if r := route(t, c, "c"); r.Upstream != nil {
+		t.Errorf("upstream.url spelt out is not the global upstream: %v", r.Upstream)
+	}
+}

@@ -177,10 +177,19 @@ func randomToken() string {
 // (forwardingHeaders: appended to from trusted proxies, replaced from
 // anyone else).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(p.upstream)
+	target := p.upstream
+	if r, ok := pr.In.Context().Value(routeKey{}).(*policy.Route); ok && r.Upstream != nil {
+		target = r.Upstream
+	}
+	pr.SetURL(target)
 	pr.Out.Host = hostFor(pr.In, p.passHost)
 	forwardingHeaders(pr, p.trusted)
 }
+
+// routeKey carries, in a request's context, the route whose own upstream
+// rewrite sends it to: the passthrough ReverseProxy calls rewrite with the
+// request alone.
+type routeKey struct{}
 
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
@@ -212,6 +221,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.route = d.Route
 	}
 	route := ex.route
+	if route.Upstream != nil {
+		// Only then: the context costs an allocation per request.
+		r = r.WithContext(context.WithValue(r.Context(), routeKey{}, route))
+	}
 	if d.Refuse != "" {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
 		return

@@ -441,7 +441,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return err
 	}
 
-	upstreamTransport, err := newUpstreamTransport(cfg, cfg.Upstream.TLS.ServerName)
+	upstreamTransport, err := newUpstreamTransport(cfg)
 	if err != nil {
 		return err
 	}
@@ -579,17 +579,45 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	return nil
 }
 
-// newUpstreamTransport returns the transport to an upstream: proxy's
-// defaults with upstream.tls (CA, client certificate) and serverName as the
-// name verified for https upstreams.
-func newUpstreamTransport(cfg *config.Config, serverName string) (*http.Transport, error) {
-	t := proxy.NewTransport(cfg.Upstream.Timeout)
-	tc, err := cfg.UpstreamTLS(serverName)
+// newUpstreamTransport returns the transport to every upstream: proxy's
+// defaults with upstream.tls (CA, client certificate). upstream.tls.server_name
+// names the global upstream's certificate only; routes' own upstreams (any
+// other host) go through a transport with the same settings that verifies
+// their own host.
+func newUpstreamTransport(cfg *config.Config) (http.RoundTripper, error) {
+	build := func(serverName string) (*http.Transport, error) {
+		t := proxy.NewTransport(cfg.Upstream.Timeout)
+		tc, err := cfg.UpstreamTLS(serverName)
+		if err != nil {
+			return nil, err
+		}
+		t.TLSClientConfig = tc
+		return t, nil
+	}
+	global, err := build(cfg.Upstream.TLS.ServerName)
+	if err != nil || cfg.Upstream.TLS.ServerName == "" {
+		return global, err
+	}
+	others, err := build("")
 	if err != nil {
 		return nil, err
 	}
-	t.TLSClientConfig = tc
-	return t, nil
+	return &byHost{host: cfg.Upstream.URL.Host, global: global, others: others}, nil
+}
+
+// byHost sends requests for host through global and all others through
+// others.
+type byHost struct {
+	host           string
+	global, others http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (b *byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == b.host {
+		return b.global.RoundTrip(r)
+	}
+	return b.others.RoundTrip(r)
 }
 
 // jwksClientTimeout bounds one JWKS fetch, response body included.
