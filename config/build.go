@@ -116,6 +116,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.str(&c.Log.Format, raw.Log.Format)
 	b.str(&c.Log.Level, raw.Log.Level)
+	if v := raw.Log.Access; v != nil {
+		c.Log.Access = *v
+	}
 	s := raw.Server
 	b.duration("server.read_header_timeout", &c.Server.ReadHeaderTimeout, s.ReadHeaderTimeout)
 	b.duration("server.read_timeout", &c.Server.ReadTimeout, s.ReadTimeout)

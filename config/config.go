@@ -170,6 +170,9 @@ type LogConfig struct {
 	Format string
 	// Level is debug, info (default), warn or error.
 	Level string
+	// Access (log.access, default true) writes one info line per request,
+	// enforced or not (README.md, "Access log").
+	Access bool
 }
 
 // ServerConfig is the `server:` section: the proxy http.Server's limits.
@@ -260,7 +263,7 @@ func Default() *Config {
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
-		Log: LogConfig{Format: "text", Level: "info"},
+		Log: LogConfig{Format: "text", Level: "info", Access: true},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,

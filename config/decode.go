@@ -145,6 +145,7 @@ type rawConfig struct {
 	Log struct {
 		Format *string `mapstructure:"format"`
 		Level  *string `mapstructure:"level"`
+		Access *bool   `mapstructure:"access"`
 	} `mapstructure:"log"`
 	Server struct {
 		ReadHeaderTimeout *string   `mapstructure:"read_header_timeout"`

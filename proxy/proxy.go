@@ -76,6 +76,9 @@ type Options struct {
 	// PassHost sends the client's Host to the upstream instead of the
 	// upstream URL's host (upstream.pass_host).
 	PassHost bool
+	// NoAccessLog turns the per-request line off (log.access: false);
+	// failures are still logged as warnings.
+	NoAccessLog bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -94,6 +97,7 @@ type Proxy struct {
 	previous     func() []*policy.Policy
 	trusted      []netip.Prefix
 	passHost     bool
+	access       bool
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -126,6 +130,7 @@ func New(opts Options) (*Proxy, error) {
 		previous:     opts.PreviousPolicies,
 		trusted:      opts.TrustedProxies,
 		passHost:     opts.PassHost,
+		access:       !opts.NoAccessLog,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -142,6 +147,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.transport == nil {
 		p.transport = NewTransport(p.timeout)
 	}
+	p.transport = timedTransport{next: p.transport}
 	p.passthrough = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     p.transport,
@@ -178,18 +184,13 @@ func randomToken() string {
 // anyone else).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	target := p.upstream
-	if r, ok := pr.In.Context().Value(routeKey{}).(*policy.Route); ok && r.Upstream != nil {
-		target = r.Upstream
+	if ex := exchangeOf(pr.In.Context()); ex != nil && ex.route.Upstream != nil {
+		target = ex.route.Upstream
 	}
 	pr.SetURL(target)
 	pr.Out.Host = hostFor(pr.In, p.passHost)
 	forwardingHeaders(pr, p.trusted)
 }
-
-// routeKey carries, in a request's context, the route whose own upstream
-// rewrite sends it to: the passthrough ReverseProxy calls rewrite with the
-// request alone.
-type routeKey struct{}
 
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
@@ -202,6 +203,7 @@ type exchange struct {
 	read    bool // body holds the request body (readBody)
 	outcome string
 	status  int
+	accessFields
 }
 
 // ServeHTTP enforces the route's policy on r: decide, claim, act (see the
@@ -209,7 +211,10 @@ type exchange struct {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
 	d := pol.Decide(r)
+	aw := &accessWriter{ResponseWriter: w}
+	w = aw
 	ex := &exchange{start: time.Now(), route: d.Route}
+	ex.w = aw
 	if d.NeedBody {
 		// A form body may carry a _method override that changes the
 		// decision: read it once, within the route's limit; the same bytes
@@ -221,10 +226,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.route = d.Route
 	}
 	route := ex.route
-	if route.Upstream != nil {
-		// Only then: the context costs an allocation per request.
-		r = r.WithContext(context.WithValue(r.Context(), routeKey{}, route))
-	}
+	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	if d.Refuse != "" {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
 		return
@@ -284,8 +286,8 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 
 // done records one finished request: the metric, the request span's route
 // and outcome (a no-op without a recording span; see package tracing) and
-// one log line. Neither the raw key nor the owner is logged or traced, only
-// a short hash of the key in the log.
+// the access log line. Neither the raw key nor the owner is logged or
+// traced, only a short hash of the key in the log.
 func (p *Proxy) done(r *http.Request, ex *exchange) {
 	p.m.Request(ex.route.Name, ex.outcome)
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
@@ -293,21 +295,7 @@ func (p *Proxy) done(r *http.Request, ex *exchange) {
 		// even for the no-op span when tracing is off.
 		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
 	}
-	if ex.outcome == metrics.OutcomePassthrough {
-		return
-	}
-	if !p.log.Enabled(r.Context(), slog.LevelInfo) {
-		return
-	}
-	// Typed attributes: this line is written for every enforced request.
-	attrs := [7]slog.Attr{slog.String("route", ex.route.Name), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("outcome", ex.outcome), slog.Int("status", ex.status), slog.Int64("duration_ms", time.Since(ex.start).Milliseconds())}
-	n := 6
-	if ex.id.Key != "" {
-		attrs[n] = slog.String("key_hash", LogDigest(ex.id.Key))
-		n++
-	}
-	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs[:n]...)
+	p.accessLog(r, ex)
 }
 
 // isUpgrade reports whether r is a protocol switch the way a WebSocket

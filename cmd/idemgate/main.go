@@ -461,6 +461,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		PreviousPolicies: reloader.Previous,
 		TrustedProxies:   cfg.TrustedPrefixes(),
 		PassHost:         cfg.Upstream.PassHost,
+		NoAccessLog:      !cfg.Log.Access,
 	})
 	if err != nil {
 		return err
