@@ -419,6 +419,10 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	// restartKeys is what the last accepted reload changed that only a
+	// restart applies; written by Load and read by RestartKeys, which the
+	// reloader serializes.
+	var restartKeys []string
 	reloader, err := reload.New(reload.Options{
 		Path: configPath,
 		Load: func(path string) (*policy.Policy, error) {
@@ -426,16 +430,18 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			if err != nil {
 				return nil, err
 			}
+			restartKeys = config.RestartKeys(cfg, c)
 			// jwks_file keys are read again with the config they belong to.
 			if err := keys.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
 			return c.Policy, nil
 		},
-		Initial:    cfg.Policy,
-		Logger:     log,
-		Registerer: reg,
-		Signals:    hup,
+		Initial:     cfg.Policy,
+		Logger:      log,
+		Registerer:  reg,
+		Signals:     hup,
+		RestartKeys: func() []string { return restartKeys },
 	})
 	if err != nil {
 		return err
