@@ -69,7 +69,7 @@ func TestTLSClientCertOwner(t *testing.T) {
 	for _, mode := range []string{"request", "require"} {
 		t.Run(mode, func(t *testing.T) {
 			g := startGate(t, gateConfig{Upstream: up.URL,
-				Extra: fmt.Sprintf("server:\n  tls: {cert_file: %q, key_file: %q, client_ca_file: %q, client_auth: %s, min_version: '1.2'}\n", certFile, keyFile, caFile, mode),
+				Extra:  fmt.Sprintf("server:\n  tls: {cert_file: %q, key_file: %q, client_ca_file: %q, client_auth: %s, min_version: '1.2'}\n", certFile, keyFile, caFile, mode),
 				Routes: "  - name: orders\n    match: \"POST /v1/orders\"\n    owner: client-cert\n    scope: " + mode + "\n"})
 			url := "https://" + strings.TrimPrefix(g.URL, "http://") + "/v1/orders"
 			before := up.Total()
@@ -99,7 +99,7 @@ func TestTLSClientCertOwner(t *testing.T) {
 			status, _, body, err = postWith(tlsClient(roots, nil), url, key)
 			switch mode {
 			case "request":
-				if err != nil || status != 400 || !strings.Contains(body, "missing-owner") {
+				if err != nil || status != 400 || !strings.Contains(body, "missing-owner") || !strings.Contains(body, "no verified client certificate") {
 					t.Errorf("no certificate: %d %v %s", status, err, body)
 				}
 			case "require":

@@ -266,8 +266,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
+		// The field or credential is named (issue 14, finding 5: "no owner
+		// (header)" left the client guessing which header).
 		p.fail(w, r, ex, problem.MissingOwner.With(
-			"the request carries an idempotency key but no owner ("+string(route.Owner.Kind)+"); keys are scoped per owner"))
+			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Scope: route.Scope, Key: key}
@@ -276,6 +278,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()
 	p.enforce(w, r, ex)
+}
+
+// ownerMissingWhy says which owner source yielded nothing, from OwnerOf's
+// error ("header X-User is absent or empty", "no verified client
+// certificate", ...).
+func ownerMissingWhy(route *policy.Route, err error) string {
+	if why, ok := strings.CutPrefix(err.Error(), policy.ErrOwnerMissing.Error()+": "); ok {
+		return why + " (owner: " + route.Owner.String() + ")"
+	}
+	return "owner: " + route.Owner.String()
 }
 
 // storeCtx bounds one store call. It is detached from the client: a claim or

@@ -51,6 +51,7 @@ Usage:
   idemgate validate --config FILE     check a config file and print every route's effective policy
   idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
+  idemgate admin get|purge|routes     inspect or purge a record over the admin API (idemgate admin lists the flags)
   idemgate version                    print the version
 `
 
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return migrate(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
+	case "admin":
+		return adminCmd(args[1:], os.Environ(), stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "idemgate %s %s\n", version, runtime.Version())
 		return 0
