@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -76,8 +77,13 @@ type handler struct {
 //     Options.Draining), else 503 with a problem naming the failing check.
 //     Never cached.
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
+//   - GET /admin/routes: every route's effective policy, as validate prints
+//     it.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
-//     purge one idempotency record; authorization=RAW may replace owner for
+//     purge one idempotency record; owner is the stored form, or give
+//     owner_value=RAW for the route's source to derive it
+//     (policy.Route.OwnerFromValue); a 404 for an owner not of the route's
+//     stored form names the form it needs; authorization=RAW may replace owner for
 //     routes whose owner is the Authorization header (a credential in a URL
 //     may reach access logs on the way; prefer owner=sha256:HEX, see
 //     policy.AuthorizationOwner). DELETE answers 204, 404
@@ -103,6 +109,7 @@ func New(opts Options) http.Handler {
 	h.mux.Handle("/metrics", h.metrics())
 	h.mux.HandleFunc("/admin/", h.authorized(notFound))
 	h.mux.HandleFunc("/admin/records", h.authorized(methods(h.records, http.MethodGet, http.MethodHead, http.MethodDelete)))
+	h.mux.HandleFunc("/admin/routes", h.authorized(methods(h.routes, http.MethodGet, http.MethodHead)))
 	h.mux.HandleFunc("/", notFound)
 	return h
 }
@@ -309,18 +316,24 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 	}
 	// owner may legitimately be "" (routes with owner: none), so presence,
 	// not emptiness, is what counts.
-	hasOwner, hasAuth := q.Has("owner"), q.Has("authorization")
-	if !hasOwner && !hasAuth {
-		missing = append(missing, "owner (or authorization)")
+	hasOwner, hasAuth, hasValue := q.Has("owner"), q.Has("authorization"), q.Has("owner_value")
+	given := 0
+	for _, h := range []bool{hasOwner, hasAuth, hasValue} {
+		if h {
+			given++
+		}
+	}
+	if given == 0 {
+		missing = append(missing, "owner (or owner_value, or authorization)")
 	}
 	if len(missing) > 0 {
 		problem.Write(w, problem.AdminBadRequest.With(
 			"missing query parameter: "+strings.Join(missing, ", ")))
 		return store.Identity{}, false
 	}
-	if hasOwner && hasAuth {
+	if given > 1 {
 		problem.Write(w, problem.AdminBadRequest.With(
-			"give either owner or authorization, not both"))
+			"give one of owner, owner_value and authorization"))
 		return store.Identity{}, false
 	}
 	if h.opts.Policy == nil {
@@ -345,6 +358,15 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		return store.Identity{}, false
 	}
 	owner := q.Get("owner")
+	switch {
+	case hasValue:
+		derived, err := route.OwnerFromValue(q.Get("owner_value"))
+		if err != nil {
+			problem.Write(w, problem.AdminBadRequest.With(fmt.Sprintf("route %q takes its owner from %s: %v", route.Name, route.Owner, err)))
+			return store.Identity{}, false
+		}
+		owner = derived
+	}
 	if hasAuth {
 		if route.Owner.Kind != policy.OwnerAuthorization {
 			problem.Write(w, problem.AdminBadRequest.With(
@@ -362,6 +384,51 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		owner = policy.AuthorizationOwner(raw)
 	}
 	return store.Identity{Owner: owner, Scope: route.Scope, Key: key}, true
+}
+
+// recordNotFound answers a lookup or purge that found no record. When the owner
+// given is not of the stored form of the route's owner source, it says which
+// form is (issue 14, finding 5: owner=carol on a header:X-User route
+// answered 404 with no hint that the stored form is h:carol).
+func (h *handler) recordNotFound(w http.ResponseWriter, r *http.Request, id store.Identity) {
+	routeName := r.URL.Query().Get("route")
+	detail := fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, routeName)
+	if p := h.opts.Policy(); p != nil {
+		for _, rt := range p.Routes() {
+			if rt.Name != routeName || rt.HasStoredOwnerForm(id.Owner) {
+				continue
+			}
+			hint := ""
+			if rt.Owner.Kind == policy.OwnerHeader {
+				hint = fmt.Sprintf(" (here owner=%s)", policy.HeaderOwner(id.Owner))
+			}
+			detail += fmt.Sprintf("; the owner given is not of the form route %q stores: it takes its owner from %s and stores %s, so give owner in that form%s, or owner_value with the raw value",
+				rt.Name, rt.Owner, rt.StoredOwnerForm(), hint)
+		}
+	}
+	problem.Write(w, problem.AdminRecordNotFound.With(detail))
+}
+
+// routes answers GET /admin/routes: the effective policy of every route in
+// force, as idemgate validate prints it (policy.Policy.Describe), so an
+// operator sees the route names, scopes and owner sources the record
+// lookups need.
+func (h *handler) routes(w http.ResponseWriter, r *http.Request) {
+	var p *policy.Policy
+	if h.opts.Policy != nil {
+		p = h.opts.Policy()
+	}
+	if p == nil {
+		problem.Write(w, problem.PolicyNotLoaded.With("no policy is loaded"))
+		return
+	}
+	var buf strings.Builder
+	if err := p.Describe(&buf); err != nil {
+		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+	_, _ = io.WriteString(w, buf.String())
 }
 
 // v1Identity is where a build before layout 2 kept the record of id for
@@ -401,8 +468,7 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rec == nil {
-		problem.Write(w, problem.AdminRecordNotFound.With(
-			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route"))))
+		h.recordNotFound(w, r, id)
 		return
 	}
 	body, err := json.Marshal(viewOf(rec))
@@ -463,8 +529,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_hash", proxy.LogDigest(id.Owner),
 		"key_hash", proxy.LogDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
-		problem.Write(w, problem.AdminRecordNotFound.With(
-			fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, r.URL.Query().Get("route"))))
+		h.recordNotFound(w, r, id)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -74,6 +74,17 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 	}
 	b.duration("upstream.timeout", &c.Upstream.Timeout, raw.Upstream.Timeout)
+	if v := raw.Upstream.PassHost; v != nil {
+		c.Upstream.PassHost = *v
+	}
+	ut := raw.Upstream.TLS
+	b.str(&c.Upstream.TLS.CAFile, ut.CAFile)
+	b.str(&c.Upstream.TLS.ServerName, ut.ServerName)
+	b.str(&c.Upstream.TLS.CertFile, ut.CertFile)
+	b.str(&c.Upstream.TLS.KeyFile, ut.KeyFile)
+	if v := ut.InsecureSkipVerify; v != nil {
+		c.Upstream.TLS.InsecureSkipVerify = *v
+	}
 	b.str(&c.Admin.Listen, raw.Admin.Listen)
 	b.str(&c.Admin.Token, raw.Admin.Token)
 	b.str(&c.Store.Driver, raw.Store.Driver)
@@ -105,6 +116,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.str(&c.Log.Format, raw.Log.Format)
 	b.str(&c.Log.Level, raw.Log.Level)
+	if v := raw.Log.Access; v != nil {
+		c.Log.Access = *v
+	}
 	s := raw.Server
 	b.duration("server.read_header_timeout", &c.Server.ReadHeaderTimeout, s.ReadHeaderTimeout)
 	b.duration("server.read_timeout", &c.Server.ReadTimeout, s.ReadTimeout)
@@ -125,6 +139,15 @@ func (b *builder) build(raw *rawConfig) *Config {
 			c.Server.MaxHeaderBytes = int(n)
 		}
 	}
+	if tp := s.TrustedProxies; tp != nil {
+		c.Server.TrustedProxies = append([]string(nil), (*tp)...)
+	}
+	st := s.TLS
+	b.str(&c.Server.TLS.CertFile, st.CertFile)
+	b.str(&c.Server.TLS.KeyFile, st.KeyFile)
+	b.str(&c.Server.TLS.MinVersion, st.MinVersion)
+	b.str(&c.Server.TLS.ClientCAFile, st.ClientCAFile)
+	b.str(&c.Server.TLS.ClientAuth, st.ClientAuth)
 	tr := raw.Tracing
 	if tr.Enabled != nil {
 		c.Tracing.Enabled = *tr.Enabled
@@ -159,6 +182,10 @@ func (b *builder) build(raw *rawConfig) *Config {
 		if rr.Match != nil {
 			r.Match = *rr.Match
 		}
+		r.Upstream = nil
+		if rr.Upstream != nil {
+			r.Upstream = b.routeUpstream(path+".upstream", *rr.Upstream, c.Upstream.URL)
+		}
 		b.set[i] = rr.rawSettings.setFields()
 		b.apply(&r, &rr.rawSettings, path)
 		routes[i] = r
@@ -173,6 +200,32 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	c.Policy = p
 	return c
+}
+
+// routeUpstream parses a route's `upstream:`: an absolute http(s) URL with
+// a host and no query or fragment, as upstream.url. One equal to upstream.url
+// is the global upstream (nil), so spelling it out changes no scope.
+func (b *builder) routeUpstream(path, raw string, global *url.URL) *url.URL {
+	shown := strconv.Quote(raw)
+	if strings.Contains(raw, "@") {
+		shown = "the value" // may carry a password
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	switch {
+	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https"):
+		b.bad(path, "%s is not an absolute http or https URL", shown)
+		return nil
+	case u.Host == "":
+		b.bad(path, "%s has no host", shown)
+		return nil
+	case u.RawQuery != "" || u.Fragment != "":
+		b.bad(path, "%s must not carry a query or fragment", shown)
+		return nil
+	}
+	if global != nil && u.String() == global.String() {
+		return nil
+	}
+	return u
 }
 
 // apply overrides r with the settings that s sets; path is "defaults" or

@@ -60,6 +60,12 @@ type UpstreamConfig struct {
 	// Timeout bounds one upstream exchange; past it the client gets 504
 	// (upstream.timeout, default 60s).
 	Timeout time.Duration
+	// TLS is `upstream.tls:`, for every https upstream.
+	TLS UpstreamTLSConfig
+	// PassHost (upstream.pass_host) sends the client's Host field to the
+	// upstream instead of the upstream URL's host, like Traefik's
+	// passHostHeader; default false.
+	PassHost bool
 }
 
 // AdminConfig is the `admin:` section.
@@ -164,6 +170,9 @@ type LogConfig struct {
 	Format string
 	// Level is debug, info (default), warn or error.
 	Level string
+	// Access (log.access, default true) writes one info line per request,
+	// enforced or not (README.md, "Access log").
+	Access bool
 }
 
 // ServerConfig is the `server:` section: the proxy http.Server's limits.
@@ -189,6 +198,12 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// MaxHeaderBytes bounds request headers, in bytes (default 1 MiB).
 	MaxHeaderBytes int
+	// TLS is `server.tls:`, TLS and mTLS on the proxy listener.
+	TLS ServerTLSConfig
+	// TrustedProxies (server.trusted_proxies) are the CIDRs or addresses of
+	// peers whose X-Forwarded-For and Forwarded fields idemgate appends to
+	// instead of replacing: the load balancers in front of it.
+	TrustedProxies []string
 }
 
 // TracingConfig is the `tracing:` section: OpenTelemetry spans exported over
@@ -248,13 +263,14 @@ func Default() *Config {
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
-		Log: LogConfig{Format: "text", Level: "info"},
+		Log: LogConfig{Format: "text", Level: "info", Access: true},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
+			TLS:               ServerTLSConfig{MinVersion: "1.2", ClientAuth: ClientAuthNone},
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
 		Policy:  p,
@@ -364,6 +380,7 @@ func (c *Config) Validate() error {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)
 	}
 	errs = append(errs, c.Tracing.validate()...)
+	errs = append(errs, c.validateTLS()...)
 	if c.Policy == nil {
 		bad("routes", "no compiled policy")
 	} else {

@@ -62,8 +62,11 @@ func TestExampleLoads(t *testing.T) {
 	for _, r := range c.Policy.Routes() {
 		names = append(names, r.Name)
 	}
-	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "default"}) {
+	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "invoices", "default"}) {
 		t.Errorf("routes = %v", names)
+	}
+	if r := route(t, c, "invoices"); r.Upstream == nil || r.Upstream.String() != "http://127.0.0.1:3001" || r.Scope != "upstream:127.0.0.1:3001" {
+		t.Errorf("invoices upstream %v scope %q", r.Upstream, r.Scope)
 	}
 	if r := route(t, c, "create-order"); !r.Required || !slices.Equal(r.Methods, []string{"POST"}) {
 		t.Errorf("create-order = %+v", r)

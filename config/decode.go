@@ -102,8 +102,16 @@ func unjoin(err error) []error {
 type rawConfig struct {
 	Listen   *string `mapstructure:"listen"`
 	Upstream struct {
-		URL     *string `mapstructure:"url"`
-		Timeout *string `mapstructure:"timeout"`
+		URL      *string `mapstructure:"url"`
+		Timeout  *string `mapstructure:"timeout"`
+		PassHost *bool   `mapstructure:"pass_host"`
+		TLS      struct {
+			CAFile             *string `mapstructure:"ca_file"`
+			ServerName         *string `mapstructure:"server_name"`
+			CertFile           *string `mapstructure:"cert_file"`
+			KeyFile            *string `mapstructure:"key_file"`
+			InsecureSkipVerify *bool   `mapstructure:"insecure_skip_verify"`
+		} `mapstructure:"tls"`
 	} `mapstructure:"upstream"`
 	Admin struct {
 		Listen *string `mapstructure:"listen"`
@@ -137,14 +145,23 @@ type rawConfig struct {
 	Log struct {
 		Format *string `mapstructure:"format"`
 		Level  *string `mapstructure:"level"`
+		Access *bool   `mapstructure:"access"`
 	} `mapstructure:"log"`
 	Server struct {
-		ReadHeaderTimeout *string `mapstructure:"read_header_timeout"`
-		ReadTimeout       *string `mapstructure:"read_timeout"`
-		WriteTimeout      *string `mapstructure:"write_timeout"`
-		IdleTimeout       *string `mapstructure:"idle_timeout"`
-		ShutdownTimeout   *string `mapstructure:"shutdown_timeout"`
-		MaxHeaderBytes    *string `mapstructure:"max_header_bytes"`
+		ReadHeaderTimeout *string   `mapstructure:"read_header_timeout"`
+		ReadTimeout       *string   `mapstructure:"read_timeout"`
+		WriteTimeout      *string   `mapstructure:"write_timeout"`
+		IdleTimeout       *string   `mapstructure:"idle_timeout"`
+		ShutdownTimeout   *string   `mapstructure:"shutdown_timeout"`
+		MaxHeaderBytes    *string   `mapstructure:"max_header_bytes"`
+		TrustedProxies    *[]string `mapstructure:"trusted_proxies"`
+		TLS               struct {
+			CertFile     *string `mapstructure:"cert_file"`
+			KeyFile      *string `mapstructure:"key_file"`
+			MinVersion   *string `mapstructure:"min_version"`
+			ClientCAFile *string `mapstructure:"client_ca_file"`
+			ClientAuth   *string `mapstructure:"client_auth"`
+		} `mapstructure:"tls"`
 	} `mapstructure:"server"`
 	Tracing struct {
 		Enabled     *bool    `mapstructure:"enabled"`
@@ -163,6 +180,7 @@ type rawConfig struct {
 type rawRoute struct {
 	Name        *string `mapstructure:"name"`
 	Match       *string `mapstructure:"match"`
+	Upstream    *string `mapstructure:"upstream"`
 	rawSettings `mapstructure:",squash"`
 }
 

@@ -71,11 +71,15 @@ func applyOverrides(v *viper.Viper, overrides map[string]string) []error {
 	return errs
 }
 
+// listKeys are the list-valued keys an environment variable or an override
+// gives as a comma-separated list.
+var listKeys = []string{"store.valkey.addrs", "server.trusted_proxies"}
+
 // set gives key the string value of an environment variable or an
-// override: store.valkey.addrs is a comma-separated list, every other value
+// override: a key of listKeys is a comma-separated list, every other value
 // is decoded like the file's.
 func set(v *viper.Viper, key, value string) {
-	if key == "store.valkey.addrs" {
+	if slices.Contains(listKeys, key) {
 		var addrs []string
 		for _, a := range strings.Split(value, ",") {
 			if a = strings.TrimSpace(a); a != "" {

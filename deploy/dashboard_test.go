@@ -40,7 +40,7 @@ var labelValues = map[string][]string{
 		"invalid_credentials", "shutting_down"},
 	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
-	"idemgate_config_reloads_total/result":                {"success", "failure"},
+	"idemgate_config_reloads_total/result":                {"success", "failure", "restart_required"},
 }
 
 // targetLabels are added by Prometheus to every scraped series (namespace

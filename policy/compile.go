@@ -134,15 +134,28 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 }
 
 // derivedScope is the scope of a route that sets none: its pattern's host
-// (lowercased) for a host pattern, else DefaultScope. The fingerprint does
-// not cover the host, so routes of different hosts must never share records:
-// the same key, owner and request on two hosts would replay one host's
-// response on the other (found by adversarial testing of issue 10).
-func derivedScope(match string) string {
+// (lowercased) for a host pattern, else its own upstream's host:port
+// (lowercased, as "upstream:HOST:PORT"), else DefaultScope. The fingerprint
+// covers neither the host nor the upstream, so routes of different hosts or
+// upstreams must never share records: the same key, owner and request on
+// two hosts (or sent to two services) would replay one's response on the
+// other (found by adversarial testing of issue 10, and issue 14).
+func derivedScope(match string, upstream *url.URL) string {
 	if h := patternHost(match); h != "" {
 		return h
 	}
+	if upstream != nil {
+		return "upstream:" + strings.ToLower(upstream.Host)
+	}
 	return DefaultScope
+}
+
+// upstreamName names a route's upstream in errors and descriptions.
+func upstreamName(u *url.URL) string {
+	if u == nil {
+		return "upstream.url"
+	}
+	return u.Redacted()
 }
 
 // patternHost returns the lowercased host of a ServeMux pattern
@@ -185,7 +198,8 @@ func ownerNamespace(r *Route) string {
 }
 
 // checkScopes enforces what makes sharing records safe: routes that keep
-// records in one scope (store.Identity.Scope) must match the same host, and
+// records in one scope (store.Identity.Scope) must match the same host and
+// send to the same upstream, and
 // those whose owners are of one kind must take them from the same source,
 // or one principal's stored response could answer another principal
 // (promise 2) or another host's endpoint. Each problem names the later
@@ -193,6 +207,7 @@ func ownerNamespace(r *Route) string {
 func checkScopes(defaults *Route, routes []*Route) []error {
 	type first struct {
 		path, name, host string
+		upstream         string
 		owners           map[OwnerKind]string // kind -> namespace
 		ownerPath        map[OwnerKind]string
 	}
@@ -210,10 +225,10 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 		if i > 0 {
 			path = fmt.Sprintf("routes[%d]", i-1)
 		}
-		host, ns := patternHost(r.Match), ownerNamespace(r)
+		host, ns, up := patternHost(r.Match), ownerNamespace(r), upstreamName(r.Upstream)
 		f := byScope[r.Scope]
 		if f == nil {
-			byScope[r.Scope] = &first{path: path, name: r.Name, host: host,
+			byScope[r.Scope] = &first{path: path, name: r.Name, host: host, upstream: up,
 				owners: map[OwnerKind]string{r.Owner.Kind: ns}, ownerPath: map[OwnerKind]string{r.Owner.Kind: path}}
 			continue
 		}
@@ -224,6 +239,13 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 			}
 			errs = append(errs, fieldErr(path+".scope", "route %q matches %s but keeps its records in scope %q with %s (%s), which matches %s: the fingerprint does not cover the host, so one key would replay the other host's response; give it a scope of its own (e.g. scope: %s)",
 				r.Name, show(host), r.Scope, f.path, f.name, show(f.host), suggest))
+			continue
+		}
+		if up != f.upstream {
+			// Issue 14: one key sent to two services would replay the
+			// first service's response for the second.
+			errs = append(errs, fieldErr(path+".scope", "route %q sends requests to %s but keeps its records in scope %q with %s (%s), which sends them to %s: the fingerprint does not cover the upstream, so one key would replay the other service's response; give it a scope of its own (or leave scope unset: a route with its own upstream then gets scope %q)",
+				r.Name, up, r.Scope, f.path, f.name, f.upstream, derivedScope("", r.Upstream)))
 			continue
 		}
 		if prev, ok := f.owners[r.Owner.Kind]; !ok {
@@ -406,7 +428,10 @@ func normalize(r *Route, path string) []error {
 		bad("fingerprint.headers", "%d headers make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.recipe), MaxRecipeBytes)
 	}
 	if r.Scope == "" {
-		r.Scope = derivedScope(r.Match)
+		r.Scope = derivedScope(r.Match, r.Upstream)
+		if !scopeRE.MatchString(r.Scope) {
+			bad("scope", "%q, derived from the route's host or upstream, is not a valid scope: set scope (^[a-z0-9][a-z0-9.:-]{0,63}$)", r.Scope)
+		}
 	} else if !scopeRE.MatchString(r.Scope) {
 		bad("scope", "%q must match ^[a-z0-9][a-z0-9.:-]{0,63}$", r.Scope)
 	}

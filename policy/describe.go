@@ -40,6 +40,11 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv := func(k, v string) { fmt.Fprintf(w, "  %s: %s\n", k, v) }
 	fmt.Fprintf(w, "- name: %s\n", strconv.Quote(r.Name))
 	kv("match", strconv.Quote(r.Match))
+	if r.Upstream != nil {
+		kv("upstream", strconv.Quote(r.Upstream.Redacted()))
+	} else {
+		kv("upstream", "upstream.url")
+	}
 	kv("mode", string(r.Mode))
 	kv("scope", strconv.Quote(r.Scope))
 	kv("header", r.Header)

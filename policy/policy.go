@@ -3,6 +3,7 @@ package policy
 
 import (
 	"errors"
+	"net/url"
 	"time"
 )
 
@@ -85,6 +86,10 @@ type StatusRange struct{ Min, Max int }
 type Route struct {
 	Name  string
 	Match string // net/http ServeMux pattern; "" for the defaults route
+	// Upstream is the route's own backend (a route's `upstream:`), nil for
+	// the global upstream.url. The fingerprint does not cover it, so routes
+	// of different upstreams never share a scope (checkScopes).
+	Upstream *url.URL
 	// Scope is the key scope of the route's records (store.Identity.Scope):
 	// DefaultScope unless the route sets `scope`. Records are found by owner,
 	// scope and key, never by the route's name or match, so a reload that

@@ -145,6 +145,7 @@ func (p *Proxy) Drain() { p.draining.Store(true) }
 // chose fail_open, forwards the request unprotected.
 func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
 	p.noteStoreError()
+	ex.cause = err
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
 	if ex.route.OnStoreError == policy.FailOpen && op == "claim" && !p.draining.Load() {
 		// Unprotected by the route's choice, but never a new call during

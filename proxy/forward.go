@@ -214,7 +214,11 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 		"the upstream exchange failed after the request was sent; it may have acted, so the key stays claimed until its lease ends"), err)
 }
 
+// upstreamFailed answers a failed upstream exchange with pr; the access line
+// carries the cause too (issue 14, finding 3: it said only
+// outcome=upstream_error status=502).
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
+	ex.cause = err
 	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
 	p.fail(w, r, ex, pr)
 }

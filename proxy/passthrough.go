@@ -24,6 +24,9 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 // gets a problem (or, when it left, nothing).
 func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
 	p.log.Warn("passthrough upstream exchange failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if ex := exchangeOf(r.Context()); ex != nil {
+		ex.cause = err
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		problem.Write(w, problem.UpstreamTimeout.With("the upstream did not answer in time"))
 		return

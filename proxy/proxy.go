@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -68,6 +69,16 @@ type Options struct {
 	// those policies gave the request, so a reload that renames a route
 	// does not hide the records written under its old name.
 	PreviousPolicies func() []*policy.Policy
+	// TrustedProxies are the peers (load balancers) whose X-Forwarded-For
+	// and Forwarded fields are appended to; anyone else's are replaced
+	// (forwardingHeaders). Nil trusts nobody.
+	TrustedProxies []netip.Prefix
+	// PassHost sends the client's Host to the upstream instead of the
+	// upstream URL's host (upstream.pass_host).
+	PassHost bool
+	// NoAccessLog turns the per-request line off (log.access: false);
+	// failures are still logged as warnings.
+	NoAccessLog bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -84,6 +95,9 @@ type Proxy struct {
 	newToken     func() string
 	v1Lookup     bool
 	previous     func() []*policy.Policy
+	trusted      []netip.Prefix
+	passHost     bool
+	access       bool
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -114,6 +128,9 @@ func New(opts Options) (*Proxy, error) {
 		newToken:     opts.NewToken,
 		v1Lookup:     opts.V1Lookup,
 		previous:     opts.PreviousPolicies,
+		trusted:      opts.TrustedProxies,
+		passHost:     opts.PassHost,
+		access:       !opts.NoAccessLog,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -130,6 +147,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.transport == nil {
 		p.transport = NewTransport(p.timeout)
 	}
+	p.transport = timedTransport{next: p.transport}
 	p.passthrough = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     p.transport,
@@ -160,12 +178,18 @@ func randomToken() string {
 }
 
 // rewrite is the single place that shapes an outbound request, for both the
-// passthrough ReverseProxy and the enforced path: target URL, Host of the
-// upstream, and X-Forwarded-* set by idemgate (client-sent ones are dropped
-// before this runs, so they are never trusted).
+// passthrough ReverseProxy and the enforced path: target URL, Host (the
+// upstream's, or the client's with PassHost), and the forwarding fields
+// (forwardingHeaders: appended to from trusted proxies, replaced from
+// anyone else).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(p.upstream)
-	pr.SetXForwarded()
+	target := p.upstream
+	if ex := exchangeOf(pr.In.Context()); ex != nil && ex.route.Upstream != nil {
+		target = ex.route.Upstream
+	}
+	pr.SetURL(target)
+	pr.Out.Host = hostFor(pr.In, p.passHost)
+	forwardingHeaders(pr, p.trusted)
 }
 
 // exchange is the state of one request on its way through ServeHTTP.
@@ -179,6 +203,7 @@ type exchange struct {
 	read    bool // body holds the request body (readBody)
 	outcome string
 	status  int
+	accessFields
 }
 
 // ServeHTTP enforces the route's policy on r: decide, claim, act (see the
@@ -186,7 +211,10 @@ type exchange struct {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
 	d := pol.Decide(r)
+	aw := &accessWriter{ResponseWriter: w}
+	w = aw
 	ex := &exchange{start: time.Now(), route: d.Route}
+	ex.w = aw
 	if d.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
@@ -198,6 +226,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.route = d.Route
 	}
 	route := ex.route
+	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	if d.Refuse != "" {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
 		return
@@ -237,8 +266,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
+		// The field or credential is named (issue 14, finding 5: "no owner
+		// (header)" left the client guessing which header).
 		p.fail(w, r, ex, problem.MissingOwner.With(
-			"the request carries an idempotency key but no owner ("+string(route.Owner.Kind)+"); keys are scoped per owner"))
+			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Scope: route.Scope, Key: key}
@@ -249,6 +280,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.enforce(w, r, ex)
 }
 
+// ownerMissingWhy says which owner source yielded nothing, from OwnerOf's
+// error ("header X-User is absent or empty", "no verified client
+// certificate", ...).
+func ownerMissingWhy(route *policy.Route, err error) string {
+	if why, ok := strings.CutPrefix(err.Error(), policy.ErrOwnerMissing.Error()+": "); ok {
+		return why + " (owner: " + route.Owner.String() + ")"
+	}
+	return "owner: " + route.Owner.String()
+}
+
 // storeCtx bounds one store call. It is detached from the client: a claim or
 // a record written halfway because the client left would only cost a lease.
 func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -257,8 +298,8 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 
 // done records one finished request: the metric, the request span's route
 // and outcome (a no-op without a recording span; see package tracing) and
-// one log line. Neither the raw key nor the owner is logged or traced, only
-// a short hash of the key in the log.
+// the access log line. Neither the raw key nor the owner is logged or
+// traced, only a short hash of the key in the log.
 func (p *Proxy) done(r *http.Request, ex *exchange) {
 	p.m.Request(ex.route.Name, ex.outcome)
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
@@ -266,21 +307,7 @@ func (p *Proxy) done(r *http.Request, ex *exchange) {
 		// even for the no-op span when tracing is off.
 		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
 	}
-	if ex.outcome == metrics.OutcomePassthrough {
-		return
-	}
-	if !p.log.Enabled(r.Context(), slog.LevelInfo) {
-		return
-	}
-	// Typed attributes: this line is written for every enforced request.
-	attrs := [7]slog.Attr{slog.String("route", ex.route.Name), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("outcome", ex.outcome), slog.Int("status", ex.status), slog.Int64("duration_ms", time.Since(ex.start).Milliseconds())}
-	n := 6
-	if ex.id.Key != "" {
-		attrs[n] = slog.String("key_hash", LogDigest(ex.id.Key))
-		n++
-	}
-	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs[:n]...)
+	p.accessLog(r, ex)
 }
 
 // isUpgrade reports whether r is a protocol switch the way a WebSocket

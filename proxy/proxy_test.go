@@ -95,6 +95,14 @@ type harness struct {
 	store store.Store
 	front *httptest.Server
 	logs  *bytes.Buffer
+	logMu *sync.Mutex
+}
+
+// logText returns the log so far, under the lock the handler writes with.
+func (h *harness) logText() string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return h.logs.String()
 }
 
 type option func(*proxy.Options, *policy.Route, *[]policy.Route)
@@ -106,9 +114,9 @@ func newHarness(t *testing.T, h http.HandlerFunc, opts ...option) *harness {
 	t.Cleanup(func() { st.Close() })
 	target, _ := url.Parse(up.URL)
 	logs := &bytes.Buffer{}
-	var logMu sync.Mutex
+	logMu := &sync.Mutex{}
 	o := proxy.Options{Upstream: target, Store: st, Timeout: 5 * time.Second,
-		Logger: slog.New(slog.NewJSONHandler(lockedWriter{&logMu, logs}, nil))}
+		Logger: slog.New(slog.NewJSONHandler(lockedWriter{logMu, logs}, nil))}
 	defaults := baseRoute()
 	var routes []policy.Route
 	for _, opt := range opts {
@@ -125,7 +133,7 @@ func newHarness(t *testing.T, h http.HandlerFunc, opts ...option) *harness {
 	}
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
-	return &harness{t: t, up: up, store: o.Store, front: front, logs: logs}
+	return &harness{t: t, up: up, store: o.Store, front: front, logs: logs, logMu: logMu}
 }
 
 type lockedWriter struct {

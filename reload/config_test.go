@@ -3,6 +3,7 @@ package reload_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,4 +172,92 @@ func TestReloadAppliesOverrides(t *testing.T) {
 	if _, err := loadConfig(path); err == nil || !strings.Contains(err.Error(), "upstream.url") {
 		t.Errorf("the file without the overrides: %v, want upstream.url required", err)
 	}
+}
+
+// TestRestartRequiredKeys: a reload that changes upstream.url, listen and
+// store.driver next to the policy applies the policy, keeps the old values,
+// and says so: a warning naming each key and
+// idemgate_config_reloads_total{result="restart_required"} (issue 14,
+// finding 4: it logged "config reloaded" and nothing else).
+func TestRestartRequiredKeys(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "idemgate.yaml")
+	if err := os.WriteFile(path, []byte(configHead), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	initial, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	r, err := reload.New(reload.Options{
+		Path: path,
+		Load: func(p string) (*policy.Policy, error) {
+			c, err := config.Load(p, nil)
+			if err != nil {
+				return nil, err
+			}
+			keys = config.RestartKeys(initial, c)
+			return c.Policy, nil
+		},
+		Initial:     initial.Policy,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		Registerer:  reg,
+		RestartKeys: func() []string { return keys },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(configHead, "127.0.0.1:3000", "127.0.0.1:3001", 1) +
+		"  - name: refunds\n    match: \"POST /v1/refunds\"\nlisten: \"127.0.0.1:8081\"\nstore: {driver: bolt}\n"
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeNames(r.Current()); len(got) != 3 {
+		t.Errorf("policy not applied: %v", got)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="config reloaded, but some changed keys need a restart; their old values stay in force until then"`) ||
+		!strings.Contains(logs.String(), "keys=listen,store.driver,upstream.url") {
+		t.Errorf("no warning naming the keys:\n%s", logs.String())
+	}
+	if v := counterValue(t, reg, "restart_required"); v != 1 {
+		t.Errorf("restart_required = %v, want 1", v)
+	}
+	// Only the policy changes: no warning, no count.
+	if err := os.WriteFile(path, []byte(configHead), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if v := counterValue(t, reg, "restart_required"); v != 1 {
+		t.Errorf("restart_required after a policy-only reload = %v, want 1", v)
+	}
+}
+
+func counterValue(t *testing.T, g prometheus.Gatherer, result string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idemgate_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series result=%q", result)
+	return 0
 }

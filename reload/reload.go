@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,13 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Debounce overrides DefaultDebounce when > 0.
 	Debounce time.Duration
+	// RestartKeys, when set, is called after each accepted reload (under
+	// the reload lock, so right after its Load) and returns the keys of the
+	// loaded file that differ from those the process runs with but that a
+	// reload cannot apply (listeners, upstream, store, ...). Each reload
+	// that finds some logs a warning naming them and counts
+	// result="restart_required", as well as "success" for its policy.
+	RestartKeys func() []string
 }
 
 // Reloader holds the current policy. Requests read Current once and keep
@@ -71,6 +79,7 @@ type Reloader struct {
 	prev    []*policy.Policy // replaced policies, oldest first; see Previous
 	reloads *prometheus.CounterVec
 	running atomic.Bool
+	restart func() []string
 	// watching, when set (tests only), is called once Run's directory watch
 	// is in place, so a test knows its next file change will be seen.
 	watching func()
@@ -96,6 +105,7 @@ func New(opts Options) (*Reloader, error) {
 		log:      opts.Logger,
 		signals:  opts.Signals,
 		debounce: opts.Debounce,
+		restart:  opts.RestartKeys,
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -105,12 +115,15 @@ func New(opts Options) (*Reloader, error) {
 	}
 	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idemgate_config_reloads_total",
-		Help: "Config reload attempts by result (success: the new policy is active; failure: the file was rejected and the previous policy stays).",
+		Help: "Config reload attempts by result (success: the new policy is active; failure: the file was rejected and the previous policy stays; restart_required: an accepted reload changed keys that only a restart applies).",
 	}, []string{"result"})
 	// Both series exist from the start so that alerts on rate(failure) work
 	// before the first failure.
 	r.reloads.WithLabelValues("success")
 	r.reloads.WithLabelValues("failure")
+	if r.restart != nil {
+		r.reloads.WithLabelValues("restart_required")
+	}
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(r.reloads); err != nil {
 			return nil, fmt.Errorf("reload: register metrics: %w", err)
@@ -186,6 +199,15 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 	warnScopeChanges(r.log, old, p)
 	r.reloads.WithLabelValues("success").Inc()
 	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "routes", len(p.Routes()), "sha256", fmt.Sprintf("%x", sum[:8]))
+	if r.restart != nil {
+		if keys := r.restart(); len(keys) > 0 {
+			// Issue 14, finding 4: a changed upstream, listen or store was
+			// kept without a word.
+			r.reloads.WithLabelValues("restart_required").Inc()
+			r.log.Warn("config reloaded, but some changed keys need a restart; their old values stay in force until then",
+				"path", r.path, "keys", strings.Join(keys, ","))
+		}
+	}
 	return nil
 }
 

@@ -219,7 +219,7 @@ func TestSignalReloads(t *testing.T) {
 	sig <- syscall.SIGHUP
 	f.waitRoutes(t, "orders,payments")
 	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
-# HELP idemgate_config_reloads_total Config reload attempts by result (success: the new policy is active; failure: the file was rejected and the previous policy stays).
+# HELP idemgate_config_reloads_total Config reload attempts by result (success: the new policy is active; failure: the file was rejected and the previous policy stays; restart_required: an accepted reload changed keys that only a restart applies).
 # TYPE idemgate_config_reloads_total counter
 idemgate_config_reloads_total{result="failure"} 0
 idemgate_config_reloads_total{result="success"} 1

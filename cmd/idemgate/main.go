@@ -51,6 +51,7 @@ Usage:
   idemgate validate --config FILE     check a config file and print every route's effective policy
   idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
+  idemgate admin get|purge|routes     inspect or purge a record over the admin API (idemgate admin lists the flags)
   idemgate version                    print the version
 `
 
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return migrate(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
+	case "admin":
+		return adminCmd(args[1:], os.Environ(), stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "idemgate %s %s\n", version, runtime.Version())
 		return 0
@@ -419,6 +422,10 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	// restartKeys is what the last accepted reload changed that only a
+	// restart applies; written by Load and read by RestartKeys, which the
+	// reloader serializes.
+	var restartKeys []string
 	reloader, err := reload.New(reload.Options{
 		Path: configPath,
 		Load: func(path string) (*policy.Policy, error) {
@@ -426,32 +433,44 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			if err != nil {
 				return nil, err
 			}
+			restartKeys = config.RestartKeys(cfg, c)
 			// jwks_file keys are read again with the config they belong to.
 			if err := keys.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
 			return c.Policy, nil
 		},
-		Initial:    cfg.Policy,
-		Logger:     log,
-		Registerer: reg,
-		Signals:    hup,
+		Initial:     cfg.Policy,
+		Logger:      log,
+		Registerer:  reg,
+		Signals:     hup,
+		RestartKeys: func() []string { return restartKeys },
 	})
 	if err != nil {
 		return err
 	}
 
+	upstreamTransport, err := newUpstreamTransport(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Upstream.TLS.InsecureSkipVerify {
+		log.Warn("INSECURE: upstream.tls.insecure_skip_verify is true: idemgate accepts ANY certificate from the upstream, so anyone on the path can read and answer its requests; use upstream.tls.ca_file instead")
+	}
 	p, err := proxy.New(proxy.Options{
 		Upstream:  cfg.Upstream.URL,
 		Timeout:   cfg.Upstream.Timeout,
 		Store:     st,
 		Policy:    reloader.Current,
-		Transport: tracing.Transport(proxy.NewTransport(cfg.Upstream.Timeout), tp, propagator),
+		Transport: tracing.Transport(upstreamTransport, tp, propagator),
 		Logger:    log,
 		Metrics:   m,
 		V1Lookup:  cfg.Store.V1Lookup,
 		// Layout 1 records sit under route names of earlier policies too.
 		PreviousPolicies: reloader.Previous,
+		TrustedProxies:   cfg.TrustedPrefixes(),
+		PassHost:         cfg.Upstream.PassHost,
+		NoAccessLog:      !cfg.Log.Access,
 	})
 	if err != nil {
 		return err
@@ -479,9 +498,19 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	serverTLS, err := cfg.ServerTLS(log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if serverTLS != nil {
+		// The certificate comes from GetCertificate, which re-reads the
+		// files when cert-manager rotates them.
+		srv.TLSConfig = serverTLS
+		ln = tls.NewListener(ln, serverTLS)
 	}
 	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
@@ -489,7 +518,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
 	log.Info("idemgate listening", "version", version, "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()))
+		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()),
+		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreClosed(srv.Serve(ln)) })
@@ -557,6 +587,47 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	}
 	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// newUpstreamTransport returns the transport to every upstream: proxy's
+// defaults with upstream.tls (CA, client certificate). upstream.tls.server_name
+// names the global upstream's certificate only; routes' own upstreams (any
+// other host) go through a transport with the same settings that verifies
+// their own host.
+func newUpstreamTransport(cfg *config.Config) (http.RoundTripper, error) {
+	build := func(serverName string) (*http.Transport, error) {
+		t := proxy.NewTransport(cfg.Upstream.Timeout)
+		tc, err := cfg.UpstreamTLS(serverName)
+		if err != nil {
+			return nil, err
+		}
+		t.TLSClientConfig = tc
+		return t, nil
+	}
+	global, err := build(cfg.Upstream.TLS.ServerName)
+	if err != nil || cfg.Upstream.TLS.ServerName == "" {
+		return global, err
+	}
+	others, err := build("")
+	if err != nil {
+		return nil, err
+	}
+	return &byHost{host: cfg.Upstream.URL.Host, global: global, others: others}, nil
+}
+
+// byHost sends requests for host through global and all others through
+// others.
+type byHost struct {
+	host           string
+	global, others http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (b *byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == b.host {
+		return b.global.RoundTrip(r)
+	}
+	return b.others.RoundTrip(r)
 }
 
 // jwksClientTimeout bounds one JWKS fetch, response body included.

@@ -1,0 +1,217 @@
+package config
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+
+	"github.com/idemgate/idemgate/internal/certfile"
+	"github.com/idemgate/idemgate/policy"
+)
+
+// Client authentication modes of server.tls.client_auth.
+const (
+	ClientAuthNone    = "none"
+	ClientAuthRequest = "request"
+	ClientAuthRequire = "require"
+)
+
+// ServerTLSConfig is `server.tls:`: TLS on the proxy listener. Without
+// CertFile the listener speaks plain HTTP.
+type ServerTLSConfig struct {
+	// CertFile and KeyFile are the PEM certificate chain and key; both or
+	// neither. They are read again when they change (cert-manager).
+	CertFile, KeyFile string
+	// MinVersion is "1.2" (default) or "1.3".
+	MinVersion string
+	// ClientCAFile is the PEM bundle of CAs that sign client certificates
+	// (mTLS); required with ClientAuth request or require.
+	ClientCAFile string
+	// ClientAuth is none (default), request (a certificate, if sent, must
+	// verify) or require (every connection must present a verified one).
+	ClientAuth string
+}
+
+// Enabled reports whether the proxy listener serves TLS.
+func (t ServerTLSConfig) Enabled() bool { return t.CertFile != "" }
+
+// VerifiesClients reports whether client certificates are verified, which
+// owner: client-cert needs.
+func (t ServerTLSConfig) VerifiesClients() bool {
+	return t.ClientAuth == ClientAuthRequest || t.ClientAuth == ClientAuthRequire
+}
+
+// UpstreamTLSConfig is `upstream.tls:`: how idemgate verifies the upstream
+// and authenticates to it, for every https upstream (the global one and the
+// routes' own).
+type UpstreamTLSConfig struct {
+	// CAFile is a PEM bundle of CAs trusted for the upstream instead of the
+	// system roots.
+	CAFile string
+	// ServerName is the name verified in the global upstream's certificate
+	// (and sent as SNI) instead of upstream.url's host; routes' own
+	// upstreams are verified against their own host.
+	ServerName string
+	// CertFile and KeyFile are a client certificate for mTLS to the
+	// upstream; both or neither.
+	CertFile, KeyFile string
+	// InsecureSkipVerify accepts any upstream certificate: for tests only,
+	// and logged as a warning at start.
+	InsecureSkipVerify bool
+}
+
+// ServerTLS returns the proxy listener's tls.Config (nil without TLS): the
+// certificate from files re-read on change, the minimum version and the
+// client verification.
+func (c *Config) ServerTLS(log *slog.Logger) (*tls.Config, error) {
+	t := c.Server.TLS
+	if !t.Enabled() {
+		return nil, nil
+	}
+	r, err := certfile.New(t.CertFile, t.KeyFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("server.tls: %w", err)
+	}
+	out := &tls.Config{GetCertificate: r.GetCertificate, MinVersion: tlsVersion(t.MinVersion), NextProtos: []string{"h2", "http/1.1"}}
+	if t.VerifiesClients() {
+		pool, err := certfile.LoadPool(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.client_ca_file: %w", err)
+		}
+		out.ClientCAs = pool
+		out.ClientAuth = tls.VerifyClientCertIfGiven
+		if t.ClientAuth == ClientAuthRequire {
+			out.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return out, nil
+}
+
+// UpstreamTLS returns the tls.Config for connections to an https upstream;
+// serverName is the name to verify ("" for the URL's host).
+func (c *Config) UpstreamTLS(serverName string) (*tls.Config, error) {
+	t := c.Upstream.TLS
+	out := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, warned about at start
+	if t.CAFile != "" {
+		pool, err := certfile.LoadPool(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("upstream.tls.ca_file: %w", err)
+		}
+		out.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("upstream.tls.cert_file: %w", err)
+		}
+		out.Certificates = []tls.Certificate{cert}
+	}
+	return out, nil
+}
+
+func tlsVersion(v string) uint16 {
+	if v == "1.3" {
+		return tls.VersionTLS13
+	}
+	return tls.VersionTLS12
+}
+
+// validateTLS checks server.tls, upstream.tls and server.trusted_proxies:
+// pairs set together, known modes, files that load, and an owner:
+// client-cert route only where client certificates are verified.
+func (c *Config) validateTLS() []error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, &policy.FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+	}
+	s := c.Server.TLS
+	pair := func(prefix, cert, key string) bool {
+		switch {
+		case cert == "" && key != "":
+			bad(prefix+".key_file", "is set but %s.cert_file is not: a TLS key needs its certificate", prefix)
+		case cert != "" && key == "":
+			bad(prefix+".cert_file", "is set but %s.key_file is not: a TLS certificate needs its key", prefix)
+		default:
+			return cert != ""
+		}
+		return false
+	}
+	if pair("server.tls", s.CertFile, s.KeyFile) {
+		if _, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile); err != nil {
+			bad("server.tls.cert_file", "does not load with server.tls.key_file: %v", err)
+		}
+	}
+	if s.MinVersion != "1.2" && s.MinVersion != "1.3" {
+		bad("server.tls.min_version", "%q must be 1.2 or 1.3", s.MinVersion)
+	}
+	switch s.ClientAuth {
+	case ClientAuthNone:
+		if s.ClientCAFile != "" {
+			bad("server.tls.client_auth", "is none but server.tls.client_ca_file is set: say request or require, or drop the CA file")
+		}
+	case ClientAuthRequest, ClientAuthRequire:
+		if !s.Enabled() {
+			bad("server.tls.client_auth", "%s needs TLS on the listener (server.tls.cert_file and key_file)", s.ClientAuth)
+		}
+		if s.ClientCAFile == "" {
+			bad("server.tls.client_ca_file", "is required with server.tls.client_auth %s: the CAs that sign client certificates", s.ClientAuth)
+		} else if _, err := certfile.LoadPool(s.ClientCAFile); err != nil {
+			bad("server.tls.client_ca_file", "%v", err)
+		}
+	default:
+		bad("server.tls.client_auth", "%q must be none, request or require", s.ClientAuth)
+	}
+	u := c.Upstream.TLS
+	if pair("upstream.tls", u.CertFile, u.KeyFile) {
+		if _, err := tls.LoadX509KeyPair(u.CertFile, u.KeyFile); err != nil {
+			bad("upstream.tls.cert_file", "does not load with upstream.tls.key_file: %v", err)
+		}
+	}
+	if u.CAFile != "" {
+		if _, err := certfile.LoadPool(u.CAFile); err != nil {
+			bad("upstream.tls.ca_file", "%v", err)
+		}
+	}
+	if u.InsecureSkipVerify && (u.CAFile != "" || u.ServerName != "") {
+		bad("upstream.tls.insecure_skip_verify", "is true, which ignores upstream.tls.ca_file and server_name: set one or the other")
+	}
+	for i, p := range c.Server.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, aerr := netip.ParseAddr(p); aerr != nil {
+				bad(fmt.Sprintf("server.trusted_proxies[%d]", i), "%q is neither a CIDR (10.0.0.0/8) nor an IP address", p)
+			}
+		}
+	}
+	if c.Policy != nil && !s.VerifiesClients() {
+		routes := c.Policy.Routes()
+		for i, r := range routes {
+			if r.Owner.Kind != policy.OwnerClientCert {
+				continue
+			}
+			path := fmt.Sprintf("routes[%d].owner", i)
+			if i == len(routes)-1 {
+				path = "defaults.owner"
+			}
+			bad(path, "client-cert needs verified client certificates, so server.tls.client_auth request or require (with server.tls.cert_file, key_file and client_ca_file); without them no request has an owner and every keyed request would be 400 missing-owner")
+		}
+	}
+	return errs
+}
+
+// TrustedPrefixes returns server.trusted_proxies as prefixes (an address
+// alone is a /32 or /128); entries that do not parse are left out, as
+// Validate reports them.
+func (c *Config) TrustedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range c.Server.TrustedProxies {
+		p = strings.TrimSpace(p)
+		if pr, err := netip.ParsePrefix(p); err == nil {
+			out = append(out, pr.Masked())
+		} else if a, err := netip.ParseAddr(p); err == nil {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	return out
+}

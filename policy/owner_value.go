@@ -1,0 +1,97 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// OwnerFromValue derives the stored owner of r from raw, the value an
+// operator knows (the admin API's owner_value): for header:NAME the field's
+// value (h:VALUE); for authorization the whole Authorization value, e.g.
+// "Bearer abc" (sha256:HEX); for client-cert the client's certificate in
+// PEM (cert:HEX of its DER); for jwt the JSON array of the configured
+// claims' values, e.g. ["https://issuer.example","alice"] (j:[...]); for
+// none the empty value. It derives exactly as OwnerOf does for a request,
+// so the result finds the record.
+func (r *Route) OwnerFromValue(raw string) (string, error) {
+	switch r.Owner.Kind {
+	case OwnerNone:
+		if raw != "" {
+			return "", errors.New("the route's owner is none: owner_value must be empty")
+		}
+		return "", nil
+	case OwnerHeader:
+		if strings.Trim(raw, " \t") == "" {
+			return "", fmt.Errorf("owner_value is empty; give the value of the %s field", r.Owner.Header)
+		}
+		return HeaderOwner(raw), nil
+	case OwnerAuthorization:
+		if strings.Trim(raw, " \t") == "" {
+			return "", errors.New("owner_value is empty; give the whole Authorization value, e.g. \"Bearer abc\"")
+		}
+		return AuthorizationOwner(raw), nil
+	case OwnerClientCert:
+		block, _ := pem.Decode([]byte(raw))
+		if block == nil || block.Type != "CERTIFICATE" {
+			return "", errors.New("owner_value must be the client certificate in PEM (-----BEGIN CERTIFICATE-----)")
+		}
+		return CertOwner(block.Bytes), nil
+	case OwnerJWT:
+		dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+		dec.UseNumber() // as the verifier reads claims: 1 stays "1" in the owner
+		var values []any
+		if err := dec.Decode(&values); err != nil {
+			return "", fmt.Errorf("owner_value must be the JSON array of the claims %v, e.g. [\"https://issuer.example\",\"alice\"]: %w", r.jwtClaims(), err)
+		}
+		if n := len(r.jwtClaims()); len(values) != n {
+			return "", fmt.Errorf("owner_value has %d values, the route's claims %v are %d", len(values), r.jwtClaims(), n)
+		}
+		return JWTOwner(values)
+	}
+	return "", fmt.Errorf("route %s has no valid owner source", r.Name)
+}
+
+func (r *Route) jwtClaims() []string {
+	if r.JWT == nil {
+		return DefaultJWTClaims()
+	}
+	return r.JWT.Claims
+}
+
+// StoredOwnerForm describes the stored owner of r's source, for errors that
+// must tell an operator what to send: e.g. "h:VALUE (the X-User field's
+// value)".
+func (r *Route) StoredOwnerForm() string {
+	switch r.Owner.Kind {
+	case OwnerHeader:
+		return "h:VALUE (VALUE: the " + r.Owner.Header + " field)"
+	case OwnerAuthorization:
+		return "sha256:HEX (SHA-256 of the whole Authorization value)"
+	case OwnerClientCert:
+		return "cert:HEX (SHA-256 of the client certificate's DER)"
+	case OwnerJWT:
+		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", r.jwtClaims())
+	}
+	return "the empty owner"
+}
+
+// HasStoredOwnerForm reports whether owner has the prefix of r's source, so
+// that a value given in another form (owner=carol on a header:X-User
+// route) is refused with a hint instead of answering "not found".
+func (r *Route) HasStoredOwnerForm(owner string) bool {
+	switch r.Owner.Kind {
+	case OwnerHeader:
+		return strings.HasPrefix(owner, ownerHeaderPrefix)
+	case OwnerAuthorization:
+		return strings.HasPrefix(owner, ownerAuthPrefix)
+	case OwnerClientCert:
+		return strings.HasPrefix(owner, ownerCertPrefix)
+	case OwnerJWT:
+		return strings.HasPrefix(owner, ownerJWTPrefix)
+	}
+	return owner == ""
+}

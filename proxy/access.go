@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// exchangeKey carries a request's *exchange in its context, for what sees
+// the request alone: rewrite (the route's own upstream), the passthrough
+// ErrorHandler (the cause of a failure) and timedTransport (the upstream
+// duration).
+type exchangeKey struct{}
+
+func exchangeOf(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// accessWriter counts what the client is sent, for the access log line; it
+// unwraps for http.ResponseController (flushes, hijacked upgrades).
+type accessWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+// WriteHeader records the status.
+func (w *accessWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write counts the body bytes.
+func (w *accessWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap returns the underlying writer (http.ResponseController).
+func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// timedTransport adds each round trip's time (to the response headers) to
+// the exchange of its request, for the access log's upstream_ms.
+type timedTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	if ex := exchangeOf(r.Context()); ex != nil {
+		ex.upstreamNanos.Add(int64(time.Since(start)))
+	}
+	return resp, err
+}
+
+// accessFields is what the access log adds to exchange.
+type accessFields struct {
+	w             *accessWriter
+	upstreamNanos atomic.Int64
+	// cause is the error behind a failed answer (upstream or store), for
+	// the access line; never a key or an owner.
+	cause error
+}
+
+// accessLog writes the one line per request, enforced or not (README.md,
+// "Access log"): method, path as sent, route, outcome, status and bytes
+// sent, durations, the key's LogDigest and the cause of a failure. It is
+// off with Options.AccessLog false, or below the info level.
+func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
+	if !p.access || !p.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	status, bytes := ex.status, int64(0)
+	if ex.w != nil {
+		if ex.w.status != 0 {
+			status = ex.w.status
+		}
+		bytes = ex.w.bytes
+	}
+	// Typed attributes: this line is written for every request.
+	attrs := make([]slog.Attr, 0, 11)
+	attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()),
+		slog.String("route", ex.route.Name), slog.String("outcome", ex.outcome), slog.Int("status", status),
+		slog.Int64("bytes", bytes), slog.Int64("duration_ms", time.Since(ex.start).Milliseconds()))
+	if up := ex.upstreamNanos.Load(); up > 0 {
+		attrs = append(attrs, slog.Int64("upstream_ms", time.Duration(up).Milliseconds()))
+	}
+	if ex.id.Key != "" {
+		attrs = append(attrs, slog.String("key_hash", LogDigest(ex.id.Key)))
+	}
+	if ex.cause != nil {
+		attrs = append(attrs, slog.String("err", ex.cause.Error()))
+	}
+	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+}

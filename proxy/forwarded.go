@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// forwardingHeaders sets what the upstream learns about the client hop, on
+// both the passthrough and the enforced path (README.md, "What the upstream
+// receives"). From a peer in trusted (the load balancers in front of
+// idemgate) X-Forwarded-For and Forwarded are appended to, as nginx's
+// proxy_add_x_forwarded_for and RFC 7239 section 4 do, and its
+// X-Forwarded-Host and X-Forwarded-Proto are kept; from anyone else every
+// one of them is replaced by what idemgate itself saw, so a client cannot
+// pose as another address. Only the upstream reads them: owners and
+// fingerprints are computed from the request before this runs.
+func forwardingHeaders(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
+	in, out := pr.In, pr.Out
+	// ReverseProxy (passthrough) and outbound (enforced) drop the client's
+	// fields from out before this runs; in still has them.
+	out.Header.Del("X-Forwarded-For")
+	out.Header.Del("X-Forwarded-Host")
+	out.Header.Del("X-Forwarded-Proto")
+	out.Header.Del("Forwarded")
+	peer := peerAddr(in.RemoteAddr)
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	hop := "for=" + forwardedNode(peer) + ";host=" + quoteForwarded(in.Host) + ";proto=" + proto
+	if isTrusted(peer, trusted) {
+		if prior := in.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+peerString(peer, in.RemoteAddr))
+		} else {
+			out.Header.Set("X-Forwarded-For", peerString(peer, in.RemoteAddr))
+		}
+		if prior := in.Header.Values("Forwarded"); len(prior) > 0 {
+			hop = strings.Join(prior, ", ") + ", " + hop
+		}
+		out.Header.Set("X-Forwarded-Host", firstNonEmpty(in.Header.Get("X-Forwarded-Host"), in.Host))
+		out.Header.Set("X-Forwarded-Proto", firstNonEmpty(in.Header.Get("X-Forwarded-Proto"), proto))
+	} else {
+		out.Header.Set("X-Forwarded-For", peerString(peer, in.RemoteAddr))
+		out.Header.Set("X-Forwarded-Host", in.Host)
+		out.Header.Set("X-Forwarded-Proto", proto)
+	}
+	out.Header.Set("Forwarded", hop)
+}
+
+func isTrusted(peer netip.Addr, trusted []netip.Prefix) bool {
+	return peer.IsValid() && slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(peer) })
+}
+
+// peerAddr is the TCP peer's address, IPv4-mapped IPv6 unmapped so that
+// 10.0.0.0/8 matches a dual-stack listener's peers.
+func peerAddr(remote string) netip.Addr {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+func peerString(peer netip.Addr, remote string) string {
+	if peer.IsValid() {
+		return peer.String()
+	}
+	return remote
+}
+
+// forwardedNode is RFC 7239 section 6's node for peer: an IPv6 address is
+// quoted and bracketed, an unknown one "unknown".
+func forwardedNode(peer netip.Addr) string {
+	switch {
+	case !peer.IsValid():
+		return "unknown"
+	case peer.Is6():
+		return `"[` + peer.String() + `]"`
+	}
+	return peer.String()
+}
+
+// quoteForwarded writes v as an RFC 7239 value: a token as is, anything
+// else (a host with a port has ':') as a quoted-string.
+func quoteForwarded(v string) string {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v) + `"`
+		}
+	}
+	return v
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// hostFor returns the Host the upstream gets: the client's when passHost
+// (Traefik's passHostHeader), else "" so that net/http sends the upstream
+// URL's host.
+func hostFor(in *http.Request, passHost bool) string {
+	if passHost {
+		return in.Host
+	}
+	return ""
+}
