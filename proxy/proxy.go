@@ -218,7 +218,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
-		// bytes go upstream.
+		// bytes go upstream. A malformed key is refused first: reading the
+		// body sends 100 Continue, and a client told to send it for a
+		// request refused anyway wastes the upload (RFC 9110 section
+		// 10.1.1).
+		if _, err := policy.ParseKey(r.Header.Values(d.Route.Header)); err != nil && !errors.Is(err, policy.ErrKeyMissing) {
+			p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))
+			return
+		}
 		if !p.readBody(w, r, ex) {
 			return
 		}
