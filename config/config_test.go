@@ -62,7 +62,7 @@ func TestExampleLoads(t *testing.T) {
 	for _, r := range c.Policy.Routes() {
 		names = append(names, r.Name)
 	}
-	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "default"}) {
+	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "stripe-webhooks", "github-webhooks", "default"}) {
 		t.Errorf("routes = %v", names)
 	}
 	if r := route(t, c, "create-order"); !r.Required || !slices.Equal(r.Methods, []string{"POST"}) {
