@@ -172,6 +172,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 		r := defaults
 		r.Methods = append([]string(nil), defaults.Methods...)
 		r.Fingerprint.Headers = append([]string(nil), defaults.Fingerprint.Headers...)
+		r.Fingerprint.Exclude = append([]string(nil), defaults.Fingerprint.Exclude...)
 		r.ReplayStatuses = append([]policy.StatusRange(nil), defaults.ReplayStatuses...)
 		r.Name = ""
 		if rr.Name == nil {
@@ -236,6 +237,9 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	b.str(&r.Scope, s.Scope)
 	b.str(&r.Header, s.Header)
+	if k := s.Key; k != nil {
+		b.key(r, k, s.Header != nil, path)
+	}
 	if s.Methods != nil {
 		r.Methods = append([]string(nil), (*s.Methods)...)
 	}
@@ -269,6 +273,9 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Body != nil {
 			r.Fingerprint.Body = policy.BodyMode(*f.Body)
 		}
+		if f.Exclude != nil {
+			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
+		}
 	}
 	b.duration(path+".lease", &r.Lease, s.Lease)
 	b.duration(path+".retention", &r.Retention, s.Retention)
@@ -299,6 +306,30 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	if s.OnAbandoned != nil {
 		r.OnAbandoned = policy.OnAbandoned(*s.OnAbandoned)
+	}
+}
+
+// key applies a `key:` section to r. Setting key.from starts a new source
+// (an inherited pointer does not carry over to from: header); key.name is
+// the key field with from: header, so it and `header:` must not disagree.
+func (b *builder) key(r *policy.Route, k *rawKey, headerSet bool, path string) {
+	if k.From != nil {
+		r.Key = policy.KeySource{From: policy.KeyFrom(strings.TrimSpace(*k.From))}
+	}
+	if k.Pointer != nil {
+		r.Key.Pointer = strings.TrimSpace(*k.Pointer)
+	}
+	if k.Name == nil {
+		return
+	}
+	name := strings.TrimSpace(*k.Name)
+	switch {
+	case r.Key.FromBody():
+		b.bad(path+".key.name", "applies only with key.from: header; a body key is named by key.pointer")
+	case headerSet && !strings.EqualFold(name, r.Header):
+		b.bad(path+".key.name", "%q and header %q both name the key field; set one of them", name, r.Header)
+	default:
+		r.Header = name
 	}
 }
 

@@ -62,7 +62,7 @@ func TestExampleLoads(t *testing.T) {
 	for _, r := range c.Policy.Routes() {
 		names = append(names, r.Name)
 	}
-	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "invoices", "default"}) {
+	if !slices.Equal(names, []string{"create-order", "capture-payment", "refunds", "uploads", "invoices", "stripe-webhooks", "github-webhooks", "default"}) {
 		t.Errorf("routes = %v", names)
 	}
 	if r := route(t, c, "invoices"); r.Upstream == nil || r.Upstream.String() != "http://127.0.0.1:3001" || r.Scope != "upstream:127.0.0.1:3001" {

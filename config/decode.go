@@ -189,6 +189,7 @@ type rawSettings struct {
 	Mode             *string         `mapstructure:"mode"`
 	Scope            *string         `mapstructure:"scope"`
 	Header           *string         `mapstructure:"header"`
+	Key              *rawKey         `mapstructure:"key"`
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
 	Owner            *string         `mapstructure:"owner"`
@@ -215,11 +216,20 @@ type rawJWT struct {
 	Claims    *[]string `mapstructure:"claims"`
 }
 
+// rawKey is a `key:` section; see policy.KeySource. With from: header,
+// name is the key field, like `header:`.
+type rawKey struct {
+	From    *string `mapstructure:"from"`
+	Name    *string `mapstructure:"name"`
+	Pointer *string `mapstructure:"pointer"`
+}
+
 // rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
 type rawFingerprint struct {
 	Headers *[]string `mapstructure:"headers"`
 	Query   *bool     `mapstructure:"query"`
 	Body    *string   `mapstructure:"body"`
+	Exclude *[]string `mapstructure:"exclude"`
 }
 
 // setFields returns the key names (relative to the route, e.g. "lease",
@@ -234,6 +244,11 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("mode", s.Mode != nil)
 	add("scope", s.Scope != nil)
 	add("header", s.Header != nil)
+	if k := s.Key; k != nil {
+		add("key.from", k.From != nil)
+		add("key.name", k.Name != nil)
+		add("key.pointer", k.Pointer != nil)
+	}
 	add("methods", s.Methods != nil)
 	add("required", s.Required != nil)
 	add("owner", s.Owner != nil)
@@ -250,6 +265,7 @@ func (s *rawSettings) setFields() map[string]bool {
 		add("fingerprint.headers", f.Headers != nil)
 		add("fingerprint.query", f.Query != nil)
 		add("fingerprint.body", f.Body != nil)
+		add("fingerprint.exclude", f.Exclude != nil)
 	}
 	add("lease", s.Lease != nil)
 	add("retention", s.Retention != nil)

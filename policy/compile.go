@@ -338,6 +338,7 @@ func patternMethod(pattern string) string {
 func cloneRoute(r Route) *Route {
 	r.Methods = slices.Clone(r.Methods)
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
+	r.Fingerprint.Exclude = slices.Clone(r.Fingerprint.Exclude)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
 	r.JWT = r.JWT.clone()
 	r.jwt = nil
@@ -366,6 +367,7 @@ func normalize(r *Route, path string) []error {
 	} else {
 		r.Header = textproto.CanonicalMIMEHeaderKey(r.Header)
 	}
+	errs = append(errs, r.Key.check(path+".key")...)
 	if len(r.Methods) == 0 {
 		bad("methods", "must list at least one method")
 	}
@@ -423,9 +425,17 @@ func normalize(r *Route, path string) []error {
 	default:
 		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
 	}
+	ex, exErrs := normalizeExclude(r.Fingerprint.Exclude)
+	for _, err := range exErrs {
+		bad("fingerprint.exclude", "%v", err)
+	}
+	r.Fingerprint.Exclude = ex
+	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON {
+		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
+	}
 	r.recipe = r.Fingerprint.Recipe()
 	if len(r.recipe) > MaxRecipeBytes {
-		bad("fingerprint.headers", "%d headers make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.recipe), MaxRecipeBytes)
+		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), MaxRecipeBytes)
 	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match, r.Upstream)

@@ -48,6 +48,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("mode", string(r.Mode))
 	kv("scope", strconv.Quote(r.Scope))
 	kv("header", r.Header)
+	if r.Key.FromBody() {
+		kv("key", "{from: body, pointer: "+strconv.Quote(r.Key.Pointer)+"} # read from the JSON body, which is read first")
+	}
 	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
 	kv("required", strconv.FormatBool(r.Required))
 	switch r.Owner.Kind {
@@ -65,8 +68,12 @@ func (r *Route) describe(w *bufio.Writer) {
 			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
 	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
-	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s}\n",
-		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body)
+	exclude := ""
+	if len(r.Fingerprint.Exclude) > 0 {
+		exclude = ", exclude: [" + quoteList(r.Fingerprint.Exclude) + "]"
+	}
+	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s%s}\n",
+		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, exclude)
 	kv("fingerprint_recipe", strconv.Quote(r.Recipe())+" # recorded with each key: a retry is compared by its record's recipe")
 	kv("lease", r.Lease.String())
 	if r.Retention == 0 {

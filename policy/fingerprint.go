@@ -70,6 +70,12 @@ type FingerprintInput struct {
 	BodyMode BodyMode
 	// Body is the complete request body in bytes.
 	Body []byte
+	// Exclude lists RFC 6901 JSON pointers whose object members are removed
+	// from a JSON body before it is canonicalized (fingerprint.exclude);
+	// Fingerprint sorts them and drops duplicates. It only applies with
+	// BodyMode json, and then adds records that no input without exclusions
+	// has (docs/protocol.md, "Exclusions"); otherwise it is ignored.
+	Exclude []string
 }
 
 // Fingerprint returns the hs1 fingerprint of in: "hs1:" + 64 lowercase hex
@@ -106,6 +112,7 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 		IncludeQuery: s.Query,
 		BodyMode:     s.Body,
 		Body:         body,
+		Exclude:      s.Exclude,
 	}
 	if req.URL != nil {
 		in.Path = req.URL.EscapedPath()
@@ -166,6 +173,10 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 	case BodyIgnore:
 		put(tagBodyIgnored, nil)
 	case BodyJSON:
+		if len(in.Exclude) > 0 {
+			encodeExcluded(put, in)
+			return
+		}
 		if c, ok := canonicalJSON(in.Body); ok {
 			put(tagBodyJSON, c)
 		} else {
@@ -174,6 +185,28 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 	default:
 		put(tagBodyRaw, in.Body)
 	}
+}
+
+// encodeExcluded writes the body records of a json-mode input with
+// exclusions: one X record per pointer (sorted, without duplicates), then
+// E with the canonical form of the body less the excluded members, or F
+// with the body bytes when the body is not canonicalizable. The X records
+// keep every such encoding apart from any encoding without exclusions, and
+// from one with other exclusions.
+func encodeExcluded(put func(byte, []byte), in FingerprintInput) {
+	ptrs := in.Exclude
+	if !slices.IsSorted(ptrs) || len(slices.Compact(slices.Clone(ptrs))) != len(ptrs) {
+		ptrs = slices.Compact(slices.Sorted(slices.Values(ptrs)))
+	}
+	for _, p := range ptrs {
+		put(tagExclude, []byte(p))
+	}
+	c, ok := canonicalJSON(in.Body)
+	if !ok {
+		put(tagBodyFallback, in.Body)
+		return
+	}
+	put(tagBodyExcluded, excludeMembers(c, parsePointers(ptrs)))
 }
 
 // asciiLower lowercases A-Z only: field names are ASCII tokens, and bytes

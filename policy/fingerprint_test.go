@@ -27,13 +27,14 @@ type vector struct {
 	Headers      []FingerprintHeader `json:"headers"`
 	BodyMode     BodyMode            `json:"body_mode"`
 	Body         string              `json:"body"`
+	Exclude      []string            `json:"exclude,omitempty"`
 	Encoding     string              `json:"encoding_hex"`
 	Fingerprint  string              `json:"fingerprint"`
 }
 
 func (v vector) input() FingerprintInput {
 	return FingerprintInput{Method: v.Method, Path: v.Path, IncludeQuery: v.IncludeQuery, Query: v.Query,
-		Headers: v.Headers, BodyMode: v.BodyMode, Body: []byte(v.Body)}
+		Headers: v.Headers, BodyMode: v.BodyMode, Body: []byte(v.Body), Exclude: v.Exclude}
 }
 
 func vectorInputs() []vector {
@@ -53,6 +54,18 @@ func vectorInputs() []vector {
 		{Name: "json mode, inexact number", Method: "POST", Path: "/v1/x", BodyMode: BodyJSON, Body: `{"id":9007199254740993}`},
 		{Name: "json mode, empty body", Method: "POST", Path: "/v1/x", BodyMode: BodyJSON},
 		{Name: "body ignored", Method: "POST", Path: "/v1/x", IncludeQuery: true, Query: "q", BodyMode: BodyIgnore, Body: "anything"},
+		// Exclusions (fingerprint.exclude): X records, then E, or F for a
+		// body that is not canonicalizable.
+		{Name: "json with exclusions", Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON,
+			Body: `{"meta":{"request_id":"r1","v":2},"client_ts":"2026-01-01T00:00:00Z","amount":5}`, Exclude: []string{"/meta/request_id", "/client_ts"}},
+		{Name: "json with exclusions, excluded members changed", Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON,
+			Body: `{"amount":5,"client_ts":"2026-01-01T00:00:09Z","meta":{"v":2,"request_id":"r2"}}`, Exclude: []string{"/client_ts", "/meta/request_id"}},
+		{Name: "json with exclusions, nothing excluded", Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON,
+			Body: `{"amount":5}`, Exclude: []string{"/client_ts"}},
+		{Name: "json with exclusions, escaped pointer and array", Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON,
+			Body: `{"a/b":1,"m~n":2,"items":[{"ts":1,"sku":"x"},{"ts":2,"sku":"y"}],"k":3}`, Exclude: []string{"/a~1b", "/m~0n", "/items/1/ts"}},
+		{Name: "json with exclusions, not JSON", Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON,
+			Body: `{"amount":`, Exclude: []string{"/client_ts"}},
 	}
 }
 
@@ -109,9 +122,12 @@ func TestFingerprintVectors(t *testing.T) {
 	if a, b := byName["json canonicalized"], byName["json same after canonicalization"]; a.Fingerprint != b.Fingerprint {
 		t.Error("key order and whitespace changed a json-mode fingerprint")
 	}
+	if a, b := byName["json with exclusions"], byName["json with exclusions, excluded members changed"]; a.Fingerprint != b.Fingerprint {
+		t.Error("a change of excluded members changed the fingerprint")
+	}
 	seen := map[string]string{}
 	for _, v := range vs {
-		if v.Name == "json same after canonicalization" {
+		if v.Name == "json same after canonicalization" || v.Name == "json with exclusions, excluded members changed" {
 			continue
 		}
 		if other, dup := seen[v.Fingerprint]; dup {
@@ -338,6 +354,14 @@ func decodeEncoding(t *testing.T, enc []byte) FingerprintInput {
 			in.BodyMode, in.Body = BodyJSON, v
 		case 'F':
 			in.BodyMode, in.Body = BodyJSON, v
+		case 'X':
+			in.Exclude = append(in.Exclude, string(v))
+			continue
+		case 'E':
+			if len(in.Exclude) == 0 {
+				t.Fatal("E without X")
+			}
+			in.BodyMode, in.Body = BodyJSON, v
 		case 'I':
 			in.BodyMode = BodyIgnore
 		default:
@@ -367,9 +391,16 @@ func canonicalInput(in FingerprintInput) (FingerprintInput, string) {
 		out.BodyMode, bodyTag = BodyIgnore, "I"
 	case BodyJSON:
 		out.BodyMode = BodyJSON
-		if c, ok := canonicalJSON(in.Body); ok {
+		if len(in.Exclude) > 0 {
+			out.Exclude = slices.Compact(slices.Sorted(slices.Values(in.Exclude)))
+		}
+		c, ok := canonicalJSON(in.Body)
+		switch {
+		case ok && out.Exclude != nil:
+			out.Body, bodyTag = excludeMembers(c, parsePointers(out.Exclude)), "E"
+		case ok:
 			out.Body, bodyTag = c, "J"
-		} else {
+		default:
 			out.Body, bodyTag = in.Body, "F"
 		}
 	default:
@@ -380,7 +411,8 @@ func canonicalInput(in FingerprintInput) (FingerprintInput, string) {
 
 func equalInputs(a, b FingerprintInput) bool {
 	if a.Method != b.Method || a.Path != b.Path || a.IncludeQuery != b.IncludeQuery || a.Query != b.Query ||
-		a.BodyMode != b.BodyMode || !bytes.Equal(a.Body, b.Body) || len(a.Headers) != len(b.Headers) {
+		a.BodyMode != b.BodyMode || !bytes.Equal(a.Body, b.Body) || len(a.Headers) != len(b.Headers) ||
+		!slices.Equal(a.Exclude, b.Exclude) {
 		return false
 	}
 	for i := range a.Headers {

@@ -77,6 +77,10 @@ type FingerprintSpec struct {
 	Headers []string // header names, lowercased and sorted
 	Query   bool
 	Body    BodyMode
+	// Exclude holds RFC 6901 JSON pointers (fingerprint.exclude), sorted
+	// and without duplicates: the members they name are removed from a
+	// JSON body before it is canonicalized. Only with Body json.
+	Exclude []string
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
@@ -94,9 +98,12 @@ type Route struct {
 	// DefaultScope unless the route sets `scope`. Records are found by owner,
 	// scope and key, never by the route's name or match, so a reload that
 	// adds, renames or reorders routes leaves every record reachable.
-	Scope            string
-	Mode             Mode
-	Header           string // canonical name of the idempotency key field
+	Scope  string
+	Mode   Mode
+	Header string // canonical name of the idempotency key field
+	// Key says where the key is read: the Header field (the default) or a
+	// member of a JSON body (`key: {from: body, pointer: /id}`).
+	Key              KeySource
 	Methods          []string
 	Required         bool
 	Owner            OwnerSource

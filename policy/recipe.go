@@ -34,7 +34,10 @@ var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
 //	b=raw&h=content-type&q=1&v=hs1
 //
 // v is the fingerprint format, b the body mode, q "1" or "0" for the query,
-// and one h per fingerprinted header name (lowercase, sorted). Equal specs
+// one h per fingerprinted header name (lowercase, sorted), and one x per
+// excluded JSON pointer (fingerprint.exclude, sorted; URL-encoded like
+// every value, so "/a/b" is x=%2Fa%2Fb). A spec without exclusions has no
+// x, so its recipe is the one earlier builds wrote. Equal specs
 // give equal strings; ParseRecipe reverses it. See docs/protocol.md,
 // "Fingerprint recipes".
 func (s FingerprintSpec) Recipe() string {
@@ -49,6 +52,9 @@ func (s FingerprintSpec) Recipe() string {
 		}
 		slices.Sort(h)
 		v["h"] = slices.Compact(h)
+	}
+	if len(s.Exclude) > 0 {
+		v["x"] = slices.Compact(slices.Sorted(slices.Values(s.Exclude)))
 	}
 	return v.Encode()
 }
@@ -89,9 +95,20 @@ func ParseRecipe(recipe string) (FingerprintSpec, error) {
 		}
 	}
 	s.Headers = slices.Clone(v["h"])
+	if xs := v["x"]; len(xs) > 0 {
+		if s.Body != BodyJSON {
+			return FingerprintSpec{}, fmt.Errorf("%w: %q: exclusions with body mode %q", ErrRecipeUnknown, recipe, s.Body)
+		}
+		for _, x := range xs {
+			if _, err := ParsePointer(x); err != nil {
+				return FingerprintSpec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
+			}
+		}
+		s.Exclude = slices.Compact(slices.Sorted(slices.Values(xs)))
+	}
 	for k := range v {
 		switch k {
-		case "v", "q", "b", "h":
+		case "v", "q", "b", "h", "x":
 		default:
 			return FingerprintSpec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
 		}

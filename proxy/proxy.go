@@ -246,7 +246,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// fingerprint: "Connection: Content-Type" would otherwise make two
 	// requests the upstream tells apart share one fingerprint.
 	removeHopByHop(r.Header)
-	key, err := policy.ParseKey(r.Header.Values(route.Header))
+	// A key in the body (a webhook's event id) needs the body first; it is
+	// read within max_request_bytes, and the same bytes go upstream.
+	if route.Key.FromBody() && !p.readBody(w, r, ex) {
+		return
+	}
+	key, err := route.KeyOf(r, ex.body)
 	switch {
 	case errors.Is(err, policy.ErrKeyMissing):
 		if !route.Required {
@@ -254,7 +259,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.fail(w, r, ex, problem.MissingKey.With(
-			fmt.Sprintf("route %q requires the %s field on %s requests", route.Name, route.Header, r.Method)))
+			fmt.Sprintf("route %q requires %s on %s requests", route.Name, route.KeyName(), r.Method)))
 		return
 	case err != nil:
 		p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))

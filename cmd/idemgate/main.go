@@ -49,6 +49,8 @@ Usage:
   idemgate serve --upstream URL       run with built-in defaults and the memory store
   idemgate demo                       run an example API on 127.0.0.1:3000 behind idemgate on 127.0.0.1:8080
   idemgate validate --config FILE     check a config file and print every route's effective policy
+  idemgate policy --config FILE [--format markdown|json|openapi]
+                                      print what clients of the enforced routes must know, for API docs
   idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
   idemgate admin get|purge|routes     inspect or purge a record over the admin API (idemgate admin lists the flags)
@@ -73,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "migrate":
 		return migrate(args[1:], stdout, stderr)
+	case "policy":
+		return policyCommand(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "admin":

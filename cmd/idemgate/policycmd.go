@@ -1,0 +1,391 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
+)
+
+// publishedFormat names the JSON document of `idemgate policy --format
+// json`; a change that is not an addition gets a new name.
+const publishedFormat = "idemgate-policy/1"
+
+// publishedPolicy is the document `idemgate policy` prints: what a client
+// of each enforced route must know (IETF Idempotency-Key draft, section
+// 2.5.2: the resource publishes its idempotency specification). README.md,
+// "Publishing the policy", documents every field; fields are only ever
+// added.
+type publishedPolicy struct {
+	Format string           `json:"format"`
+	Routes []publishedRoute `json:"routes"`
+}
+
+type publishedRoute struct {
+	Name        string               `json:"name"`
+	Host        string               `json:"host,omitempty"`
+	Path        string               `json:"path"` // ServeMux path pattern; "" for the defaults route (every other path)
+	Methods     []string             `json:"methods"`
+	Key         publishedKey         `json:"key"`
+	Fingerprint publishedFingerprint `json:"fingerprint"`
+	// RetentionSeconds is how long a completed response is replayed; 0
+	// means forever.
+	RetentionSeconds int64            `json:"retention_seconds"`
+	Concurrent       publishedConc    `json:"concurrent"`
+	ReusedKey        string           `json:"reused_key"`
+	ReplayStatuses   []string         `json:"replay_statuses"`
+	MaxRequestBytes  int64            `json:"max_request_bytes"`
+	Problems         []publishedIssue `json:"problems"`
+}
+
+type publishedKey struct {
+	From      string `json:"from"`              // header or body
+	Header    string `json:"header,omitempty"`  // from header
+	Pointer   string `json:"pointer,omitempty"` // from body
+	Required  bool   `json:"required"`
+	MaxLength int    `json:"max_length"`
+	Syntax    string `json:"syntax"`
+	Scope     string `json:"scope"` // who shares a key space: the owner source
+}
+
+type publishedFingerprint struct {
+	Method  bool     `json:"method"`
+	Path    bool     `json:"path"`
+	Query   bool     `json:"query"`
+	Headers []string `json:"headers"`
+	Body    string   `json:"body"`
+	Exclude []string `json:"exclude"`
+}
+
+type publishedConc struct {
+	Behaviour          string `json:"behaviour"` // wait or conflict
+	WaitTimeoutSeconds int64  `json:"wait_timeout_seconds,omitempty"`
+	Status             int    `json:"status"`
+}
+
+type publishedIssue struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Title  string `json:"title"`
+	Action string `json:"action"`
+}
+
+func policyCommand(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file whose policy to publish")
+	format := fs.String("format", "markdown", "markdown, json or openapi")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "idemgate policy: --config FILE is required")
+		return 2
+	}
+	cfg, err := config.Load(*path, os.Environ())
+	if err != nil {
+		fmt.Fprintf(stderr, "idemgate policy: %s is invalid:\n", *path)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  - %s\n", line)
+		}
+		return 1
+	}
+	doc := publish(cfg.Policy)
+	switch *format {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(doc)
+	case "markdown":
+		err = writeMarkdown(stdout, doc)
+	case "openapi":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(openAPI(doc))
+	default:
+		fmt.Fprintf(stderr, "idemgate policy: --format %q must be markdown, json or openapi\n", *format)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idemgate policy: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// publish describes every enforced route of p, in Routes order (the
+// defaults route last, standing for every path no route matches).
+func publish(p *policy.Policy) publishedPolicy {
+	doc := publishedPolicy{Format: publishedFormat, Routes: []publishedRoute{}}
+	for _, r := range p.Routes() {
+		if r.Mode != policy.ModeEnforce {
+			continue
+		}
+		pr := publishedRoute{
+			Name:    r.Name,
+			Methods: slices.Clone(r.Methods),
+			Key: publishedKey{From: string(policy.KeyFromHeader), Header: r.Header, Required: r.Required, MaxLength: policy.MaxKeyLength,
+				Syntax: "an RFC 8941 sf-string (\"order-123\": 1-255 printable ASCII characters, spaces allowed, not all spaces) or a bare key (order-123: 1-255 characters from ! to ~ except \", , and ;), sent once; both forms of the same characters are the same key",
+				Scope:  ownerScope(r)},
+			Fingerprint: publishedFingerprint{Method: true, Path: true, Query: r.Fingerprint.Query,
+				Headers: append([]string{}, r.Fingerprint.Headers...), Body: string(r.Fingerprint.Body),
+				Exclude: append([]string{}, r.Fingerprint.Exclude...)},
+			RetentionSeconds: int64(r.Retention.Seconds()),
+			Concurrent:       publishedConc{Behaviour: string(r.Concurrent), Status: problem.InProgress.Status},
+			ReusedKey:        "a key reused for a request with another fingerprint gets " + strconv.Itoa(problem.KeyReused.Status) + " " + problem.KeyReused.Slug + "; the same request gets the stored response again, with Idempotent-Replayed: true",
+			MaxRequestBytes:  r.MaxRequestBytes,
+		}
+		if r.Key.FromBody() {
+			pr.Key.From, pr.Key.Header, pr.Key.Pointer = string(policy.KeyFromBody), "", r.Key.Pointer
+			pr.Key.Syntax = "a string of 1-255 printable ASCII characters (not all spaces) or an integer, at the JSON pointer in the JSON body"
+		}
+		if r.Match != "" {
+			method, host, path := splitPattern(r.Match)
+			pr.Host, pr.Path = host, path
+			_ = method // already narrowed into Methods by policy.New
+		}
+		if r.Concurrent == policy.ConcurrentWait {
+			pr.Concurrent.WaitTimeoutSeconds = int64(r.WaitTimeout.Seconds())
+		}
+		for _, s := range r.ReplayStatuses {
+			pr.ReplayStatuses = append(pr.ReplayStatuses, s.String())
+		}
+		for _, k := range problem.Catalog() {
+			if applies(r, k) {
+				pr.Problems = append(pr.Problems, publishedIssue{Type: k.Type(), Status: k.Status, Title: k.Title, Action: k.Advice()})
+			}
+		}
+		doc.Routes = append(doc.Routes, pr)
+	}
+	return doc
+}
+
+// ownerScope says, for clients, whose keys share one key space.
+func ownerScope(r *policy.Route) string {
+	switch r.Owner.Kind {
+	case policy.OwnerNone:
+		return "global: one key space for every client of scope " + strconv.Quote(r.Scope)
+	case policy.OwnerAuthorization:
+		return "per Authorization field value (a refreshed token is a new owner)"
+	case policy.OwnerJWT:
+		return "per verified bearer token subject (claims " + strings.Join(r.JWT.Claims, ", ") + ")"
+	case policy.OwnerClientCert:
+		return "per TLS client certificate"
+	}
+	return "per authenticated client (" + r.Owner.String() + ")"
+}
+
+// applies reports whether a client of r can get a problem of kind k.
+func applies(r *policy.Route, k problem.Kind) bool {
+	switch k {
+	case problem.MissingKey:
+		return r.Required
+	case problem.MissingOwner:
+		return r.Owner.Kind != policy.OwnerNone && r.Owner.Kind != policy.OwnerJWT
+	case problem.InvalidCredentials:
+		return r.Owner.Kind == policy.OwnerJWT
+	case problem.OutcomeUnknown:
+		return r.OnAbandoned == policy.AbandonedReject
+	case problem.StoreUnavailable:
+		return r.OnStoreError == policy.FailClosed
+	}
+	return k.Outcome != "" // the admin listener's kinds never reach an API client
+}
+
+var patternRE = regexp.MustCompile(`^(?:([A-Z]+)[ \t]+)?([^/]*)(/.*)$`)
+
+// splitPattern splits a ServeMux pattern "[METHOD ][HOST]/PATH".
+func splitPattern(p string) (method, host, path string) {
+	m := patternRE.FindStringSubmatch(p)
+	if m == nil {
+		return "", "", p
+	}
+	return m[1], m[2], m[3]
+}
+
+func writeMarkdown(w io.Writer, doc publishedPolicy) error {
+	var b strings.Builder
+	b.WriteString("# Idempotency\n\n")
+	b.WriteString("Unsafe requests to the operations below can be retried safely: send an idempotency key, and a retry of the same request with the same key is answered with the original response (marked `Idempotent-Replayed: true`) instead of being performed again. This follows the IETF draft [The Idempotency-Key HTTP Header Field](https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/). Errors are RFC 9457 problem details (`application/problem+json`).\n")
+	for _, r := range doc.Routes {
+		title := "`" + strings.Join(r.Methods, "`, `") + "` "
+		if r.Path == "" {
+			title += "on any other path"
+		} else {
+			title += "`" + r.Host + r.Path + "`"
+		}
+		fmt.Fprintf(&b, "\n## %s\n\n", title)
+		if r.Key.From == string(policy.KeyFromBody) {
+			fmt.Fprintf(&b, "- **Key**: the JSON body member `%s`: %s.", r.Key.Pointer, r.Key.Syntax)
+		} else {
+			fmt.Fprintf(&b, "- **Key**: the `%s` header: %s.", r.Key.Header, r.Key.Syntax)
+		}
+		if r.Key.Required {
+			b.WriteString(" **Required**: a request without a key is refused.\n")
+		} else {
+			b.WriteString(" Optional: a request without a key is performed without protection.\n")
+		}
+		fmt.Fprintf(&b, "- **Key space**: %s.\n", r.Key.Scope)
+		fp := "the method, the path"
+		if r.Fingerprint.Query {
+			fp += ", the query string"
+		}
+		if len(r.Fingerprint.Headers) > 0 {
+			fp += ", the headers `" + strings.Join(r.Fingerprint.Headers, "`, `") + "`"
+		}
+		switch r.Fingerprint.Body {
+		case "raw":
+			fp += " and the body byte for byte"
+		case "json":
+			fp += " and the JSON body (member order and whitespace do not matter)"
+		case "ignore":
+			fp += "; not the body"
+		}
+		if len(r.Fingerprint.Exclude) > 0 {
+			fp += ", except the members `" + strings.Join(r.Fingerprint.Exclude, "`, `") + "`, which may change between retries"
+		}
+		fmt.Fprintf(&b, "- **Same request**: a retry must repeat %s.\n", fp)
+		if r.RetentionSeconds == 0 {
+			b.WriteString("- **Retention**: completed responses are replayed for as long as the key is kept (no expiry).\n")
+		} else {
+			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
+		}
+		fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
+		if r.Concurrent.Behaviour == string(policy.ConcurrentWait) {
+			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs waits up to %s for its response, then gets `%d request-in-progress` with `Retry-After`.\n", humanSeconds(r.Concurrent.WaitTimeoutSeconds), r.Concurrent.Status)
+		} else {
+			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs gets `%d request-in-progress` at once, with `Retry-After`.\n", r.Concurrent.Status)
+		}
+		fmt.Fprintf(&b, "- **Reused keys**: %s.\n", r.ReusedKey)
+		fmt.Fprintf(&b, "- **Body size**: at most %d bytes.\n\n", r.MaxRequestBytes)
+		b.WriteString("| problem type | status | what to do |\n|---|---|---|\n")
+		for _, p := range r.Problems {
+			fmt.Fprintf(&b, "| [`%s`](%s) | %d | %s |\n", strings.TrimPrefix(p.Type, problem.Base), p.Type, p.Status, p.Action)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func humanSeconds(s int64) string {
+	switch {
+	case s%86400 == 0:
+		return plural(s/86400, "day")
+	case s%3600 == 0:
+		return plural(s/3600, "hour")
+	case s%60 == 0:
+		return plural(s/60, "minute")
+	}
+	return plural(s, "second")
+}
+
+func plural(n int64, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return strconv.FormatInt(n, 10) + " " + unit + "s"
+}
+
+var pathParamRE = regexp.MustCompile(`\{([^}.$]+)(\.\.\.)?\}|\{\$\}`)
+
+// openAPI returns an OpenAPI 3.1 document holding, for every enforced
+// route with a path, each enforced operation with the key parameter and
+// its problem responses, to merge into an API's own spec. The defaults
+// route, which stands for every other path, has no path to put it under:
+// its parameter is in components for use elsewhere.
+func openAPI(doc publishedPolicy) map[string]any {
+	paths := map[string]any{}
+	params := map[string]any{}
+	for _, r := range doc.Routes {
+		keyParam := "IdempotencyKey"
+		if r.Key.From == string(policy.KeyFromHeader) {
+			if r.Key.Header != "Idempotency-Key" || r.Key.Required {
+				keyParam = "IdempotencyKey_" + r.Name
+			}
+			params[keyParam] = map[string]any{
+				"name": r.Key.Header, "in": "header", "required": r.Key.Required,
+				"description": "Idempotency key: " + r.Key.Syntax + ". A retry with the same key and the same request gets the original response.",
+				"schema":      map[string]any{"type": "string", "minLength": 1, "maxLength": 2*r.Key.MaxLength + 2},
+			}
+		}
+		if r.Path == "" {
+			continue
+		}
+		path := strings.TrimSuffix(pathParamRE.ReplaceAllStringFunc(r.Path, func(m string) string {
+			if m == "{$}" {
+				return ""
+			}
+			return "{" + strings.TrimSuffix(strings.Trim(m, "{}"), "...") + "}"
+		}), "{$}")
+		item, _ := paths[path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[path] = item
+		}
+		var parameters []any
+		if r.Key.From == string(policy.KeyFromHeader) {
+			parameters = append(parameters, map[string]any{"$ref": "#/components/parameters/" + keyParam})
+		}
+		for _, m := range pathParamRE.FindAllStringSubmatch(r.Path, -1) {
+			if m[1] != "" {
+				parameters = append(parameters, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+			}
+		}
+		responses := map[string]any{}
+		byStatus := map[int][]publishedIssue{}
+		for _, p := range r.Problems {
+			byStatus[p.Status] = append(byStatus[p.Status], p)
+		}
+		for status, ps := range byStatus {
+			var desc []string
+			examples := map[string]any{}
+			for _, p := range ps {
+				slug := strings.TrimPrefix(p.Type, problem.Base)
+				desc = append(desc, "`"+slug+"`: "+p.Title+" ("+p.Action+")")
+				examples[slug] = map[string]any{"value": map[string]any{"type": p.Type, "title": p.Title, "status": p.Status}}
+			}
+			slices.Sort(desc)
+			responses[strconv.Itoa(status)] = map[string]any{
+				"description": "Answered by idemgate: " + strings.Join(desc, "; "),
+				"content": map[string]any{"application/problem+json": map[string]any{
+					"schema": map[string]any{"$ref": "#/components/schemas/Problem"}, "examples": examples}},
+			}
+		}
+		for _, m := range r.Methods {
+			item[strings.ToLower(m)] = map[string]any{
+				"parameters":                   parameters,
+				"responses":                    responses,
+				"x-idemgate-route":             r.Name,
+				"x-idemgate-fingerprint":       r.Fingerprint,
+				"x-idemgate-retention-seconds": r.RetentionSeconds,
+			}
+		}
+	}
+	return map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "Idempotency (idemgate)", "version": publishedFormat,
+			"description": "Fragment to merge into the API's own description: the idempotency key parameter and the problem responses of every enforced operation."},
+		"paths": paths,
+		"components": map[string]any{
+			"parameters": params,
+			"schemas": map[string]any{"Problem": map[string]any{
+				"type": "object", "required": []string{"type", "title", "status"},
+				"properties": map[string]any{
+					"type": map[string]any{"type": "string", "format": "uri"}, "title": map[string]any{"type": "string"},
+					"status": map[string]any{"type": "integer"}, "detail": map[string]any{"type": "string"},
+				},
+			}},
+		},
+	}
+}
