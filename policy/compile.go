@@ -387,6 +387,13 @@ func normalize(r *Route, path string) []error {
 			bad("fingerprint.headers", "%q is not a valid field name", h)
 			continue
 		}
+		if strings.EqualFold(h, "Accept-Encoding") {
+			// A retry from a client with other codecs is the same
+			// operation; the proxy decodes a stored coding the retry does
+			// not accept instead (issue 13).
+			bad("fingerprint.headers", "%q must not be fingerprinted: a retry from a client with other codecs would get 422; replays are decoded for clients that do not accept the stored coding", h)
+			continue
+		}
 		if h = strings.ToLower(h); !slices.Contains(fh, h) {
 			fh = append(fh, h)
 		}

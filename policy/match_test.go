@@ -162,6 +162,7 @@ func TestNewErrors(t *testing.T) {
 		{"owner none", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: OwnerNone} })}, "routes[0].owner", "allow_global_keys"},
 		{"owner kind", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: "ip"} })}, "routes[0].owner", "unknown owner"},
 		{"fingerprint header", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Headers = []string{"a b"} })}, "routes[0].fingerprint.headers", "valid field name"},
+		{"fingerprint accept-encoding", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Headers = []string{"Accept-Encoding"} })}, "routes[0].fingerprint.headers", "must not be fingerprinted"},
 		{"fingerprint body", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Body = "xml" })}, "routes[0].fingerprint.body", "raw, json or ignore"},
 		{"lease", []Route{mod("a", "/a", func(r *Route) { r.Lease = 0 })}, "routes[0].lease", "> 0"},
 		{"retention", []Route{mod("a", "/a", func(r *Route) { r.Retention = -1 })}, "routes[0].retention", ">= 0"},

@@ -90,7 +90,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
-		writeStored(w, r, &stored, false)
+		p.writeStored(w, r, ex, &stored, false)
 	}
 	p.done(r, ex)
 }

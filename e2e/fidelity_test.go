@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/gzip"
+)
+
+// rawClient sends exactly the fields it is given, as curl does: no
+// Accept-Encoding unless set, and no transparent decompression.
+var rawClient = &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 10 * time.Second}
+
+// send posts body with owner alice and key through c, with the extra
+// fields (name, value pairs), and reads the whole answer.
+func send(t *testing.T, c *http.Client, url, key, body string, fields ...string) (Answer, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User", "alice")
+	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(fields); i += 2 {
+		req.Header.Set(fields[i], fields[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: reading the body: %v", url, err)
+	}
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}, resp
+}
+
+func compressed(t *testing.T, coding string, plain []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	var w io.WriteCloser
+	switch coding {
+	case "gzip":
+		w = gzip.NewWriter(&b)
+	case "br":
+		w = brotli.NewWriter(&b)
+	default:
+		return plain // a coding the test only labels
+	}
+	if _, err := w.Write(plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestE2EReplayDecodesForClientsWithoutTheCoding: a response stored with
+// Content-Encoding gzip or br, first asked for by a client that accepts
+// both, is replayed decoded to a curl-like client (no Accept-Encoding) and
+// to Go's client (which asks for gzip only and decodes gzip itself), and as
+// stored to a client that accepts it; the upstream runs once. Before issue
+// 13 the curl-like client got the compressed bytes with Content-Encoding
+// br or gzip, and Go's client got br bytes it could not read.
+func TestE2EReplayDecodesForClientsWithoutTheCoding(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL})
+	plain := []byte(strings.Repeat(`{"order":"ord_1","items":[1,2,3]}`, 40))
+	for _, coding := range []string{"gzip", "br"} {
+		t.Run(coding, func(t *testing.T) {
+			encoded := compressed(t, coding, plain)
+			up.Set(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Encoding", coding)
+				w.Header().Set("Vary", "Accept-Encoding")
+				w.Header().Set("ETag", `"ord-1-v1"`)
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write(encoded)
+			}, 0, nil)
+			key := "ce-" + coding
+			first, _ := send(t, rawClient, g.URL+"/v1/orders", key, `{"n":1}`, "Accept-Encoding", "gzip, br")
+			if first.Status != 201 || first.Header.Get("Content-Encoding") != coding || !bytes.Equal(first.Body, encoded) {
+				t.Fatalf("first answer: %d %v, %d bytes; want 201 %s as the upstream sent it", first.Status, first.Header, len(first.Body), coding)
+			}
+
+			curl, _ := send(t, rawClient, g.URL+"/v1/orders", key, `{"n":1}`)
+			if curl.Status != 201 || !curl.replayed() {
+				t.Fatalf("curl-like retry: %d %v", curl.Status, curl.Header)
+			}
+			if !bytes.Equal(curl.Body, plain) || curl.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("curl-like retry: Content-Encoding %q, body %q; want the decoded body", curl.Header.Get("Content-Encoding"), curl.Body)
+			}
+			if cl := curl.Header.Get("Content-Length"); cl != strconv.Itoa(len(plain)) {
+				t.Errorf("curl-like retry: Content-Length %s, want %d", cl, len(plain))
+			}
+			if et := curl.Header.Get("ETag"); et != `W/"ord-1-v1"` {
+				t.Errorf("curl-like retry: ETag %q, want the weakened tag", et)
+			}
+			if v := curl.Header.Get("Vary"); v != "Accept-Encoding" {
+				t.Errorf("curl-like retry: Vary %q, want it kept", v)
+			}
+
+			goAns, goResp := send(t, &http.Client{Timeout: 10 * time.Second}, g.URL+"/v1/orders", key, `{"n":1}`)
+			if goAns.Status != 201 || !goAns.replayed() || !bytes.Equal(goAns.Body, plain) {
+				t.Fatalf("Go client retry: %d %v, body %q; want the usable body", goAns.Status, goAns.Header, goAns.Body)
+			}
+			// gzip reaches Go's client as stored and its transport decodes
+			// it; br is decoded by idemgate.
+			if wantUncompressed := coding == "gzip"; goResp.Uncompressed != wantUncompressed {
+				t.Errorf("Go client retry: Uncompressed = %v, want %v", goResp.Uncompressed, wantUncompressed)
+			}
+
+			same, _ := send(t, rawClient, g.URL+"/v1/orders", key, `{"n":1}`, "Accept-Encoding", coding)
+			if same.Header.Get("Content-Encoding") != coding || !bytes.Equal(same.Body, encoded) || same.Header.Get("ETag") != `"ord-1-v1"` {
+				t.Errorf("retry accepting %s: %v, %d bytes; want the stored form", coding, same.Header, len(same.Body))
+			}
+			if n := up.Calls("alice", key); n != 1 {
+				t.Fatalf("upstream executed %d times, want 1", n)
+			}
+		})
+	}
+	t.Run("unknown coding", func(t *testing.T) {
+		up.Set(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "compress")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte("LZW bytes"))
+		}, 0, nil)
+		send(t, rawClient, g.URL+"/v1/orders", "ce-unknown", `{"n":1}`, "Accept-Encoding", "compress")
+		again, _ := send(t, rawClient, g.URL+"/v1/orders", "ce-unknown", `{"n":1}`)
+		if !again.replayed() || again.Header.Get("Content-Encoding") != "compress" || string(again.Body) != "LZW bytes" {
+			t.Fatalf("retry: %v %q; want the stored response as stored", again.Header, again.Body)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(g.Logs(), "not decoded for a client that does not accept its content coding") {
+			if time.Now().After(deadline) {
+				t.Fatal("no log line for the coding idemgate cannot decode")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
