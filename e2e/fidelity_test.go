@@ -151,3 +151,55 @@ func TestE2EReplayDecodesForClientsWithoutTheCoding(t *testing.T) {
 		}
 	})
 }
+
+// TestE2ETrailersKeptAndReplayed: an upstream that answers chunked with
+// trailers (a checksum computed while streaming, a gRPC-style status) has
+// them reach the client in the first answer, in every replay (chunked,
+// announced in Trailer), and in a passed-through non-replayable answer.
+// Before issue 13 all three lost them.
+func TestE2ETrailersKeptAndReplayed(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL})
+	status := http.StatusCreated
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Trailer", "X-Checksum, Grpc-Status")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, "part one;")
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, "part two")
+		w.Header().Set("X-Checksum", "sha256=abc")
+		w.Header().Set("Grpc-Status", "0")
+	}, 0, nil)
+	check := func(what string, a Answer, resp *http.Response, wantStatus int) {
+		t.Helper()
+		if a.Status != wantStatus || string(a.Body) != "part one;part two" {
+			t.Fatalf("%s: %d %q", what, a.Status, a.Body)
+		}
+		if got := resp.Trailer.Get("X-Checksum"); got != "sha256=abc" {
+			t.Errorf("%s: trailer X-Checksum = %q (trailers %v), want sha256=abc", what, got, resp.Trailer)
+		}
+		if got := resp.Trailer.Get("Grpc-Status"); got != "0" {
+			t.Errorf("%s: trailer Grpc-Status = %q, want 0", what, got)
+		}
+		if len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+			t.Errorf("%s: Transfer-Encoding %v, want chunked", what, resp.TransferEncoding)
+		}
+	}
+	first, resp := send(t, rawClient, g.URL+"/v1/orders", "tr-1", `{"n":1}`)
+	check("first answer", first, resp, 201)
+	for i := range 2 {
+		again, resp := send(t, rawClient, g.URL+"/v1/orders", "tr-1", `{"n":1}`)
+		if !again.replayed() {
+			t.Fatalf("retry %d not replayed: %v", i, again.Header)
+		}
+		check("replay", again, resp, 201)
+	}
+	if n := up.Calls("alice", "tr-1"); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+	status = http.StatusInternalServerError // not replayable: passed through
+	up.Set(up.Handler, 0, nil)
+	failed, resp := send(t, rawClient, g.URL+"/v1/orders", "tr-2", `{"n":2}`)
+	check("passed-through 500", failed, resp, 500)
+}

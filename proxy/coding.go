@@ -200,6 +200,14 @@ func fitCoding(r *http.Request, resp *store.Response, limit int64) (*store.Respo
 			out.Header[name] = values
 		}
 	}
+	if len(resp.Trailer) > 0 {
+		out.Trailer = make(http.Header, len(resp.Trailer))
+		for name, values := range resp.Trailer {
+			if k := textproto.CanonicalMIMEHeaderKey(name); k != "Content-Digest" && k != "Repr-Digest" {
+				out.Trailer[name] = values
+			}
+		}
+	}
 	return &out, nil
 }
 

@@ -36,7 +36,7 @@ func TestAcceptEncoding(t *testing.T) {
 		{[]string{"br; q=0.000"}, "br", false, true},
 		{[]string{"br;q=0.001"}, "br", true, true},
 		{[]string{"br;q=1.0"}, "br", true, true},
-		{[]string{"br;q=1.5"}, "br", false, true},   // invalid weight: not accepted
+		{[]string{"br;q=1.5"}, "br", false, true},    // invalid weight: not accepted
 		{[]string{"br;q=0.1234"}, "br", false, true}, // more than 3 digits
 		{[]string{"br;q=abc"}, "br", false, true},
 		{[]string{"br, br;q=0"}, "br", false, true}, // listed twice: the lower weight

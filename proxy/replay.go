@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
@@ -20,8 +22,11 @@ func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, res
 
 // writeStored writes a stored response: its headers as stored, the replay
 // marker when replayed, Content-Length from the body, and the body unless
-// the request is HEAD. The original answer and every replay go through it,
-// so they differ only by the marker, and by the content coding when the
+// the request is HEAD. A response with trailers is sent without
+// Content-Length, announcing them in a Trailer field, so HTTP/1.1 frames it
+// chunked and the trailers follow the body (HTTP/2 sends them as a final
+// HEADERS frame). The original answer and every replay go through it, so
+// they differ only by the marker, and by the content coding when the
 // request does not accept the stored one (fitCoding; issue 13).
 func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response, replayed bool) {
 	fitted, err := fitCoding(r, resp, ex.route.MaxResponseBytes)
@@ -43,9 +48,55 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	if replayed {
 		h.Set(ReplayedHeader, "true")
 	}
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	trailers := len(resp.Trailer) > 0 && r.Method != http.MethodHead
+	if trailers {
+		announceTrailers(h, resp.Trailer)
+	} else {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
 	w.WriteHeader(resp.Status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
+	if trailers {
+		sendTrailers(h, resp.Trailer)
+	}
+}
+
+// announceTrailers lists the names of trailer in h's Trailer field (RFC
+// 9110 section 6.6.2), before the header is written: a client may need to
+// know them, and it keeps net/http from giving the response a
+// Content-Length, which would leave no place for trailers.
+func announceTrailers(h http.Header, trailer http.Header) {
+	names := make([]string, 0, len(trailer))
+	for name := range trailer {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	h.Set("Trailer", strings.Join(names, ", "))
+}
+
+// sendTrailers sets trailer's fields after the body has been written, under
+// http.TrailerPrefix so that each name goes out exactly as stored (a name
+// announced in Trailer is looked up in canonical form only).
+func sendTrailers(h http.Header, trailer http.Header) {
+	for name, values := range trailer {
+		h[http.TrailerPrefix+name] = append([]string(nil), values...)
+	}
+}
+
+// StoredTrailer returns the trailer fields of t that a replay repeats, as
+// StoredHeader does for the header, without names announced but never sent;
+// nil when none is left.
+func StoredTrailer(t http.Header) http.Header {
+	out := StoredHeader(t)
+	for name, values := range out {
+		if len(values) == 0 {
+			delete(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -265,6 +265,11 @@ func sameResponse(t *testing.T, what string, got *store.Response, want store.Res
 			t.Fatalf("%s: header = %#v, want %#v", what, got.Header, want.Header)
 		}
 	}
+	if len(got.Trailer) != 0 || len(want.Trailer) != 0 {
+		if !reflect.DeepEqual(got.Trailer, want.Trailer) {
+			t.Fatalf("%s: trailer = %#v, want %#v", what, got.Trailer, want.Trailer)
+		}
+	}
 	if got.StoredAt.IsZero() || !got.StoredAt.Equal(got.StoredAt.Truncate(time.Millisecond)) {
 		t.Fatalf("%s: StoredAt = %v, want a non-zero time truncated to milliseconds", what, got.StoredAt)
 	}
@@ -1000,6 +1005,11 @@ func (s *suite) testRoundTripResponse(t *testing.T) {
 		"1 MiB binary":    {Status: 200, Body: big},
 		"empty value":     {Status: 202, Header: http.Header{"X-Empty": {""}, "X-Two": {"", ""}}},
 		"odd header name": {Status: 299, Header: http.Header{"X-\x00Odd:Name": {"v\x00\r\nx"}}},
+		// Trailers (issue 13): kept apart from the header, values in
+		// order, with and without a header and a body.
+		"trailer": {Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("chunked"),
+			Trailer: http.Header{"Grpc-Status": {"0"}, "X-Checksum": {"a", "b, c", ""}, "x-raw": {"kept"}}},
+		"trailer only": {Status: 201, Trailer: http.Header{"X-T": {"1"}}},
 	}
 	for name, resp := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -412,7 +412,8 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
-	// The recipe is last in every reply; a layout 1 record has none (nil).
+	// The recipe is last in every reply but the completed one (whose
+	// trailers follow it); a layout 1 record has none (nil).
 	if len(v) < 4 {
 		return store.ClaimResult{}, bad()
 	}
@@ -443,14 +444,14 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 		}
 		return out, nil
 	case "completed":
-		if len(v) != 8 {
+		if len(v) != 9 {
 			return store.ClaimResult{}, bad()
 		}
-		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
+		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6], v[8])
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: recipe, Response: resp}, nil
+		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: v[7], Response: resp}, nil
 	}
 	return store.ClaimResult{}, bad()
 }
@@ -482,13 +483,16 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		omitted = "1"
 	}
 	args := []string{token, strconv.Itoa(resp.Status), string(EncodeHeader(resp.Header)), string(resp.Body), omitted, s.channel}
+	// The trailers follow the re-confirm flag (ARGV[8]); "" writes no
+	// "tr" field, so records without trailers keep their layout.
+	trailer := string(EncodeHeader(resp.Trailer))
 	if s.acks.On() {
 		// "1": a repeat by the completing token re-confirms the record
 		// (store contract, rule 3), so a completion that was not
 		// acknowledged can be retried and its WAIT then means something.
-		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1", trailer))
 	}
-	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
+	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0", trailer)...)
 }
 
 // Release implements store.Store with release.lua. Errors wrap
@@ -558,7 +562,7 @@ func parseRecord(v []string) (*store.Record, error) {
 	switch f["s"] {
 	case "completed":
 		r.State = store.Completed
-		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"]); err != nil {
+		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"], f["tr"]); err != nil {
 			return nil, err
 		}
 	case "running":
@@ -576,7 +580,7 @@ func parseRecord(v []string) (*store.Record, error) {
 	return r, nil
 }
 
-func decodeResponse(status, header, body, omitted, storedAt string) (*store.Response, error) {
+func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*store.Response, error) {
 	code, err := strconv.Atoi(status)
 	if err != nil {
 		return nil, fmt.Errorf("bad status %q: %w", status, err)
@@ -589,7 +593,13 @@ func decodeResponse(status, header, body, omitted, storedAt string) (*store.Resp
 	if err != nil {
 		return nil, err
 	}
-	return &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}, nil
+	resp := &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}
+	if trailer != "" {
+		if resp.Trailer, err = DecodeHeader([]byte(trailer)); err != nil {
+			return nil, fmt.Errorf("trailers: %w", err)
+		}
+	}
+	return resp, nil
 }
 
 // EncodeHeader is the unambiguous encoding of h stored in the record's "h"
