@@ -3,8 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -202,4 +206,58 @@ func TestE2ETrailersKeptAndReplayed(t *testing.T) {
 	up.Set(up.Handler, 0, nil)
 	failed, resp := send(t, rawClient, g.URL+"/v1/orders", "tr-2", `{"n":2}`)
 	check("passed-through 500", failed, resp, 500)
+}
+
+// runValidate runs `idemgate validate` on config and returns its exit code
+// and output.
+func runValidate(t *testing.T, config string) (int, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "validate", "--config", path).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &exit):
+		return exit.ExitCode(), string(out)
+	}
+	t.Fatalf("idemgate validate: %v\n%s", err, out)
+	return 0, ""
+}
+
+// TestE2EValidateRejectsBareWordHost: `match: "POST v1/orders"` (a
+// forgotten leading slash) read as host v1 and never matched; validate now
+// refuses it, naming the route and suggesting the path, and prints host
+// and path apart for the routes it accepts.
+func TestE2EValidateRejectsBareWordHost(t *testing.T) {
+	base := "upstream:\n  url: http://127.0.0.1:1\n"
+	code, out := runValidate(t, base+"routes:\n  - name: orders\n    match: \"POST v1/orders\"\n")
+	if code == 0 || !strings.Contains(out, `routes[0].match: route "orders": pattern "POST v1/orders" reads as host "v1" and path "/orders"`) ||
+		!strings.Contains(out, `write "POST /v1/orders"`) {
+		t.Fatalf("validate = %d:\n%s\nwant a refusal naming the route and suggesting POST /v1/orders", code, out)
+	}
+	code, out = runValidate(t, base+`routes:
+  - name: orders
+    match: "POST /v1/orders"
+  - name: partner
+    match: "POST api.example.com/v1/orders"
+  - name: local
+    match: "POST localhost/v1/orders"
+  - name: ported
+    match: "POST gateway:8443/v1/orders"
+`)
+	if code != 0 {
+		t.Fatalf("validate = %d:\n%s", code, out)
+	}
+	for _, want := range []string{"  host: any\n  path: \"/v1/orders\"\n", "  host: api.example.com\n  path: \"/v1/orders\"\n",
+		"  host: localhost\n", "  host: gateway:8443\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out)
+		}
+	}
 }

@@ -40,6 +40,16 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv := func(k, v string) { fmt.Fprintf(w, "  %s: %s\n", k, v) }
 	fmt.Fprintf(w, "- name: %s\n", strconv.Quote(r.Name))
 	kv("match", strconv.Quote(r.Match))
+	if r.Match != "" {
+		// Apart, so that a host read out of a forgotten leading slash
+		// shows (issue 13).
+		host := patternHost(r.Match)
+		if host == "" {
+			host = "any"
+		}
+		kv("host", host)
+		kv("path", strconv.Quote(patternPath(r.Match)))
+	}
 	kv("mode", string(r.Mode))
 	kv("scope", strconv.Quote(r.Scope))
 	kv("header", r.Header)
