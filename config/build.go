@@ -216,6 +216,16 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Body != nil {
 			r.Fingerprint.Body = policy.BodyMode(*f.Body)
 		}
+		if m := f.MediaTypes; m != nil {
+			switch *m {
+			case "exact":
+				r.Fingerprint.NormalizeMediaTypes = false
+			case "normalize":
+				r.Fingerprint.NormalizeMediaTypes = true
+			default:
+				b.bad(path+".fingerprint.media_types", "%q must be %s", *m, strings.Join(policy.MediaTypesSettings, " or "))
+			}
+		}
 	}
 	b.duration(path+".lease", &r.Lease, s.Lease)
 	b.duration(path+".retention", &r.Retention, s.Retention)

@@ -199,9 +199,10 @@ type rawJWT struct {
 
 // rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
 type rawFingerprint struct {
-	Headers *[]string `mapstructure:"headers"`
-	Query   *bool     `mapstructure:"query"`
-	Body    *string   `mapstructure:"body"`
+	Headers    *[]string `mapstructure:"headers"`
+	Query      *bool     `mapstructure:"query"`
+	Body       *string   `mapstructure:"body"`
+	MediaTypes *string   `mapstructure:"media_types"`
 }
 
 // setFields returns the key names (relative to the route, e.g. "lease",
@@ -232,6 +233,7 @@ func (s *rawSettings) setFields() map[string]bool {
 		add("fingerprint.headers", f.Headers != nil)
 		add("fingerprint.query", f.Query != nil)
 		add("fingerprint.body", f.Body != nil)
+		add("fingerprint.media_types", f.MediaTypes != nil)
 	}
 	add("lease", s.Lease != nil)
 	add("retention", s.Retention != nil)

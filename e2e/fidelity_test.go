@@ -261,3 +261,31 @@ func TestE2EValidateRejectsBareWordHost(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EMediaTypeParameters pins what a retry gets whose Content-Type
+// differs from the first request's only by a default parameter: 422 under
+// the default media_types: exact, a replay under media_types: normalize.
+func TestE2EMediaTypeParameters(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: normalized
+    match: "POST /v1/normalized"
+    fingerprint: {media_types: normalize}
+`})
+	for _, c := range []struct {
+		path string
+		want int
+	}{{"/v1/orders", 422}, {"/v1/normalized", 201}} {
+		key := "mt" + strings.ReplaceAll(c.path, "/", "-")
+		first, _ := send(t, rawClient, g.URL+c.path, key, `{"n":1}`, "Content-Type", "application/json")
+		if first.Status != 201 {
+			t.Fatalf("%s first: %d %s", c.path, first.Status, first.Body)
+		}
+		retry, _ := send(t, rawClient, g.URL+c.path, key, `{"n":1}`, "Content-Type", "Application/JSON; charset=UTF-8")
+		if retry.Status != c.want || (c.want == 201 && (!retry.replayed() || !bytes.Equal(retry.Body, first.Body))) {
+			t.Errorf("%s retry with charset: %d replayed=%v %s; want %d", c.path, retry.Status, retry.replayed(), retry.Body, c.want)
+		}
+		if n := up.Calls("alice", key); n != 1 {
+			t.Errorf("%s: upstream executed %d times, want 1", c.path, n)
+		}
+	}
+}

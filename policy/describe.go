@@ -70,8 +70,12 @@ func (r *Route) describe(w *bufio.Writer) {
 			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
 	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
-	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s}\n",
-		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body)
+	media := "exact"
+	if r.Fingerprint.NormalizeMediaTypes {
+		media = "normalize"
+	}
+	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s, media_types: %s}\n",
+		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, media)
 	kv("fingerprint_recipe", strconv.Quote(r.Recipe())+" # recorded with each key: a retry is compared by its record's recipe")
 	kv("lease", r.Lease.String())
 	if r.Retention == 0 {

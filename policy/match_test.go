@@ -288,7 +288,7 @@ func TestDescribe(t *testing.T) {
 		"- name: \"capture-payment\"\n  match: \"POST /v1/payments/{id}/capture\"\n",
 		"  methods: [POST]\n",
 		"  owner: \"header:X-User\"\n",
-		"  fingerprint: {headers: [content-type], query: true, body: json}\n",
+		"  fingerprint: {headers: [content-type], query: true, body: json, media_types: exact}\n",
 		"  retention: 0s # completed records are kept forever\n",
 		"  replay_statuses: [\"2xx\", \"409\"]\n",
 		"- name: \"default\"\n  match: \"\"\n",

@@ -76,6 +76,12 @@ type FingerprintSpec struct {
 	Headers []string // header names, lowercased and sorted
 	Query   bool
 	Body    BodyMode
+	// NormalizeMediaTypes (`media_types: normalize`) fingerprints a
+	// Content-Type value in its normal form (NormalizeMediaType), so a
+	// retry that differs only by letter case, spacing, parameter order or
+	// a parameter the media type defines as default is the same request
+	// (issue 13). Off (`exact`, the default), the value enters as sent.
+	NormalizeMediaTypes bool
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.

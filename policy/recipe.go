@@ -28,13 +28,18 @@ var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
 //	b=raw&h=content-type&q=1&v=hs1
 //
 // v is the fingerprint format, b the body mode, q "1" or "0" for the query,
-// and one h per fingerprinted header name (lowercase, sorted). Equal specs
-// give equal strings; ParseRecipe reverses it. See docs/protocol.md,
-// "Fingerprint recipes".
+// one h per fingerprinted header name (lowercase, sorted), and m=normalize
+// when media types are normalized (absent otherwise, so the recipes of
+// routes that do not normalize stay what older builds wrote and read).
+// Equal specs give equal strings; ParseRecipe reverses it. See
+// docs/protocol.md, "Fingerprint recipes".
 func (s FingerprintSpec) Recipe() string {
 	v := url.Values{"v": {recipeScheme}, "b": {string(s.Body)}, "q": {"0"}}
 	if s.Query {
 		v["q"] = []string{"1"}
+	}
+	if s.NormalizeMediaTypes {
+		v["m"] = []string{mediaTypesNormalize}
 	}
 	if len(s.Headers) > 0 {
 		h := make([]string, len(s.Headers))
@@ -83,9 +88,15 @@ func ParseRecipe(recipe string) (FingerprintSpec, error) {
 		}
 	}
 	s.Headers = slices.Clone(v["h"])
+	if _, ok := v["m"]; ok {
+		if m, one := one("m"); !one || m != mediaTypesNormalize {
+			return FingerprintSpec{}, fmt.Errorf("%w: %q: media types %q", ErrRecipeUnknown, recipe, v["m"])
+		}
+		s.NormalizeMediaTypes = true
+	}
 	for k := range v {
 		switch k {
-		case "v", "q", "b", "h":
+		case "v", "q", "b", "h", "m":
 		default:
 			return FingerprintSpec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
 		}
