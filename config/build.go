@@ -257,6 +257,9 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	if s.OnAbandoned != nil {
 		r.OnAbandoned = policy.OnAbandoned(*s.OnAbandoned)
 	}
+	if s.AdvertiseExpiry != nil {
+		r.AdvertiseExpiry = *s.AdvertiseExpiry
+	}
 }
 
 // mergeJWT returns the `jwt:` settings of a route whose inherited settings

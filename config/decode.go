@@ -186,6 +186,7 @@ type rawSettings struct {
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
 	OnStoreError     *string         `mapstructure:"on_store_error"`
 	OnAbandoned      *string         `mapstructure:"on_abandoned"`
+	AdvertiseExpiry  *bool           `mapstructure:"advertise_expiry"`
 }
 
 // rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
@@ -244,6 +245,7 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("max_response_bytes", s.MaxResponseBytes != nil)
 	add("on_store_error", s.OnStoreError != nil)
 	add("on_abandoned", s.OnAbandoned != nil)
+	add("advertise_expiry", s.AdvertiseExpiry != nil)
 	return m
 }
 

@@ -289,3 +289,35 @@ func TestE2EMediaTypeParameters(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EExpiryAdvertised: with advertise_expiry the first answer and every
+// replay carry Idempotency-Key-Expires, an HTTP-date one retention after
+// the completion, never later than the record's end; without it, none.
+func TestE2EExpiryAdvertised(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: advertised
+    match: "POST /v1/advertised"
+    retention: 1h
+    advertise_expiry: true
+`})
+	before := time.Now().Truncate(time.Second)
+	first, _ := send(t, rawClient, g.URL+"/v1/advertised", "exp-1", `{"n":1}`)
+	after := time.Now()
+	exp, err := http.ParseTime(first.Header.Get("Idempotency-Key-Expires"))
+	if first.Status != 201 || err != nil {
+		t.Fatalf("first answer: %d, Idempotency-Key-Expires %q: %v", first.Status, first.Header.Get("Idempotency-Key-Expires"), err)
+	}
+	if exp.Before(before.Add(time.Hour)) || exp.After(after.Add(time.Hour)) {
+		t.Fatalf("first answer expires %v, want within [%v, %v]", exp, before.Add(time.Hour), after.Add(time.Hour))
+	}
+	again, _ := send(t, rawClient, g.URL+"/v1/advertised", "exp-1", `{"n":1}`)
+	rexp, err := http.ParseTime(again.Header.Get("Idempotency-Key-Expires"))
+	if !again.replayed() || err != nil || rexp.Before(exp) || rexp.Sub(exp) > time.Second {
+		t.Fatalf("replay: replayed=%v, Idempotency-Key-Expires %q (%v); want the first answer's date (or the second after)",
+			again.replayed(), again.Header.Get("Idempotency-Key-Expires"), err)
+	}
+	plain, _ := send(t, rawClient, g.URL+"/v1/orders", "exp-2", `{"n":1}`)
+	if v := plain.Header.Get("Idempotency-Key-Expires"); plain.Status != 201 || v != "" {
+		t.Fatalf("route without advertise_expiry: %d, Idempotency-Key-Expires %q; want none", plain.Status, v)
+	}
+}

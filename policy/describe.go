@@ -94,4 +94,5 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))
 	kv("on_store_error", string(r.OnStoreError))
 	kv("on_abandoned", string(r.OnAbandoned))
+	kv("advertise_expiry", strconv.FormatBool(r.AdvertiseExpiry))
 }

@@ -113,6 +113,10 @@ type Route struct {
 	MaxResponseBytes int64 // bytes
 	OnStoreError     OnStoreError
 	OnAbandoned      OnAbandoned
+	// AdvertiseExpiry (`advertise_expiry`) makes first answers and replays
+	// carry the record's expiry (Idempotency-Key-Expires), so a client
+	// knows until when a retry is answered from the record (issue 13).
+	AdvertiseExpiry bool
 
 	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
 	// the policy is published, nil until then.

@@ -84,6 +84,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		stored = store.Response{Status: resp.StatusCode, Omitted: true}
 	}
 	stopHeartbeat()
+	ex.completing = time.Now()
 	p.complete(r, ex, token, stored)
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {

@@ -48,6 +48,21 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	if replayed {
 		h.Set(ReplayedHeader, "true")
 	}
+	if route := ex.route; route.AdvertiseExpiry && route.Retention > 0 {
+		// The record ends at its completion time plus the retention (a
+		// retention of 0 keeps it forever: no field). A replay knows the
+		// store's completion time; the first answer takes the moment it
+		// started recording, which is no later. Truncated to the second,
+		// the date is never after the record's end, so a client that
+		// retries before it is answered from the record.
+		from := resp.StoredAt
+		if !replayed || from.IsZero() {
+			from = ex.completing
+		}
+		if !from.IsZero() {
+			h.Set(ExpiresHeader, from.Add(route.Retention).UTC().Format(http.TimeFormat))
+		}
+	}
 	trailers := len(resp.Trailer) > 0 && r.Method != http.MethodHead
 	if trailers {
 		announceTrailers(h, resp.Trailer)
