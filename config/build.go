@@ -138,6 +138,8 @@ func (b *builder) build(raw *rawConfig) *Config {
 		c.Tracing.SampleRatio = *tr.SampleRatio
 	}
 	b.str(&c.Tracing.ServiceName, tr.ServiceName)
+	b.str(&c.Problems.DocsURL, raw.Problems.DocsURL)
+	b.str(&c.Problems.TypeBase, raw.Problems.TypeBase)
 
 	defaults := policy.DefaultRoute()
 	b.apply(&defaults, &raw.Defaults, "defaults")

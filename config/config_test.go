@@ -368,6 +368,8 @@ func TestValidationErrors(t *testing.T) {
 		{"allow withdrawn", base + "defaults: {owner: none, allow_global_keys: true}\nroutes: [{name: a, match: /a, allow_global_keys: false}]\n", "routes[0].owner", "allow_global_keys"},
 		{"fingerprint headers", base + "defaults: {fingerprint: {headers: ['a b']}}\n", "defaults.fingerprint.headers", "valid field name"},
 		{"fingerprint body", base + "routes: [{name: a, match: /a, fingerprint: {body: xml}}]\n", "routes[0].fingerprint.body", "raw, json or ignore"},
+		{"problems docs url", base + "problems: {docs_url: 'docs/idempotency'}\n", "problems.docs_url", "absolute http or https URL"},
+		{"problems type base slash", base + "problems: {type_base: 'https://api.example.com/problems'}\n", "problems.type_base", "must end in / or #"},
 		{"fingerprint media types", base + "routes: [{name: a, match: /a, fingerprint: {media_types: loose}}]\n", "routes[0].fingerprint.media_types", "exact or normalize"},
 		{"fingerprint query type", base + "defaults: {fingerprint: {query: sometimes}}\n", "defaults.fingerprint.query", "bool"},
 		{"lease zero", base + "routes: [{name: a, match: /a, lease: 0s}]\n", "routes[0].lease", "> 0"},

@@ -154,6 +154,10 @@ type rawConfig struct {
 		SampleRatio *float64 `mapstructure:"sample_ratio"`
 		ServiceName *string  `mapstructure:"service_name"`
 	} `mapstructure:"tracing"`
+	Problems struct {
+		DocsURL  *string `mapstructure:"docs_url"`
+		TypeBase *string `mapstructure:"type_base"`
+	} `mapstructure:"problems"`
 	Defaults rawSettings `mapstructure:"defaults"`
 	Routes   []rawRoute  `mapstructure:"routes"`
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -319,5 +320,36 @@ func TestE2EExpiryAdvertised(t *testing.T) {
 	plain, _ := send(t, rawClient, g.URL+"/v1/orders", "exp-2", `{"n":1}`)
 	if v := plain.Header.Get("Idempotency-Key-Expires"); plain.Status != 201 || v != "" {
 		t.Fatalf("route without advertise_expiry: %d, Idempotency-Key-Expires %q; want none", plain.Status, v)
+	}
+}
+
+// TestE2EProblemsPublished: with problems.type_base and problems.docs_url,
+// a client's problem response names its type under the operator's base
+// (the catalog's slug kept) and links the documentation (draft section
+// 2.7); without them, idemgate's own base and no Link.
+func TestE2EProblemsPublished(t *testing.T) {
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, Sections: `problems:
+  docs_url: https://api.example.com/docs/idempotency
+  type_base: https://api.example.com/problems/
+`})
+	plain := startGate(t, gateConfig{Upstream: up.URL})
+	send(t, rawClient, g.URL+"/v1/orders", "pb-1", `{"n":1}`)
+	for _, c := range []struct {
+		gate     *Gate
+		typ, lnk string
+	}{
+		{g, "https://api.example.com/problems/key-reused", `<https://api.example.com/docs/idempotency>; rel="describedby"`},
+		{plain, "https://idemgate.dev/problems/key-reused", ""},
+	} {
+		send(t, rawClient, c.gate.URL+"/v1/orders", "pb-1", `{"n":1}`)
+		a, _ := send(t, rawClient, c.gate.URL+"/v1/orders", "pb-1", `{"n":2}`)
+		var d struct{ Type string }
+		if err := json.Unmarshal(a.Body, &d); err != nil || a.Status != 422 || d.Type != c.typ {
+			t.Errorf("%s: %d %s (%v); want 422 of type %s", c.gate.URL, a.Status, a.Body, err, c.typ)
+		}
+		if l := a.Header.Get("Link"); l != c.lnk {
+			t.Errorf("%s: Link %q, want %q", c.gate.URL, l, c.lnk)
+		}
 	}
 }

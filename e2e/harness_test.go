@@ -83,6 +83,7 @@ type gateConfig struct {
 	Routes      string   // lines under routes:
 	AdminToken  string
 	UpTimeout   string
+	Sections    string // extra top-level sections, e.g. "problems:\n  docs_url: ...\n"
 }
 
 func (c gateConfig) yaml(listen, adminListen string) string {
@@ -103,6 +104,7 @@ func (c gateConfig) yaml(listen, adminListen string) string {
 		b.WriteString("store:\n  driver: memory\n")
 	}
 	b.WriteString("log:\n  format: json\n  level: info\n")
+	b.WriteString(c.Sections)
 	b.WriteString("defaults:\n  owner: \"header:X-User\"\n  lease: 2s\n  wait_timeout: 10s\n")
 	b.WriteString(c.Defaults)
 	if c.Routes != "" {

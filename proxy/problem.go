@@ -19,7 +19,7 @@ type Problem = problem.Details
 // logs the request under the outcome of pr's kind: the pair is defined once,
 // in the catalog.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr Problem) {
-	problem.Write(w, pr)
+	p.problems.Write(w, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
 	p.done(r, ex)
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// operations completed before an upgrade still replay. Turn it off once
 	// the longest retention has passed since the upgrade.
 	V1Lookup bool
+	// Problems publishes the problem responses: type URIs under the
+	// operator's base and a Link to their documentation (config section
+	// problems:); the zero value writes idemgate's own.
+	Problems problem.Publisher
 	// PreviousPolicies, when set, returns the policies in force before the
 	// current one in this process (reload.Reloader.Previous). With V1Lookup
 	// a fresh key also looks for a layout 1 record under the route names
@@ -96,6 +100,7 @@ type Proxy struct {
 	newToken     func() string
 	v1Lookup     bool
 	previous     func() []*policy.Policy
+	problems     problem.Publisher
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -126,6 +131,7 @@ func New(opts Options) (*Proxy, error) {
 		newToken:     opts.NewToken,
 		v1Lookup:     opts.V1Lookup,
 		previous:     opts.PreviousPolicies,
+		problems:     opts.Problems,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second

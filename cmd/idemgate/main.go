@@ -29,6 +29,7 @@ import (
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
@@ -452,6 +453,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		V1Lookup:  cfg.Store.V1Lookup,
 		// Layout 1 records sit under route names of earlier policies too.
 		PreviousPolicies: reloader.Previous,
+		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 	})
 	if err != nil {
 		return err
