@@ -220,12 +220,12 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		}
 		if m := f.MediaTypes; m != nil {
 			switch *m {
-			case "exact":
+			case policy.MediaTypesExact:
 				r.Fingerprint.NormalizeMediaTypes = false
-			case "normalize":
+			case policy.MediaTypesNormalize:
 				r.Fingerprint.NormalizeMediaTypes = true
 			default:
-				b.bad(path+".fingerprint.media_types", "%q must be %s", *m, strings.Join(policy.MediaTypesSettings, " or "))
+				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, policy.MediaTypesExact, policy.MediaTypesNormalize)
 			}
 		}
 	}

@@ -70,9 +70,9 @@ func (r *Route) describe(w *bufio.Writer) {
 			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
 	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
-	media := "exact"
+	media := MediaTypesExact
 	if r.Fingerprint.NormalizeMediaTypes {
-		media = "normalize"
+		media = MediaTypesNormalize
 	}
 	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s, media_types: %s}\n",
 		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, media)

@@ -5,12 +5,14 @@ import (
 	"strings"
 )
 
-// mediaTypesNormalize is the value of fingerprint.media_types, and of the
-// recipe key m, that normalizes Content-Type values.
-const mediaTypesNormalize = "normalize"
-
-// MediaTypesSettings are the values of fingerprint.media_types.
-var MediaTypesSettings = []string{"exact", mediaTypesNormalize}
+// The values of fingerprint.media_types. MediaTypesNormalize is also the
+// value of the recipe key m.
+const (
+	// MediaTypesExact fingerprints Content-Type as sent (the default).
+	MediaTypesExact = "exact"
+	// MediaTypesNormalize fingerprints its normal form (NormalizeMediaType).
+	MediaTypesNormalize = "normalize"
+)
 
 // NormalizeMediaType returns the normal form of a Content-Type value: type,
 // subtype and parameter names in lower case (RFC 9110 section 8.3.1 makes

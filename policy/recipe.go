@@ -39,7 +39,7 @@ func (s FingerprintSpec) Recipe() string {
 		v["q"] = []string{"1"}
 	}
 	if s.NormalizeMediaTypes {
-		v["m"] = []string{mediaTypesNormalize}
+		v["m"] = []string{MediaTypesNormalize}
 	}
 	if len(s.Headers) > 0 {
 		h := make([]string, len(s.Headers))
@@ -89,7 +89,7 @@ func ParseRecipe(recipe string) (FingerprintSpec, error) {
 	}
 	s.Headers = slices.Clone(v["h"])
 	if _, ok := v["m"]; ok {
-		if m, one := one("m"); !one || m != mediaTypesNormalize {
+		if m, one := one("m"); !one || m != MediaTypesNormalize {
 			return FingerprintSpec{}, fmt.Errorf("%w: %q: media types %q", ErrRecipeUnknown, recipe, v["m"])
 		}
 		s.NormalizeMediaTypes = true
