@@ -3,12 +3,14 @@ module github.com/idemgate/idemgate
 go 1.26.0
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gowebpki/jcs v1.0.2
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/klauspost/compress v1.20.1
 	github.com/mccutchen/go-httpbin/v2 v2.26.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/viper v1.21.0

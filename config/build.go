@@ -161,6 +161,8 @@ func (b *builder) build(raw *rawConfig) *Config {
 		c.Tracing.SampleRatio = *tr.SampleRatio
 	}
 	b.str(&c.Tracing.ServiceName, tr.ServiceName)
+	b.str(&c.Problems.DocsURL, raw.Problems.DocsURL)
+	b.str(&c.Problems.TypeBase, raw.Problems.TypeBase)
 
 	defaults := policy.DefaultRoute()
 	b.apply(&defaults, &raw.Defaults, "defaults")
@@ -276,6 +278,16 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Exclude != nil {
 			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
 		}
+		if m := f.MediaTypes; m != nil {
+			switch *m {
+			case policy.MediaTypesExact:
+				r.Fingerprint.NormalizeMediaTypes = false
+			case policy.MediaTypesNormalize:
+				r.Fingerprint.NormalizeMediaTypes = true
+			default:
+				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, policy.MediaTypesExact, policy.MediaTypesNormalize)
+			}
+		}
 	}
 	b.duration(path+".lease", &r.Lease, s.Lease)
 	b.duration(path+".retention", &r.Retention, s.Retention)
@@ -306,6 +318,9 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	if s.OnAbandoned != nil {
 		r.OnAbandoned = policy.OnAbandoned(*s.OnAbandoned)
+	}
+	if s.AdvertiseExpiry != nil {
+		r.AdvertiseExpiry = *s.AdvertiseExpiry
 	}
 }
 

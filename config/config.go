@@ -49,6 +49,8 @@ type Config struct {
 	Server ServerConfig
 	// Tracing configures OpenTelemetry tracing (off by default).
 	Tracing TracingConfig
+	// Problems says how problem responses are published.
+	Problems ProblemsConfig
 	// Policy is the compiled route policy (`defaults:` and `routes:`).
 	Policy *policy.Policy
 }
@@ -234,6 +236,20 @@ type TracingConfig struct {
 	ServiceName string
 }
 
+// ProblemsConfig is the `problems:` section: how the problem responses
+// clients get are published (problem.Publisher).
+type ProblemsConfig struct {
+	// DocsURL (problems.docs_url), when set, is sent with every problem
+	// response as Link: <DocsURL>; rel="describedby" (Idempotency-Key
+	// draft, section 2.7): where the API documents its idempotency.
+	DocsURL string
+	// TypeBase (problems.type_base) replaces problem.Base in every problem
+	// type URI, so types resolve under the operator's own domain; the
+	// slugs stay. "" keeps problem.Base. An absolute http(s) URL ending in
+	// "/" or "#".
+	TypeBase string
+}
+
 // ShutdownMargin is what the default server.shutdown_timeout adds to
 // upstream.timeout: time for the last call's store write (at most
 // proxy.DefaultStoreTimeout, 2s) and for writing its response after the
@@ -381,6 +397,20 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Tracing.validate()...)
 	errs = append(errs, c.validateTLS()...)
+	if d := c.Problems.DocsURL; d != "" {
+		if err := checkHTTPURL(d); err != nil {
+			bad("problems.docs_url", "%q %v", d, err)
+		}
+	}
+	if b := c.Problems.TypeBase; b != "" {
+		if err := checkHTTPURL(b); err != nil {
+			bad("problems.type_base", "%q %v", b, err)
+		} else if !strings.HasSuffix(b, "/") && !strings.HasSuffix(b, "#") {
+			// The slug is appended as is: ".../problems" + "key-reused"
+			// would name another resource.
+			bad("problems.type_base", "%q must end in / or #, the slug (e.g. key-reused) is appended to it", b)
+		}
+	}
 	if c.Policy == nil {
 		bad("routes", "no compiled policy")
 	} else {
@@ -452,6 +482,23 @@ func (t *TracingConfig) validate() []error {
 		bad("tracing.service_name", "must not be empty")
 	}
 	return errs
+}
+
+// checkHTTPURL checks that s is an absolute http(s) URL with a host, as a
+// URI sent to clients in a problem type or a Link must be.
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("is not a URL: %w", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must be an absolute http or https URL")
+	case u.Host == "":
+		return errors.New("has no host")
+	case strings.ContainsAny(s, "<> \t\"\n"):
+		return errors.New("must not contain spaces, quotes or angle brackets")
+	}
+	return nil
 }
 
 func checkAddr(addr string) error {

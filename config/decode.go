@@ -171,6 +171,10 @@ type rawConfig struct {
 		SampleRatio *float64 `mapstructure:"sample_ratio"`
 		ServiceName *string  `mapstructure:"service_name"`
 	} `mapstructure:"tracing"`
+	Problems struct {
+		DocsURL  *string `mapstructure:"docs_url"`
+		TypeBase *string `mapstructure:"type_base"`
+	} `mapstructure:"problems"`
 	Defaults rawSettings `mapstructure:"defaults"`
 	Routes   []rawRoute  `mapstructure:"routes"`
 }
@@ -205,6 +209,7 @@ type rawSettings struct {
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
 	OnStoreError     *string         `mapstructure:"on_store_error"`
 	OnAbandoned      *string         `mapstructure:"on_abandoned"`
+	AdvertiseExpiry  *bool           `mapstructure:"advertise_expiry"`
 }
 
 // rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
@@ -226,10 +231,11 @@ type rawKey struct {
 
 // rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
 type rawFingerprint struct {
-	Headers *[]string `mapstructure:"headers"`
-	Query   *bool     `mapstructure:"query"`
-	Body    *string   `mapstructure:"body"`
-	Exclude *[]string `mapstructure:"exclude"`
+	Headers    *[]string `mapstructure:"headers"`
+	Query      *bool     `mapstructure:"query"`
+	Body       *string   `mapstructure:"body"`
+	Exclude    *[]string `mapstructure:"exclude"`
+	MediaTypes *string   `mapstructure:"media_types"`
 }
 
 // setFields returns the key names (relative to the route, e.g. "lease",
@@ -266,6 +272,7 @@ func (s *rawSettings) setFields() map[string]bool {
 		add("fingerprint.query", f.Query != nil)
 		add("fingerprint.body", f.Body != nil)
 		add("fingerprint.exclude", f.Exclude != nil)
+		add("fingerprint.media_types", f.MediaTypes != nil)
 	}
 	add("lease", s.Lease != nil)
 	add("retention", s.Retention != nil)
@@ -276,6 +283,7 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("max_response_bytes", s.MaxResponseBytes != nil)
 	add("on_store_error", s.OnStoreError != nil)
 	add("on_abandoned", s.OnAbandoned != nil)
+	add("advertise_expiry", s.AdvertiseExpiry != nil)
 	return m
 }
 

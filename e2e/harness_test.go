@@ -84,6 +84,7 @@ type gateConfig struct {
 	AdminToken  string
 	UpTimeout   string
 	Extra       string // top-level YAML (e.g. a server: section), each line unindented
+	Sections    string // extra top-level sections, e.g. "problems:\n  docs_url: ...\n"
 }
 
 func (c gateConfig) yaml(listen, adminListen string) string {
@@ -105,6 +106,7 @@ func (c gateConfig) yaml(listen, adminListen string) string {
 	}
 	b.WriteString("log:\n  format: json\n  level: info\n")
 	b.WriteString(c.Extra)
+	b.WriteString(c.Sections)
 	b.WriteString("defaults:\n  owner: \"header:X-User\"\n  lease: 2s\n  wait_timeout: 10s\n")
 	b.WriteString(c.Defaults)
 	if c.Routes != "" {

@@ -113,6 +113,10 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 			errs = append(errs, matchError(path, r, err, routes, registered, p.routes))
 			continue
 		}
+		if err := checkPatternHost(r); err != nil {
+			errs = append(errs, &FieldError{Path: path + ".match", Err: err})
+			continue
+		}
 		registered = append(registered, i)
 		if m := patternMethod(r.Match); m != "" {
 			allowed := []string{m}
@@ -170,6 +174,25 @@ func patternHost(pattern string) string {
 		return ""
 	}
 	return strings.ToLower(rest[:slash])
+}
+
+// checkPatternHost refuses a pattern whose host is a bare word: ServeMux
+// reads "POST v1/orders" as host "v1" and path "/orders", a route that
+// silently never matches, and almost always a forgotten leading slash
+// (issue 13). A host must hold a dot, a port or be an IP literal, or be
+// localhost.
+func checkPatternHost(r *Route) error {
+	host := patternHost(r.Match)
+	if host == "" || host == "localhost" || strings.ContainsAny(host, ".:[") {
+		return nil
+	}
+	method := patternMethod(r.Match)
+	suggest := "/" + strings.TrimLeft(r.Match[len(method):], " \t")
+	if method != "" {
+		suggest = method + " " + suggest
+	}
+	return fmt.Errorf("route %q: pattern %q reads as host %q and path %q, and no request carries a host without a dot: if %q is part of the path, write %q",
+		r.Name, r.Match, host, patternPath(r.Match), host, suggest)
 }
 
 // ownerNamespace names the set of owner values a route's owner source can
@@ -412,6 +435,13 @@ func normalize(r *Route, path string) []error {
 	for _, h := range r.Fingerprint.Headers {
 		if !validToken(h) {
 			bad("fingerprint.headers", "%q is not a valid field name", h)
+			continue
+		}
+		if strings.EqualFold(h, "Accept-Encoding") {
+			// A retry from a client with other codecs is the same
+			// operation; the proxy decodes a stored coding the retry does
+			// not accept instead (issue 13).
+			bad("fingerprint.headers", "%q must not be fingerprinted: a retry from a client with other codecs would get 422; replays are decoded for clients that do not accept the stored coding", h)
 			continue
 		}
 		if h = strings.ToLower(h); !slices.Contains(fh, h) {

@@ -45,6 +45,16 @@ func (r *Route) describe(w *bufio.Writer) {
 	} else {
 		kv("upstream", "upstream.url")
 	}
+	if r.Match != "" {
+		// Apart, so that a host read out of a forgotten leading slash
+		// shows (issue 13).
+		host := patternHost(r.Match)
+		if host == "" {
+			host = "any"
+		}
+		kv("host", host)
+		kv("path", strconv.Quote(patternPath(r.Match)))
+	}
 	kv("mode", string(r.Mode))
 	kv("scope", strconv.Quote(r.Scope))
 	kv("header", r.Header)
@@ -72,8 +82,12 @@ func (r *Route) describe(w *bufio.Writer) {
 	if len(r.Fingerprint.Exclude) > 0 {
 		exclude = ", exclude: [" + quoteList(r.Fingerprint.Exclude) + "]"
 	}
-	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s%s}\n",
-		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, exclude)
+	media := MediaTypesExact
+	if r.Fingerprint.NormalizeMediaTypes {
+		media = MediaTypesNormalize
+	}
+	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s%s, media_types: %s}\n",
+		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, exclude, media)
 	kv("fingerprint_recipe", strconv.Quote(r.Recipe())+" # recorded with each key: a retry is compared by its record's recipe")
 	kv("lease", r.Lease.String())
 	if r.Retention == 0 {
@@ -92,4 +106,5 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))
 	kv("on_store_error", string(r.OnStoreError))
 	kv("on_abandoned", string(r.OnAbandoned))
+	kv("advertise_expiry", strconv.FormatBool(r.AdvertiseExpiry))
 }

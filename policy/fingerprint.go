@@ -122,6 +122,15 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 		in.Headers = make([]FingerprintHeader, len(s.Headers))
 		for i, name := range s.Headers {
 			in.Headers[i] = FingerprintHeader{Name: name, Values: req.Header.Values(name)}
+			if s.NormalizeMediaTypes && name == "content-type" {
+				// The input changes, not the hs1 encoding: the recipe
+				// (m=normalize) says which input a record was taken from.
+				vals := make([]string, len(in.Headers[i].Values))
+				for j, v := range in.Headers[i].Values {
+					vals[j] = NormalizeMediaType(v)
+				}
+				in.Headers[i].Values = vals
+			}
 			if name == "host" && req.Host != "" {
 				// net/http moves the Host field out of Header; without this
 				// it would read as absent and every host share a fingerprint.

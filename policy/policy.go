@@ -81,6 +81,12 @@ type FingerprintSpec struct {
 	// and without duplicates: the members they name are removed from a
 	// JSON body before it is canonicalized. Only with Body json.
 	Exclude []string
+	// NormalizeMediaTypes (`media_types: normalize`) fingerprints a
+	// Content-Type value in its normal form (NormalizeMediaType), so a
+	// retry that differs only by letter case, spacing, parameter order or
+	// a parameter the media type defines as default is the same request
+	// (issue 13). Off (`exact`, the default), the value enters as sent.
+	NormalizeMediaTypes bool
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
@@ -119,6 +125,10 @@ type Route struct {
 	MaxResponseBytes int64 // bytes
 	OnStoreError     OnStoreError
 	OnAbandoned      OnAbandoned
+	// AdvertiseExpiry (`advertise_expiry`) makes first answers and replays
+	// carry the record's expiry (Idempotency-Key-Expires), so a client
+	// knows until when a retry is answered from the record (issue 13).
+	AdvertiseExpiry bool
 
 	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
 	// the policy is published, nil until then.

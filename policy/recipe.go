@@ -34,16 +34,20 @@ var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
 //	b=raw&h=content-type&q=1&v=hs1
 //
 // v is the fingerprint format, b the body mode, q "1" or "0" for the query,
-// one h per fingerprinted header name (lowercase, sorted), and one x per
+// one h per fingerprinted header name (lowercase, sorted), one x per
 // excluded JSON pointer (fingerprint.exclude, sorted; URL-encoded like
-// every value, so "/a/b" is x=%2Fa%2Fb). A spec without exclusions has no
-// x, so its recipe is the one earlier builds wrote. Equal specs
-// give equal strings; ParseRecipe reverses it. See docs/protocol.md,
+// every value, so "/a/b" is x=%2Fa%2Fb), and m=normalize when media types
+// are normalized. A spec without exclusions or normalization has neither
+// x nor m, so its recipe is the one earlier builds wrote and read. Equal
+// specs give equal strings; ParseRecipe reverses it. See docs/protocol.md,
 // "Fingerprint recipes".
 func (s FingerprintSpec) Recipe() string {
 	v := url.Values{"v": {recipeScheme}, "b": {string(s.Body)}, "q": {"0"}}
 	if s.Query {
 		v["q"] = []string{"1"}
+	}
+	if s.NormalizeMediaTypes {
+		v["m"] = []string{MediaTypesNormalize}
 	}
 	if len(s.Headers) > 0 {
 		h := make([]string, len(s.Headers))
@@ -106,9 +110,15 @@ func ParseRecipe(recipe string) (FingerprintSpec, error) {
 		}
 		s.Exclude = slices.Compact(slices.Sorted(slices.Values(xs)))
 	}
+	if _, ok := v["m"]; ok {
+		if m, one := one("m"); !one || m != MediaTypesNormalize {
+			return FingerprintSpec{}, fmt.Errorf("%w: %q: media types %q", ErrRecipeUnknown, recipe, v["m"])
+		}
+		s.NormalizeMediaTypes = true
+	}
 	for k := range v {
 		switch k {
-		case "v", "q", "b", "h", "x":
+		case "v", "q", "b", "h", "x", "m":
 		default:
 			return FingerprintSpec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
 		}

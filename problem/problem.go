@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Base is the prefix of every problem type URI idemgate produces; the
@@ -47,4 +48,31 @@ func Write(w http.ResponseWriter, d Details) {
 	}
 	w.WriteHeader(d.Status)
 	_, _ = w.Write(body)
+}
+
+// Publisher writes problems the way the operator publishes them (the
+// `problems:` config section): type URIs under TypeBase instead of Base,
+// so that they resolve on the operator's own documentation, and a Link to
+// DocsURL with relation "describedby", as the Idempotency-Key draft
+// (section 2.7) suggests for its error responses. The catalog's slugs
+// never change; only the base does. The zero Publisher writes as Write.
+type Publisher struct {
+	// TypeBase replaces Base in every type URI; "" keeps Base.
+	TypeBase string
+	// DocsURL, when set, is linked from every problem response.
+	DocsURL string
+}
+
+// Write answers with d as Write does, its type under p.TypeBase, with the
+// Link to p.DocsURL.
+func (p Publisher) Write(w http.ResponseWriter, d Details) {
+	if p.TypeBase != "" {
+		if slug, ok := strings.CutPrefix(d.Type, Base); ok {
+			d.Type = p.TypeBase + slug
+		}
+	}
+	if p.DocsURL != "" {
+		w.Header().Add("Link", "<"+p.DocsURL+`>; rel="describedby"`)
+	}
+	Write(w, d)
 }

@@ -37,9 +37,12 @@
 //  4. Act (enforce.go, act). One short loop carries the action out. Forward
 //     (forward.go) sends the request upstream once, detached from the
 //     client, with a heartbeat that extends the lease, and records the
-//     outcome: Complete for a replayable status, Release when the upstream
-//     surely did not act, nothing when the outcome is unknown. Replay
-//     (replay.go) writes the stored response with Idempotent-Replayed.
+//     outcome: Complete for a replayable status (with the trailers that
+//     followed the body), Release when the upstream surely did not act,
+//     nothing when the outcome is unknown. Replay (replay.go) writes the
+//     stored response with Idempotent-Replayed, decoded when the retry
+//     does not accept its content coding (coding.go), its trailers after
+//     the body, and Idempotency-Key-Expires on advertise_expiry routes.
 //     Wait (wait.go) sleeps on the store's notification until the record
 //     stops running, then the loop claims again. A store failure answers
 //     503, or forwards unprotected on a fail_open route.

@@ -77,11 +77,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
-	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body}
+	// The body was read to its end, so resp.Trailer holds what the
+	// upstream sent after it (issue 13: trailers were lost).
+	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}
 	if int64(len(body)) > route.MaxResponseBytes {
 		stored = store.Response{Status: resp.StatusCode, Omitted: true}
 	}
 	stopHeartbeat()
+	ex.completing = time.Now()
 	p.complete(r, ex, token, stored)
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
@@ -90,7 +93,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
-		writeStored(w, r, &stored, false)
+		p.writeStored(w, r, ex, &stored, false)
 	}
 	p.done(r, ex)
 }
@@ -262,6 +265,12 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 		h[name] = append([]string(nil), values...)
 	}
 	removeHopByHop(h)
+	if len(resp.Trailer) > 0 {
+		// Announced by the upstream: keep them, as httputil.ReverseProxy
+		// does (issue 13).
+		announceTrailers(h, resp.Trailer)
+		h.Del("Content-Length")
+	}
 	w.WriteHeader(resp.StatusCode)
 	var err error
 	if len(prefix) > 0 {
@@ -269,6 +278,9 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 	}
 	if err == nil {
 		_, err = io.Copy(w, resp.Body)
+	}
+	if err == nil && len(resp.Trailer) > 0 {
+		sendTrailers(h, StoredTrailer(resp.Trailer))
 	}
 	if err != nil {
 		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key),

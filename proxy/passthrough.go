@@ -28,12 +28,12 @@ func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err err
 		ex.cause = err
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		problem.Write(w, problem.UpstreamTimeout.With("the upstream did not answer in time"))
+		p.problems.Write(w, problem.UpstreamTimeout.With("the upstream did not answer in time"))
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(499) // client went away; nobody reads this
 		return
 	}
-	problem.Write(w, problem.UpstreamUnreachable.With("the upstream exchange failed"))
+	p.problems.Write(w, problem.UpstreamUnreachable.With("the upstream exchange failed"))
 }

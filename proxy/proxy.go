@@ -29,6 +29,18 @@ import (
 // ReplayedHeader marks a response that idemgate answered from the store.
 const ReplayedHeader = "Idempotent-Replayed"
 
+// ExpiresHeader carries, on routes with advertise_expiry, when the record
+// of the request's key ends: until then a retry with the key is answered
+// from the record; after it, the key is new. The Idempotency-Key draft
+// names no such field: its issue tracker proposes a response field for the
+// retention (ietf-wg-httpapi/idempotency#35, unnamed) and an
+// Idempotency-TTL in seconds (#49), which a replay would have to recompute
+// and a client could only read relative to an answer it may never have
+// received. An absolute HTTP-date, named after the request field it
+// qualifies and after Expires (RFC 9111 section 5.3), avoids both; README
+// documents the choice.
+const ExpiresHeader = "Idempotency-Key-Expires"
+
 // DefaultStoreTimeout bounds one store operation when Options.StoreTimeout is 0.
 const DefaultStoreTimeout = 2 * time.Second
 
@@ -63,6 +75,10 @@ type Options struct {
 	// operations completed before an upgrade still replay. Turn it off once
 	// the longest retention has passed since the upgrade.
 	V1Lookup bool
+	// Problems publishes the problem responses: type URIs under the
+	// operator's base and a Link to their documentation (config section
+	// problems:); the zero value writes idemgate's own.
+	Problems problem.Publisher
 	// PreviousPolicies, when set, returns the policies in force before the
 	// current one in this process (reload.Reloader.Previous). With V1Lookup
 	// a fresh key also looks for a layout 1 record under the route names
@@ -98,6 +114,7 @@ type Proxy struct {
 	trusted      []netip.Prefix
 	passHost     bool
 	access       bool
+	problems     problem.Publisher
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
@@ -131,6 +148,7 @@ func New(opts Options) (*Proxy, error) {
 		trusted:      opts.TrustedProxies,
 		passHost:     opts.PassHost,
 		access:       !opts.NoAccessLog,
+		problems:     opts.Problems,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -194,15 +212,20 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
-	start   time.Time
-	route   *policy.Route
-	id      store.Identity
-	fp      string
-	recipe  string // how fp was computed: the route's recipe, or the record's
-	body    []byte
-	read    bool // body holds the request body (readBody)
-	outcome string
-	status  int
+	start  time.Time
+	route  *policy.Route
+	id     store.Identity
+	fp     string
+	recipe string // how fp was computed: the route's recipe, or the record's
+	body   []byte
+	read   bool // body holds the request body (readBody)
+	// completing is when this request started recording its response
+	// (forward): no earlier than the store's completion time, so the
+	// expiry advertised in the first answer is never later than the
+	// record's (advertise_expiry).
+	completing time.Time
+	outcome    string
+	status     int
 	accessFields
 }
 

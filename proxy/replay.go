@@ -1,39 +1,117 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
 
-// replay writes a completed record's response exactly as stored, plus the
-// replay marker; the upstream is not touched. resp is retained (replayOf
-// answers the other cases).
+// replay writes a completed record's response as stored, plus the replay
+// marker; the upstream is not touched. resp is retained (replayOf answers
+// the other cases).
 func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response) {
-	writeStored(w, r, resp, true)
+	p.writeStored(w, r, ex, resp, true)
 	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
 	p.done(r, ex)
 }
 
 // writeStored writes a stored response: its headers as stored, the replay
 // marker when replayed, Content-Length from the body, and the body unless
-// the request is HEAD. The original answer and every replay go through it,
-// so they differ only by the marker.
-func writeStored(w http.ResponseWriter, r *http.Request, resp *store.Response, replayed bool) {
+// the request is HEAD. A response with trailers is sent without
+// Content-Length, announcing them in a Trailer field, so HTTP/1.1 frames it
+// chunked and the trailers follow the body (HTTP/2 sends them as a final
+// HEADERS frame). The original answer and every replay go through it, so
+// they differ only by the marker, and by the content coding when the
+// request does not accept the stored one (fitCoding; issue 13).
+func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response, replayed bool) {
+	fitted, err := fitCoding(r, resp, ex.route.MaxResponseBytes)
+	if err != nil {
+		// Written as stored: the client may still know the coding, and
+		// no other body would be the operation's answer.
+		p.log.Warn("stored response not decoded for a client that does not accept its content coding",
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "content_encoding", resp.Header.Get("Content-Encoding"),
+			"unknown_coding", errors.Is(err, errUnknownCoding), "too_large", errors.Is(err, errDecodedTooLarge), "err", err)
+	}
+	resp = fitted
 	h := w.Header()
 	for name, values := range resp.Header {
 		// resp.Header is this request's own copy (filtered from the
-		// upstream's, or handed out by the store), so no second copy.
+		// upstream's, handed out by the store, or made by fitCoding), so
+		// no second copy.
 		h[name] = values
 	}
 	if replayed {
 		h.Set(ReplayedHeader, "true")
 	}
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	if route := ex.route; route.AdvertiseExpiry && route.Retention > 0 {
+		// The record ends at its completion time plus the retention (a
+		// retention of 0 keeps it forever: no field). A replay knows the
+		// store's completion time; the first answer takes the moment it
+		// started recording, which is no later. Truncated to the second,
+		// the date is never after the record's end, so a client that
+		// retries before it is answered from the record.
+		from := resp.StoredAt
+		if !replayed || from.IsZero() {
+			from = ex.completing
+		}
+		if !from.IsZero() {
+			h.Set(ExpiresHeader, from.Add(route.Retention).UTC().Format(http.TimeFormat))
+		}
+	}
+	trailers := len(resp.Trailer) > 0 && r.Method != http.MethodHead
+	if trailers {
+		announceTrailers(h, resp.Trailer)
+	} else {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
 	w.WriteHeader(resp.Status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
+	if trailers {
+		sendTrailers(h, resp.Trailer)
+	}
+}
+
+// announceTrailers lists the names of trailer in h's Trailer field (RFC
+// 9110 section 6.6.2), before the header is written: a client may need to
+// know them, and it keeps net/http from giving the response a
+// Content-Length, which would leave no place for trailers.
+func announceTrailers(h http.Header, trailer http.Header) {
+	names := make([]string, 0, len(trailer))
+	for name := range trailer {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	h.Set("Trailer", strings.Join(names, ", "))
+}
+
+// sendTrailers sets trailer's fields after the body has been written, under
+// http.TrailerPrefix so that each name goes out exactly as stored (a name
+// announced in Trailer is looked up in canonical form only).
+func sendTrailers(h http.Header, trailer http.Header) {
+	for name, values := range trailer {
+		h[http.TrailerPrefix+name] = append([]string(nil), values...)
+	}
+}
+
+// StoredTrailer returns the trailer fields of t that a replay repeats, as
+// StoredHeader does for the header, without names announced but never sent;
+// nil when none is left.
+func StoredTrailer(t http.Header) http.Header {
+	out := StoredHeader(t)
+	for name, values := range out {
+		if len(values) == 0 {
+			delete(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -34,6 +34,12 @@ type Response struct {
 	Header http.Header
 	// Body is the complete response body in bytes; binary safe.
 	Body []byte
+	// Trailer holds the trailer fields the upstream sent after the body
+	// (RFC 9110 section 6.5), encoded like Header; nil or empty when there
+	// were none (a store may hand back either). Replays send them again,
+	// chunked (issue 13). Records written before trailers were kept have
+	// none.
+	Trailer http.Header
 	// Omitted is true when the upstream answered but the response was larger
 	// than the route's max_response_bytes, so only Status was kept; a retry
 	// gets a terminal problem response instead of a replay.

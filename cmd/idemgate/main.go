@@ -29,6 +29,7 @@ import (
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
@@ -475,6 +476,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		TrustedProxies:   cfg.TrustedPrefixes(),
 		PassHost:         cfg.Upstream.PassHost,
 		NoAccessLog:      !cfg.Log.Access,
+		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 	})
 	if err != nil {
 		return err

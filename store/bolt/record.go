@@ -17,6 +17,8 @@ import (
 // written in any other version rather than guess at their meaning.
 // Version 2 appends the fingerprint recipe to the fields of version 1;
 // version 1 records (written before recipes) are still read, with no recipe.
+// A version 2 record with flagTrailerSet carries one more field, the
+// response trailer (issue 13); records without it read as having none.
 const FormatVersion byte = 2
 
 // formatV1 is the record format before recipes: seven length-prefixed fields.
@@ -34,6 +36,10 @@ const (
 	flagOmitted   byte = 1 << 1 // store.Response.Omitted
 	flagHeaderSet byte = 1 << 2 // store.Response.Header was non-nil
 	flagBodySet   byte = 1 << 3 // store.Response.Body was non-nil
+	// flagTrailerSet: a ninth field holds store.Response.Trailer, which was
+	// non-empty. Records without trailers keep the eight fields, so a build
+	// from before trailers still reads every record that has none.
+	flagTrailerSet byte = 1 << 4
 )
 
 // fixedLen is the size in bytes of the fixed part of a record value, before
@@ -97,10 +103,11 @@ var errCorrupt = errors.New("corrupt record")
 // encodeRecord serializes r in format version 2 (see the package comment).
 func encodeRecord(r *record) ([]byte, error) {
 	var (
-		header []byte
-		body   []byte
-		status int
-		flags  byte
+		header  []byte
+		body    []byte
+		trailer []byte
+		status  int
+		flags   byte
 	)
 	if r.takeover {
 		flags |= flagTakeover
@@ -129,8 +136,18 @@ func encodeRecord(r *record) ([]byte, error) {
 			flags |= flagBodySet
 			body = r.resp.Body
 		}
+		if len(r.resp.Trailer) > 0 {
+			flags |= flagTrailerSet
+			var err error
+			if trailer, err = encodeHeader(r.resp.Trailer); err != nil {
+				return nil, err
+			}
+		}
 	}
 	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Scope), []byte(r.id.Key), []byte(r.fingerprint), []byte(r.token), header, body, []byte(r.recipe)}
+	if flags&flagTrailerSet != 0 {
+		fields = append(fields, trailer)
+	}
 	size := fixedLen
 	for _, f := range fields {
 		if uint64(len(f)) > math.MaxUint32 {
@@ -166,6 +183,9 @@ func decodeRecord(b []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: format version %d, this build reads %d and %d", errCorrupt, b[0], formatV1, FormatVersion)
 	}
 	state, flags := b[1], b[2]
+	if b[0] == FormatVersion && flags&flagTrailerSet != 0 {
+		nfields = 9
+	}
 	if state != stateRunning && state != stateCompleted {
 		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, state)
 	}
@@ -202,7 +222,7 @@ func decodeRecord(b []byte) (*record, error) {
 		retentionMs: times[3],
 		storedAtMs:  times[4],
 	}
-	if nfields == 8 {
+	if nfields >= 8 {
 		r.recipe = string(fields[7])
 	}
 	if r.running {
@@ -218,6 +238,13 @@ func decodeRecord(b []byte) (*record, error) {
 	}
 	if flags&flagBodySet != 0 {
 		resp.Body = append([]byte{}, fields[6]...)
+	}
+	if nfields == 9 {
+		t, err := decodeHeader(fields[8])
+		if err != nil {
+			return nil, err
+		}
+		resp.Trailer = t
 	}
 	r.resp = resp
 	return r, nil

@@ -365,14 +365,21 @@ func copyResponse(r *store.Response) *store.Response {
 		return nil
 	}
 	out := *r
-	if r.Header != nil {
-		out.Header = make(http.Header, len(r.Header))
-		for k, v := range r.Header {
-			out.Header[k] = append([]string(nil), v...)
-		}
-	}
+	out.Header, out.Trailer = copyHeader(r.Header), copyHeader(r.Trailer)
 	if r.Body != nil {
 		out.Body = append([]byte{}, r.Body...)
 	}
 	return &out
+}
+
+// copyHeader deep-copies h; nil stays nil.
+func copyHeader(h http.Header) http.Header {
+	if h == nil {
+		return nil
+	}
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
 }

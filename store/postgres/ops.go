@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -60,7 +61,7 @@ func buildStatements(t string) statements {
   FROM (SELECT ` + now(11) + ` AS now) n
 ), cur AS MATERIALIZED (
   SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
-    r.headers, r.body, r.omitted, r.stored_at,
+    r.headers, r.body, r.omitted, r.stored_at, r.trailers,
     COALESCE((r.expiry IS NOT NULL AND r.expiry <= v.now) OR (r.state = 1 AND r.token = $6)
       OR (r.state = 1 AND r.lease_end <= v.now AND r.fingerprint = $5 AND NOT $9::boolean), false) AS claimable
   FROM ` + t + ` r, v WHERE r.id = $1
@@ -78,22 +79,23 @@ func buildStatements(t string) statements {
     lease_end = excluded.lease_end,
     expiry = CASE WHEN ` + repeat + ` THEN greatest(r.expiry, excluded.expiry) ELSE excluded.expiry END,
     retention_ms = CASE WHEN ` + repeat + ` THEN r.retention_ms ELSE excluded.retention_ms END,
-    status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, version = 2
+    status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL, version = 2
   WHERE ` + expired + ` OR ` + same + `
      OR (r.state = 1 AND r.lease_end <= excluded.created AND r.fingerprint = excluded.fingerprint AND NOT $9::boolean)
   RETURNING r.fingerprint, r.recipe, r.lease_end, r.takeover
 )
 SELECT true, v.now, up.fingerprint, up.recipe, up.lease_end, up.takeover, NULL::smallint, NULL::bytea,
-  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, false
+  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::bytea, false
 FROM up, v
 UNION ALL
 SELECT false, v.now, cur.fingerprint, cur.recipe, cur.lease_end, cur.takeover, cur.state, cur.token,
-  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.claimable
+  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.trailers, cur.claimable
 FROM cur, v WHERE NOT EXISTS (SELECT 1 FROM up)`,
-		// $1 id, $2 token, $3 status, $4 headers, $5 body, $6 omitted, $7 now, $8 channel.
+		// $1 id, $2 token, $3 status, $4 headers, $5 body, $6 omitted, $7 now, $8 channel,
+		// $9 trailers (NULL when none).
 		complete: `WITH n AS MATERIALIZED (SELECT ` + now(7) + ` AS now), u AS (
   UPDATE ` + t + ` r SET state = 2, token = NULL, takeover = false, lease_end = NULL,
-    status = $3, headers = $4, body = $5, omitted = $6, stored_at = n.now,
+    status = $3, headers = $4, body = $5, omitted = $6, stored_at = n.now, trailers = $9,
     expiry = CASE WHEN r.retention_ms > 0 THEN n.now + r.retention_ms * interval '1 millisecond' END
   FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now
   RETURNING r.id
@@ -120,7 +122,7 @@ SELECT pg_notify($3, encode(d.id, 'hex'))::text FROM d`,
 		// $1 id, $2 now.
 		get: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now)
 SELECT n.now, r.owner, r.scope, r.key, r.state, r.fingerprint, r.recipe, r.token, r.created,
-  r.lease_end, r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at
+  r.lease_end, r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at, r.trailers
 FROM ` + t + ` r, n WHERE r.id = $1 AND (r.expiry IS NULL OR r.expiry > n.now)`,
 		// $1 now, $2 batch size.
 		sweep: `WITH n AS MATERIALIZED (SELECT ` + now(1) + ` AS now)
@@ -257,12 +259,13 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		claimed, takeover, claimable bool
 		now                          time.Time
 		fp, recipe, token, hdr, body []byte
+		trailers                     []byte
 		leaseEnd, expiry, storedAt   *time.Time
 		state, status                *int16
 		omitted                      *bool
 	)
 	if err := rows.Scan(&claimed, &now, &fp, &recipe, &leaseEnd, &takeover, &state, &token,
-		&expiry, &status, &hdr, &body, &omitted, &storedAt, &claimable); err != nil {
+		&expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers, &claimable); err != nil {
 		return store.ClaimResult{}, err
 	}
 	rows.Close()
@@ -279,7 +282,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 	}
 	switch *state {
 	case stateCompleted:
-		resp, err := response(status, hdr, body, omitted, storedAt)
+		resp, err := response(status, hdr, body, omitted, storedAt, trailers)
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
@@ -298,7 +301,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 	return store.ClaimResult{}, fmt.Errorf("row state %d", *state)
 }
 
-func response(status *int16, hdr, body []byte, omitted *bool, storedAt *time.Time) (*store.Response, error) {
+func response(status *int16, hdr, body []byte, omitted *bool, storedAt *time.Time, trailers []byte) (*store.Response, error) {
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
 	}
@@ -309,7 +312,13 @@ func response(status *int16, hdr, body []byte, omitted *bool, storedAt *time.Tim
 	if body == nil {
 		body = []byte{}
 	}
-	return &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}, nil
+	resp := &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}
+	if len(trailers) > 0 {
+		if resp.Trailer, err = valkey.DecodeHeader(trailers); err != nil {
+			return nil, fmt.Errorf("trailers: %w", err)
+		}
+	}
+	return resp, nil
 }
 
 // notifyOp runs a statement that returns one row per notified record and
@@ -355,7 +364,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	}
 	rowID := ID(id)
 	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), int16(resp.Status),
-		valkey.EncodeHeader(resp.Header), body, resp.Omitted, s.now(), s.channel)
+		valkey.EncodeHeader(resp.Header), body, resp.Omitted, s.now(), s.channel, trailerBytes(resp.Trailer))
 }
 
 // Release implements store.Store with one DELETE ... WHERE token = $2 that
@@ -396,14 +405,14 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		var (
 			now, created                       time.Time
 			owner, scope, key, fp, recipe, tok []byte
-			hdr, body                          []byte
+			hdr, body, trailers                []byte
 			leaseEnd, expiry, storedAt         *time.Time
 			state                              int16
 			status                             *int16
 			omitted                            *bool
 		)
 		err := s.pool.QueryRow(ctx, s.sql.get, ID(id), s.now()).Scan(&now, &owner, &scope, &key, &state, &fp, &recipe,
-			&tok, &created, &leaseEnd, &expiry, &status, &hdr, &body, &omitted, &storedAt)
+			&tok, &created, &leaseEnd, &expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers)
 		if errors.Is(err, pgx.ErrNoRows) {
 			rec = nil
 			return nil
@@ -423,7 +432,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		switch state {
 		case stateCompleted:
 			r.State = store.Completed
-			if r.Response, err = response(status, hdr, body, omitted, storedAt); err != nil {
+			if r.Response, err = response(status, hdr, body, omitted, storedAt, trailers); err != nil {
 				return fmt.Errorf("%w: %w", errBadRow, err)
 			}
 		case stateRunning:
@@ -445,3 +454,12 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 
 // errBadRow marks a row that does not follow the layout.
 var errBadRow = errors.New("row does not follow the layout")
+
+// trailerBytes is the trailers column of a response: NULL when it has none,
+// as in every row completed before trailers were kept.
+func trailerBytes(h http.Header) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	return valkey.EncodeHeader(h)
+}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,7 +347,7 @@ func TestStatementsInProtocolDoc(t *testing.T) {
 	want := map[string]string{
 		"claim": st.claim, "complete": st.complete, "release": st.release, "extend": st.extend,
 		"delete": st.del, "get": st.get, "sweep": st.sweep,
-		"table": ddl[0] + ";", "index": ddl[1] + ";",
+		"table": ddl[0] + ";", "index": ddl[1] + ";", "trailers column": ddl[2] + ";",
 	}
 	for name, sql := range want {
 		if !strings.Contains(string(doc), "\n"+sql+"\n") {
@@ -400,5 +402,47 @@ func TestAnswersFromSnapshotWriteNothing(t *testing.T) {
 	}
 	if used := nextXID() - before; used < 1 {
 		t.Fatalf("a fresh claim used %d transaction ids, want a write", used)
+	}
+}
+
+// TestTableOfEarlierBuildGainsTrailers: a table created before trailers
+// were kept (issue 13) is refused by a store that may not migrate, with a
+// pointer to `idemgate migrate`, and extended by one that may; a record
+// completed before then (no trailers column value) still replays, and a
+// new one keeps its trailers.
+func TestTableOfEarlierBuildGainsTrailers(t *testing.T) {
+	srv := pgtest.Start(t)
+	table := freshTable()
+	ddl, err := Schema(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range ddl[:2] { // the DDL of the build before trailers
+		srv.Exec(stmt)
+	}
+	q, _ := QuoteTable(table)
+	id := store.Identity{Owner: "o", Scope: "default", Key: "old"}
+	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms, status, headers, body, omitted, stored_at)
+VALUES ($1, 'o', 'default', 'old', 2, 'fp', '', now(), NULL, 0, 201, ''::bytea, 'done', false, now())`, ID(id))
+	if _, err := New(testCtx(t), Options{DSN: srv.DSN(), Table: table, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
+		t.Fatalf("New with NoCreate on a table without trailers = %v; want an error naming idemgate migrate", err)
+	}
+	s := open(t, Options{DSN: srv.DSN(), Table: table})
+	ctx := testCtx(t)
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: time.Hour})
+	if err != nil || res.State != store.Completed || res.Response == nil || string(res.Response.Body) != "done" || len(res.Response.Trailer) != 0 {
+		t.Fatalf("Claim of the earlier record = %+v, %v", res, err)
+	}
+	id.Key = "new"
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	want := http.Header{"Grpc-Status": {"0"}}
+	if ok, err := s.Complete(ctx, id, "t", store.Response{Status: 200, Body: []byte("x"), Trailer: want}); !ok || err != nil {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil || r == nil || r.Response == nil || !reflect.DeepEqual(r.Response.Trailer, want) {
+		t.Fatalf("Get = %+v, %v; want trailers %v", r, err, want)
 	}
 }

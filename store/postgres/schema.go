@@ -79,11 +79,13 @@ func Channel(table string) string {
 // columns lists the table's columns in the order Get and the column check
 // select them.
 const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeover, created,
-  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version`
+  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version, trailers`
 
 // Schema returns the DDL that Migrate runs for table (validated, unquoted
 // form as in Options.Table): the table and its partial expiry index, both
-// IF NOT EXISTS.
+// IF NOT EXISTS, and the columns added since the table was first defined
+// (trailers, issue 13), ADD COLUMN IF NOT EXISTS, so a table created by an
+// earlier build gains them and its rows keep working (NULL: none).
 func Schema(table string) ([]string, error) {
 	q, err := QuoteTable(table)
 	if err != nil {
@@ -112,6 +114,7 @@ func Schema(table string) ([]string, error) {
   version      smallint    NOT NULL DEFAULT 2
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(table)}.Sanitize() + ` ON ` + q + ` (expiry) WHERE expiry IS NOT NULL`,
+		`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS trailers bytea`,
 	}, nil
 }
 
@@ -185,14 +188,16 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 	}
 	err := check()
 	var pgErr *pgconn.PgError
-	if err != nil && errors.As(err, &pgErr) && pgErr.Code == "42P01" && create { // undefined_table
+	// undefined_table, or undefined_column: a table of an earlier build,
+	// which the migration extends (ADD COLUMN IF NOT EXISTS).
+	if err != nil && errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") && create {
 		ddl, serr := Schema(table)
 		if serr != nil {
 			return serr
 		}
 		if err := migrate(ctx, s.pool, ddl); err != nil {
 			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
-				return fmt.Errorf("postgres store: table %s does not exist and this role may not create it; run `idemgate migrate --config FILE` with a role that may: %w", s.table, err)
+				return fmt.Errorf("postgres store: table %s does not exist or lacks a column, and this role may not change it; run `idemgate migrate --config FILE` with a role that may: %w", s.table, err)
 			}
 			return err
 		}
@@ -206,7 +211,7 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 		case pgErr.Code == "42P01":
 			return fmt.Errorf("postgres store: table %s does not exist; run `idemgate migrate --config FILE` with a role that may create it: %w", s.table, err)
 		case pgErr.Code == "42703":
-			return fmt.Errorf("postgres store: table %s lacks a column of layout %d (docs/protocol.md, \"Store records (Postgres)\"): %w", s.table, LayoutVersion, err)
+			return fmt.Errorf("postgres store: table %s lacks a column of layout %d (docs/protocol.md, \"Store records (Postgres)\"); run `idemgate migrate --config FILE`: %w", s.table, LayoutVersion, err)
 		case pgErr.Code == "42501":
 			return fmt.Errorf("postgres store: the role may not read table %s (grant SELECT, INSERT, UPDATE, DELETE): %w", s.table, err)
 		}

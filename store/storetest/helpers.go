@@ -170,6 +170,11 @@ func sameResponse(t *testing.T, what string, got *store.Response, want store.Res
 			t.Fatalf("%s: header = %#v, want %#v", what, got.Header, want.Header)
 		}
 	}
+	if len(got.Trailer) != 0 || len(want.Trailer) != 0 {
+		if !reflect.DeepEqual(got.Trailer, want.Trailer) {
+			t.Fatalf("%s: trailer = %#v, want %#v", what, got.Trailer, want.Trailer)
+		}
+	}
 	if got.StoredAt.IsZero() || !got.StoredAt.Equal(got.StoredAt.Truncate(time.Millisecond)) {
 		t.Fatalf("%s: StoredAt = %v, want a non-zero time truncated to milliseconds", what, got.StoredAt)
 	}

@@ -106,6 +106,11 @@ func (s *suite) testRoundTripResponse(t *testing.T) {
 		"1 MiB binary":    {Status: 200, Body: big},
 		"empty value":     {Status: 202, Header: http.Header{"X-Empty": {""}, "X-Two": {"", ""}}},
 		"odd header name": {Status: 299, Header: http.Header{"X-\x00Odd:Name": {"v\x00\r\nx"}}},
+		// Trailers (issue 13): kept apart from the header, values in
+		// order, with and without a header and a body.
+		"trailer": {Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("chunked"),
+			Trailer: http.Header{"Grpc-Status": {"0"}, "X-Checksum": {"a", "b, c", ""}, "x-raw": {"kept"}}},
+		"trailer only": {Status: 201, Trailer: http.Header{"X-T": {"1"}}},
 	}
 	for name, resp := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -76,7 +76,8 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
-	// The recipe is last in every reply; a layout 1 record has none (nil).
+	// The recipe is last in every reply but the completed one (whose
+	// trailers follow it); a layout 1 record has none (nil).
 	if len(v) < 4 {
 		return store.ClaimResult{}, bad()
 	}
@@ -107,14 +108,14 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 		}
 		return out, nil
 	case "completed":
-		if len(v) != 8 {
+		if len(v) != 9 {
 			return store.ClaimResult{}, bad()
 		}
-		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6])
+		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6], v[8])
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: recipe, Response: resp}, nil
+		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: v[7], Response: resp}, nil
 	}
 	return store.ClaimResult{}, bad()
 }
@@ -142,7 +143,7 @@ func parseRecord(v []string) (*store.Record, error) {
 	switch f["s"] {
 	case "completed":
 		r.State = store.Completed
-		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"]); err != nil {
+		if r.Response, err = decodeResponse(f["st"], f["h"], f["b"], f["om"], f["sa"], f["tr"]); err != nil {
 			return nil, err
 		}
 	case "running":
@@ -160,7 +161,7 @@ func parseRecord(v []string) (*store.Record, error) {
 	return r, nil
 }
 
-func decodeResponse(status, header, body, omitted, storedAt string) (*store.Response, error) {
+func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*store.Response, error) {
 	code, err := strconv.Atoi(status)
 	if err != nil {
 		return nil, fmt.Errorf("bad status %q: %w", status, err)
@@ -173,7 +174,13 @@ func decodeResponse(status, header, body, omitted, storedAt string) (*store.Resp
 	if err != nil {
 		return nil, err
 	}
-	return &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}, nil
+	resp := &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}
+	if trailer != "" {
+		if resp.Trailer, err = DecodeHeader([]byte(trailer)); err != nil {
+			return nil, fmt.Errorf("trailers: %w", err)
+		}
+	}
+	return resp, nil
 }
 
 // EncodeHeader is the unambiguous encoding of h stored in the record's "h"

@@ -308,13 +308,16 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		omitted = "1"
 	}
 	args := []string{token, strconv.Itoa(resp.Status), string(EncodeHeader(resp.Header)), string(resp.Body), omitted, s.channel}
+	// The trailers follow the re-confirm flag (ARGV[8]); "" writes no
+	// "tr" field, so records without trailers keep their layout.
+	trailer := string(EncodeHeader(resp.Trailer))
 	if s.acks.On() {
 		// "1": a repeat by the completing token re-confirms the record
 		// (store contract, rule 3), so a completion that was not
 		// acknowledged can be retried and its WAIT then means something.
-		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1", trailer))
 	}
-	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
+	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0", trailer)...)
 }
 
 // Release implements store.Store with release.lua. Errors wrap

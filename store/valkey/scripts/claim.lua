@@ -6,8 +6,10 @@
 -- ARGV[9] fingerprint recipe.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
--- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe}.
--- A record of layout 1 has no "fr" field: its recipe is returned as nil.
+-- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}.
+-- A record of layout 1 has no "fr" field: its recipe is returned as nil; a
+-- record completed without trailers (or before they were kept) has no "tr":
+-- nil too.
 -- It may write, so a full server (maxmemory) refuses it with -OOM before it
 -- runs: under noeviction it applies completely or not at all.
 local key = KEYS[1]
@@ -22,8 +24,8 @@ end
 local takeover = '0'
 local repeated = false
 if state == 'completed' then
-  local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa')
-  return {'completed', r[1], r[2], r[3], r[4], r[5], r[6], rec[7]}
+  local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa', 'tr')
+  return {'completed', r[1], r[2], r[3], r[4], r[5], r[6], rec[7], r[7]}
 elseif state == 'running' then
   if rec[3] == ARGV[5] then
     -- The same claim again (a retry whose first reply was lost): it holds the
@@ -59,7 +61,7 @@ redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running'
 if rec[1] then
   -- An old record (expired, or taken over) is overwritten, never deleted
   -- first: its fields not written above go only after the write went through.
-  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa', 'ct', 'ca')
+  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa', 'ct', 'ca', 'tr')
 end
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}
