@@ -73,6 +73,7 @@ type publishedConc struct {
 }
 
 type publishedIssue struct {
+	Slug   string `json:"-"` // the catalog's name, under any type base
 	Type   string `json:"type"`
 	Status int    `json:"status"`
 	Title  string `json:"title"`
@@ -99,7 +100,7 @@ func policyCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	doc := publish(cfg.Policy)
+	doc := publish(cfg.Policy, cfg.Problems.TypeBase)
 	switch *format {
 	case "json":
 		enc := json.NewEncoder(stdout)
@@ -126,7 +127,7 @@ func policyCommand(args []string, stdout, stderr io.Writer) int {
 
 // publish describes every enforced route of p, in Routes order (the
 // defaults route last, standing for every path no route matches).
-func publish(p *policy.Policy) publishedPolicy {
+func publish(p *policy.Policy, typeBase string) publishedPolicy {
 	doc := publishedPolicy{Format: publishedFormat, Routes: []publishedRoute{}}
 	for _, r := range p.Routes() {
 		if r.Mode != policy.ModeEnforce {
@@ -163,7 +164,7 @@ func publish(p *policy.Policy) publishedPolicy {
 		}
 		for _, k := range problem.Catalog() {
 			if applies(r, k) {
-				pr.Problems = append(pr.Problems, publishedIssue{Type: k.Type(), Status: k.Status, Title: k.Title, Action: k.Advice()})
+				pr.Problems = append(pr.Problems, publishedIssue{Slug: k.Slug, Type: typeURI(k, typeBase), Status: k.Status, Title: k.Title, Action: k.Advice()})
 			}
 		}
 		doc.Routes = append(doc.Routes, pr)
@@ -271,7 +272,7 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 		fmt.Fprintf(&b, "- **Body size**: at most %d bytes.\n\n", r.MaxRequestBytes)
 		b.WriteString("| problem type | status | what to do |\n|---|---|---|\n")
 		for _, p := range r.Problems {
-			fmt.Fprintf(&b, "| [`%s`](%s) | %d | %s |\n", strings.TrimPrefix(p.Type, problem.Base), p.Type, p.Status, p.Action)
+			fmt.Fprintf(&b, "| [`%s`](%s) | %d | %s |\n", p.Slug, p.Type, p.Status, p.Action)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -351,7 +352,7 @@ func openAPI(doc publishedPolicy) map[string]any {
 			var desc []string
 			examples := map[string]any{}
 			for _, p := range ps {
-				slug := strings.TrimPrefix(p.Type, problem.Base)
+				slug := p.Slug
 				desc = append(desc, "`"+slug+"`: "+p.Title+" ("+p.Action+")")
 				examples[slug] = map[string]any{"value": map[string]any{"type": p.Type, "title": p.Title, "status": p.Status}}
 			}
@@ -388,4 +389,13 @@ func openAPI(doc publishedPolicy) map[string]any {
 			}},
 		},
 	}
+}
+
+// typeURI is the type URI of k as the proxy writes it: under the operator's
+// problems.type_base when set (problem.Publisher), else problem.Base.
+func typeURI(k problem.Kind, typeBase string) string {
+	if typeBase == "" {
+		return k.Type()
+	}
+	return typeBase + k.Slug
 }
