@@ -125,6 +125,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 			c.Server.MaxHeaderBytes = int(n)
 		}
 	}
+	if s.MaxWaiters != nil {
+		c.Server.MaxWaiters = *s.MaxWaiters
+	}
 	tr := raw.Tracing
 	if tr.Enabled != nil {
 		c.Tracing.Enabled = *tr.Enabled

@@ -145,6 +145,7 @@ type rawConfig struct {
 		IdleTimeout       *string `mapstructure:"idle_timeout"`
 		ShutdownTimeout   *string `mapstructure:"shutdown_timeout"`
 		MaxHeaderBytes    *string `mapstructure:"max_header_bytes"`
+		MaxWaiters        *int    `mapstructure:"max_waiters"`
 	} `mapstructure:"server"`
 	Tracing struct {
 		Enabled     *bool    `mapstructure:"enabled"`

@@ -39,7 +39,9 @@
 //     surely did not act, nothing when the outcome is unknown. Replay
 //     (replay.go) writes the stored response with Idempotent-Replayed.
 //     Wait (wait.go) sleeps on the store's notification until the record
-//     stops running, then the loop claims again. A store failure answers
+//     stops running, then the loop claims again; a wait takes one of the
+//     instance's max_waiters slots (waiters.go), and without a free slot
+//     the duplicate gets 409 at once instead of holding its connection. A store failure answers
 //     503, or forwards unprotected on a fail_open route.
 //
 // Every error the proxy answers with is a problem of package problem's

@@ -452,6 +452,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		V1Lookup:  cfg.Store.V1Lookup,
 		// Layout 1 records sit under route names of earlier policies too.
 		PreviousPolicies: reloader.Previous,
+		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
 	})
 	if err != nil {
 		return err
@@ -581,4 +582,14 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// proxyMaxWaiters maps server.max_waiters, where 0 means no limit as for
+// every key of the server section, to proxy.Options.MaxWaiters, where 0
+// means the default and a negative value no limit.
+func proxyMaxWaiters(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
