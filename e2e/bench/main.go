@@ -169,7 +169,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		}
 		defer stopN()
 		nginxVersion = version
-		targets = append(targets, &target{id: "N", desc: "nginx " + version, base: "http://" + n.addr, proc: n})
+		targets = append(targets, &target{id: "N", desc: version, base: "http://" + n.addr, proc: n})
 	}
 	if strings.Contains(o.targets, "C") {
 		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "store:\n  driver: memory\n", o.logLevel)
@@ -226,7 +226,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		targets = targets[1:]
 	}
 	if nginxVersion != "" {
-		machine += " nginx " + nginxVersion + "."
+		machine += " " + nginxVersion + "."
 	}
 
 	rep := &report{opts: o, args: args, machine: machine, started: time.Now()}

@@ -79,7 +79,7 @@ func startNginx(ctx context.Context, dir, upURL string, install bool) (p *proc, 
 		srv.Stop()
 		return nil, "", nil, err
 	}
-	out, _ := exec.Command(bin, "-v").CombinedOutput() // nginx prints its version on stderr
+	out, _ := exec.Command(bin, "-v").CombinedOutput() // "nginx version: nginx/1.22.1", on stderr
 	version = strings.TrimPrefix(strings.TrimSpace(string(out)), "nginx version: ")
 	return p, version, srv.Stop, nil
 }
