@@ -148,6 +148,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	b.str(&c.Server.TLS.MinVersion, st.MinVersion)
 	b.str(&c.Server.TLS.ClientCAFile, st.ClientCAFile)
 	b.str(&c.Server.TLS.ClientAuth, st.ClientAuth)
+	if s.MaxWaiters != nil {
+		c.Server.MaxWaiters = *s.MaxWaiters
+	}
 	tr := raw.Tracing
 	if tr.Enabled != nil {
 		c.Tracing.Enabled = *tr.Enabled

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/postgres"
 )
 
@@ -206,6 +207,12 @@ type ServerConfig struct {
 	// peers whose X-Forwarded-For and Forwarded fields idemgate appends to
 	// instead of replacing: the load balancers in front of it.
 	TrustedProxies []string
+	// MaxWaiters caps the requests this instance holds waiting on a
+	// running record of their key (server.max_waiters; default
+	// proxy.DefaultMaxWaiters(), 1024 per GOMAXPROCS; 0 means no limit).
+	// Past it a duplicate gets 409 request-in-progress with Retry-After at
+	// once, so a slow key cannot pin unbounded goroutines and connections.
+	MaxWaiters int
 }
 
 // TracingConfig is the `tracing:` section: OpenTelemetry spans exported over
@@ -287,6 +294,7 @@ func Default() *Config {
 			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
 			TLS:               ServerTLSConfig{MinVersion: "1.2", ClientAuth: ClientAuthNone},
+			MaxWaiters:        proxy.DefaultMaxWaiters(),
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
 		Policy:  p,
@@ -394,6 +402,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.MaxHeaderBytes <= 0 {
 		bad("server.max_header_bytes", "%d must be > 0", c.Server.MaxHeaderBytes)
+	}
+	if c.Server.MaxWaiters < 0 {
+		bad("server.max_waiters", "%d must be >= 0 (0 means no limit)", c.Server.MaxWaiters)
 	}
 	errs = append(errs, c.Tracing.validate()...)
 	errs = append(errs, c.validateTLS()...)

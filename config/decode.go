@@ -155,6 +155,7 @@ type rawConfig struct {
 		ShutdownTimeout   *string   `mapstructure:"shutdown_timeout"`
 		MaxHeaderBytes    *string   `mapstructure:"max_header_bytes"`
 		TrustedProxies    *[]string `mapstructure:"trusted_proxies"`
+		MaxWaiters        *int      `mapstructure:"max_waiters"`
 		TLS               struct {
 			CertFile     *string `mapstructure:"cert_file"`
 			KeyFile      *string `mapstructure:"key_file"`

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -95,6 +96,12 @@ type Options struct {
 	// NoAccessLog turns the per-request line off (log.access: false);
 	// failures are still logged as warnings.
 	NoAccessLog bool
+	// MaxWaiters caps the requests of this Proxy that wait on a running
+	// record at once (server.max_waiters); past it a duplicate gets 409
+	// request-in-progress with Retry-After at once instead of holding a
+	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
+	// value no cap (server.max_waiters: 0).
+	MaxWaiters int
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -119,6 +126,7 @@ type Proxy struct {
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
 	pending      pending
+	slots        waiterSlots
 }
 
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
@@ -152,6 +160,12 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
+	}
+	switch p.slots.max = int64(opts.MaxWaiters); {
+	case p.slots.max == 0:
+		p.slots.max = int64(DefaultMaxWaiters())
+	case p.slots.max < 0:
+		p.slots.max = math.MaxInt64
 	}
 	if p.storeTimeout <= 0 {
 		p.storeTimeout = DefaultStoreTimeout

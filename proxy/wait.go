@@ -15,8 +15,14 @@ import (
 // record) is running, up to the route's wait_timeout counted from the first
 // wait of this request (*until). It reports whether the caller should claim
 // again; when it returns false the request has been answered (409 after the
-// timeout, 503 when the store failed, nothing when the client left).
+// timeout or when every waiter slot is taken, 503 when the store failed,
+// nothing when the client left).
 func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, ex *exchange, id store.Identity, retry int, until *time.Time) bool {
+	if !p.slots.take() {
+		p.fail(w, r, ex, p.tooManyWaiters(retry))
+		return false
+	}
+	defer p.slots.put()
 	if until.IsZero() {
 		*until = time.Now().Add(ex.route.WaitTimeout)
 	}

@@ -477,6 +477,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		PassHost:         cfg.Upstream.PassHost,
 		NoAccessLog:      !cfg.Log.Access,
 		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
+		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
 	})
 	if err != nil {
 		return err
@@ -658,4 +659,14 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// proxyMaxWaiters maps server.max_waiters, where 0 means no limit as for
+// every key of the server section, to proxy.Options.MaxWaiters, where 0
+// means the default and a negative value no limit.
+func proxyMaxWaiters(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

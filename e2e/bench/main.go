@@ -56,6 +56,9 @@ type options struct {
 	// store.postgres.max_conns.
 	pgFsync bool
 	pgConns int
+	// installNginx installs nginx with apt-get when target N needs it and
+	// it is missing (the bench does; the smoke test fails instead).
+	installNginx bool
 }
 
 func main() {
@@ -72,7 +75,8 @@ func main() {
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
-	flag.StringVar(&o.targets, "targets", "ABCDE", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres")
+	flag.StringVar(&o.targets, "targets", "ABCDEN", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx")
+	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
 	flag.BoolVar(&o.pgFsync, "pg-fsync", true, "run E's PostgreSQL with fsync and synchronous_commit on (its defaults); false turns them off")
@@ -157,6 +161,16 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		}
 		targets = append(targets, &target{id: "B", desc: "bare httputil.ReverseProxy", base: "http://" + bp.addr, proc: bp})
 	}
+	var nginxVersion string
+	if strings.Contains(o.targets, "N") {
+		n, version, stopN, err := startNginx(ctx, dir, upURL, o.installNginx)
+		if err != nil {
+			return nil, fmt.Errorf("target N: %w", err)
+		}
+		defer stopN()
+		nginxVersion = version
+		targets = append(targets, &target{id: "N", desc: version, base: "http://" + n.addr, proc: n})
+	}
 	if strings.Contains(o.targets, "C") {
 		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-memory", upURL, "store:\n  driver: memory\n", o.logLevel)
 		if err != nil {
@@ -211,6 +225,9 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	if !strings.Contains(o.targets, "A") {
 		targets = targets[1:]
 	}
+	if nginxVersion != "" {
+		machine += " " + nginxVersion + "."
+	}
 
 	rep := &report{opts: o, args: args, machine: machine, started: time.Now()}
 	// First, while the processes are fresh: later the memory store holds
@@ -218,7 +235,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	// connections.
 	if o.idleConns > 0 {
 		for _, t := range targets {
-			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc.pid(), o.idleConns, o.idleSettle)
+			s, err := idleConns(ctx, t.base, "idle-"+t.id+"-", t.proc, o.idleConns, o.idleSettle)
 			if err != nil {
 				return nil, fmt.Errorf("idle connections on %s: %w", t.id, err)
 			}
@@ -375,9 +392,8 @@ func (r *row) perReq(n int64) float64 {
 // the target process and, for a target with a store meter (D, E), the
 // store's operations, round trips and CPU.
 func measure(ctx context.Context, t *target, phase func() *phaseStats) (*row, error) {
-	pid := t.proc.pid()
-	_ = resetPeak(pid)
-	cpu0, err := cpuSeconds(pid)
+	t.proc.resetPeak()
+	cpu0, err := t.proc.cpu()
 	if err != nil {
 		return nil, err
 	}
@@ -395,12 +411,12 @@ func measure(ctx context.Context, t *target, phase func() *phaseStats) (*row, er
 	}
 	busy1, total1, _ := hostJiffies()
 	self1, _ := cpuSeconds(os.Getpid())
-	cpu1, err := cpuSeconds(pid)
+	cpu1, err := t.proc.cpu()
 	if err != nil {
 		return nil, err
 	}
 	r := &row{target: t, s: s, cpuSec: cpu1 - cpu0, loadCPUSec: self1 - self0, hostBusy0: busy1 - busy0, hostTotal0: total1 - total0}
-	if r.peakRSSKB, err = memKB(pid, "VmHWM"); err != nil {
+	if r.peakRSSKB, err = t.proc.memKB("VmHWM"); err != nil {
 		return nil, err
 	}
 	if t.meter != nil {
@@ -422,12 +438,12 @@ func runDup(ctx context.Context, o options, t *target, upURL string, rep *report
 			return err
 		}
 	}
-	cpu0, _ := cpuSeconds(t.proc.pid())
+	cpu0, _ := t.proc.cpu()
 	s, err := duplicates(ctx, t.base, upURL, "dup-"+t.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), o.dupRequests)
 	if err != nil {
 		return fmt.Errorf("duplicates on %s: %w", t.id, err)
 	}
-	cpu1, _ := cpuSeconds(t.proc.pid())
+	cpu1, _ := t.proc.cpu()
 	d := dupRow{target: t, s: s, cpu: cpu1 - cpu0}
 	if t.meter != nil {
 		st1, err := t.meter.snap()

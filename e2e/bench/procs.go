@@ -26,9 +26,64 @@ type proc struct {
 	addr   string // host:port it serves on
 	log    string // path of its stdout/stderr file
 	exited chan struct{}
+	// tree, when set, returns the pids of every process of the target (an
+	// nginx master and its workers); its CPU, memory and descriptors are
+	// the sum over them.
+	tree func() []int
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// pids returns the processes whose CPU and memory are the target's.
+func (p *proc) pids() []int {
+	if p.tree != nil {
+		return p.tree()
+	}
+	return []int{p.pid()}
+}
+
+// cpu returns the user+system CPU seconds of p's processes.
+func (p *proc) cpu() (float64, error) {
+	var sum float64
+	for i, pid := range p.pids() {
+		s, err := cpuSeconds(pid)
+		if err != nil && i == 0 {
+			return 0, err
+		}
+		sum += s
+	}
+	return sum, nil
+}
+
+// memKB returns the sum of the /proc/PID/status field over p's processes
+// (for VmHWM an upper bound of the peak of several processes together).
+func (p *proc) memKB(field string) (int64, error) {
+	var sum int64
+	for i, pid := range p.pids() {
+		kb, err := memKB(pid, field)
+		if err != nil && i == 0 {
+			return 0, err
+		}
+		sum += kb
+	}
+	return sum, nil
+}
+
+// resetPeak resets VmHWM of p's processes.
+func (p *proc) resetPeak() {
+	for _, pid := range p.pids() {
+		_ = resetPeak(pid)
+	}
+}
+
+// fds returns the open file descriptors of p's processes.
+func (p *proc) fds() int {
+	n := 0
+	for _, pid := range p.pids() {
+		n += max(0, countFDs(pid))
+	}
+	return n
+}
 
 // procs tracks started processes so none outlives the benchmark.
 type procs struct {

@@ -70,7 +70,7 @@ func (r *report) markdown() string {
 	if !r.opts.pgFsync {
 		pg = "fsync and synchronous_commit off"
 	}
-	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
+	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d); N nginx (`proxy_pass` with keep-alive to the upstream, one worker per CPU, access log off). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
 
 	modes := []string{"closed"}
 	for _, f := range r.opts.openFractions {
@@ -106,78 +106,10 @@ func (r *report) markdown() string {
 		}
 	}
 
-	p("### Ratios to B (bare reverse proxy)\n\n")
-	p("Throughput: closed-loop req/s of an idemgate target over B's. Added p99: open-loop p99 minus B's at the same rate. CPU: target process CPU per request over B's; with store: the target's and its store's CPU per request over B's.\n\n")
-	var ids []string
-	for _, id := range []string{"C", "D", "E"} {
-		if strings.Contains(r.opts.targets, id) {
-			ids = append(ids, id)
-		}
+	r.ratios(p, "B", "bare reverse proxy", modes)
+	if strings.Contains(r.opts.targets, "N") {
+		r.ratios(p, "N", "nginx", modes)
 	}
-	p("| workload |")
-	for _, id := range ids {
-		p(" %s/B throughput |", id)
-	}
-	for _, m := range modes[1:] {
-		for _, id := range ids {
-			p(" %s added p99 ms (%s) |", id, m)
-		}
-	}
-	for _, id := range ids {
-		p(" %s/B CPU per request |", id)
-	}
-	for _, id := range ids {
-		if id != "C" {
-			p(" %s/B CPU with store |", id)
-		}
-	}
-	p("\n|---|")
-	for range (1+len(modes[1:])+1)*len(ids) + len(ids) - min(1, strings.Count(r.opts.targets, "C")) {
-		p("---:|")
-	}
-	p("\n")
-	ratio := func(x, y *row) string {
-		if x == nil || y == nil || y.s.rps() == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", x.s.rps()/y.s.rps())
-	}
-	added := func(x, y *row) string {
-		if x == nil || y == nil {
-			return "-"
-		}
-		return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
-	}
-	cpu := func(x, y *row) string {
-		if x == nil || y == nil || y.cpuSec == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", x.per1k(x.cpuSec)/y.per1k(y.cpuSec))
-	}
-	for _, w := range r.opts.workloads {
-		bc := r.find(w, "closed", "B")
-		p("| %s |", w)
-		for _, id := range ids {
-			p(" %s |", ratio(r.find(w, "closed", id), bc))
-		}
-		for _, m := range modes[1:] {
-			for _, id := range ids {
-				p(" %s |", added(r.find(w, m, id), r.find(w, m, "B")))
-			}
-		}
-		for _, id := range ids {
-			p(" %s |", cpu(r.find(w, "closed", id), bc))
-		}
-		for _, id := range ids {
-			if x := r.find(w, "closed", id); id != "C" && x != nil && bc != nil && bc.cpuSec > 0 {
-				p(" %.2f |", (x.per1k(x.cpuSec)+x.per1k(x.storeCPUSec))/bc.per1k(bc.cpuSec))
-			} else if id != "C" {
-				p(" - |")
-			}
-		}
-		p("\n")
-	}
-	p("\n")
 
 	if len(r.dups) > 0 {
 		p("### %d concurrent requests with one idempotency key (upstream delays 200 ms, wait_timeout 10s)\n\n", r.opts.dupRequests)
@@ -211,6 +143,85 @@ func (r *report) markdown() string {
 	}
 	p("%s\n", endMarker)
 	return b.String()
+}
+
+// ratios writes the table of every other target's figures over base's
+// (B or N): closed-loop throughput, added open-loop p99, CPU per request,
+// and for D and E the CPU with their store's.
+func (r *report) ratios(p func(string, ...any), base, name string, modes []string) {
+	p("### Ratios to %s (%s)\n\n", base, name)
+	p("Throughput: closed-loop req/s of a target over %[1]s's. Added p99: open-loop p99 minus %[1]s's at the same rate. CPU: target process CPU per request over %[1]s's (for N its master and workers together); with store: the target's and its store's CPU per request over %[1]s's.\n\n", base)
+	var ids, storeIDs []string
+	for _, id := range []string{"B", "N", "C", "D", "E"} {
+		if id != base && strings.Contains(r.opts.targets, id) {
+			ids = append(ids, id)
+			if id == "D" || id == "E" {
+				storeIDs = append(storeIDs, id)
+			}
+		}
+	}
+	p("| workload |")
+	for _, id := range ids {
+		p(" %s/%s throughput |", id, base)
+	}
+	for _, m := range modes[1:] {
+		for _, id := range ids {
+			p(" %s added p99 ms (%s) |", id, m)
+		}
+	}
+	for _, id := range ids {
+		p(" %s/%s CPU per request |", id, base)
+	}
+	for _, id := range storeIDs {
+		p(" %s/%s CPU with store |", id, base)
+	}
+	p("\n|---|")
+	for range len(ids)*(len(modes)+1) + len(storeIDs) {
+		p("---:|")
+	}
+	p("\n")
+	ratio := func(x, y *row) string {
+		if x == nil || y == nil || y.s.rps() == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", x.s.rps()/y.s.rps())
+	}
+	added := func(x, y *row) string {
+		if x == nil || y == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%+.2f", float64((x.s.quantile(0.99)-y.s.quantile(0.99)).Microseconds())/1000)
+	}
+	cpu := func(x, y *row, withStore bool) string {
+		if x == nil || y == nil || y.cpuSec == 0 {
+			return "-"
+		}
+		v := x.per1k(x.cpuSec)
+		if withStore {
+			v += x.per1k(x.storeCPUSec)
+		}
+		return fmt.Sprintf("%.2f", v/y.per1k(y.cpuSec))
+	}
+	for _, w := range r.opts.workloads {
+		bc := r.find(w, "closed", base)
+		p("| %s |", w)
+		for _, id := range ids {
+			p(" %s |", ratio(r.find(w, "closed", id), bc))
+		}
+		for _, m := range modes[1:] {
+			for _, id := range ids {
+				p(" %s |", added(r.find(w, m, id), r.find(w, m, base)))
+			}
+		}
+		for _, id := range ids {
+			p(" %s |", cpu(r.find(w, "closed", id), bc, false))
+		}
+		for _, id := range storeIDs {
+			p(" %s |", cpu(r.find(w, "closed", id), bc, true))
+		}
+		p("\n")
+	}
+	p("\n")
 }
 
 func codes(m map[int]int) string {

@@ -105,14 +105,14 @@ type idleStats struct {
 
 // idleConns opens n keep-alive connections to base (raw TCP, so each is
 // surely its own connection), sends one POST with a fresh key on each, keeps
-// them open and idle for settle, reads pid's RSS, then closes them.
-func idleConns(ctx context.Context, base, prefix string, pid, n int, settle time.Duration) (*idleStats, error) {
+// them open and idle for settle, reads p's RSS, then closes them.
+func idleConns(ctx context.Context, base, prefix string, p *proc, n int, settle time.Duration) (*idleStats, error) {
 	s := &idleStats{conns: n}
 	var err error
-	if s.rssBeforeKB, err = memKB(pid, "VmRSS"); err != nil {
+	if s.rssBeforeKB, err = p.memKB("VmRSS"); err != nil {
 		return nil, err
 	}
-	_ = resetPeak(pid)
+	p.resetPeak()
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, err
@@ -156,11 +156,11 @@ func idleConns(ctx context.Context, base, prefix string, pid, n int, settle time
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s.fds = countFDs(pid)
-	if s.rssIdleKB, err = memKB(pid, "VmRSS"); err != nil {
+	s.fds = p.fds()
+	if s.rssIdleKB, err = p.memKB("VmRSS"); err != nil {
 		return nil, err
 	}
-	if s.peakKB, err = memKB(pid, "VmHWM"); err != nil {
+	if s.peakKB, err = p.memKB("VmHWM"); err != nil {
 		return nil, err
 	}
 	return s, nil
