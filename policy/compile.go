@@ -309,6 +309,13 @@ func lowerPatternHost(pattern string) string {
 	return pattern[:start] + strings.ToLower(rest[:slash]) + rest[slash:]
 }
 
+// CanonicalHost returns host as routes compare it (see canonicalHost),
+// lowercased: the form in which a request's host enters a key scope.
+func CanonicalHost(host string) string { return strings.ToLower(canonicalHost(host)) }
+
+// HostPattern reports whether the route's pattern names a host.
+func (r *Route) HostPattern() bool { return patternHost(r.Match) != "" }
+
 // canonicalHost returns the request host (with any port) as ServeMux should
 // compare it: host names are case-insensitive and a fully qualified name may
 // end in one dot (RFC 3986 section 3.2.2, RFC 1034 section 3.1), so

@@ -321,7 +321,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return
 	}
-	ex.id = store.Identity{Owner: owner, Scope: route.Scope, Key: key}
+	ex.id = store.Identity{Owner: owner, Scope: p.scopeOf(route, r), Key: key}
 	if !p.readBody(w, r, ex) {
 		return
 	}
@@ -378,4 +378,18 @@ func isUpgrade(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// scopeOf is the key scope of r's record: the route's scope, and with
+// upstream.pass_host also the request's host for a route whose pattern
+// names none. The upstream then gets each client's Host and may serve each
+// host as another tenant, while the fingerprint does not cover the host:
+// sharing one scope across hosts replayed tenant a's response to tenant b
+// (adversarial finding F1 of the second round). A host pattern already
+// keeps its records in a scope of its own (policy.Route.Scope).
+func (p *Proxy) scopeOf(route *policy.Route, r *http.Request) string {
+	if !p.passHost || route.HostPattern() {
+		return route.Scope
+	}
+	return route.Scope + "@" + policy.CanonicalHost(r.Host)
 }

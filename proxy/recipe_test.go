@@ -148,3 +148,41 @@ func TestRecipeBoundsAgree(t *testing.T) {
 		t.Fatalf("New with a %d-header recipe = %v, want a fingerprint.headers error", len(r.Fingerprint.Headers), err)
 	}
 }
+
+// TestPassHostScopesRecordsByHost is adversarial finding F1 of the second
+// round: with upstream.pass_host the upstream serves each client Host on its
+// own, yet a hostless route kept one record for both hosts, and tenant b was
+// answered with tenant a's stored response. The request's host now enters
+// the key scope when pass_host is on.
+func TestPassHostScopesRecordsByHost(t *testing.T) {
+	h := newHarness(t, created, func(o *proxy.Options, _ *policy.Route, _ *[]policy.Route) { o.PassHost = true })
+	send := func(host string) result {
+		req, err := http.NewRequest("POST", h.front.URL+"/v1/orders", strings.NewReader(`{"amount":5}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User", "42")
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return result{resp.StatusCode, resp.Header, string(b)}
+	}
+	if r := send("tenant-a.example"); r.status != 201 {
+		t.Fatalf("tenant a: %d %s", r.status, r.body)
+	}
+	if r := send("tenant-b.example"); r.status != 201 || r.header.Get(proxy.ReplayedHeader) == "true" {
+		t.Fatalf("tenant b: %d replayed=%q, want its own forwarded 201", r.status, r.header.Get(proxy.ReplayedHeader))
+	}
+	if r := send("Tenant-A.example"); r.header.Get(proxy.ReplayedHeader) != "true" {
+		t.Fatalf("tenant a again (host in another case): %d, want the replay", r.status)
+	}
+	if n := h.up.count("/v1/orders"); n != 2 {
+		t.Fatalf("upstream got %d requests, want 2 (one per host)", n)
+	}
+}
