@@ -2,10 +2,13 @@ package policy
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -13,10 +16,11 @@ import (
 // that a trusted header value can never equal a hash of a credential; the
 // admin API builds owners with the same forms.
 const (
-	ownerHeaderPrefix = "h:"
-	ownerAuthPrefix   = "sha256:"
-	ownerCertPrefix   = "cert:"
-	ownerJWTPrefix    = "j:"
+	ownerHeaderPrefix  = "h:"
+	ownerAuthPrefix    = "sha256:"
+	ownerCertPrefix    = "cert:"
+	ownerCertDERPrefix = "certder:"
+	ownerJWTPrefix     = "j:"
 )
 
 // ParseOwnerSource parses an `owner:` setting: "header:NAME",
@@ -68,15 +72,51 @@ func HeaderOwner(value string) string {
 }
 
 // CertOwner returns the owner of a request whose verified leaf certificate
-// has the DER bytes der: "cert:" + lowercase hex SHA-256 of der.
-func CertOwner(der []byte) string {
-	sum := sha256.Sum256(der)
-	return ownerCertPrefix + hex.EncodeToString(sum[:])
+// is cert: "cert:" + lowercase hex SHA-256 of the identity the issuer
+// vouches for, its issuer and subject names and its subject alternative
+// names (DNS, email, IP, URI; each sorted), every part length-prefixed. A
+// renewed certificate (new key, serial and validity, same names from the
+// same CA, as cert-manager issues it) is the same owner, so a retry across
+// a renewal replays instead of running again (adversarial finding F2 of
+// the second round: the hash of the DER made it a new owner). A
+// certificate with neither a subject nor any alternative name names nobody:
+// its owner is the hash of its DER bytes, under "certder:".
+func CertOwner(cert *x509.Certificate) string {
+	var sans []string
+	sans = append(sans, prefixed("dns:", cert.DNSNames)...)
+	sans = append(sans, prefixed("email:", cert.EmailAddresses)...)
+	for _, ip := range cert.IPAddresses {
+		sans = append(sans, "ip:"+ip.String())
+	}
+	for _, u := range cert.URIs {
+		sans = append(sans, "uri:"+u.String())
+	}
+	if len(cert.Subject.Names) == 0 && len(sans) == 0 {
+		sum := sha256.Sum256(cert.Raw)
+		return ownerCertDERPrefix + hex.EncodeToString(sum[:])
+	}
+	slices.Sort(sans)
+	h := sha256.New()
+	for _, part := range append([]string{string(cert.RawIssuer), string(cert.RawSubject)}, sans...) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return ownerCertPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+func prefixed(prefix string, vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = prefix + v
+	}
+	return out
 }
 
 // OwnerOf returns the owner value of req per r.Owner: the trusted header's
 // value, "sha256:"+hex of the Authorization header, "j:"+the claims of a
-// verified JWT, "cert:"+hex SHA-256 of the verified leaf certificate, or ""
+// verified JWT, CertOwner of the verified leaf certificate, or ""
 // for none. It returns ErrOwnerMissing when the source yields no value, and
 // ErrInvalidCredentials (wrapped) when owner: jwt finds no acceptable bearer
 // token (see JWTVerifier.Owner).
@@ -115,7 +155,7 @@ func (r *Route) OwnerOf(req *http.Request) (string, error) {
 		if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
 			return "", fmt.Errorf("%w: no verified client certificate", ErrOwnerMissing)
 		}
-		return CertOwner(req.TLS.VerifiedChains[0][0].Raw), nil
+		return CertOwner(req.TLS.VerifiedChains[0][0]), nil
 	}
 	return "", fmt.Errorf("%w: route %s has no valid owner source", ErrOwnerMissing, r.Name)
 }

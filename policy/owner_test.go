@@ -43,7 +43,6 @@ func selfSignedCert(t *testing.T) *x509.Certificate {
 
 func TestOwnerOf(t *testing.T) {
 	cert := selfSignedCert(t)
-	certSum := sha256.Sum256(cert.Raw)
 	authSum := sha256.Sum256([]byte("Bearer s3cret"))
 
 	route := func(src string) *Route {
@@ -70,7 +69,7 @@ func TestOwnerOf(t *testing.T) {
 		{name: "authorization", source: "authorization", setup: func(h map[string][]string) { h["Authorization"] = []string{"Bearer s3cret"} }, want: "sha256:" + hex.EncodeToString(authSum[:])},
 		{name: "authorization absent", source: "authorization", missing: true},
 		{name: "authorization twice", source: "authorization", setup: func(h map[string][]string) { h["Authorization"] = []string{"a", "b"} }, missing: true},
-		{name: "client cert verified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}, VerifiedChains: [][]*x509.Certificate{{cert}}}, want: "cert:" + hex.EncodeToString(certSum[:])},
+		{name: "client cert verified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}, VerifiedChains: [][]*x509.Certificate{{cert}}}, want: CertOwner(cert)},
 		{name: "client cert unverified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}, missing: true},
 		{name: "client cert plain http", source: "client-cert", missing: true},
 		{name: "none", source: "none", setup: func(h map[string][]string) { h["Authorization"] = []string{"x"} }, want: ""},

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -13,7 +14,7 @@ import (
 // operator knows (the admin API's owner_value): for header:NAME the field's
 // value (h:VALUE); for authorization the whole Authorization value, e.g.
 // "Bearer abc" (sha256:HEX); for client-cert the client's certificate in
-// PEM (cert:HEX of its DER); for jwt the JSON array of the configured
+// PEM (CertOwner: cert:HEX of its names); for jwt the JSON array of the configured
 // claims' values, e.g. ["https://issuer.example","alice"] (j:[...]); for
 // none the empty value. It derives exactly as OwnerOf does for a request,
 // so the result finds the record.
@@ -39,7 +40,11 @@ func (r *Route) OwnerFromValue(raw string) (string, error) {
 		if block == nil || block.Type != "CERTIFICATE" {
 			return "", errors.New("owner_value must be the client certificate in PEM (-----BEGIN CERTIFICATE-----)")
 		}
-		return CertOwner(block.Bytes), nil
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return "", fmt.Errorf("owner_value: the client certificate does not parse: %w", err)
+		}
+		return CertOwner(cert), nil
 	case OwnerJWT:
 		dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
 		dec.UseNumber() // as the verifier reads claims: 1 stays "1" in the owner
@@ -72,7 +77,7 @@ func (r *Route) StoredOwnerForm() string {
 	case OwnerAuthorization:
 		return "sha256:HEX (SHA-256 of the whole Authorization value)"
 	case OwnerClientCert:
-		return "cert:HEX (SHA-256 of the client certificate's DER)"
+		return "cert:HEX (SHA-256 of the client certificate's issuer, subject and alternative names)"
 	case OwnerJWT:
 		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", r.jwtClaims())
 	}

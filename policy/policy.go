@@ -61,7 +61,7 @@ type OwnerKind string
 const (
 	OwnerHeader        OwnerKind = "header"        // header:NAME, a trusted header the auth layer sets
 	OwnerAuthorization OwnerKind = "authorization" // SHA-256 of the Authorization header
-	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate
+	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate's names (CertOwner)
 	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
 	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
 )
