@@ -370,8 +370,8 @@ func (r *Reloader) Previous() []*policy.Policy {
 	return slices.Clone(r.prev)
 }
 
-// warnScopeChanges logs one warning per route (by name) whose key scope the
-// new policy changes: records are found by owner, scope and key, so the
+// warnScopeChanges logs one warning per route (by name) whose key scope,
+// key source or owner source the new policy changes: records are found by owner, scope and key, so the
 // retries of operations recorded under the old scope are not answered from
 // their records and run again. It is not refused: moving a route to its
 // own scope is sometimes the point, but it must never be silent.
@@ -379,14 +379,31 @@ func warnScopeChanges(log *slog.Logger, old, p *policy.Policy) {
 	if old == nil {
 		return
 	}
-	before := map[string]string{}
+	before := map[string]*policy.Route{}
 	for _, rt := range old.Routes() {
-		before[rt.Name] = rt.Scope
+		before[rt.Name] = rt
 	}
 	for _, rt := range p.Routes() {
-		if s, ok := before[rt.Name]; ok && s != rt.Scope {
+		o, ok := before[rt.Name]
+		if !ok {
+			continue
+		}
+		if o.Scope != rt.Scope {
 			log.Warn("route's key scope changed: retries of operations recorded under the old scope are not answered from their records and run again",
-				"route", rt.Name, "old_scope", s, "new_scope", rt.Scope)
+				"route", rt.Name, "old_scope", o.Scope, "new_scope", rt.Scope)
+		}
+		// Where the key is read decides which record a retry finds, or
+		// whether an optional key is seen at all (adversarial finding F3
+		// of the second round): a client still sending the old field is
+		// passed through unenforced, a key read elsewhere is a new key.
+		if o.Header != rt.Header || o.Key != rt.Key {
+			log.Warn("route's idempotency key source changed: clients sending the key where it was are not enforced (optional keys) or refused (required), and keys read from elsewhere are new keys whose retries run again",
+				"route", rt.Name, "old_header", o.Header, "new_header", rt.Header,
+				"old_key_from", string(o.Key.From), "new_key_from", string(rt.Key.From), "old_pointer", o.Key.Pointer, "new_pointer", rt.Key.Pointer)
+		}
+		if o.Owner != rt.Owner {
+			log.Warn("route's owner source changed: owners derived the new way are new owners, whose retries of earlier operations run again",
+				"route", rt.Name, "old_owner", o.Owner.String(), "new_owner", rt.Owner.String())
 		}
 	}
 }

@@ -612,3 +612,40 @@ func TestReloadRemembersAndWarnsOfScopeChanges(t *testing.T) {
 		t.Fatalf("no warning naming the route whose scope changed:\n%s", logs)
 	}
 }
+
+// TestReloadWarnsOfKeyAndOwnerSourceChanges: a reload that moves a route's
+// key to another field, or takes its owners from another source, is
+// applied but logged, naming the route: retries of earlier operations would
+// run again (adversarial finding F3 of the second round).
+func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	writeFile(t, path, "orders")
+	header, owner := "Idempotency-Key", policy.OwnerSource{Kind: policy.OwnerAuthorization}
+	logs := &syncBuffer{}
+	r, err := New(Options{
+		Path: path,
+		Load: func(string) (*policy.Policy, error) {
+			rt := baseRoute()
+			rt.Name, rt.Match, rt.Header, rt.Owner = "orders", "POST /orders", header, owner
+			return policy.New(baseRoute(), []policy.Route{rt})
+		},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	header = "X-Idempotency-Key"
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "key source changed") || !strings.Contains(logs.String(), "new_header=X-Idempotency-Key") {
+		t.Fatalf("no warning for the key field change:\n%s", logs)
+	}
+	owner = policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "owner source changed") || !strings.Contains(logs.String(), "new_owner=header:X-User") {
+		t.Fatalf("no warning for the owner source change:\n%s", logs)
+	}
+}
