@@ -267,8 +267,8 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 		if up != f.upstream {
 			// Issue 14: one key sent to two services would replay the
 			// first service's response for the second.
-			errs = append(errs, fieldErr(path+".scope", "route %q sends requests to %s but keeps its records in scope %q with %s (%s), which sends them to %s: the fingerprint does not cover the upstream, so one key would replay the other service's response; give it a scope of its own (or leave scope unset: a route with its own upstream then gets scope %q)",
-				r.Name, up, r.Scope, f.path, f.name, f.upstream, derivedScope("", r.Upstream)))
+			errs = append(errs, fieldErr(path+".scope", "route %q sends requests to %s but keeps its records in scope %q with %s (%s), which sends them to %s: the fingerprint does not cover the upstream, so one key would replay the other service's response; give it a scope of its own (e.g. scope: %s)",
+				r.Name, up, r.Scope, f.path, f.name, f.upstream, r.Name))
 			continue
 		}
 		if prev, ok := f.owners[r.Owner.Kind]; !ok {
