@@ -179,6 +179,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 		r.Fingerprint.Headers = append([]string(nil), defaults.Fingerprint.Headers...)
 		r.Fingerprint.Exclude = append([]string(nil), defaults.Fingerprint.Exclude...)
 		r.ReplayStatuses = append([]policy.StatusRange(nil), defaults.ReplayStatuses...)
+		r.TombstoneMethods = append([]string(nil), defaults.TombstoneMethods...)
 		r.Name = ""
 		if rr.Name == nil {
 			b.bad(path+".name", "is required")
@@ -203,6 +204,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 		b.merged = append(b.merged, defaults)
 		c.Policy = nil
 		return c
+	}
+	if p.Indexes() && c.Store.Driver != "" && c.Store.Driver != DriverMemory {
+		// Only the memory store keeps tombstones (store.Tombstoner) so
+		// far; a route indexing on another would never tombstone.
+		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (supported on driver memory)", c.Store.Driver)
 	}
 	c.Policy = p
 	return c
@@ -324,6 +330,12 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	if s.AdvertiseExpiry != nil {
 		r.AdvertiseExpiry = *s.AdvertiseExpiry
+	}
+	if s.ResourceFrom != nil {
+		r.ResourceFrom = strings.TrimSpace(*s.ResourceFrom)
+	}
+	if s.TombstoneMethods != nil {
+		r.TombstoneMethods = append([]string(nil), (*s.TombstoneMethods)...)
 	}
 }
 

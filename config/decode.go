@@ -211,6 +211,8 @@ type rawSettings struct {
 	OnStoreError     *string         `mapstructure:"on_store_error"`
 	OnAbandoned      *string         `mapstructure:"on_abandoned"`
 	AdvertiseExpiry  *bool           `mapstructure:"advertise_expiry"`
+	ResourceFrom     *string         `mapstructure:"resource_from"`
+	TombstoneMethods *[]string       `mapstructure:"tombstone_methods"`
 }
 
 // rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
@@ -285,6 +287,8 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("on_store_error", s.OnStoreError != nil)
 	add("on_abandoned", s.OnAbandoned != nil)
 	add("advertise_expiry", s.AdvertiseExpiry != nil)
+	add("resource_from", s.ResourceFrom != nil)
+	add("tombstone_methods", s.TombstoneMethods != nil)
 	return m
 }
 

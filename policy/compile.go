@@ -47,7 +47,9 @@ type Policy struct {
 	// the request's method, what a _method member of its JSON body could
 	// reach (see compileVariants). All are set by New, so Decide's common
 	// case needs no extra match.
-	enforced  []string
+	enforced []string
+	// indexes: some route sets resource_from (Indexes).
+	indexes   bool
 	rivals    map[*Route][]rival
 	overrides map[*Route][EnforcedRequired + 1][]rival
 }
@@ -134,6 +136,7 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 		return nil, err
 	}
 	p.compileVariants()
+	p.indexes = p.defaults.ResourceFrom != "" || slices.ContainsFunc(p.routes, func(r *Route) bool { return r.ResourceFrom != "" })
 	return p, nil
 }
 
@@ -370,6 +373,7 @@ func cloneRoute(r Route) *Route {
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
 	r.Fingerprint.Exclude = slices.Clone(r.Fingerprint.Exclude)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
 	r.JWT = r.JWT.clone()
 	r.jwt = nil
 	return &r
@@ -414,6 +418,23 @@ func normalize(r *Route, path string) []error {
 		}
 	}
 	r.Methods = methods
+	switch r.ResourceFrom {
+	case "", ResourceFromLocation:
+	default:
+		bad("resource_from", "%q must be %s (or unset)", r.ResourceFrom, ResourceFromLocation)
+	}
+	var tombstoning []string
+	for _, m := range r.TombstoneMethods {
+		if !validToken(m) || m != strings.ToUpper(m) {
+			bad("tombstone_methods", "%q is not an upper-case method token, e.g. DELETE", m)
+		} else if !slices.Contains(tombstoning, m) {
+			tombstoning = append(tombstoning, m)
+		}
+	}
+	r.TombstoneMethods = tombstoning
+	if r.ResourceFrom != "" && len(r.TombstoneMethods) == 0 {
+		bad("tombstone_methods", "must list at least one method when resource_from is set")
+	}
 	switch r.Owner.Kind {
 	case OwnerHeader:
 		if o, err := ParseOwnerSource(r.Owner.String()); err != nil {
@@ -679,5 +700,6 @@ func DefaultRoute() Route {
 		MaxResponseBytes: 1 << 20,
 		OnStoreError:     FailClosed,
 		OnAbandoned:      AbandonedTakeover,
+		TombstoneMethods: []string{http.MethodDelete},
 	}
 }

@@ -107,4 +107,8 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("on_store_error", string(r.OnStoreError))
 	kv("on_abandoned", string(r.OnAbandoned))
 	kv("advertise_expiry", strconv.FormatBool(r.AdvertiseExpiry))
+	if r.ResourceFrom != "" {
+		kv("resource_from", r.ResourceFrom)
+		kv("tombstone_methods", "["+strings.Join(r.TombstoneMethods, ", ")+"]")
+	}
 }

@@ -4,6 +4,7 @@ package policy
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -129,6 +130,16 @@ type Route struct {
 	// carry the record's expiry (Idempotency-Key-Expires), so a client
 	// knows until when a retry is answered from the record (issue 13).
 	AdvertiseExpiry bool
+	// ResourceFrom (`resource_from`) names where a stored response says
+	// which resource it created: ResourceFromLocation indexes the record by
+	// the path of its Location field, so a later DELETE of that path turns
+	// it into a tombstone (issue 13); "" (the default) indexes nothing.
+	ResourceFrom string
+	// TombstoneMethods (`tombstone_methods`, default [DELETE]) are the
+	// methods that, answered 2xx by the upstream on a path where this
+	// route's records are indexed, tombstone them. Read only when
+	// ResourceFrom is set; the request may match any route.
+	TombstoneMethods []string
 
 	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
 	// the policy is published, nil until then.
@@ -143,6 +154,31 @@ type Route struct {
 // route the request matched, and the fingerprint (which covers method and
 // path) tells a reuse on another endpoint apart (422).
 const DefaultScope = "default"
+
+// ResourceFromLocation is the `resource_from` value that indexes a stored
+// response by the path of its Location field.
+const ResourceFromLocation = "location"
+
+// TombstonesFor returns the routes whose records a request with method
+// tombstones when the upstream answers it with 2xx: those with
+// ResourceFrom set that list method in TombstoneMethods. Nil, without
+// allocating, when there are none (every policy without resource_from).
+func (p *Policy) TombstonesFor(method string) []*Route {
+	if !p.indexes {
+		return nil
+	}
+	var out []*Route
+	for _, r := range append(p.routes[:len(p.routes):len(p.routes)], p.defaults) {
+		if r.ResourceFrom != "" && slices.Contains(r.TombstoneMethods, method) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Indexes reports whether some route of p sets resource_from, so the
+// store must be a store.Tombstoner.
+func (p *Policy) Indexes() bool { return p.indexes }
 
 // Recipe returns r.Fingerprint.Recipe(), computed once by New.
 func (r *Route) Recipe() string {

@@ -15,6 +15,7 @@ var advice = map[string]string{
 	InProgress.Slug:          "retry later with the same key",
 	NotRetained.Slug:         "do not retry; the operation happened",
 	OutcomeUnknown.Slug:      "ask an operator; do not retry",
+	ResourceDeleted.Slug:     "do not retry; the operation happened and its resource was deleted since",
 	StoreUnavailable.Slug:    "retry later with the same key",
 	ShuttingDown.Slug:        "retry with the same key (another replica answers)",
 	UpstreamUnreachable.Slug: "retry with the same key",

@@ -38,17 +38,22 @@ func (k Kind) With(detail string) Details {
 // The proxy's cases: what a client of an enforced route may get from
 // idemgate itself.
 var (
-	InvalidKey          = Kind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key", metrics.OutcomeInvalidKey}
-	MissingKey          = Kind{"missing-key", http.StatusBadRequest, "Idempotency key required", metrics.OutcomeMissingKey}
-	MissingOwner        = Kind{"missing-owner", http.StatusBadRequest, "Request owner missing", metrics.OutcomeMissingOwner}
-	InvalidCredentials  = Kind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid", metrics.OutcomeInvalidCredentials}
-	BadRequest          = Kind{"bad-request", http.StatusBadRequest, "Request body could not be read", metrics.OutcomeBadRequest}
-	Ambiguous           = Kind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous", metrics.OutcomeBadRequest}
-	TooLarge            = Kind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large", metrics.OutcomeTooLarge}
-	KeyReused           = Kind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request", metrics.OutcomeMismatch}
-	InProgress          = Kind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress", metrics.OutcomeConflict}
-	NotRetained         = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", metrics.OutcomeAbandoned}
-	OutcomeUnknown      = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", metrics.OutcomeAbandoned}
+	InvalidKey         = Kind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key", metrics.OutcomeInvalidKey}
+	MissingKey         = Kind{"missing-key", http.StatusBadRequest, "Idempotency key required", metrics.OutcomeMissingKey}
+	MissingOwner       = Kind{"missing-owner", http.StatusBadRequest, "Request owner missing", metrics.OutcomeMissingOwner}
+	InvalidCredentials = Kind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid", metrics.OutcomeInvalidCredentials}
+	BadRequest         = Kind{"bad-request", http.StatusBadRequest, "Request body could not be read", metrics.OutcomeBadRequest}
+	Ambiguous          = Kind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous", metrics.OutcomeBadRequest}
+	TooLarge           = Kind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large", metrics.OutcomeTooLarge}
+	KeyReused          = Kind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request", metrics.OutcomeMismatch}
+	InProgress         = Kind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress", metrics.OutcomeConflict}
+	NotRetained        = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", metrics.OutcomeAbandoned}
+	OutcomeUnknown     = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", metrics.OutcomeAbandoned}
+	// ResourceDeleted answers a retry whose record is a tombstone: the
+	// resource its first request created was deleted since (issue 13).
+	// Counted as replayed: the answer comes from the record, and the
+	// upstream is not called.
+	ResourceDeleted     = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}
 	ShuttingDown        = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
 	StoreUnavailable    = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
 	UpstreamUnreachable = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", metrics.OutcomeUpstreamError}
@@ -77,7 +82,7 @@ var (
 func Catalog() []Kind {
 	return []Kind{
 		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
-		InProgress, NotRetained, OutcomeUnknown, ShuttingDown, StoreUnavailable,
+		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable,
 		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout,
 		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
 		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,

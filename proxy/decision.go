@@ -90,6 +90,7 @@ const (
 	detailRejected  = "the request that claimed this key stopped before it finished and the route does not retry it (on_abandoned: reject); an operator must purge the key"
 	detailDraining  = "this instance is shutting down and starts no new upstream calls; retry with the same key"
 	detailInFlight  = "a request with this idempotency key is still being processed; retry after the indicated time"
+	detailGone      = "the request with this idempotency key was processed, and the resource it created was deleted since; it is not replayed and will not be forwarded again while the key is retained"
 )
 
 // decideClaim is the reaction to one claim. It is pure: it reads s only.
@@ -108,6 +109,11 @@ func decideClaim(s claimState) action {
 			a.release = releaseLater
 		}
 		return a
+	}
+	if res.State == store.Gone {
+		// A tombstone keeps no fingerprint: every request with the key
+		// gets 410, whatever it carries.
+		return answer(problem.ResourceDeleted.With(detailGone))
 	}
 	if res.State != store.Claimed && res.Recipe != "" && res.Recipe != s.recipe {
 		// The record was fingerprinted under other settings (the route's
@@ -175,6 +181,11 @@ func decideV1(s v1State) action {
 	rec := s.rec
 	if rec == nil {
 		return forwardUnlessDraining(s.draining, action{step: stepForward})
+	}
+	if rec.State == store.Gone {
+		a := answer(problem.ResourceDeleted.With(detailGone))
+		a.release = releaseNow
+		return a
 	}
 	if rec.Fingerprint != s.fp {
 		a := answer(problem.KeyReused.With(detailKeyReused))

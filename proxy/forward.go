@@ -56,6 +56,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	// Before the client hears of the deletion, so a retry of the create
+	// it sends next finds the tombstone.
+	p.tombstone(r.Context(), ex, resp.StatusCode)
 
 	if !route.Replayable(resp.StatusCode) {
 		p.m.Upstream(route.Name, time.Since(upStart))
@@ -85,7 +88,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	stopHeartbeat()
 	ex.completing = time.Now()
-	p.complete(r, ex, token, stored)
+	if p.complete(r, ex, token, stored) {
+		p.index(r, ex, &stored)
+	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
@@ -108,7 +113,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 // (store.ErrNotAcknowledged) takes the same path: the repeated Complete
 // re-confirms it with the same token (rule 3's exception), and completes
 // it for real if a failover lost it meanwhile.
-func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) {
+//
+// It reports whether the record now holds resp.
+func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) bool {
 	ctx, cancel := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
 	cancel()
@@ -118,11 +125,12 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
 		p.completeLater(r, ex, token, resp)
-		return
+		return false
 	}
 	if !ok {
 		p.logClaimLost(ex.id)
 	}
+	return ok
 }
 
 // logClaimLost logs a Complete that found the record no longer held by its

@@ -141,6 +141,11 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("proxy: policy is required")
 	}
+	if pol := opts.Policy(); pol != nil && pol.Indexes() {
+		if _, ok := opts.Store.(store.Tombstoner); !ok {
+			return nil, fmt.Errorf("proxy: a route sets resource_from, and the store %T keeps no tombstones (store.Tombstoner)", opts.Store)
+		}
+	}
 	p := &Proxy{
 		upstream:     opts.Upstream,
 		timeout:      opts.Timeout,
@@ -181,12 +186,13 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.transport = timedTransport{next: p.transport}
 	p.passthrough = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     p.transport,
-		FlushInterval: -1, // streaming responses reach the client as they come
-		BufferPool:    newBufferPool(),
-		ErrorHandler:  p.passthroughError,
-		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		Rewrite:        p.rewrite,
+		Transport:      p.transport,
+		FlushInterval:  -1, // streaming responses reach the client as they come
+		BufferPool:     newBufferPool(),
+		ErrorHandler:   p.passthroughError,
+		ModifyResponse: p.modifyPassthrough,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 	return p, nil
 }
@@ -238,6 +244,9 @@ type exchange struct {
 	// expiry advertised in the first answer is never later than the
 	// record's (advertise_expiry).
 	completing time.Time
+	// tombstones are the resources a 2xx answer to this request
+	// tombstones (tombstone.go); nil for almost every request.
+	tombstones []store.Resource
 	outcome    string
 	status     int
 	accessFields
@@ -275,6 +284,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
 		return
 	}
+	ex.tombstones = tombstoneTargets(pol, r)
 	if !route.Enforces(r.Method) || isUpgrade(r) {
 		p.passthroughServe(w, r, ex)
 		return

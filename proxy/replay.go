@@ -14,7 +14,14 @@ import (
 // replay writes a completed record's response as stored, plus the replay
 // marker; the upstream is not touched. resp is retained (replayOf answers
 // the other cases).
+//
+// A replayed 2xx of a tombstoning request (an enforced DELETE retried)
+// tombstones again, repairing a crash between its first 2xx and the
+// tombstoning; a replayed create is indexed again, covering a response
+// recorded in the background. Both are idempotent.
 func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response) {
+	p.tombstone(r.Context(), ex, resp.Status)
+	p.index(r, ex, resp)
 	p.writeStored(w, r, ex, resp, true)
 	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
 	p.done(r, ex)

@@ -66,6 +66,11 @@ const (
 	// not to take abandoned records over (ClaimParams.NoTakeover), or the
 	// fingerprint differs from the abandoned record's.
 	Abandoned
+	// Gone: the record is a tombstone (Tombstoner.Tombstone): the resource
+	// its response created was deleted, so the record keeps no fingerprint
+	// and no response, cannot be claimed, and answers Gone to every Claim
+	// until its retention end (issue 13).
+	Gone
 )
 
 // String returns the lowercase state name used in logs and the admin API.
@@ -81,6 +86,8 @@ func (s State) String() string {
 		return "completed"
 	case Abandoned:
 		return "abandoned"
+	case Gone:
+		return "gone"
 	}
 	return "unknown"
 }
@@ -113,7 +120,8 @@ type ClaimParams struct {
 
 // ClaimResult is the outcome of Claim.
 type ClaimResult struct {
-	// State is Claimed, Running, Completed or Abandoned (never Absent).
+	// State is Claimed, Running, Completed, Abandoned or Gone (never
+	// Absent); a Gone result carries nothing else.
 	State State
 	// Takeover is true when State is Claimed and the claim replaced a
 	// running record whose lease had ended (the previous holder is presumed
@@ -135,7 +143,7 @@ type ClaimResult struct {
 // Record is the whole state of one identity, for operators (Get).
 type Record struct {
 	Identity    Identity
-	State       State // Running, Completed or Abandoned (a running record past its lease end)
+	State       State // Running, Completed, Abandoned (a running record past its lease end) or Gone (a tombstone: no fingerprint, recipe or response)
 	Fingerprint string
 	// Recipe is how Fingerprint was computed; "" for a layout 1 record.
 	Recipe string
@@ -300,4 +308,75 @@ type Sweeper interface {
 	// call and leave the rest to the next. Errors, a done ctx included,
 	// wrap ErrUnavailable.
 	Sweep(ctx context.Context) (int, error)
+}
+
+// Resource names the index of one created resource: the records of one
+// owner and key scope whose responses named Path (a route with
+// `resource_from: location`: the cleaned path of the response's Location
+// field). The index is per owner, so a DELETE by one owner never touches
+// another owner's records for the same path.
+type Resource struct {
+	Owner string
+	Scope string
+	Path  string
+}
+
+// Tombstoner is implemented by stores that keep a resource index and
+// tombstones (issue 13; every driver of this module). Routes with
+// `resource_from` are refused on a store that is not one. Check for it
+// with a type assertion.
+//
+// The contract (checked by store/storetest.Run, subtests Tombstone*):
+//
+//  1. Index adds the completed record of id to the index of
+//     Resource{id.Owner, id.Scope, path}, remembering which completion it
+//     saw (the record's StoredAt): a record claimed again later (after its
+//     retention, or an operator purge) is a new record and is not
+//     tombstoned by an index entry of the old one. Indexing an absent,
+//     running or gone record does nothing and is no error. Indexing the
+//     same record twice is the same as once.
+//  2. The index is bounded by the records: an entry lives no longer than
+//     its record's retention end (forever only for retention 0), and a
+//     store may drop entries whose record is gone or past its end.
+//  3. Tombstone turns every completed record indexed at res whose
+//     completion is the indexed one into a tombstone and returns how many
+//     it turned. A tombstone keeps its identity and retention end, drops
+//     fingerprint, recipe and response, and answers Gone to Claim and Get
+//     until its retention end; Complete, Release and Extend never act on
+//     it (it holds no token); Delete removes it. Records of other owners,
+//     scopes or paths are untouched.
+//  4. Tombstone is idempotent: calling it again (a retry after an error,
+//     another instance doing the same) tombstones nothing twice and never
+//     revives a record. It may act on some records and then fail (stores
+//     whose index and records live apart, e.g. Valkey Cluster): the error
+//     wraps ErrUnavailable and the caller retries the whole call.
+//  5. Errors, a done ctx included, wrap ErrUnavailable.
+type Tombstoner interface {
+	// Index adds the completed record of id to the index of the resource
+	// at path (owner and scope are id's). Errors wrap ErrUnavailable.
+	Index(ctx context.Context, path string, id Identity) error
+	// Tombstone turns the records indexed at res into tombstones and
+	// returns how many it turned. Errors wrap ErrUnavailable.
+	Tombstone(ctx context.Context, res Resource) (int, error)
+}
+
+// IndexOf calls s's Index when s is a Tombstoner, and fails with an error
+// wrapping ErrUnavailable otherwise; store wrappers (metrics, tracing, a
+// store not connected yet) forward with it so they stay Tombstoners.
+func IndexOf(ctx context.Context, s Store, path string, id Identity) error {
+	ts, ok := s.(Tombstoner)
+	if !ok {
+		return fmt.Errorf("%T keeps no tombstones: %w", s, ErrUnavailable)
+	}
+	return ts.Index(ctx, path, id)
+}
+
+// TombstoneOf calls s's Tombstone when s is a Tombstoner, and fails with
+// an error wrapping ErrUnavailable otherwise (see IndexOf).
+func TombstoneOf(ctx context.Context, s Store, res Resource) (int, error) {
+	ts, ok := s.(Tombstoner)
+	if !ok {
+		return 0, fmt.Errorf("%T keeps no tombstones: %w", s, ErrUnavailable)
+	}
+	return ts.Tombstone(ctx, res)
 }

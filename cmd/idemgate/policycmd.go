@@ -200,6 +200,8 @@ func applies(r *policy.Route, k problem.Kind) bool {
 		return r.OnAbandoned == policy.AbandonedReject
 	case problem.StoreUnavailable:
 		return r.OnStoreError == policy.FailClosed
+	case problem.ResourceDeleted:
+		return r.ResourceFrom != ""
 	}
 	return k.Outcome != "" // the admin listener's kinds never reach an API client
 }

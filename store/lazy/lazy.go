@@ -159,3 +159,21 @@ func (l *Store) Close() error {
 	}
 	return nil
 }
+
+// Index implements store.Tombstoner for the store behind l.
+func (l *Store) Index(ctx context.Context, path string, id store.Identity) error {
+	s, err := l.get()
+	if err != nil {
+		return err
+	}
+	return store.IndexOf(ctx, s, path, id)
+}
+
+// Tombstone implements store.Tombstoner for the store behind l.
+func (l *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
+	s, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return store.TombstoneOf(ctx, s, res)
+}

@@ -41,8 +41,11 @@ type Store struct {
 	clock      func() time.Time
 	sweepEvery time.Duration
 
-	mu       sync.Mutex
-	records  map[store.Identity]*record
+	mu      sync.Mutex
+	records map[store.Identity]*record
+	// index is the resource index (store.Tombstoner): per resource, the
+	// records indexed there and the completion each entry saw.
+	index    map[store.Resource]map[store.Identity]indexEntry
 	watchers watch.Set[store.Identity]
 
 	stopSweep chan struct{}
@@ -51,12 +54,24 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Sweeper = (*Store)(nil)
+	_ store.Store      = (*Store)(nil)
+	_ store.Sweeper    = (*Store)(nil)
+	_ store.Tombstoner = (*Store)(nil)
 )
 
+// indexEntry is one record in a resource's index: the completion it saw
+// (StoredAt), so a later record of the same identity is never tombstoned
+// by it, and the record's expiry, which the entry never outlives.
+type indexEntry struct {
+	storedAt time.Time
+	expiry   time.Time
+}
+
 type record struct {
-	running     bool
+	running bool
+	// gone: a tombstone (store.Tombstoner): no fingerprint, recipe or
+	// response, only the identity and the expiry.
+	gone        bool
 	fingerprint string
 	recipe      string
 	token       string
@@ -75,6 +90,7 @@ func New(opts ...Option) *Store {
 		clock:      time.Now,
 		sweepEvery: DefaultSweepInterval,
 		records:    make(map[store.Identity]*record),
+		index:      make(map[store.Resource]map[store.Identity]indexEntry),
 		stopSweep:  make(chan struct{}),
 		sweepDone:  make(chan struct{}),
 	}
@@ -143,6 +159,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	takeover := false
 	if r := s.live(p.Identity, now); r != nil {
 		switch {
+		case r.gone:
+			return store.ClaimResult{State: store.Gone}, nil
 		case !r.running:
 			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: copyResponse(r.resp)}, nil
 		case r.token == p.Token:
@@ -270,6 +288,8 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		RetentionEnd: r.expiry,
 	}
 	switch {
+	case r.gone:
+		out.State = store.Gone
 	case !r.running:
 		out.State = store.Completed
 		out.Response = copyResponse(r.resp)
@@ -349,7 +369,64 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			removed++
 		}
 	}
+	seen = 0
+	for res, entries := range s.index {
+		for id, e := range entries {
+			if seen++; seen > sweepBatch {
+				return removed, nil
+			}
+			if over(e.expiry, now) {
+				delete(entries, id)
+			}
+		}
+		if len(entries) == 0 {
+			delete(s.index, res)
+		}
+	}
 	return removed, nil
+}
+
+// Index implements store.Tombstoner. It fails only on a done ctx.
+func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
+	if err := ctxErr(ctx, "index"); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.live(id, s.now())
+	if r == nil || r.running || r.gone || r.resp == nil {
+		return nil
+	}
+	res := store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}
+	entries := s.index[res]
+	if entries == nil {
+		entries = make(map[store.Identity]indexEntry)
+		s.index[res] = entries
+	}
+	entries[id] = indexEntry{storedAt: r.resp.StoredAt, expiry: r.expiry}
+	return nil
+}
+
+// Tombstone implements store.Tombstoner. It fails only on a done ctx.
+func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
+	if err := ctxErr(ctx, "tombstone"); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	n := 0
+	for id, e := range s.index[res] {
+		r := s.live(id, now)
+		if r != nil && !r.running && !r.gone && r.resp != nil && r.resp.StoredAt.Equal(e.storedAt) {
+			r.gone, r.fingerprint, r.recipe, r.resp = true, "", "", nil
+			n++
+		}
+	}
+	// Every entry is spent: its record is a tombstone now, or another
+	// record than the one indexed, or absent.
+	delete(s.index, res)
+	return n, nil
 }
 
 // Len returns the number of records held, expired ones not yet swept

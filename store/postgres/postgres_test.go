@@ -54,6 +54,8 @@ func open(t *testing.T, opts Options) *Store {
 func TestContract(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.RunHarness(t, storetest.Harness{
+		// Not a store.Tombstoner yet (issue 13, tombstones: memory only so far).
+		NoTombstones: true,
 		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			return open(t, Options{DSN: srv.DSN(), Table: freshTable(), Clock: clock.Now})
 		},

@@ -13,6 +13,8 @@
 //   - watch.go: Watch, in this process and from a peer (rule 8)
 //   - failures.go: done contexts and Ping (rule 5); invalid parameters
 //   - sweep.go: the optional store.Sweeper
+//   - tombstone.go: the optional store.Tombstoner (resource index and
+//     tombstones, issue 13)
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs
@@ -57,6 +59,9 @@ type Harness struct {
 	// Context, when set, derives the context of every store call the suite
 	// makes, e.g. to give it a span so a tracing wrapper traces the call.
 	Context func(context.Context) context.Context
+	// NoTombstones says the store is deliberately not a store.Tombstoner:
+	// the Tombstone subtests then skip with a message instead of failing.
+	NoTombstones bool
 }
 
 // Run checks newStore's stores against the whole contract with a real clock
@@ -113,6 +118,12 @@ func RunHarness(t *testing.T, h Harness) {
 		{"PeerWatchWokenByDelete", watch("delete", true)},
 		{"PeerSharesRecords", (*suite).testPeerShares},
 		{"Ping", (*suite).testPing},
+		{"Tombstone", (*suite).testTombstone},
+		{"TombstoneIsolation", (*suite).testTombstoneIsolation},
+		{"TombstoneNotIndexed", (*suite).testTombstoneNotIndexed},
+		{"TombstoneExpires", (*suite).testTombstoneExpires},
+		{"TombstonePeer", (*suite).testTombstonePeer},
+		{"TombstoneDoneContext", (*suite).testTombstoneDoneContext},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/store"
+)
+
+// Tombstones (issue 13): a route with `resource_from: location` indexes
+// each stored response by the path of its Location field (index), and a
+// request whose method is in such a route's tombstone_methods, answered
+// 2xx by the upstream, turns the same owner's records indexed at its path
+// into tombstones before its answer reaches the client (tombstone), so a
+// client that saw the DELETE succeed and then retries the create gets 410
+// resource-deleted, never the old 201. The tombstoning is idempotent and
+// retried; a replay of an enforced DELETE repeats it, which repairs a
+// crash between the upstream's 2xx and the tombstoning.
+
+// tombstoneAttempts bounds the tries of one tombstoning before the client
+// gets its answer anyway (the DELETE did happen upstream).
+const tombstoneAttempts = 3
+
+// resourcePath returns the path of a Location field value resolved against
+// the request URL, cleaned as route patterns are (policy.CleanPath), and
+// false when there is no usable Location.
+func resourcePath(base *url.URL, location string) (string, bool) {
+	if location == "" {
+		return "", false
+	}
+	loc, err := url.Parse(location)
+	if err != nil {
+		return "", false
+	}
+	u := base.ResolveReference(loc)
+	if u.Path == "" {
+		return "", false
+	}
+	return policy.CleanPath(u.Path), true
+}
+
+// tombstoneTargets returns the resources a 2xx answer to r would
+// tombstone: for each route with resource_from that lists r's method in
+// tombstone_methods, r's owner as that route computes it, its scope and
+// r's cleaned path. A route for which r carries no owner contributes none:
+// nothing of anybody's can be deleted anonymously.
+func tombstoneTargets(pol *policy.Policy, r *http.Request) []store.Resource {
+	routes := pol.TombstonesFor(r.Method)
+	if routes == nil {
+		return nil
+	}
+	path := policy.CleanPath(r.URL.Path)
+	var out []store.Resource
+	for _, route := range routes {
+		owner, err := route.OwnerOf(r)
+		if err != nil {
+			continue
+		}
+		res := store.Resource{Owner: owner, Scope: route.Scope, Path: path}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == res
+		}
+		if !dup {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// tombstone turns the records indexed at ex's targets into tombstones
+// when status is 2xx. Each target is tried up to tombstoneAttempts times;
+// a failure is logged and the client still gets the upstream's answer.
+func (p *Proxy) tombstone(ctx context.Context, ex *exchange, status int) {
+	if len(ex.tombstones) == 0 || status < 200 || status > 299 {
+		return
+	}
+	for _, res := range ex.tombstones {
+		var err error
+		for attempt := range tombstoneAttempts {
+			if attempt > 0 {
+				time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
+			}
+			sctx, cancel := p.storeCtx(ctx)
+			var n int
+			n, err = store.TombstoneOf(sctx, p.store, res)
+			cancel()
+			if err == nil {
+				if n > 0 {
+					p.log.Info("records tombstoned", "scope", res.Scope, "path", res.Path, "records", n)
+				}
+				break
+			}
+		}
+		if err != nil {
+			p.noteStoreError()
+			p.log.Error("tombstoning failed: retries of the creates of this resource may still replay", "scope", res.Scope, "path", res.Path, "err", err)
+		}
+	}
+}
+
+// index adds ex's completed record to the index of the resource its
+// response names, on routes with resource_from. Called after a successful
+// Complete and on every replay (idempotent), so a response recorded in
+// the background is indexed by its next retry.
+func (p *Proxy) index(r *http.Request, ex *exchange, resp *store.Response) {
+	if ex.route.ResourceFrom != policy.ResourceFromLocation || resp == nil || resp.Omitted {
+		return
+	}
+	path, ok := resourcePath(r.URL, resp.Header.Get("Location"))
+	if !ok {
+		return
+	}
+	ctx, cancel := p.storeCtx(r.Context())
+	defer cancel()
+	if err := store.IndexOf(ctx, p.store, path, ex.id); err != nil {
+		p.noteStoreError()
+		p.log.Warn("could not index the record by its Location; a DELETE of it will not tombstone it",
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
+	}
+}
+
+// modifyPassthrough is the passthrough ReverseProxy's ModifyResponse: a
+// request that is not enforced still tombstones on a 2xx answer, before
+// the answer is written.
+func (p *Proxy) modifyPassthrough(resp *http.Response) error {
+	if ex := exchangeOf(resp.Request.Context()); ex != nil {
+		p.tombstone(resp.Request.Context(), ex, resp.StatusCode)
+	}
+	return nil
+}
