@@ -51,6 +51,13 @@ func msTime(v string) (time.Time, error) {
 	return time.UnixMilli(n), nil
 }
 
+func msOrZero(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
 func replyStrings(res valkey.ValkeyResult) ([]string, error) {
 	arr, err := res.ToArray()
 	if err != nil {
@@ -68,7 +75,7 @@ func replyStrings(res valkey.ValkeyResult) ([]string, error) {
 	return out, nil
 }
 
-func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
+func parseClaim(codec *store.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, error) {
 	v, err := replyStrings(res)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
@@ -76,6 +83,18 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
+	if len(v) == 2 && v[0] == "completed" {
+		// Layout 3: the whole record in one string.
+		c, err := decodeCompact([]byte(v[1]))
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		resp, err := c.response(codec)
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		return store.ClaimResult{State: store.Completed, Fingerprint: c.fingerprint, Recipe: c.recipe, Response: resp}, nil
+	}
 	// The recipe is last in every reply but the completed one (whose
 	// trailers follow it); a layout 1 record has none (nil).
 	if len(v) < 4 {
@@ -120,7 +139,7 @@ func parseClaim(res valkey.ValkeyResult) (store.ClaimResult, error) {
 	return store.ClaimResult{}, bad()
 }
 
-func parseRecord(v []string) (*store.Record, error) {
+func parseRecord(codec *store.BodyCodec, v []string) (*store.Record, error) {
 	now, err := msTime(v[0])
 	if err != nil {
 		return nil, err
@@ -128,6 +147,9 @@ func parseRecord(v []string) (*store.Record, error) {
 	f := make(map[string]string, len(v)/2)
 	for i := 1; i+1 < len(v); i += 2 {
 		f[v[i]] = v[i+1]
+	}
+	if pn, ok := f["pn"]; ok && f["s"] == "completed" {
+		return parseCompactRecord(codec, f, pn)
 	}
 	r := &store.Record{
 		Identity:    store.Identity{Owner: f["o"], Scope: f["r"], Key: f["k"]},
@@ -242,4 +264,39 @@ func DecodeHeader(b []byte) (http.Header, error) {
 		h[name] = append(h[name], v)
 	}
 	return h, nil
+}
+
+// parseCompactRecord reads a completed record of layout 3 from its fields:
+// the record is p0 .. p(pn-1) joined, its end is x.
+func parseCompactRecord(codec *store.BodyCodec, f map[string]string, pn string) (*store.Record, error) {
+	n, err := strconv.Atoi(pn)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("%w: pn %q", errCompact, pn)
+	}
+	var b []byte
+	for i := range n {
+		p, ok := f["p"+strconv.Itoa(i)]
+		if !ok {
+			return nil, fmt.Errorf("%w: field p%d missing", errCompact, i)
+		}
+		b = append(b, p...)
+	}
+	c, err := decodeCompact(b)
+	if err != nil {
+		return nil, err
+	}
+	r := &store.Record{
+		Identity:    store.Identity{Owner: c.owner, Scope: c.scope, Key: c.key},
+		State:       store.Completed,
+		Fingerprint: c.fingerprint,
+		Recipe:      c.recipe,
+		CreatedAt:   msOrZero(c.createdMs),
+	}
+	if r.RetentionEnd, err = msTime(f["x"]); err != nil {
+		return nil, err
+	}
+	if r.Response, err = c.response(codec); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

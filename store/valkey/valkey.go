@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -97,6 +96,9 @@ type Store struct {
 
 	watchers watch.Set[string] // by record key
 
+	// codec compresses stored bodies and decompresses them on replay.
+	codec *store.BodyCodec
+
 	stopSub   context.CancelFunc
 	subDone   chan struct{}
 	closeOnce sync.Once
@@ -152,6 +154,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		}
 		co.Sentinel.Dialer.Timeout = opts.DialTimeout
 	}
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		return nil, fmt.Errorf("valkey store: %w", err)
+	}
 	client, err := valkey.NewClient(co)
 	if err != nil {
 		return nil, unavailable("connect", err)
@@ -174,6 +180,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		del:      valkey.NewLuaScript(deleteLua),
 		get:      valkey.NewLuaScriptReadOnly(getLua),
 		subDone:  make(chan struct{}),
+		codec:    codec,
 
 		acks:        opts.Acks,
 		onAck:       opts.OnAck,
@@ -256,7 +263,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		out, err := parseClaim(w.res)
+		out, err := parseClaim(s.codec, w.res)
 		if err != nil {
 			return store.ClaimResult{}, unavailable("claim", err)
 		}
@@ -274,7 +281,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	out, err := parseClaim(res)
+	out, err := parseClaim(s.codec, res)
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
@@ -303,21 +310,16 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}
-	omitted := "0"
-	if resp.Omitted {
-		omitted = "1"
-	}
-	args := []string{token, strconv.Itoa(resp.Status), string(EncodeHeader(resp.Header)), string(resp.Body), omitted, s.channel}
-	// The trailers follow the re-confirm flag (ARGV[8]); "" writes no
-	// "tr" field, so records without trailers keep their layout.
-	trailer := string(EncodeHeader(resp.Trailer))
+	// Layout 3: the response travels as one string, its body compressed
+	// when that pays; complete.lua adds the rest of the record to it.
+	args := []string{token, string(compactResponse(s.codec, resp).encodeResponse()), s.channel}
 	if s.acks.On() {
 		// "1": a repeat by the completing token re-confirms the record
 		// (store contract, rule 3), so a completion that was not
 		// acknowledged can be retried and its WAIT then means something.
-		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1", trailer))
+		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
 	}
-	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0", trailer)...)
+	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
 }
 
 // Release implements store.Store with release.lua. Errors wrap
@@ -358,7 +360,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 	if err != nil || len(v)%2 != 1 {
 		return nil, unavailable("get", fmt.Errorf("reply %d fields: %w", len(v), err))
 	}
-	r, err := parseRecord(v)
+	r, err := parseRecord(s.codec, v)
 	if err != nil {
 		return nil, unavailable("get", err)
 	}

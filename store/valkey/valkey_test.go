@@ -223,7 +223,7 @@ func TestRecordLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	for f, want := range map[string]string{"o": "alice", "r": "POST /orders", "k": "k1", "s": "running", "f": "fp", "t": "tok", "tk": "0", "rt": "3600000",
-		"v": "2", "fr": "b=raw&q=1&v=hs1"} {
+		"v": "3", "fr": "b=raw&q=1&v=hs1"} {
 		if fields[f] != want {
 			t.Fatalf("running record field %q = %q, want %q (all: %q)", f, fields[f], want, fields)
 		}
@@ -245,10 +245,25 @@ func TestRecordLayout(t *testing.T) {
 		t.Fatalf("completed record keeps a token: %q", fields)
 	}
 	wantH := "\x00\x00\x00\x01A\x00\x00\x00\x011\x00\x00\x00\x01A\x00\x00\x00\x013\x00\x00\x00\x01B\x00\x00\x00\x012"
-	for f, want := range map[string]string{"s": "completed", "st": "201", "h": wantH, "b": "body", "om": "1"} {
+	// Layout 3: s, x, v, ct, pn and the record cut into 64-byte fields.
+	var joined string
+	for i := range len(fields) {
+		joined += fields["p"+strconv.Itoa(i)]
+	}
+	prefix := "5:alice12:POST /orders2:k12:fp15:b=raw&q=1&v=hs1"
+	if !strings.HasPrefix(joined, prefix) || !strings.HasSuffix(joined, "\x07\xc9\x01"+string(rune(len(wantH)))+wantH+"body") {
+		t.Fatalf("completed record p fields = %q, want %q ... flags 07, status 201, headers, body", joined, prefix)
+	}
+	for f, want := range map[string]string{"s": "completed", "v": "3", "ct": "tok", "pn": "2"} {
 		if fields[f] != want {
-			t.Fatalf("completed record field %q = %q, want %q", f, fields[f], want)
+			t.Fatalf("completed record field %q = %q, want %q (all: %q)", f, fields[f], want, fields)
 		}
+	}
+	if len(fields["p0"]) != 64 || len(fields) != 7 {
+		t.Fatalf("completed record fields %q, want s x v ct pn p0 (64 bytes) p1", fields)
+	}
+	if enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(s.Key(id)).Build()).ToString(); err != nil || enc != "listpack" {
+		t.Fatalf("OBJECT ENCODING of a completed record = %q, %v; want listpack", enc, err)
 	}
 }
 
@@ -299,6 +314,39 @@ func TestReadsLayout1(t *testing.T) {
 	}
 	if ok, err := s.Complete(ctx, running, "old-token", store.Response{Status: 200, Body: []byte("ok")}); !ok || err != nil {
 		t.Fatalf("Complete of a layout 1 running record = %v, %v", ok, err)
+	}
+}
+
+// TestReadsLayout2 writes a completed record exactly as idemgate wrote it
+// in layout 2 (st, h, b, om, sa, tr fields; docs/protocol.md, "Layout
+// versions") and checks that Claim and Get still replay it.
+func TestReadsLayout2(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}})
+	ctx := t.Context()
+	now := serverTime(t, c).UnixMilli()
+	ms := func(n int64) string { return strconv.FormatInt(n, 10) }
+	id := store.Identity{Owner: "h:alice", Scope: "default", Key: "done2"}
+	h := string(valkey.EncodeHeader(http.Header{"Location": {"/v1/orders/1"}}))
+	tr := string(valkey.EncodeHeader(http.Header{"Grpc-Status": {"0"}}))
+	if err := c.Do(ctx, c.B().Hset().Key(s.Key(id)).FieldValue().
+		FieldValue("o", id.Owner).FieldValue("r", id.Scope).FieldValue("k", id.Key).
+		FieldValue("s", "completed").FieldValue("f", "hs1:fp").FieldValue("c", ms(now-1000)).
+		FieldValue("x", ms(now+3600000)).FieldValue("rt", "3600000").FieldValue("v", "2").FieldValue("fr", "b=raw&q=1&v=hs1").
+		FieldValue("st", "201").FieldValue("h", h).FieldValue("b", `{"id":1}`).FieldValue("om", "0").
+		FieldValue("sa", ms(now-500)).FieldValue("ct", "t0").FieldValue("tr", tr).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "hs1:other", Recipe: "b=raw&q=1&v=hs1", Token: "t1", Lease: time.Minute})
+	if err != nil || res.State != store.Completed || res.Recipe != "b=raw&q=1&v=hs1" || res.Fingerprint != "hs1:fp" ||
+		res.Response.Status != 201 || string(res.Response.Body) != `{"id":1}` || res.Response.Trailer.Get("Grpc-Status") != "0" ||
+		res.Response.Header.Get("Location") != "/v1/orders/1" || res.Response.StoredAt.UnixMilli() != now-500 {
+		t.Fatalf("Claim on a layout 2 completed record = %+v, %v", res, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil || r == nil || r.State != store.Completed || r.Identity != id || string(r.Response.Body) != `{"id":1}` {
+		t.Fatalf("Get on a layout 2 completed record = %+v, %v", r, err)
 	}
 }
 

@@ -6,7 +6,9 @@
 -- ARGV[9] fingerprint recipe.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
--- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}.
+-- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}
+-- for a record completed in layout 1 or 2 | {"completed", record} for one
+-- completed in layout 3, record being its fields p0 .. p(pn-1) joined.
 -- A record of layout 1 has no "fr" field: its recipe is returned as nil; a
 -- record completed without trailers (or before they were kept) has no "tr":
 -- nil too.
@@ -15,7 +17,7 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr')
+local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr', 'pn')
 local state = rec[1]
 if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   -- Past its end (end <= now): absent, whatever the key's own TTL says.
@@ -23,7 +25,14 @@ if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
 end
 local takeover = '0'
 local repeated = false
-if state == 'completed' then
+if state == 'completed' and rec[8] then
+  -- Layout 3: the whole completed record is in its p fields.
+  local names = {}
+  for i = 0, tonumber(rec[8]) - 1 do
+    names[#names + 1] = 'p' .. i
+  end
+  return {'completed', table.concat(redis.call('HMGET', key, unpack(names)))}
+elseif state == 'completed' then
   local r = redis.call('HMGET', key, 'f', 'st', 'h', 'b', 'om', 'sa', 'tr')
   return {'completed', r[1], r[2], r[3], r[4], r[5], r[6], rec[7], r[7]}
 elseif state == 'running' then
@@ -57,11 +66,15 @@ end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', string.format('%.0f', now),
   'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry), 'rt', ARGV[7],
-  'v', '2', 'fr', ARGV[9])
+  'v', '3', 'fr', ARGV[9])
 if rec[1] then
   -- An old record (expired, or taken over) is overwritten, never deleted
   -- first: its fields not written above go only after the write went through.
-  redis.call('HDEL', key, 'st', 'h', 'b', 'om', 'sa', 'ct', 'ca', 'tr')
+  local old = {'st', 'h', 'b', 'om', 'sa', 'ct', 'ca', 'tr', 'pn'}
+  for i = 0, (tonumber(rec[8]) or 0) - 1 do
+    old[#old + 1] = 'p' .. i
+  end
+  redis.call('HDEL', key, unpack(old))
 end
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}

@@ -1,14 +1,17 @@
 #!lua
 -- complete.lua: store the response while the record holds the token (store.Store.Complete).
--- KEYS[1] record key. ARGV[1] token, ARGV[2] status, ARGV[3] headers
--- (encoded), ARGV[4] body, ARGV[5] omitted "1"/"0", ARGV[6] events channel,
--- ARGV[7] "1" = a repeat by the token that completed the record re-confirms it,
--- ARGV[8] trailers (encoded like the headers; "" = none, and no 'tr' field).
+-- KEYS[1] record key. ARGV[1] token, ARGV[2] response (encoded: flags,
+-- status, headers, trailers, body), ARGV[3] events channel,
+-- ARGV[4] "1" = a repeat by the token that completed the record re-confirms it.
 -- Returns 1 when completed (or re-confirmed), 0 when the token does not hold the record.
+-- Layout 3: the completed record keeps s, x, v, ct (and ca) and puts the rest
+-- (identity, fingerprint, recipe, created, stored at, then ARGV[2]) in one
+-- string cut into 64-byte fields p0, p1, ... (pn of them), so that every
+-- value stays within hash-max-listpack-value and the hash a listpack.
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt', 'ct')
+local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt', 'ct', 'o', 'r', 'k', 'f', 'fr', 'c')
 if not rec[1] then
   return 0
 end
@@ -16,7 +19,7 @@ if tonumber(rec[3]) ~= 0 and tonumber(rec[3]) <= now then
   redis.call('DEL', key)
   return 0
 end
-if rec[1] == 'completed' and ARGV[7] == '1' and rec[5] == ARGV[1] then
+if rec[1] == 'completed' and ARGV[4] == '1' and rec[5] == ARGV[1] then
   -- A repeat whose acknowledgement the caller waits for: write a marker so
   -- that the WAIT after this script covers the completion too.
   redis.call('HSET', key, 'ca', string.format('%.0f', now))
@@ -30,19 +33,34 @@ local expiry = 0
 if retention > 0 then
   expiry = now + retention
 end
--- Write first, then delete: a write refused for memory leaves the record as it was.
-local fields = {'s', 'completed', 'st', ARGV[2], 'h', ARGV[3], 'b', ARGV[4],
-  'om', ARGV[5], 'sa', string.format('%.0f', now), 'x', string.format('%.0f', expiry), 'ct', ARGV[1]}
-if ARGV[8] ~= '' then
-  fields[#fields + 1] = 'tr'
-  fields[#fields + 1] = ARGV[8]
+local function ns(s)
+  return #s .. ':' .. s
 end
+-- A layout 1 running record has no recipe: it completes with an empty one.
+local r = ns(rec[6]) .. ns(rec[7]) .. ns(rec[8]) .. ns(rec[9]) .. ns(rec[10] or '') ..
+  ns(rec[11]) .. ns(string.format('%.0f', now)) .. ARGV[2]
+-- Past 48 fields the hash would leave the listpack anyway: one field then.
+local size = 64
+if #r > 3072 then
+  size = #r
+end
+local n = math.ceil(#r / size)
+local fields = {'s', 'completed', 'x', string.format('%.0f', expiry), 'ct', ARGV[1], 'v', '3', 'pn', tostring(n)}
+for i = 0, n - 1 do
+  fields[#fields + 1] = 'p' .. i
+  fields[#fields + 1] = string.sub(r, i * size + 1, (i + 1) * size)
+end
+-- The hash is replaced, not trimmed: the running record was converted to a
+-- hashtable (its fingerprint is longer than 64 bytes) and a hash never
+-- converts back to a listpack. Safe under maxmemory: this script declares
+-- it may write, so a full server refuses it before the DEL, and an HSET of
+-- strings cannot fail after it.
+redis.call('DEL', key)
 redis.call('HSET', key, unpack(fields))
-redis.call('HDEL', key, 't', 'tk', 'l')
 if retention > 0 then
   redis.call('PEXPIREAT', key, string.format('%.0f', expiry))
 else
   redis.call('PERSIST', key)
 end
-redis.call('PUBLISH', ARGV[6], key)
+redis.call('PUBLISH', ARGV[3], key)
 return 1

@@ -1,0 +1,24 @@
+package valkey
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzDecodeRecord: any bytes decode to an error or to a layout 3 record
+// that encodes back to the same bytes (one encoding per record).
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add([]byte("5:alice12:POST /orders2:k12:fp15:b=raw&q=1&v=hs113:179612549882413:1796125498825\x07\xc9\x01\x00body"))
+	f.Add([]byte("0:0:0:0:0:1:01:0\x00\x00"))
+	f.Add((&compactRecord{owner: "o", flags: respHeaderSet | respTrailerSet | respBodySet | respBodyZstd, status: 200,
+		header: EncodeHeader(map[string][]string{"A": {"1"}}), trailer: EncodeHeader(map[string][]string{"T": {"x"}}), body: []byte{0x28, 0xb5}}).encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCompact(b)
+		if err != nil {
+			return
+		}
+		if got := c.encode(); !bytes.Equal(got, b) {
+			t.Fatalf("decode(%q) re-encodes to %q", b, got)
+		}
+	})
+}
