@@ -106,23 +106,7 @@ func TestHostRoutesNeverShareRecords(t *testing.T) {
 		b.Name, b.Match = "tenant-b", "POST b.example/v1/orders"
 		*routes = append(*routes, a, b)
 	})
-	send := func(host string) result {
-		req, err := http.NewRequest("POST", h.front.URL+"/v1/orders", strings.NewReader(`{"amount":5}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-User", "42")
-		req.Header.Set("Idempotency-Key", "order-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return result{resp.StatusCode, resp.Header, string(b)}
-	}
+	send := func(host string) result { return postToHost(t, h, host, "order-1") }
 	if r := send("a.example"); r.status != 201 {
 		t.Fatalf("tenant a: %d %s", r.status, r.body)
 	}
@@ -156,23 +140,7 @@ func TestRecipeBoundsAgree(t *testing.T) {
 // the key scope when pass_host is on.
 func TestPassHostScopesRecordsByHost(t *testing.T) {
 	h := newHarness(t, created, func(o *proxy.Options, _ *policy.Route, _ *[]policy.Route) { o.PassHost = true })
-	send := func(host string) result {
-		req, err := http.NewRequest("POST", h.front.URL+"/v1/orders", strings.NewReader(`{"amount":5}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-User", "42")
-		req.Header.Set("Idempotency-Key", "k1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return result{resp.StatusCode, resp.Header, string(b)}
-	}
+	send := func(host string) result { return postToHost(t, h, host, "k1") }
 	if r := send("tenant-a.example"); r.status != 201 {
 		t.Fatalf("tenant a: %d %s", r.status, r.body)
 	}
@@ -185,4 +153,25 @@ func TestPassHostScopesRecordsByHost(t *testing.T) {
 	if n := h.up.count("/v1/orders"); n != 2 {
 		t.Fatalf("upstream got %d requests, want 2 (one per host)", n)
 	}
+}
+
+// postToHost sends POST /v1/orders for owner 42 with key to h's proxy with
+// the Host field host.
+func postToHost(t *testing.T, h *harness, host, key string) result {
+	t.Helper()
+	req, err := http.NewRequest("POST", h.front.URL+"/v1/orders", strings.NewReader(`{"amount":5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User", "42")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
 }
