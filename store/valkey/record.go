@@ -83,6 +83,10 @@ func parseClaim(codec *store.BodyCodec, res valkey.ValkeyResult) (store.ClaimRes
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
+	if len(v) == 1 && v[0] == "gone" {
+		// A tombstone: nothing but the state.
+		return store.ClaimResult{State: store.Gone}, nil
+	}
 	if len(v) == 2 && v[0] == "completed" {
 		// Layout 3: the whole record in one string.
 		c, err := decodeCompact([]byte(v[1]))
@@ -177,6 +181,9 @@ func parseRecord(codec *store.BodyCodec, v []string) (*store.Record, error) {
 		if !r.LeaseEnd.After(now) {
 			r.State = store.Abandoned
 		}
+	case "gone":
+		// A tombstone (tombstone.lua) keeps only its identity, c and x.
+		r.State = store.Gone
 	default:
 		return nil, fmt.Errorf("record state %q", f["s"])
 	}

@@ -18,6 +18,10 @@ var (
 	deleteLua string
 	//go:embed scripts/get.lua
 	getLua string
+	//go:embed scripts/index.lua
+	indexLua string
+	//go:embed scripts/tombstone.lua
+	tombstoneLua string
 )
 
 // Scripts returns the Lua source of every script by file name (claim.lua,
@@ -26,5 +30,6 @@ func Scripts() map[string]string {
 	return map[string]string{
 		"claim.lua": claimLua, "complete.lua": completeLua, "release.lua": releaseLua,
 		"extend.lua": extendLua, "delete.lua": deleteLua, "get.lua": getLua,
+		"index.lua": indexLua, "tombstone.lua": tombstoneLua,
 	}
 }

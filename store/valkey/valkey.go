@@ -77,8 +77,10 @@ type Options struct {
 // Layout (byte for byte in docs/protocol.md, "Store records"): one hash per
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
 // in unix milliseconds from the server's TIME, an expiry always set on
-// running records, and Complete/Release/Delete PUBLISH the record key on
-// KeyPrefix + "events".
+// running records, and Complete/Release/Delete/Tombstone PUBLISH the
+// record key on KeyPrefix + "events". It is a store.Tombstoner: resource
+// indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
+// (IndexKey) and tombstones are records in state "gone".
 type Store struct {
 	client       valkey.Client
 	prefix       string
@@ -87,6 +89,7 @@ type Store struct {
 	onDisruption func()
 
 	claim, complete, release, extend, del, get *valkey.Lua
+	index, tomb                                *valkey.Lua
 
 	acks  Acks
 	onAck func(op string, took time.Duration, acknowledged bool)
@@ -104,7 +107,10 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.Tombstoner = (*Store)(nil)
+)
 
 // New connects to Valkey, subscribes to the events channel and returns the
 // store once the subscription is confirmed. It returns an error wrapping
@@ -179,8 +185,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		extend:   valkey.NewLuaScriptRetryable(extendLua),
 		del:      valkey.NewLuaScript(deleteLua),
 		get:      valkey.NewLuaScriptReadOnly(getLua),
-		subDone:  make(chan struct{}),
-		codec:    codec,
+		// Index only adds an entry, and Tombstone only turns a record whose
+		// completion is the indexed one: both are safe to run twice.
+		index:   valkey.NewLuaScriptRetryable(indexLua),
+		tomb:    valkey.NewLuaScriptRetryable(tombstoneLua),
+		subDone: make(chan struct{}),
+		codec:   codec,
 
 		acks:        opts.Acks,
 		onAck:       opts.OnAck,
@@ -212,10 +222,14 @@ func unavailable(op string, err error) error {
 }
 
 func (s *Store) exec(ctx context.Context, op string, l *valkey.Lua, id store.Identity, args ...string) (valkey.ValkeyResult, string, error) {
+	return s.execKey(ctx, op, l, s.Key(id), args...)
+}
+
+// execKey runs l on the one key given (a record key or an index key).
+func (s *Store) execKey(ctx context.Context, op string, l *valkey.Lua, key string, args ...string) (valkey.ValkeyResult, string, error) {
 	if err := ctx.Err(); err != nil {
 		return valkey.ValkeyResult{}, "", unavailable(op, err)
 	}
-	key := s.Key(id)
 	res := await(ctx, func() valkey.ValkeyResult { return l.Exec(ctx, s.client, []string{key}, args) })
 	if err := res.Error(); err != nil && !valkey.IsValkeyNil(err) {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {

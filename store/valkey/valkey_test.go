@@ -44,8 +44,6 @@ func newStore(t testing.TB, opts valkey.Options) *valkey.Store {
 
 func harness(addrs []string) storetest.Harness {
 	return storetest.Harness{
-		// Not a store.Tombstoner yet (issue 13, tombstones: memory only so far).
-		NoTombstones: true,
 		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
 			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix()})
 		},

@@ -6,6 +6,7 @@
 -- ARGV[9] fingerprint recipe.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
+-- {"gone"} for a tombstone (store.Tombstoner; never claimable until its end) |
 -- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}
 -- for a record completed in layout 1 or 2 | {"completed", record} for one
 -- completed in layout 3, record being its fields p0 .. p(pn-1) joined.
@@ -25,7 +26,9 @@ if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
 end
 local takeover = '0'
 local repeated = false
-if state == 'completed' and rec[8] then
+if state == 'gone' then
+  return {'gone'}
+elseif state == 'completed' and rec[8] then
   -- Layout 3: the whole completed record is in its p fields.
   local names = {}
   for i = 0, tonumber(rec[8]) - 1 do
