@@ -205,10 +205,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 		c.Policy = nil
 		return c
 	}
-	if p.Indexes() && c.Store.Driver != "" && c.Store.Driver != DriverMemory {
-		// Only the memory store keeps tombstones (store.Tombstoner) so
-		// far; a route indexing on another would never tombstone.
-		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (supported on driver memory)", c.Store.Driver)
+	if p.Indexes() && c.Store.Driver != "" && c.Store.Driver != DriverMemory && c.Store.Driver != DriverValkey {
+		// Only the memory and Valkey stores keep tombstones
+		// (store.Tombstoner) so far; a route indexing on another would
+		// never tombstone.
+		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (supported on drivers memory and valkey)", c.Store.Driver)
 	}
 	c.Policy = p
 	return c
