@@ -208,7 +208,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if p.Indexes() && !keepsTombstones(c.Store.Driver) {
 		// A route indexing on a store that keeps no tombstones
 		// (store.Tombstoner) would never tombstone.
-		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (supported on drivers memory and bolt)", c.Store.Driver)
+		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (supported on drivers memory, bolt and postgres)", c.Store.Driver)
 	}
 	c.Policy = p
 	return c
@@ -218,7 +218,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 // as routes with resource_from need.
 func keepsTombstones(driver string) bool {
 	switch driver {
-	case "", DriverMemory, DriverBolt:
+	case "", DriverMemory, DriverBolt, DriverPostgres:
 		return true
 	}
 	return false
