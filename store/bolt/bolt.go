@@ -5,13 +5,17 @@
 // RecordKey(identity) (SHA-256 of IdentityBytes, 32 bytes) to a record value;
 // bucket "expiry" maps expiry_ms (8 bytes big-endian) + record key to an
 // empty value, one entry per record that expires, so the sweep finds expired
-// records in expiry order without reading the others.
+// records in expiry order without reading the others. Bucket "index" maps
+// IndexKey(resource) + record key to the stored_at_ms and expiry_ms of the
+// completion indexed there (store.Tombstoner), and "index-expiry" maps
+// expiry_ms + index key to an empty value for the sweep.
 //
 // A record value (format version 2), integers big-endian:
 //
 //	offset size field
 //	0      1    version (2; 1 for records written before recipes)
-//	1      1    state: 1 running, 2 completed
+//	1      1    state: 1 running, 2 completed, 3 gone (a tombstone: no
+//	            fingerprint, token, recipe or response)
 //	2      1    flags: 0x01 takeover, 0x02 response omitted,
 //	            0x04 response header non-nil, 0x08 response body non-nil
 //	3      8    created_ms     (unix milliseconds, signed)
@@ -33,6 +37,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -70,7 +75,13 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketRecords = []byte("records")
 	bucketExpiry  = []byte("expiry")
-	keyVersion    = []byte("version")
+	// bucketIndex is the resource index (store.Tombstoner): IndexKey(res)
+	// + record key -> stored_at_ms + expiry_ms of the completion indexed.
+	bucketIndex = []byte("index")
+	// bucketIndexExpiry maps expiry_ms + index entry key to an empty value,
+	// one per index entry that expires, for the sweep.
+	bucketIndexExpiry = []byte("index-expiry")
+	keyVersion        = []byte("version")
 )
 
 // ErrLocked is wrapped by New's error when another process (or another
@@ -119,8 +130,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Sweeper = (*Store)(nil)
+	_ store.Store      = (*Store)(nil)
+	_ store.Sweeper    = (*Store)(nil)
+	_ store.Tombstoner = (*Store)(nil)
 )
 
 // New opens or creates the bbolt file at path (mode 0600; its directory
@@ -202,7 +214,7 @@ func initBuckets(tx *bbolt.Tx) error {
 	case len(v) != 1 || v[0] != FormatVersion:
 		return fmt.Errorf("file format version %v, this build reads 1 and %d", v, FormatVersion)
 	}
-	for _, name := range [][]byte{bucketRecords, bucketExpiry} {
+	for _, name := range [][]byte{bucketRecords, bucketExpiry, bucketIndex, bucketIndexExpiry} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
@@ -414,6 +426,8 @@ func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
 // lease restarts.
 func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult, ok bool) {
 	switch {
+	case r.gone:
+		return store.ClaimResult{State: store.Gone}, true
 	case !r.running:
 		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: r.resp}, true
 	case r.token == p.Token:
@@ -588,6 +602,8 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 			RetentionEnd: msTime(r.expiryMs),
 		}
 		switch {
+		case r.gone:
+			out.State = store.Gone
 		case !r.running:
 			out.State, out.Response = store.Completed, r.resp
 		case over(r.leaseEndMs, nowMs):
@@ -672,24 +688,28 @@ func (s *Store) sweepLoop(ctx context.Context) {
 }
 
 // Sweep implements store.Sweeper: it removes every record past its expiry,
-// at most 1000 per write transaction so writers never wait long, and
+// and the resource index entries of expired records (not counted), at
+// most 1000 of each per write transaction so writers never wait long, and
 // returns how many it removed. The background sweep calls it. It stops
 // early with an error wrapping store.ErrUnavailable when ctx ends or a
 // transaction fails.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		removed, seen := 0, 0
+		removed, seen, seenIndex := 0, 0, 0
 		err := s.update(ctx, "sweep", func(tx *bbolt.Tx, nowMs int64) error {
 			var err error
-			removed, seen, err = sweepOnce(tx, nowMs)
+			if removed, seen, err = sweepOnce(tx, nowMs); err != nil {
+				return err
+			}
+			seenIndex, err = sweepIndexOnce(tx, nowMs)
 			return err
 		})
 		if err != nil {
 			return total, err
 		}
 		total += removed
-		if seen < sweepBatch {
+		if seen < sweepBatch && seenIndex < sweepBatch {
 			return total, nil
 		}
 	}
@@ -745,4 +765,176 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// IndexKey is the prefix of the index entries of res in the index bucket:
+// the SHA-256 of Owner, Scope and Path encoded like IdentityBytes (each an
+// 8-byte big-endian length then its bytes), 32 bytes. An entry's key is
+// IndexKey(res) followed by the 32-byte record key.
+func IndexKey(res store.Resource) []byte {
+	sum := sha256.Sum256(IdentityBytes(store.Identity{Owner: res.Owner, Scope: res.Scope, Key: res.Path}))
+	return sum[:]
+}
+
+// indexBuckets returns the index and index-expiry buckets.
+func indexBuckets(tx *bbolt.Tx) (index, indexExpiry *bbolt.Bucket, err error) {
+	index, indexExpiry = tx.Bucket(bucketIndex), tx.Bucket(bucketIndexExpiry)
+	if index == nil || indexExpiry == nil {
+		return nil, nil, errors.New("index buckets missing from the file")
+	}
+	return index, indexExpiry, nil
+}
+
+// indexEntryLen is the length of an index entry value: stored_at_ms and
+// expiry_ms, 8 bytes big-endian each.
+const indexEntryLen = 16
+
+// deleteIndexEntry removes the index entry k (value v) and its
+// index-expiry entry.
+func deleteIndexEntry(index, indexExpiry *bbolt.Bucket, k, v []byte) error {
+	if len(v) == indexEntryLen {
+		if exp := int64(binary.BigEndian.Uint64(v[8:])); exp != 0 {
+			if err := indexExpiry.Delete(expiryKey(exp, k)); err != nil {
+				return err
+			}
+		}
+	}
+	return index.Delete(k)
+}
+
+// Index implements store.Tombstoner in one write transaction: it records
+// the stored-at time (and expiry) of id's completed record under the index
+// of Resource{id.Owner, id.Scope, path}; an absent, running or gone record
+// is not indexed. Errors wrap store.ErrUnavailable.
+func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
+	return s.update(ctx, "index", func(tx *bbolt.Tx, nowMs int64) error {
+		records, _, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		index, indexExpiry, err := indexBuckets(tx)
+		if err != nil {
+			return err
+		}
+		rkey := RecordKey(id)
+		r, err := load(records, rkey, id, nowMs)
+		if err != nil || r == nil || r.running || r.gone || r.resp == nil {
+			return err
+		}
+		k := append(IndexKey(store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}), rkey...)
+		if old := index.Get(k); old != nil {
+			if err := deleteIndexEntry(index, indexExpiry, k, bytes.Clone(old)); err != nil {
+				return err
+			}
+		}
+		v := make([]byte, 0, indexEntryLen)
+		v = binary.BigEndian.AppendUint64(v, uint64(r.storedAtMs))
+		v = binary.BigEndian.AppendUint64(v, uint64(r.expiryMs))
+		if r.expiryMs != 0 {
+			if err := indexExpiry.Put(expiryKey(r.expiryMs, k), nil); err != nil {
+				return err
+			}
+		}
+		return index.Put(k, v)
+	})
+}
+
+// Tombstone implements store.Tombstoner in one write transaction: every
+// live completed record indexed at res whose stored-at time is the one
+// its entry saw becomes a tombstone (state gone, same identity and expiry,
+// no fingerprint, recipe or response); every entry of res is then spent
+// and removed. It returns how many records it turned. Errors wrap
+// store.ErrUnavailable.
+func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
+	n := 0
+	err := s.update(ctx, "tombstone", func(tx *bbolt.Tx, nowMs int64) error {
+		n = 0
+		records, expiry, err := buckets(tx)
+		if err != nil {
+			return err
+		}
+		index, indexExpiry, err := indexBuckets(tx)
+		if err != nil {
+			return err
+		}
+		prefix := IndexKey(res)
+		var keys, vals [][]byte
+		c := index.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
+		}
+		for i, k := range keys {
+			v := vals[i]
+			if err := deleteIndexEntry(index, indexExpiry, k, v); err != nil {
+				return err
+			}
+			if len(k) != 64 || len(v) != indexEntryLen {
+				return fmt.Errorf("%w: index entry of %d+%d bytes", errCorrupt, len(k), len(v))
+			}
+			rkey := k[32:]
+			raw := records.Get(rkey)
+			if raw == nil {
+				continue
+			}
+			r, err := decodeRecord(raw)
+			if err != nil {
+				return err
+			}
+			if r.id.Owner != res.Owner || r.id.Scope != res.Scope || !bytes.Equal(RecordKey(r.id), rkey) {
+				return fmt.Errorf("%w: index entry names another owner's record", errCorrupt)
+			}
+			if over(r.expiryMs, nowMs) || r.running || r.gone || r.storedAtMs != int64(binary.BigEndian.Uint64(v)) {
+				continue
+			}
+			w := &writer{records: records, expiry: expiry, key: rkey, id: r.id, oldExpiryMs: r.expiryMs}
+			if err := w.put(&record{
+				id:          r.id,
+				gone:        true,
+				createdMs:   r.createdMs,
+				expiryMs:    r.expiryMs,
+				retentionMs: r.retentionMs,
+			}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// sweepIndexOnce removes up to sweepBatch index entries past their
+// record's expiry and returns how many index-expiry entries it handled.
+func sweepIndexOnce(tx *bbolt.Tx, nowMs int64) (seen int, err error) {
+	index, indexExpiry, err := indexBuckets(tx)
+	if err != nil {
+		return 0, err
+	}
+	var due [][]byte
+	c := indexExpiry.Cursor()
+	for k, _ := c.First(); k != nil && len(due) < sweepBatch; k, _ = c.Next() {
+		if len(k) != 8+64 {
+			return 0, fmt.Errorf("%w: index expiry entry of %d bytes", errCorrupt, len(k))
+		}
+		if !over(int64(binary.BigEndian.Uint64(k)), nowMs) {
+			break
+		}
+		due = append(due, bytes.Clone(k))
+	}
+	for _, k := range due {
+		ik := k[8:]
+		// Only remove the index entry if this is still its expiry.
+		if v := index.Get(ik); len(v) == indexEntryLen && bytes.Equal(v[8:], k[:8]) {
+			if err := index.Delete(ik); err != nil {
+				return 0, err
+			}
+		}
+		if err := indexExpiry.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(due), nil
 }

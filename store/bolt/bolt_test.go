@@ -105,8 +105,6 @@ func dbPath(t testing.TB) string { return filepath.Join(t.TempDir(), "idemgate.d
 func TestContractInjectedClock(t *testing.T) {
 	// A start off the millisecond grid checks that the store truncates.
 	storetest.RunHarness(t, storetest.Harness{
-		// Not a store.Tombstoner yet (issue 13, tombstones: memory only so far).
-		NoTombstones: true,
 		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			s, err := bolt.New(dbPath(t), bolt.WithClock(clock.Now))
 			if err != nil {
@@ -120,8 +118,6 @@ func TestContractInjectedClock(t *testing.T) {
 
 func TestContractRealClock(t *testing.T) {
 	storetest.RunHarness(t, storetest.Harness{
-		// Not a store.Tombstoner yet (issue 13, tombstones: memory only so far).
-		NoTombstones: true,
 		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
 			s, err := bolt.New(dbPath(t))
 			if err != nil {

@@ -129,6 +129,9 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 			id: store.Identity{Owner: "\x00", Scope: "", Key: "k\xff"}, running: true, takeover: true,
 			fingerprint: "fp", recipe: "b=raw&q=1&v=hs1", token: "tok", createdMs: 1, leaseEndMs: 2, expiryMs: 3, retentionMs: 4,
 		},
+		"gone": {
+			id: store.Identity{Owner: "o", Scope: "s", Key: "k"}, gone: true, createdMs: 1, expiryMs: 3, retentionMs: 2,
+		},
 		"completed, nil header and body": {
 			id: store.Identity{Owner: "o"}, fingerprint: "fp", createdMs: 1, retentionMs: 0, storedAtMs: 5,
 			resp: &store.Response{Status: 599, Omitted: true, StoredAt: msTime(5)},
@@ -286,5 +289,73 @@ func TestReadsFormatVersion1(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSweepPrunesIndex checks that the sweep removes the index entries of
+// expired records (and their index-expiry entries), and that a gone record
+// is stored with state byte 3 and no response.
+func TestSweepPrunesIndex(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := New(filepath.Join(t.TempDir(), "idemgate.db"), WithSweepInterval(0), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	count := func(name []byte) int {
+		n := 0
+		if err := s.db.View(func(tx *bbolt.Tx) error { n = tx.Bucket(name).Stats().KeyN; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ids := []store.Identity{{Owner: "o", Scope: "s", Key: "short"}, {Owner: "o", Scope: "s", Key: "forever"}}
+	for i, id := range ids {
+		retention := time.Minute
+		if i == 1 {
+			retention = 0
+		}
+		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok" + id.Key, Lease: time.Second, Retention: retention}
+		if _, err := s.Claim(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Complete(ctx, id, p.Token, store.Response{Status: 201}); err != nil || !ok {
+			t.Fatalf("Complete = %v, %v", ok, err)
+		}
+		if err := s.Index(ctx, "/a", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Index(ctx, "/b", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(bucketIndex); got != 4 {
+		t.Fatalf("index entries = %d, want 4", got)
+	}
+	if got := count(bucketIndexExpiry); got != 2 {
+		t.Fatalf("index-expiry entries = %d, want 2 (retention 0 never expires)", got)
+	}
+	if n, err := s.Tombstone(ctx, store.Resource{Owner: "o", Scope: "s", Path: "/b"}); err != nil || n != 2 {
+		t.Fatalf("Tombstone = %d, %v, want 2", n, err)
+	}
+	if err := s.db.View(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get(RecordKey(ids[0]))
+		if v[1] != stateGone || v[2] != 0 || binary.BigEndian.Uint16(v[43:]) != 0 {
+			t.Fatalf("gone record fixed part = %x", v[:fixedLen])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, got2 := count(bucketIndex), count(bucketIndexExpiry); got != 2 || got2 != 1 {
+		t.Fatalf("after Tombstone: index entries %d, index-expiry entries %d, want 2 and 1", got, got2)
+	}
+	now = now.Add(time.Minute)
+	if n, err := s.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v, want 1", n, err)
+	}
+	if got, got2 := count(bucketIndex), count(bucketIndexExpiry); got != 1 || got2 != 0 {
+		t.Fatalf("after Sweep: index entries %d, index-expiry entries %d, want 1 and 0", got, got2)
 	}
 }

@@ -28,6 +28,12 @@ const formatV1 byte = 1
 const (
 	stateRunning   byte = 1
 	stateCompleted byte = 2
+	// stateGone is a tombstone (store.Tombstoner): the record keeps its
+	// identity, created, expiry and retention, and no fingerprint, recipe,
+	// token or response (status 0, no flags). A layout addition within
+	// version 2: a build from before tombstones reports such a record as
+	// corrupt and reads every other one.
+	stateGone byte = 3
 )
 
 // Flag bits of byte 2 of a record value.
@@ -86,6 +92,7 @@ func expiryKey(expiryMs int64, recordKey []byte) []byte {
 type record struct {
 	id          store.Identity
 	running     bool
+	gone        bool // a tombstone: neither running nor completed
 	takeover    bool
 	fingerprint string
 	recipe      string // "" for a version 1 record
@@ -113,7 +120,10 @@ func encodeRecord(r *record) ([]byte, error) {
 		flags |= flagTakeover
 	}
 	state := stateRunning
-	if !r.running {
+	switch {
+	case r.gone:
+		state = stateGone
+	case !r.running:
 		state = stateCompleted
 		if r.resp == nil {
 			return nil, errors.New("completed record without response")
@@ -186,7 +196,7 @@ func decodeRecord(b []byte) (*record, error) {
 	if b[0] == FormatVersion && flags&flagTrailerSet != 0 {
 		nfields = 9
 	}
-	if state != stateRunning && state != stateCompleted {
+	if state != stateRunning && state != stateCompleted && state != stateGone {
 		return nil, fmt.Errorf("%w: unknown state %d", errCorrupt, state)
 	}
 	times := make([]int64, 5)
@@ -213,6 +223,7 @@ func decodeRecord(b []byte) (*record, error) {
 	r := &record{
 		id:          store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])},
 		running:     state == stateRunning,
+		gone:        state == stateGone,
 		takeover:    flags&flagTakeover != 0,
 		fingerprint: string(fields[3]),
 		token:       string(fields[4]),
@@ -225,7 +236,7 @@ func decodeRecord(b []byte) (*record, error) {
 	if nfields >= 8 {
 		r.recipe = string(fields[7])
 	}
-	if r.running {
+	if r.running || r.gone {
 		return r, nil
 	}
 	resp := &store.Response{Status: status, Omitted: flags&flagOmitted != 0, StoredAt: msTime(r.storedAtMs)}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ import (
 const (
 	stateRunning   = 1
 	stateCompleted = 2
+	// stateGone is a tombstone (store.Tombstoner): empty fingerprint and
+	// recipe, no token and no response, identity and expiry kept.
+	stateGone = 3
 )
 
 // maxAttempts bounds how often one operation sends its statement.
@@ -34,10 +38,12 @@ const nowSQL = `date_trunc('milliseconds', COALESCE($%d::timestamptz, clock_time
 // statements holds the SQL of every operation for one table.
 type statements struct {
 	claim, complete, release, extend, del, get, sweep string
+	index, tombstone, sweepIndex                      string
 }
 
 func buildStatements(t string) statements {
 	now := func(n int) string { return fmt.Sprintf(nowSQL, n) }
+	ti := indexTableName(t)
 	// Conditions on the conflicting row r and the proposed row excluded
 	// (whose created is the statement's now).
 	const (
@@ -130,6 +136,33 @@ DELETE FROM ` + t + ` r USING n
 WHERE r.ctid = ANY (ARRAY(SELECT s.ctid FROM ` + t + ` s WHERE s.expiry <= (SELECT now FROM n)
                           LIMIT $2 FOR UPDATE OF s SKIP LOCKED))
   AND r.expiry <= n.now`,
+		// $1 index digest, $2 id, $3 now. Only a live completed row is
+		// indexed, with the completion (stored_at) it saw.
+		index: `WITH n AS MATERIALIZED (SELECT ` + now(3) + ` AS now)
+INSERT INTO ` + ti + ` AS i (digest, id, stored_at, expiry)
+SELECT $1, r.id, r.stored_at, r.expiry FROM ` + t + ` r, n
+WHERE r.id = $2 AND r.state = 2 AND (r.expiry IS NULL OR r.expiry > n.now)
+ON CONFLICT (digest, id) DO UPDATE SET stored_at = excluded.stored_at, expiry = excluded.expiry`,
+		// $1 index digest, $2 now, $3 channel. Every entry at the digest
+		// is spent and deleted; the rows still holding the completion an
+		// entry saw become tombstones.
+		tombstone: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now), u AS (
+  UPDATE ` + t + ` r SET state = 3, fingerprint = ''::bytea, recipe = ''::bytea, token = NULL, takeover = false,
+    lease_end = NULL, status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL
+  FROM ` + ti + ` i, n
+  WHERE i.digest = $1 AND r.id = i.id AND r.state = 2 AND r.stored_at = i.stored_at
+    AND (r.expiry IS NULL OR r.expiry > n.now)
+  RETURNING r.id
+), d AS (
+  DELETE FROM ` + ti + ` i WHERE i.digest = $1
+)
+SELECT u.id, pg_notify($3, encode(u.id, 'hex'))::text FROM u`,
+		// $1 now, $2 batch size.
+		sweepIndex: `WITH n AS MATERIALIZED (SELECT ` + now(1) + ` AS now)
+DELETE FROM ` + ti + ` i USING n
+WHERE i.ctid = ANY (ARRAY(SELECT s.ctid FROM ` + ti + ` s WHERE s.expiry <= (SELECT now FROM n)
+                          LIMIT $2 FOR UPDATE OF s SKIP LOCKED))
+  AND i.expiry <= n.now`,
 	}
 }
 
@@ -281,6 +314,8 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		return store.ClaimResult{}, errStale
 	}
 	switch *state {
+	case stateGone:
+		return store.ClaimResult{State: store.Gone}, nil
 	case stateCompleted:
 		resp, err := response(status, hdr, body, omitted, storedAt, trailers)
 		if err != nil {
@@ -430,6 +465,8 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 			r.RetentionEnd = *expiry
 		}
 		switch state {
+		case stateGone:
+			r.State = store.Gone
 		case stateCompleted:
 			r.State = store.Completed
 			if r.Response, err = response(status, hdr, body, omitted, storedAt, trailers); err != nil {
@@ -462,4 +499,54 @@ func trailerBytes(h http.Header) []byte {
 		return nil
 	}
 	return valkey.EncodeHeader(h)
+}
+
+// IndexDigest is the index digest column of the entries of res in the
+// resource index table: the SHA-256 of Owner, Scope and Path in the
+// identity encoding of the Valkey store (Path in the key's place).
+func IndexDigest(res store.Resource) []byte {
+	sum := sha256.Sum256(valkey.IdentityBytes(store.Identity{Owner: res.Owner, Scope: res.Scope, Key: res.Path}))
+	return sum[:]
+}
+
+// Index implements store.Tombstoner with one INSERT ... ON CONFLICT into
+// the resource index table, which indexes id's row only while it is a live
+// completed record. Errors wrap store.ErrUnavailable.
+func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
+	digest := IndexDigest(store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path})
+	return s.run(ctx, "index", retryAny, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.sql.index, digest, ID(id), s.now())
+		return err
+	})
+}
+
+// Tombstone implements store.Tombstoner with one UPDATE ... FROM the
+// resource index table that also deletes the resource's entries and calls
+// pg_notify for each row it turned. Errors wrap store.ErrUnavailable.
+func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
+	var ids [][]byte
+	err := s.run(ctx, "tombstone", retryAny, func(ctx context.Context) error {
+		ids = ids[:0]
+		rows, err := s.pool.Query(ctx, s.sql.tombstone, IndexDigest(res), s.now(), s.channel)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id []byte
+			var ignored string
+			if err := rows.Scan(&id, &ignored); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		s.watchers.Wake(idKey(id))
+	}
+	return len(ids), nil
 }

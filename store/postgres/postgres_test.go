@@ -54,8 +54,6 @@ func open(t *testing.T, opts Options) *Store {
 func TestContract(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.RunHarness(t, storetest.Harness{
-		// Not a store.Tombstoner yet (issue 13, tombstones: memory only so far).
-		NoTombstones: true,
 		NewStore: func(t *testing.T, clock *storetest.Clock) store.Store {
 			return open(t, Options{DSN: srv.DSN(), Table: freshTable(), Clock: clock.Now})
 		},
@@ -217,7 +215,7 @@ func TestRoleWithoutDDL(t *testing.T) {
 	srv.Exec(`CREATE ROLE app_rw LOGIN PASSWORD 'pw'`)
 	srv.ExecIn(db, `REVOKE ALL ON SCHEMA public FROM PUBLIC`)
 	srv.ExecIn(db, `GRANT USAGE ON SCHEMA app TO app_rw`)
-	srv.ExecIn(db, `GRANT SELECT, INSERT, UPDATE, DELETE ON app.idem_records TO app_rw`)
+	srv.ExecIn(db, `GRANT SELECT, INSERT, UPDATE, DELETE ON app.idem_records, app.idem_records_index TO app_rw`)
 	dsn := srv.UserDSN("app_rw", "pw", db)
 
 	clock := storetest.NewClock(time.Now())
@@ -232,6 +230,15 @@ func TestRoleWithoutDDL(t *testing.T) {
 	}
 	if ok, err := s.Complete(ctx, id, "t", store.Response{Status: 200}); !ok || err != nil {
 		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	if err := s.Index(ctx, "/r", id); err != nil {
+		t.Fatalf("Index = %v", err)
+	}
+	if err := s.Index(ctx, "/gone", id); err != nil {
+		t.Fatalf("Index = %v", err)
+	}
+	if n, err := s.Tombstone(ctx, store.Resource{Owner: "o", Scope: "default", Path: "/gone"}); n != 1 || err != nil {
+		t.Fatalf("Tombstone = %d, %v", n, err)
 	}
 	clock.Advance(2 * time.Second)
 	if n, err := s.Sweep(ctx); n != 1 || err != nil {
@@ -350,6 +357,8 @@ func TestStatementsInProtocolDoc(t *testing.T) {
 		"claim": st.claim, "complete": st.complete, "release": st.release, "extend": st.extend,
 		"delete": st.del, "get": st.get, "sweep": st.sweep,
 		"table": ddl[0] + ";", "index": ddl[1] + ";", "trailers column": ddl[2] + ";",
+		"state check": ddl[3] + ";", "index table": ddl[4] + ";", "index table expiry index": ddl[5] + ";",
+		"resource index": st.index, "tombstone": st.tombstone, "index sweep": st.sweepIndex,
 	}
 	for name, sql := range want {
 		if !strings.Contains(string(doc), "\n"+sql+"\n") {
@@ -446,5 +455,83 @@ VALUES ($1, 'o', 'default', 'old', 2, 'fp', '', now(), NULL, 0, 201, ''::bytea, 
 	r, err := s.Get(ctx, id)
 	if err != nil || r == nil || r.Response == nil || !reflect.DeepEqual(r.Response.Trailer, want) {
 		t.Fatalf("Get = %+v, %v; want trailers %v", r, err, want)
+	}
+}
+
+// TestTableOfEarlierBuildGainsTombstones: a table created before
+// tombstones (state CHECK 1, 2; no index table) is refused by a store that
+// may not migrate, with a pointer to `idemgate migrate`, and migrated by
+// one that may: its CHECK then admits gone, the index table exists, a
+// record completed before then is tombstoned, and the sweep removes
+// expired index rows.
+func TestTableOfEarlierBuildGainsTombstones(t *testing.T) {
+	srv := pgtest.Start(t)
+	table := freshTable()
+	ddl, err := Schema(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Replace(ddl[0], "CHECK (state IN (1, 2, 3))", "CHECK (state IN (1, 2))", 1)
+	if old == ddl[0] {
+		t.Fatal("table DDL has no state CHECK (1, 2, 3)")
+	}
+	for _, stmt := range []string{old, ddl[1], ddl[2]} { // the DDL of the build before tombstones
+		srv.Exec(stmt)
+	}
+	q, _ := QuoteTable(table)
+	id := store.Identity{Owner: "o", Scope: "default", Key: "old"}
+	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms, status, headers, body, omitted, stored_at)
+VALUES ($1, 'o', 'default', 'old', 2, 'fp', '', now(), now() + interval '1 hour', 3600000, 201, ''::bytea, 'done', false, now())`, ID(id))
+	if _, err := New(testCtx(t), Options{DSN: srv.DSN(), Table: table, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
+		t.Fatalf("New with NoCreate on a table before tombstones = %v; want an error naming idemgate migrate", err)
+	}
+	if err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if n, err := srv.QueryInt("postgres", `SELECT count(*) FROM pg_constraint WHERE conrelid = '`+q+`'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%state%'`); err != nil || n != 1 {
+		t.Fatalf("state CHECK constraints after Migrate = %d, %v; want 1", n, err)
+	}
+	clock := storetest.NewClock(time.Now())
+	s := open(t, Options{DSN: srv.DSN(), Table: table, Clock: clock.Now, SweepInterval: -1})
+	ctx := testCtx(t)
+	if err := s.Index(ctx, "/v1/orders/1", id); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Tombstone(ctx, store.Resource{Owner: "o", Scope: "default", Path: "/v1/orders/1"}); n != 1 || err != nil {
+		t.Fatalf("Tombstone of the earlier record = %d, %v", n, err)
+	}
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: time.Hour}); err != nil || res.State != store.Gone {
+		t.Fatalf("Claim of the tombstone = %+v, %v", res, err)
+	}
+	// An index row whose record expires is swept with it.
+	id2 := store.Identity{Owner: "o", Scope: "default", Key: "new"}
+	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id2, Fingerprint: "fp", Token: "t", Lease: time.Second, Retention: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Complete(ctx, id2, "t", store.Response{Status: 201}); !ok || err != nil {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	if err := s.Index(ctx, "/v1/orders/2", id2); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int64 {
+		n, err := srv.QueryInt("postgres", `SELECT count(*) FROM `+indexTableName(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("index rows = %d, want 1", n)
+	}
+	clock.Advance(2 * time.Second)
+	if _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("index rows after the sweep = %d, want 0", n)
 	}
 }

@@ -64,6 +64,23 @@ func indexName(table string) string {
 	return parts[len(parts)-1] + "_expiry"
 }
 
+// indexTableName is the quoted name of table's resource index table
+// (store.Tombstoner): the quoted table q with "_index" appended to its
+// last part, e.g. "idemgate_records_index".
+func indexTableName(q string) string { return q[:len(q)-1] + `_index"` }
+
+// indexExpiryName is the unqualified name of the expiry index of the
+// resource index table: the table's last part + "_iexp" (at most 61 bytes).
+func indexExpiryName(table string) string {
+	parts := strings.Split(table, ".")
+	return parts[len(parts)-1] + "_iexp"
+}
+
+// oldStateCheck is pg_get_constraintdef of the state column's CHECK in a
+// table created before tombstones (states 1 and 2 only); the migration
+// replaces it with one that admits 3 (gone).
+const oldStateCheck = `CHECK ((state = ANY (ARRAY[1, 2])))`
+
 // Channel returns the notification channel of table (as given in
 // Options.Table): table + "_events" (e.g. idemgate_records_events) when
 // that fits a 63-byte identifier, else "idemgate_events_" + the first 16
@@ -85,7 +102,11 @@ const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeo
 // form as in Options.Table): the table and its partial expiry index, both
 // IF NOT EXISTS, and the columns added since the table was first defined
 // (trailers, issue 13), ADD COLUMN IF NOT EXISTS, so a table created by an
-// earlier build gains them and its rows keep working (NULL: none).
+// earlier build gains them and its rows keep working (NULL: none). Then
+// what tombstones need (issue 13): a table created before them has its
+// state CHECK (1, 2) replaced by one admitting 3, gone (NOT VALID: no
+// scan, old rows are 1 or 2), and the resource index table table_index
+// with its partial expiry index, IF NOT EXISTS.
 func Schema(table string) ([]string, error) {
 	q, err := QuoteTable(table)
 	if err != nil {
@@ -97,7 +118,7 @@ func Schema(table string) ([]string, error) {
   owner        bytea       NOT NULL,
   scope        bytea       NOT NULL,
   key          bytea       NOT NULL,
-  state        smallint    NOT NULL CHECK (state IN (1, 2)),
+  state        smallint    NOT NULL CHECK (state IN (1, 2, 3)),
   fingerprint  bytea       NOT NULL,
   recipe       bytea       NOT NULL,
   token        bytea,
@@ -115,6 +136,25 @@ func Schema(table string) ([]string, error) {
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(table)}.Sanitize() + ` ON ` + q + ` (expiry) WHERE expiry IS NOT NULL`,
 		`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS trailers bytea`,
+		`DO $do$
+DECLARE c name;
+BEGIN
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = '` + q + `'::regclass
+    AND contype = 'c' AND pg_get_constraintdef(oid) = '` + oldStateCheck + `'
+  LOOP
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', '` + q + `', c);
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (state IN (1, 2, 3)) NOT VALID', '` + q + `', c);
+  END LOOP;
+END
+$do$`,
+		`CREATE TABLE IF NOT EXISTS ` + indexTableName(q) + ` (
+  digest    bytea       NOT NULL CHECK (octet_length(digest) = 32),
+  id        bytea       NOT NULL CHECK (octet_length(id) = 32),
+  stored_at timestamptz NOT NULL,
+  expiry    timestamptz,
+  PRIMARY KEY (digest, id)
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexExpiryName(table)}.Sanitize() + ` ON ` + indexTableName(q) + ` (expiry) WHERE expiry IS NOT NULL`,
 	}, nil
 }
 
@@ -178,19 +218,35 @@ func migrateErr(ctx context.Context, err error) error {
 	return unavailable("migrate", withCtx(ctx, err))
 }
 
+// errOldStateCheck says the table's state CHECK predates the gone state.
+var errOldStateCheck = errors.New("state CHECK of a layout before tombstones")
+
 // prepareSchema checks that the table has every column of the layout,
 // creating it first when it is missing and create is true. A role with
 // only SELECT, INSERT, UPDATE and DELETE on an existing table passes.
 func (s *Store) prepareSchema(ctx context.Context, table string, create bool) error {
 	check := func() error {
-		_, err := s.pool.Exec(ctx, `SELECT `+columns+` FROM `+s.table+` LIMIT 0`)
-		return err
+		if _, err := s.pool.Exec(ctx, `SELECT `+columns+` FROM `+s.table+` LIMIT 0`); err != nil {
+			return err
+		}
+		if _, err := s.pool.Exec(ctx, `SELECT digest, id, stored_at, expiry FROM `+indexTableName(s.table)+` LIMIT 0`); err != nil {
+			return err
+		}
+		var old bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c' AND pg_get_constraintdef(oid) = $2)`,
+			s.table, oldStateCheck).Scan(&old); err != nil {
+			return err
+		}
+		if old {
+			return errOldStateCheck
+		}
+		return nil
 	}
 	err := check()
 	var pgErr *pgconn.PgError
 	// undefined_table, or undefined_column: a table of an earlier build,
 	// which the migration extends (ADD COLUMN IF NOT EXISTS).
-	if err != nil && errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") && create {
+	if err != nil && (errors.Is(err, errOldStateCheck) || errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703")) && create {
 		ddl, serr := Schema(table)
 		if serr != nil {
 			return serr
@@ -206,14 +262,17 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, errOldStateCheck) {
+		return fmt.Errorf("postgres store: table %s was created before tombstones (its state CHECK admits no gone state); run `idemgate migrate --config FILE`: %w", s.table, err)
+	}
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "42P01":
-			return fmt.Errorf("postgres store: table %s does not exist; run `idemgate migrate --config FILE` with a role that may create it: %w", s.table, err)
+			return fmt.Errorf("postgres store: table %s or its resource index table %s does not exist; run `idemgate migrate --config FILE` with a role that may create it: %w", s.table, indexTableName(s.table), err)
 		case pgErr.Code == "42703":
 			return fmt.Errorf("postgres store: table %s lacks a column of layout %d (docs/protocol.md, \"Store records (Postgres)\"); run `idemgate migrate --config FILE`: %w", s.table, LayoutVersion, err)
 		case pgErr.Code == "42501":
-			return fmt.Errorf("postgres store: the role may not read table %s (grant SELECT, INSERT, UPDATE, DELETE): %w", s.table, err)
+			return fmt.Errorf("postgres store: the role may not read table %s or %s (grant SELECT, INSERT, UPDATE, DELETE on both): %w", s.table, indexTableName(s.table), err)
 		}
 	}
 	return unavailable("schema check", withCtx(ctx, err))

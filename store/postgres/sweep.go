@@ -30,7 +30,7 @@ func (s *Store) sweepLoop(ctx context.Context) {
 }
 
 // Sweep implements store.Sweeper: it deletes rows whose expiry has passed (expiry <= now on the database
-// clock) in statements of at most Options.SweepBatch rows each, skipping
+// clock), then the expired rows of the resource index table (not counted), in statements of at most Options.SweepBatch rows each, skipping
 // rows locked by a concurrent operation, until a statement deletes fewer
 // than a batch or 100 statements ran. It returns how many rows it deleted.
 // Expired rows are absent to every operation whether swept or not; the
@@ -54,5 +54,28 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	return total, nil
+	return total, s.sweepIndex(ctx)
+}
+
+// sweepIndex deletes the resource index rows whose expiry has passed, in
+// statements of at most Options.SweepBatch rows like Sweep. Errors wrap
+// store.ErrUnavailable.
+func (s *Store) sweepIndex(ctx context.Context) error {
+	for range maxSweepBatches {
+		var n int
+		err := s.run(ctx, "sweep", retryUnsent, func(ctx context.Context) error {
+			sctx, cancel := context.WithTimeout(ctx, sweepStatementTimeout)
+			defer cancel()
+			tag, err := s.pool.Exec(sctx, s.sql.sweepIndex, s.now(), s.sweepBatch)
+			n = int(tag.RowsAffected())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if n < s.sweepBatch {
+			return nil
+		}
+	}
+	return nil
 }
