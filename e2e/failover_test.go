@@ -123,39 +123,9 @@ func TestFaultSentinelFailover(t *testing.T) {
 			})
 			t.Logf("promoted after %v", time.Since(failoverStart))
 
-			pending := append([]string(nil), keys...)
-			deadline := time.Now().Add(40 * time.Second)
-			for len(pending) > 0 {
-				var next []string
-				for _, k := range pending {
-					if a := postTimeout(5*time.Second, g.URL+"/v1/orders", "alice", k, "{}"); a.Status != 201 {
-						next = append(next, k)
-					}
-				}
-				pending = next
-				if len(pending) > 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d operations still unanswered 40s after the failover: %v", len(pending), pending)
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-			}
-			dups := 0
-			for _, k := range keys {
-				switch n := up.Calls("alice", k); {
-				case n > 1:
-					dups++
-				case n == 0:
-					t.Fatalf("operation %s answered 201 but never executed", k)
-				}
-			}
+			dups, _ := answerAfterFailover(t, g, up, keys, 40*time.Second)
 			t.Logf("acks %q: executed during the cut %d, executed twice %d of %d", tc.acks, executedDuringCut, dups, len(keys))
-			if tc.wantDups && dups == 0 {
-				t.Fatalf("acks off: no operation ran twice; the test no longer shows the failover window")
-			}
-			if !tc.wantDups && dups != 0 {
-				t.Fatalf("acks on: %d operations ran twice across the failover", dups)
-			}
+			checkFailoverDups(t, tc.wantDups, dups)
 		})
 	}
 }
@@ -345,42 +315,58 @@ func TestFaultClusterFailover(t *testing.T) {
 			})
 			t.Logf("old master 0 replicates the new one %v after the kill", time.Since(failoverStart))
 
-			pending := append([]string(nil), keys...)
-			deadline := time.Now().Add(30 * time.Second)
-			rounds := 0
-			for len(pending) > 0 {
-				rounds++
-				var next []string
-				for _, k := range pending {
-					if a := postTimeout(5*time.Second, g.URL+"/v1/orders", "alice", k, "{}"); a.Status != 201 {
-						next = append(next, k)
-					}
-				}
-				pending = next
-				if len(pending) > 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d operations still unanswered 30s after the failover: %v", len(pending), pending)
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-			}
-			dups := 0
-			for _, k := range keys {
-				switch n := up.Calls("alice", k); {
-				case n > 1:
-					dups++
-				case n == 0:
-					t.Fatalf("operation %s answered 201 but never executed", k)
-				}
-			}
+			dups, rounds := answerAfterFailover(t, g, up, keys, 30*time.Second)
 			t.Logf("acks %q: %d operations, executed during the cut %d, executed twice %d, all answered 201 after %d retry rounds, %v after the kill (test %v)",
 				tc.acks, len(keys), executedDuringCut, dups, rounds, time.Since(failoverStart), time.Since(began))
-			if tc.wantDups && dups == 0 {
-				t.Fatalf("acks off: no operation ran twice; the test no longer shows the failover window")
-			}
-			if !tc.wantDups && dups != 0 {
-				t.Fatalf("acks on: %d operations ran twice across the failover", dups)
-			}
+			checkFailoverDups(t, tc.wantDups, dups)
 		})
+	}
+}
+
+// answerAfterFailover retries every operation of keys (owner alice) on g
+// until each is answered 201, failing the test after within, and returns
+// how many the upstream executed more than once and how many retry rounds
+// it took. An operation answered 201 that never executed fails the test.
+func answerAfterFailover(t *testing.T, g *Gate, up *Upstream, keys []string, within time.Duration) (dups, rounds int) {
+	t.Helper()
+	pending := append([]string(nil), keys...)
+	deadline := time.Now().Add(within)
+	for len(pending) > 0 {
+		rounds++
+		var next []string
+		for _, k := range pending {
+			if a := postTimeout(5*time.Second, g.URL+"/v1/orders", "alice", k, "{}"); a.Status != 201 {
+				next = append(next, k)
+			}
+		}
+		pending = next
+		if len(pending) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d operations still unanswered %v after the failover: %v", len(pending), within, pending)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for _, k := range keys {
+		switch n := up.Calls("alice", k); {
+		case n > 1:
+			dups++
+		case n == 0:
+			t.Fatalf("operation %s answered 201 but never executed", k)
+		}
+	}
+	return dups, rounds
+}
+
+// checkFailoverDups fails the test when acks on let an operation run twice,
+// or when acks off did not: then the test no longer shows the window acks
+// close.
+func checkFailoverDups(t *testing.T, wantDups bool, dups int) {
+	t.Helper()
+	if wantDups && dups == 0 {
+		t.Fatalf("acks off: no operation ran twice; the test no longer shows the failover window")
+	}
+	if !wantDups && dups != 0 {
+		t.Fatalf("acks on: %d operations ran twice across the failover", dups)
 	}
 }
