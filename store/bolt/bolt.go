@@ -772,7 +772,7 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 // 8-byte big-endian length then its bytes), 32 bytes. An entry's key is
 // IndexKey(res) followed by the 32-byte record key.
 func IndexKey(res store.Resource) []byte {
-	sum := sha256.Sum256(IdentityBytes(store.Identity{Owner: res.Owner, Scope: res.Scope, Key: res.Path}))
+	sum := sha256.Sum256(res.Bytes())
 	return sum[:]
 }
 

@@ -56,19 +56,9 @@ const fixedLen = 1 + 1 + 1 + 5*8 + 2
 // it without decoding the rest.
 const expiryOffset = 3 + 2*8
 
-// IdentityBytes is the unambiguous encoding of id hashed into the record
-// key: for Owner, Scope and Key in that order, the field's length in bytes
-// as an 8-byte big-endian unsigned integer followed by the field's bytes.
-// It is the same encoding as store/valkey's IdentityBytes (kept separate so
-// this package does not pull in the Valkey client).
-func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
-	for _, f := range []string{id.Owner, id.Scope, id.Key} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
+// IdentityBytes is the encoding of id hashed into the record key: id.Bytes(),
+// the one every store shares (store.Identity.Bytes).
+func IdentityBytes(id store.Identity) []byte { return id.Bytes() }
 
 // RecordKey returns the key of id's record in the records bucket: the
 // 32-byte SHA-256 of IdentityBytes(id).

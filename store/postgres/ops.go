@@ -505,7 +505,7 @@ func trailerBytes(h http.Header) []byte {
 // resource index table: the SHA-256 of Owner, Scope and Path in the
 // identity encoding of the Valkey store (Path in the key's place).
 func IndexDigest(res store.Resource) []byte {
-	sum := sha256.Sum256(valkey.IdentityBytes(store.Identity{Owner: res.Owner, Scope: res.Scope, Key: res.Path}))
+	sum := sha256.Sum256(res.Bytes())
 	return sum[:]
 }
 

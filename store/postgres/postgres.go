@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -220,9 +219,9 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 }
 
 // ID returns the primary key of id's row: the SHA-256 of the identity
-// encoding of the Valkey store (valkey.IdentityBytes), 32 raw bytes.
+// encoding every store shares (store.Identity.Bytes), 32 raw bytes.
 func ID(id store.Identity) []byte {
-	sum := sha256.Sum256(valkey.IdentityBytes(id))
+	sum := sha256.Sum256(id.Bytes())
 	return sum[:]
 }
 

@@ -23,17 +23,9 @@ func Key(prefix string, id store.Identity) string {
 	return prefix + "{" + hex.EncodeToString(sum[:]) + "}"
 }
 
-// IdentityBytes is the unambiguous encoding of id that Key hashes: for
-// Owner, Scope and Key in that order, the field's length in bytes as an
-// 8-byte big-endian unsigned integer followed by the field's bytes.
-func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
-	for _, f := range []string{id.Owner, id.Scope, id.Key} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
+// IdentityBytes is the encoding of id that Key hashes: id.Bytes(), the
+// one every store shares (store.Identity.Bytes).
+func IdentityBytes(id store.Identity) []byte { return id.Bytes() }
 
 // Key returns the record key of id in this store (see the package func Key).
 func (s *Store) Key(id store.Identity) string { return Key(s.prefix, id) }

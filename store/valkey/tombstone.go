@@ -3,7 +3,6 @@ package valkey
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,18 +22,9 @@ func IndexKey(prefix string, res store.Resource) string {
 	return prefix + "index:{" + hex.EncodeToString(sum[:]) + "}"
 }
 
-// ResourceBytes is the encoding of res that IndexKey hashes: for Owner,
-// Scope and Path in that order, the field's length in bytes as an 8-byte
-// big-endian unsigned integer followed by the field's bytes (as
-// IdentityBytes).
-func ResourceBytes(res store.Resource) []byte {
-	b := make([]byte, 0, 24+len(res.Owner)+len(res.Scope)+len(res.Path))
-	for _, f := range []string{res.Owner, res.Scope, res.Path} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
+// ResourceBytes is the encoding of res that IndexKey hashes: res.Bytes(),
+// the identity encoding with Path in the key's place (store.Resource.Bytes).
+func ResourceBytes(res store.Resource) []byte { return res.Bytes() }
 
 // tag returns the hash tag of id's record key: the hex digest between its
 // braces.
