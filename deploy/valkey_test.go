@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,13 +32,26 @@ func needValkey(t *testing.T) (server, cli string) {
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		// The kernel may hand a just-closed port out again; two listeners
+		// of one test given the same port made a config whose admin and
+		// proxy addresses collided.
+		if _, taken := issuedPorts.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("free port: every port the kernel offered was already handed out")
+	return 0
 }
+
+// issuedPorts are the ports freePort returned in this test process.
+var issuedPorts sync.Map
 
 // waitListening polls addr until it accepts a connection or the deadline
 // passes; it returns the last dial error.
