@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/store"
@@ -53,6 +54,9 @@ type seen struct {
 	mu   sync.Mutex
 	keys map[string]struct{}
 	max  int
+	// flushes counts the nil invalidations: connections closed with their
+	// cache, and FLUSHALLs.
+	flushes atomic.Int64
 }
 
 func newSeen(max int) *seen {
@@ -105,6 +109,7 @@ func (s *seen) len() int {
 func (s *seen) onInvalidations(msgs []valkey.ValkeyMessage) {
 	if msgs == nil {
 		s.clear()
+		s.flushes.Add(1)
 		return
 	}
 	for _, m := range msgs {

@@ -13,6 +13,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -308,4 +309,19 @@ func TestCacheBounded(t *testing.T) {
 		t.Fatalf("no hit going back over %d records with a %d-byte cache", w, cacheBytes)
 	}
 	t.Logf("%d of %d records held by a %d KiB cache", hits, w, cacheBytes>>10)
+}
+
+// TestContractStandaloneCached: client tracking on every connection
+// changes nothing the store contract says.
+func TestContractStandaloneCached(t *testing.T) {
+	srv := valkeytest.Start(t)
+	addrs := []string{srv.Addr()}
+	storetest.RunHarness(t, storetest.Harness{
+		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix(), CacheBytes: 1 << 20})
+		},
+		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix(), CacheBytes: 1 << 20})
+		},
+	})
 }
