@@ -325,3 +325,76 @@ func TestContractStandaloneCached(t *testing.T) {
 		},
 	})
 }
+
+// purgeReachesPeer completes n records through s1, has s1 and s2 cache
+// them, purges them through s1 and checks that s2 stops replaying each
+// within 100 ms of its purge's return.
+func purgeReachesPeer(t *testing.T, s1, s2 *valkey.Store, n int) {
+	t.Helper()
+	ids := make([]store.Identity, n)
+	for i := range n {
+		ids[i], _ = completeOne(t, s1, "purge-"+strconv.Itoa(i), time.Hour)
+		if _, err := s2.Get(t.Context(), ids[i]); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*valkey.Store{s1, s2} {
+			cached(t, s, ids[i])
+			if rec, res := cached(t, s, ids[i]); rec == nil || res != store.CacheHit {
+				t.Fatalf("record %d before the purge: %+v %v, want a hit", i, rec, res)
+			}
+		}
+	}
+	for i, id := range ids {
+		if ok, err := s1.Delete(t.Context(), id); err != nil || !ok {
+			t.Fatalf("Delete %d: %v %v", i, ok, err)
+		}
+		deadline := time.Now().Add(100 * time.Millisecond)
+		for {
+			rec, _ := cached(t, s2, id)
+			if rec == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("record %d still replayed from the peer's cache 100 ms after its purge", i)
+			}
+		}
+	}
+}
+
+// TestCacheCluster: in Cluster each node tracks the keys of its slots and
+// invalidates them; records spread over every node behave as on one.
+func TestCacheCluster(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	prefix := randomPrefix()
+	s1 := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix, CacheBytes: 1 << 20})
+	s2 := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix, CacheBytes: 1 << 20})
+	purgeReachesPeer(t, s1, s2, 12)
+}
+
+// TestCacheSentinel: through Sentinel the cache reads the primary the
+// sentinels name, and a purge reaches the peer's cache.
+func TestCacheSentinel(t *testing.T) {
+	srv := valkeytest.Start(t)
+	sen := valkeytest.StartSentinel(t, srv, "idemgate-test")
+	prefix := randomPrefix()
+	opts := valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: prefix, CacheBytes: 1 << 20}
+	purgeReachesPeer(t, newStore(t, opts), newStore(t, opts), 3)
+}
+
+// TestCacheWithAcks: acknowledged writes and the cache together: claims
+// and completions still wait for the replica, replays come from the cache,
+// and a purge still invalidates it.
+func TestCacheWithAcks(t *testing.T) {
+	primary := valkeytest.Start(t)
+	valkeytest.StartReplica(t, primary.Addr())
+	var acks ackLog
+	prefix := randomPrefix()
+	opts := valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: prefix,
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on, CacheBytes: 1 << 20}
+	s1 := newStore(t, opts)
+	pingEventually(t, s1, 10*time.Second)
+	purgeReachesPeer(t, s1, newStore(t, opts), 3)
+	if got := acks.String(); !strings.Contains(got, "claim:true") || !strings.Contains(got, "complete:true") || strings.Contains(got, ":false") {
+		t.Fatalf("acknowledgements %s, want every claim and completion acknowledged", got)
+	}
+}
