@@ -56,11 +56,12 @@ type cacheRig struct {
 	up            *upstream
 	cached, plain *httptest.Server
 	raw           vk.Client
+	srv           *valkeytest.Server
 	reg           *prometheus.Registry
 	last          map[string]int64
 }
 
-func newCacheRig(t *testing.T) *cacheRig {
+func newCacheRig(t *testing.T, storeTimeout time.Duration) *cacheRig {
 	srv := valkeytest.Start(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -90,7 +91,7 @@ func newCacheRig(t *testing.T) *cacheRig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = lz.Close() })
-		p, err := proxy.New(proxy.Options{Upstream: target, Store: metrics.InstrumentStore(lz, mt), Timeout: 5 * time.Second,
+		p, err := proxy.New(proxy.Options{Upstream: target, Store: metrics.InstrumentStore(lz, mt), Timeout: 5 * time.Second, StoreTimeout: storeTimeout,
 			Metrics: mt, Policy: func() *policy.Policy { return pol }})
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +105,7 @@ func newCacheRig(t *testing.T) *cacheRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(raw.Close)
-	r := &cacheRig{t: t, up: up, cached: gate(1<<20, m), plain: gate(0, nil), raw: raw, reg: reg}
+	r := &cacheRig{t: t, up: up, cached: gate(1<<20, m), plain: gate(0, nil), raw: raw, srv: srv, reg: reg}
 	// Loads the scripts, which a first EVALSHA would otherwise EVAL.
 	for _, g := range []*httptest.Server{r.cached, r.plain} {
 		r.post(g, "warm", "warm-"+g.URL, "{}")
@@ -160,7 +161,7 @@ func (r *cacheRig) post(g *httptest.Server, user, key, body string) result {
 // a reused key with another body is refused from the cache as from a
 // claim, and another owner's same key is its own record.
 func TestReplayCacheThroughProxy(t *testing.T) {
-	r := newCacheRig(t)
+	r := newCacheRig(t, 0)
 	first := r.post(r.cached, "alice", "k1", `{"n":1}`)
 	if first.status != http.StatusCreated || r.up.count("/v1/orders") != 3 {
 		t.Fatalf("fresh request: %d, %d upstream calls", first.status, r.up.count("/v1/orders"))
@@ -205,6 +206,39 @@ func TestReplayCacheThroughProxy(t *testing.T) {
 	}
 	if got := cacheLookups(t, r.reg, "miss"); got != 1 {
 		t.Fatalf("idemgate_replay_cache_total{result=miss} = %v, want 1", got)
+	}
+}
+
+// TestReplayCacheNotWhileStoreFails: once a store operation has failed
+// (here a claim against a frozen server, whose connections stay open with
+// their cache), a cached record is not replayed: every keyed request
+// fails closed until the store answers a claim again.
+func TestReplayCacheNotWhileStoreFails(t *testing.T) {
+	r := newCacheRig(t, 300*time.Millisecond)
+	r.post(r.cached, "alice", "k1", `{}`)
+	r.post(r.cached, "alice", "k1", `{}`)
+	if got := r.post(r.cached, "alice", "k1", `{}`); got.header.Get(proxy.ReplayedHeader) != "true" || cacheLookups(t, r.reg, "hit") != 1 {
+		t.Fatalf("replay before the outage: %d %v, %v hits", got.status, got.header, cacheLookups(t, r.reg, "hit"))
+	}
+	r.srv.Pause()
+	if got := r.post(r.cached, "alice", "during", `{}`); got.status != http.StatusServiceUnavailable {
+		t.Fatalf("fresh request with the store frozen: %d %s, want 503", got.status, got.body)
+	}
+	if got := r.post(r.cached, "alice", "k1", `{}`); got.status != http.StatusServiceUnavailable {
+		t.Fatalf("replay after a store failure: %d %s, want 503 (fail closed, not from the cache)", got.status, got.body)
+	}
+	r.srv.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.post(r.cached, "alice", "after", `{}`).status != http.StatusCreated {
+		if time.Now().After(deadline) {
+			t.Fatal("the store never answered again")
+		}
+	}
+	if got := r.post(r.cached, "alice", "k1", `{}`); got.status != http.StatusCreated || got.header.Get(proxy.ReplayedHeader) != "true" {
+		t.Fatalf("replay after the outage: %d %v", got.status, got.header)
+	}
+	if n := r.up.count("/v1/orders"); n != 4 {
+		t.Fatalf("%d upstream calls, want 4 (2 warm-ups, k1, after)", n)
 	}
 }
 

@@ -80,7 +80,16 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 // it as the Completed answer of a claim. It reports false when the cache
 // has no completed record for it, and when the cache read fails: the claim
 // that follows then decides, and fails closed if the store is gone.
+//
+// It is not asked while the store has failed since its last answered claim
+// (noteStoreError, NoteStoreFailure): a stalled server leaves a connection
+// open, and its cache with it, until the client's ping times out, and a
+// purge or tombstone made meanwhile could not reach it. Every keyed
+// request then fails closed as without a cache, until a claim succeeds.
 func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) (store.ClaimResult, bool) {
+	if p.pending.failing.Load() != 0 {
+		return store.ClaimResult{}, false
+	}
 	ctx, cancel := p.storeCtx(r.Context())
 	rec, _, err := store.CachedReplayOf(ctx, p.store, ex.id)
 	cancel()
