@@ -116,7 +116,16 @@ type ValkeyConfig struct {
 	// Acks is `store.valkey.acks`: replica acknowledgements of every
 	// claim, lease extension and completion (docs/durability.md).
 	Acks AcksConfig
+	// CacheBytes is `store.valkey.cache_bytes`: the bound, in bytes, of
+	// the replay cache that answers retries of records this instance has
+	// seen completed with no round trip (issue 17; valkey.Options
+	// CacheBytes says how it is split); default DefaultCacheBytes, 0 off.
+	CacheBytes int64
 }
+
+// DefaultCacheBytes is store.valkey.cache_bytes when unset: 32 MiB, a
+// few tens of thousands of typical completed records.
+const DefaultCacheBytes = 32 << 20
 
 // MaxAckTimeout bounds store.valkey.acks.timeout: the acknowledgement and
 // the script's round trip must fit in one store operation's 2 s
@@ -282,7 +291,7 @@ func Default() *Config {
 		Store: StoreConfig{
 			Driver:   DriverMemory,
 			V1Lookup: true,
-			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}},
+			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}, CacheBytes: DefaultCacheBytes},
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
@@ -347,6 +356,9 @@ func (c *Config) Validate() error {
 		}
 		if acks.On() && (acks.Timeout < time.Millisecond || acks.Timeout > MaxAckTimeout) {
 			bad("store.valkey.acks.timeout", "%v must be between 1ms and %v (the store operation timeout is 2s)", acks.Timeout, MaxAckTimeout)
+		}
+		if c.Store.Valkey.CacheBytes < 0 {
+			bad("store.valkey.cache_bytes", "%d must be >= 0 (0 turns the replay cache off)", c.Store.Valkey.CacheBytes)
 		}
 	case DriverBolt:
 		if c.Store.Bolt.Path == "" {

@@ -343,6 +343,8 @@ func TestValidationErrors(t *testing.T) {
 		{"acks timeout long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {aof_local: true, timeout: 2s}}}\n", "store.valkey.acks.timeout", "between 1ms and 1.5s"},
 		{"acks timeout syntax", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replicas: 1, timeout: 500}}}\n", "store.valkey.acks.timeout", "not a duration"},
 		{"acks unknown", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replica: 1}}}\n", "store.valkey.acks.replica", "unknown key"},
+		{"cache bytes negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: -1}}\n", "store.valkey.cache_bytes", "not a byte size"},
+		{"cache bytes unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: 32MiBs}}\n", "store.valkey.cache_bytes", "unknown unit"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
@@ -657,4 +659,23 @@ func TestValkeyAcks(t *testing.T) {
 	}
 	// Off, the timeout is not checked.
 	mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {timeout: 0s}}}\n")
+}
+
+func TestValkeyCacheBytes(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.CacheBytes != 32<<20 {
+		t.Fatalf("default cache_bytes = %d, want 32 MiB", c.Store.Valkey.CacheBytes)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: 0}}\n")
+	if c.Store.Valkey.CacheBytes != 0 {
+		t.Fatalf("cache_bytes 0 = %d, want off", c.Store.Valkey.CacheBytes)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_CACHE_BYTES=8MiB")
+	if c.Store.Valkey.CacheBytes != 8<<20 {
+		t.Fatalf("cache_bytes from the environment = %d, want 8 MiB", c.Store.Valkey.CacheBytes)
+	}
+	c.Store.Valkey.CacheBytes = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "store.valkey.cache_bytes") {
+		t.Fatalf("Validate with cache_bytes -1: %v", err)
+	}
 }

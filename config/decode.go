@@ -131,6 +131,7 @@ type rawConfig struct {
 				AOFLocal *bool   `mapstructure:"aof_local"`
 				Timeout  *string `mapstructure:"timeout"`
 			} `mapstructure:"acks"`
+			CacheBytes *string `mapstructure:"cache_bytes"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`

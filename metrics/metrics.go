@@ -55,6 +55,7 @@ type Metrics struct {
 	ackDuration       *prometheus.HistogramVec
 	notAcknowledged   *prometheus.CounterVec
 	storeUp           prometheus.Gauge
+	replayCache       *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with idemgate_build_info
@@ -110,14 +111,22 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_store_up",
 			Help: "1 while the store is connected and answers, 0 while it is not (yet).",
 		}),
+		replayCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_replay_cache_total",
+			Help: "Lookups of the replay cache (store.valkey.cache_bytes) for records this instance has seen completed, by result: hit (answered with no round trip) or miss (read from the store).",
+		}, []string{"result"}),
 	}
+	// Both series exist from the start, so a rate over them is defined
+	// before the first lookup.
+	m.replayCache.WithLabelValues(store.CacheHit.String())
+	m.replayCache.WithLabelValues(store.CacheMiss.String())
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemgate_build_info",
 		Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, info} {
+		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -297,4 +306,16 @@ func (i *instrumented) Tombstone(ctx context.Context, res store.Resource) (int, 
 	n, err := store.TombstoneOf(ctx, i.Store, res)
 	i.m.storeOp("tombstone", start, err)
 	return n, err
+}
+
+// CachedReplay implements store.ReplayCache for the store behind i: it
+// counts every lookup that was made into idemgate_replay_cache_total
+// (result hit or miss; a skipped one, for a key not seen completed, is not
+// a lookup). A store that is not one answers store.CacheSkipped.
+func (i *instrumented) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
+	rec, res, err := store.CachedReplayOf(ctx, i.Store, id)
+	if res != store.CacheSkipped {
+		i.m.replayCache.WithLabelValues(res.String()).Inc()
+	}
+	return rec, res, err
 }

@@ -380,3 +380,68 @@ func TombstoneOf(ctx context.Context, s Store, res Resource) (int, error) {
 	}
 	return ts.Tombstone(ctx, res)
 }
+
+// CacheResult says how ReplayCache.CachedReplay came by its answer.
+type CacheResult int
+
+const (
+	// CacheSkipped: nothing was looked up (no cache, or this instance has
+	// not seen the record completed), so no round trip was made; the
+	// caller claims as usual.
+	CacheSkipped CacheResult = iota
+	// CacheHit: answered from the in-process cache, with no round trip.
+	CacheHit
+	// CacheMiss: the cache held nothing for the record, so it was read
+	// from the server (one round trip) and is cached from now on.
+	CacheMiss
+)
+
+// String returns "skipped", "hit" or "miss", the metric label.
+func (r CacheResult) String() string {
+	switch r {
+	case CacheHit:
+		return "hit"
+	case CacheMiss:
+		return "miss"
+	}
+	return "skipped"
+}
+
+// ReplayCache is implemented by stores that keep completed records in an
+// in-process cache the backing server keeps coherent (the Valkey store
+// with store.valkey.cache_bytes > 0: server-assisted client-side caching,
+// issue 17). The proxy asks it before claiming, so a retry of a request
+// this instance has seen completed is replayed with no round trip. Check
+// for it with a type assertion, or call CachedReplayOf.
+//
+// The contract:
+//
+//  1. CachedReplay returns a record only when it is Completed, with its
+//     identity, fingerprint, recipe and response exactly as Get returns
+//     them (and as Claim's Completed answer carries them); it never
+//     returns a running, abandoned or gone record, and never claims.
+//  2. A record that changes, is deleted or ends (retention) stops being
+//     returned once the backing server has told this process (Valkey:
+//     an invalidation message), and at once when the connection that
+//     carried it is lost; a caller that gets nil claims as usual.
+//  3. It costs no round trip for an identity this instance has not seen
+//     completed (CacheSkipped), so a fresh key costs what Claim costs.
+//  4. Errors wrap ErrUnavailable; the caller then claims as usual, and
+//     that claim fails closed if the server is really gone.
+type ReplayCache interface {
+	// CachedReplay returns the completed record of id, or nil (the record
+	// is not known completed, or not completed any more), and how the
+	// answer was found. Errors wrap ErrUnavailable.
+	CachedReplay(ctx context.Context, id Identity) (*Record, CacheResult, error)
+}
+
+// CachedReplayOf calls s's CachedReplay when s is a ReplayCache and answers
+// (nil, CacheSkipped, nil) otherwise; store wrappers (metrics, tracing, a
+// store not connected yet) forward with it so they stay ReplayCaches.
+func CachedReplayOf(ctx context.Context, s Store, id Identity) (*Record, CacheResult, error) {
+	rc, ok := s.(ReplayCache)
+	if !ok {
+		return nil, CacheSkipped, nil
+	}
+	return rc.CachedReplay(ctx, id)
+}

@@ -148,3 +148,10 @@ func (t *traced) Tombstone(ctx context.Context, res store.Resource) (int, error)
 	end(span, store.Identity{Owner: res.Owner, Scope: res.Scope}, err)
 	return n, err
 }
+
+// CachedReplay implements store.ReplayCache for the store behind t,
+// untraced: a hit makes no store call, and a miss is one read whose
+// request span shows the replay.
+func (t *traced) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
+	return store.CachedReplayOf(ctx, t.Store, id)
+}

@@ -336,6 +336,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *met
 			OnDisruption:   onDisruption,
 			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
 			OnAck:          m.StoreAck,
+			CacheBytes:     v.CacheBytes,
 		})
 	case config.DriverPostgres:
 		return openPostgres(ctx, cfg.Store.Postgres, log, onDisruption)

@@ -177,3 +177,14 @@ func (l *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) 
 	}
 	return store.TombstoneOf(ctx, s, res)
 }
+
+// CachedReplay implements store.ReplayCache for the store behind l; before
+// it is connected there is nothing cached (store.CacheSkipped), and the
+// claim that follows fails closed.
+func (l *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
+	s, err := l.get()
+	if err != nil {
+		return nil, store.CacheSkipped, nil
+	}
+	return store.CachedReplayOf(ctx, s, id)
+}

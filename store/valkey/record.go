@@ -136,14 +136,22 @@ func parseClaim(codec *store.BodyCodec, res valkey.ValkeyResult) (store.ClaimRes
 }
 
 func parseRecord(codec *store.BodyCodec, v []string) (*store.Record, error) {
-	now, err := msTime(v[0])
+	now, err := strconv.ParseInt(v[0], 10, 64)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bad time %q: %w", v[0], err)
 	}
 	f := make(map[string]string, len(v)/2)
 	for i := 1; i+1 < len(v); i += 2 {
 		f[v[i]] = v[i+1]
 	}
+	return parseFields(codec, now, f)
+}
+
+// parseFields reads a record from its hash fields f; nowMs (server time,
+// unix ms) tells a running record from an abandoned one.
+func parseFields(codec *store.BodyCodec, nowMs int64, f map[string]string) (*store.Record, error) {
+	now := time.UnixMilli(nowMs)
+	var err error
 	if pn, ok := f["pn"]; ok && f["s"] == "completed" {
 		return parseCompactRecord(codec, f, pn)
 	}

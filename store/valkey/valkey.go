@@ -68,6 +68,15 @@ type Options struct {
 	// whether the acknowledgement came in time. It must not block. main
 	// wires it to metrics.Metrics.StoreAck.
 	OnAck func(op string, took time.Duration, acknowledged bool)
+	// CacheBytes bounds the replay cache (store.ReplayCache, issue 17), in
+	// bytes; 0 (the zero value) turns it off, negative is an error. It is
+	// split: seven eighths are valkey-go's client-side cache, divided
+	// among the connections to one server (CacheSizeEachConn), so the
+	// responses cached from one standalone or Sentinel primary stay
+	// within it (in Cluster, within it per node); one eighth bounds the
+	// set of record keys seen completed (about 128 bytes a key). The
+	// sizes are valkey-go's estimates of its entries, not heap measures.
+	CacheBytes int64
 }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
@@ -102,6 +111,10 @@ type Store struct {
 	// codec compresses stored bodies and decompresses them on replay.
 	codec *store.BodyCodec
 
+	// seen is nil when the replay cache is off (Options.CacheBytes 0).
+	seen     *seen
+	cacheTTL time.Duration
+
 	stopSub   context.CancelFunc
 	subDone   chan struct{}
 	closeOnce sync.Once
@@ -131,6 +144,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Acks.Replicas < 0 {
 		return nil, fmt.Errorf("valkey store: Options.Acks.Replicas %d must be >= 0", opts.Acks.Replicas)
 	}
+	if opts.CacheBytes < 0 {
+		return nil, fmt.Errorf("valkey store: Options.CacheBytes %d must be >= 0 (0 = no replay cache)", opts.CacheBytes)
+	}
 	if opts.Acks.On() && opts.Acks.Timeout < time.Millisecond {
 		return nil, fmt.Errorf("valkey store: Options.Acks.Timeout %v must be >= 1ms when acks are on", opts.Acks.Timeout)
 	}
@@ -151,6 +167,19 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
+	var sn *seen
+	if opts.CacheBytes > 0 {
+		eachConn, seenKeys := cacheSizes(opts.CacheBytes)
+		sn = newSeen(seenKeys)
+		co.DisableCache = false
+		co.CacheSizeEachConn = eachConn
+		// Only reads sent with DoCache are tracked (OPTIN, valkey-go's
+		// default), and this process's own writes invalidate its cache
+		// too (no NOLOOP): a purge through this instance ends its own
+		// cached replays.
+		co.ClientTrackingOptions = []string{"OPTIN"}
+		co.OnInvalidations = sn.onInvalidations
+	}
 	if opts.SentinelMaster != "" {
 		co.Sentinel = valkey.SentinelOption{
 			MasterSet: opts.SentinelMaster,
@@ -191,6 +220,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		tomb:    valkey.NewLuaScriptRetryable(tombstoneLua),
 		subDone: make(chan struct{}),
 		codec:   codec,
+
+		seen:     sn,
+		cacheTTL: DefaultCacheTTL,
 
 		acks:        opts.Acks,
 		onAck:       opts.OnAck,
@@ -289,15 +321,21 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 				return store.ClaimResult{}, err
 			}
 		}
+		if out.State == store.Completed {
+			s.sawCompleted(s.Key(p.Identity))
+		}
 		return out, nil
 	}
-	res, _, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
+	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
 	out, err := parseClaim(s.codec, res)
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
+	}
+	if out.State == store.Completed {
+		s.sawCompleted(key)
 	}
 	return out, nil
 }
@@ -327,13 +365,21 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	// Layout 3: the response travels as one string, its body compressed
 	// when that pays; complete.lua adds the rest of the record to it.
 	args := []string{token, string(compactResponse(s.codec, resp).encodeResponse()), s.channel}
+	var done bool
+	var err error
 	if s.acks.On() {
 		// "1": a repeat by the completing token re-confirms the record
 		// (store contract, rule 3), so a completion that was not
 		// acknowledged can be retried and its WAIT then means something.
-		return s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+	} else {
+		done, err = s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
 	}
-	return s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
+	if done && err == nil {
+		// Its retries may come here: the first is read into the cache.
+		s.sawCompleted(s.Key(id))
+	}
+	return done, err
 }
 
 // Release implements store.Store with release.lua. Errors wrap
@@ -377,6 +423,9 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 	r, err := parseRecord(s.codec, v)
 	if err != nil {
 		return nil, unavailable("get", err)
+	}
+	if r.State == store.Completed {
+		s.sawCompleted(s.Key(id))
 	}
 	return r, nil
 }

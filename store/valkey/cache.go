@@ -1,0 +1,213 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Replay cache (issue 17): a completed record this instance has seen is
+// read with valkey-go's DoCache, server-assisted client-side caching. Each
+// connection runs CLIENT TRACKING ON OPTIN, and DoCache sends CLIENT
+// CACHING YES with the read, so Valkey remembers which connection cached
+// the key and pushes an invalidation on that same connection when the key
+// is written, deleted, expires or is evicted (and flushes everything on
+// FLUSHALL). A connection that breaks drops its whole cache (valkey-go
+// pipe close), so nothing read before an outage outlives it. Claims,
+// completions and every other script are not tracked (OPTIN): they never
+// fill the cache.
+//
+// The cache is only consulted for keys in seen, the record keys this
+// instance has seen completed (its own Complete, a Claim answered
+// Completed, a Get of a completed record): a fresh key goes straight to
+// Claim, and a fresh request keeps costing 2 round trips.
+
+// DefaultCacheTTL is the longest a record stays in the client cache
+// without being read again; valkey-go caps it by the key's PTTL, so a
+// record with a retention end leaves the cache by that end. It only
+// bounds how long an idle entry takes room: coherence comes from the
+// invalidations, not from it.
+const DefaultCacheTTL = time.Hour
+
+// seenKeyBytes is what one key of the seen set costs, roughly: the key
+// string (prefix, 64 hex digits, braces) and its map entry. cache_bytes
+// gives the seen set an eighth of itself at this price per key.
+const seenKeyBytes = 128
+
+// cacheShares splits Options.CacheBytes: 7 parts to valkey-go's cache,
+// spread over the connections to one server, and 1 part to the seen set.
+const cacheShares = 8
+
+// seen is the bounded set of record keys this instance has seen completed.
+// Losing a key costs one round trip later (the next replay of it claims),
+// never a wrong answer, so it drops an arbitrary key when full.
+type seen struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+	max  int
+	// flushes counts the nil invalidations: connections closed with their
+	// cache, and FLUSHALLs.
+	flushes atomic.Int64
+}
+
+func newSeen(max int) *seen {
+	return &seen{keys: make(map[string]struct{}), max: max}
+}
+
+func (s *seen) add(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return
+	}
+	if len(s.keys) >= s.max {
+		for k := range s.keys {
+			delete(s.keys, k)
+			break
+		}
+	}
+	s.keys[key] = struct{}{}
+}
+
+func (s *seen) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[key]
+	return ok
+}
+
+func (s *seen) drop(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.keys, key)
+}
+
+func (s *seen) clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.keys)
+}
+
+func (s *seen) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+// onInvalidations is valkey-go's ClientOption.OnInvalidations: it runs on
+// a connection's reader goroutine, so it only edits the set. nil means
+// everything (a FLUSHALL, or a connection closed with its cache).
+func (s *seen) onInvalidations(msgs []valkey.ValkeyMessage) {
+	if msgs == nil {
+		s.clear()
+		s.flushes.Add(1)
+		return
+	}
+	for _, m := range msgs {
+		if k, err := m.ToString(); err == nil {
+			s.drop(k)
+		}
+	}
+}
+
+// connsPerServer is how many pipelined connections valkey-go v1.0.79 opens
+// to one standalone or Sentinel server when ClientOption.PipelineMultiplex
+// is 0 (singleClientMultiplex: 2^min(2, log2(GOMAXPROCS))); a Cluster
+// client opens 1 per node, so the bound per node is tighter there.
+func connsPerServer() int {
+	m := int(math.Log2(float64(runtime.GOMAXPROCS(0))))
+	m = min(max(m, 0), 2)
+	return 1 << m
+}
+
+// cacheSizes splits cacheBytes (> 0) into valkey-go's CacheSizeEachConn
+// and the seen set's key count.
+func cacheSizes(cacheBytes int64) (eachConn, seenKeys int) {
+	conns := int64(connsPerServer())
+	eachConn = int(max(cacheBytes*(cacheShares-1)/cacheShares/conns, 1))
+	seenKeys = int(max(cacheBytes/cacheShares/seenKeyBytes, 1))
+	return eachConn, seenKeys
+}
+
+var _ store.ReplayCache = (*Store)(nil)
+
+// CachedReplay implements store.ReplayCache: for a record key this instance
+// has seen completed, it reads the record with DoCache (HGETALL, cached
+// until Valkey invalidates it or its PTTL runs out). It answers
+// (nil, CacheSkipped, nil) when the cache is off (Options.CacheBytes 0) or
+// the key was not seen, with no round trip. Only a completed record is
+// returned; any other state, or a record whose retention end has passed by
+// this process's clock, answers nil so the caller claims (the claim then
+// decides by the server's clock). Errors wrap store.ErrUnavailable.
+func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
+	if s.seen == nil {
+		return nil, store.CacheSkipped, nil
+	}
+	key := s.Key(id)
+	if !s.seen.has(key) {
+		return nil, store.CacheSkipped, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, store.CacheSkipped, unavailable("cached-replay", err)
+	}
+	res := await(ctx, func() valkey.ValkeyResult {
+		return s.client.DoCache(ctx, s.client.B().Hgetall().Key(key).Cache(), s.cacheTTL)
+	})
+	result := store.CacheMiss
+	if res.IsCacheHit() {
+		result = store.CacheHit
+	}
+	if err := res.Error(); err != nil {
+		return nil, result, unavailable("cached-replay", err)
+	}
+	f, err := res.AsStrMap()
+	if err != nil {
+		return nil, result, unavailable("cached-replay", fmt.Errorf("reply: %w", err))
+	}
+	if len(f) == 0 {
+		// Absent: purged or ended. Valkey invalidates it too; dropping it
+		// now spares the next request this read.
+		s.seen.drop(key)
+		return nil, result, nil
+	}
+	if f["s"] != "completed" {
+		return nil, result, nil
+	}
+	x, err := strconv.ParseInt(f["x"], 10, 64)
+	if err != nil {
+		return nil, result, unavailable("cached-replay", fmt.Errorf("bad retention end %q: %w", f["x"], err))
+	}
+	// valkey-go ends the entry at the key's PTTL as measured by the
+	// server, plus the reply's transit; refusing from this clock as well
+	// only ever sends a request to Claim, never serves a replay.
+	if x != 0 && x <= time.Now().UnixMilli() {
+		return nil, result, nil
+	}
+	r, err := parseFields(s.codec, 0, f)
+	if err != nil {
+		return nil, result, unavailable("cached-replay", err)
+	}
+	if r.Identity != id {
+		// A different identity under the same key would be a SHA-256
+		// collision; never replay it.
+		return nil, result, unavailable("cached-replay", errors.New("the record key holds another identity"))
+	}
+	return r, result, nil
+}
+
+// sawCompleted notes that the record at key is completed, so its next
+// replay asks the cache first.
+func (s *Store) sawCompleted(key string) {
+	if s.seen != nil {
+		s.seen.add(key)
+	}
+}

@@ -1,0 +1,186 @@
+package valkey
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+	vk "github.com/valkey-io/valkey-go"
+)
+
+func internalStore(t *testing.T, addr string, cacheBytes int64) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := New(ctx, Options{Addrs: []string{addr}, KeyPrefix: "cache-test:", CacheBytes: cacheBytes})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func rawClient(t *testing.T, addr string) vk.Client {
+	t.Helper()
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("raw client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func completeInternal(t *testing.T, s *Store, id store.Identity) {
+	t.Helper()
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "f", Token: "t-" + id.Key, Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	if ok, err := s.Complete(t.Context(), id, "t-"+id.Key, store.Response{Status: 201, Body: []byte("created")}); err != nil || !ok {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+}
+
+func cachedInternal(t *testing.T, s *Store, id store.Identity) (*store.Record, store.CacheResult) {
+	t.Helper()
+	rec, res, err := s.CachedReplay(t.Context(), id)
+	if err != nil {
+		t.Fatalf("CachedReplay: %v", err)
+	}
+	return rec, res
+}
+
+// TestCacheBrokenConnectionFlushes (issue 17, e): killing the store's
+// connections drops everything they cached, so a record deleted while
+// they were down (no invalidation can reach a dead connection) is read
+// from the server again, not replayed from memory.
+func TestCacheBrokenConnectionFlushes(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := internalStore(t, srv.Addr(), 1<<20)
+	rc := rawClient(t, srv.Addr())
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "k1"}
+	completeInternal(t, s, id)
+	cachedInternal(t, s, id)
+	if rec, res := cachedInternal(t, s, id); rec == nil || res != store.CacheHit {
+		t.Fatalf("before the kill: %+v %v, want a hit", rec, res)
+	}
+	// Every connection of the store, the subscription's included (a RESP3
+	// connection may carry both), by id: the raw client is not one.
+	list, err := rc.Do(t.Context(), rc.B().ClientList().Build()).ToString()
+	list = strings.TrimPrefix(list, "txt:") // RESP3 verbatim string
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0 := s.seen.flushes.Load()
+	killed := 0
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if !strings.Contains(line, " name=idemgate ") {
+			continue
+		}
+		idField, _, _ := strings.Cut(line, " ")
+		n, err := strconv.ParseInt(strings.TrimPrefix(idField, "id="), 10, 64)
+		if err != nil {
+			t.Fatalf("CLIENT LIST line %q: %v", line, err)
+		}
+		if err := rc.Do(t.Context(), rc.B().ClientKill().Id(n).Build()).Error(); err != nil {
+			t.Fatalf("CLIENT KILL %s: %v", idField, err)
+		}
+		killed++
+	}
+	if killed == 0 {
+		t.Fatalf("no idemgate connection in CLIENT LIST:\n%s", list)
+	}
+	// The client learns of the kill when its reader sees EOF; wait for
+	// that (the flush it reports), not for a time.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.seen.flushes.Load()-f0 < int64(killed) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flushes reported for %d killed connections after 5 s", s.seen.flushes.Load()-f0, killed)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := rc.Do(t.Context(), rc.B().Del().Key(s.Key(id)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if rec, res := cachedInternal(t, s, id); rec != nil {
+		t.Fatalf("after the kill and a delete: %+v %v, want no record", rec, res)
+	}
+	// Even asked to look (the key seen again), the cache has nothing stale.
+	s.seen.add(s.Key(id))
+	if rec, res := cachedInternal(t, s, id); rec != nil || res != store.CacheMiss {
+		t.Fatalf("after the kill, a cached read: %+v %v, want a miss and no record", rec, res)
+	}
+}
+
+// TestCacheNeverServesRunning (issue 17, f): a record that runs (purged
+// and claimed again since it was seen completed) is never returned by the
+// cache, whether read from the server or held in the client cache, and
+// its claim answers Running as without a cache.
+func TestCacheNeverServesRunning(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := internalStore(t, srv.Addr(), 1<<20)
+	peer := internalStore(t, srv.Addr(), 1<<20)
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "k1"}
+	completeInternal(t, s, id)
+	if ok, err := peer.Delete(t.Context(), id); err != nil || !ok {
+		t.Fatalf("purge: %v %v", ok, err)
+	}
+	if res, err := peer.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "f", Token: "running", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("claim again: %+v %v", res, err)
+	}
+	s.seen.add(s.Key(id)) // as if seen completed just now: the cache is asked
+	if rec, res := cachedInternal(t, s, id); rec != nil || res != store.CacheMiss {
+		t.Fatalf("running record read: %+v %v, want a miss and no record", rec, res)
+	}
+	if rec, res := cachedInternal(t, s, id); rec != nil || res != store.CacheHit {
+		t.Fatalf("running record held in the client cache: %+v %v, want a hit and no record", rec, res)
+	}
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "f", Token: "other", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Running {
+		t.Fatalf("claim: %+v %v, want running", res, err)
+	}
+	// It completes: the cache now answers the new completion, not nothing.
+	if ok, err := peer.Complete(t.Context(), id, "running", store.Response{Status: 200, Body: []byte("second")}); err != nil || !ok {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+	s.seen.add(s.Key(id))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, _ := cachedInternal(t, s, id)
+		if rec != nil {
+			if string(rec.Response.Body) != "second" {
+				t.Fatalf("cached record %q, want the second completion", rec.Response.Body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the completed record never came from the cache")
+		}
+		s.seen.add(s.Key(id)) // the invalidation of the running record may drop it again
+	}
+}
+
+// TestSeenBounded: the set of keys seen completed never grows past its
+// bound, whatever is completed, so CacheBytes bounds it too.
+func TestSeenBounded(t *testing.T) {
+	sn := newSeen(10)
+	for i := range 1000 {
+		sn.add(strconv.Itoa(i))
+		if sn.len() > 10 {
+			t.Fatalf("%d keys after %d adds, bound 10", sn.len(), i+1)
+		}
+	}
+	if !sn.has("999") {
+		t.Fatal("the last key added was dropped")
+	}
+	sn.onInvalidations(nil)
+	if sn.len() != 0 || sn.flushes.Load() != 1 {
+		t.Fatalf("after a flush: %d keys, %d flushes", sn.len(), sn.flushes.Load())
+	}
+	eachConn, keys := cacheSizes(32 << 20)
+	if total := eachConn*connsPerServer() + keys*seenKeyBytes; total > 32<<20 {
+		t.Fatalf("cacheSizes(32 MiB) = %d per connection, %d keys: %d bytes in all", eachConn, keys, total)
+	}
+}
