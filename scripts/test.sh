@@ -16,6 +16,9 @@ bash scripts/install-nginx.sh
 # package; where systemd runs it may also start its own service on :9090,
 # which no test uses: they start their own on free loopback ports).
 command -v promtool >/dev/null && command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+echo "== gofmt"
+unformatted="$(gofmt -l .)"
+[ -z "$unformatted" ] || { echo "gofmt -w these files: $unformatted"; exit 1; }
 echo "== go vet"
 go vet ./...
 echo "== promtool: alert rules"
