@@ -37,11 +37,16 @@ func BenchRecord(i int) (store.ClaimParams, store.Response) {
 }
 
 // SizeRecords is how many records a size measurement writes: 100,000 (the
-// figure of docs/performance.md) unless IDEMGATE_MEMORY_RECORDS says
-// otherwise (at least 1000, for a quick look), the variable store/valkey's
-// measurement reads too.
+// figure of docs/performance.md), or 10,000 under the race detector (the
+// contract run, `go test -race`, which would take minutes for the full
+// count and whose per-record figures come out within a few percent),
+// unless IDEMGATE_MEMORY_RECORDS says otherwise (at least 1000), the
+// variable store/valkey's measurement reads too.
 func SizeRecords(t testing.TB) int {
 	n := 100_000
+	if raceDetector {
+		n = 10_000
+	}
 	if v := os.Getenv("IDEMGATE_MEMORY_RECORDS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
