@@ -10,28 +10,13 @@
 // completion indexed there (store.Tombstoner), and "index-expiry" maps
 // expiry_ms + index key to an empty value for the sweep.
 //
-// A record value (format version 2), integers big-endian:
-//
-//	offset size field
-//	0      1    version (2; 1 for records written before recipes)
-//	1      1    state: 1 running, 2 completed, 3 gone (a tombstone: no
-//	            fingerprint, token, recipe or response)
-//	2      1    flags: 0x01 takeover, 0x02 response omitted,
-//	            0x04 response header non-nil, 0x08 response body non-nil
-//	3      8    created_ms     (unix milliseconds, signed)
-//	11     8    lease_end_ms   (0 once completed)
-//	19     8    expiry_ms      (when the record stops existing; 0 = never)
-//	27     8    retention_ms   (of the claim)
-//	35     8    stored_at_ms   (0 while running)
-//	43     2    status         (0 while running)
-//	45     ...  owner, scope, key, fingerprint, token, header, body,
-//	            recipe: each a 4-byte length then that many bytes
-//	            (version 1 has no recipe field)
-//
-// The header field is a 4-byte name count, then per name in byte order the
-// name (4-byte length + bytes), a 4-byte value count and each value (4-byte
-// length + bytes), so multi-value headers such as Set-Cookie keep their
-// order and names keep their exact spelling.
+// A record value this build writes is format version 3 (record3.go;
+// docs/protocol.md, "Record value (version 3)"): version, state and flags
+// bytes, expiry_ms as 8 bytes big-endian at offset 3, varint times and
+// status, uvarint-length fields (owner, scope, key, fingerprint, token,
+// recipe, header, trailers), then the body to the end, compressed by
+// store.BodyCodec when that pays. Versions 1 and 2 (record.go: fixed 8-byte
+// times, 4-byte lengths) are still read; a file is marked 3 when opened.
 package bolt
 
 import (
