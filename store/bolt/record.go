@@ -256,7 +256,10 @@ func decodeRecordV2(b []byte) (*record, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp.Trailer = t
+		if len(t) > 0 {
+			// An empty trailer field is no trailers, as version 3 stores it.
+			resp.Trailer = t
+		}
 	}
 	r.resp = resp
 	return r, nil

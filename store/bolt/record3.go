@@ -244,6 +244,10 @@ func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
 		if resp.Trailer, err = decodeHeaderV3(trailer); err != nil {
 			return nil, err
 		}
+		if len(resp.Trailer) == 0 {
+			// encodeRecord flags trailers only when there are some.
+			return nil, fmt.Errorf("%w: empty trailers flagged", errCorrupt)
+		}
 	}
 	if flags&flagBodySet != 0 {
 		if flags&flagBodyZstd != 0 {
