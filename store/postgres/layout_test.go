@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"errors"
 	"net/http"
 	"reflect"
 	"strings"
@@ -94,6 +95,20 @@ VALUES ($1, 'o', 'default', 'stale', 2, 'fp', '', now(), now() + interval '1 hou
 	r, err = s.Get(ctx, stale)
 	if err != nil || r == nil || r.Response == nil || r.Response.Status != 200 || string(r.Response.Body) != "second" {
 		t.Fatalf("Get of a layout 2 row with a stale response column = %+v, %v; want 200 second", r, err)
+	}
+
+	// A row of a layout this build does not know is a store error, never
+	// a guess (a later build's row read during a downgrade).
+	future := store.Identity{Owner: "o", Scope: "default", Key: "future"}
+	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms,
+  stored_at, version, response)
+VALUES ($1, 'o', 'default', 'future', 2, 'fp', '', now(), now() + interval '1 hour', 3600000, now(), 4, $2)`,
+		ID(future), encodeResponse(s.codec, store.Response{Status: 201, Body: []byte("x")}))
+	if r, err := s.Get(ctx, future); !errors.Is(err, store.ErrUnavailable) || r != nil {
+		t.Fatalf("Get of a layout 4 row = %+v, %v; want an error wrapping ErrUnavailable", r, err)
+	}
+	if res, err := s.Claim(ctx, store.ClaimParams{Identity: future, Fingerprint: "fp", Token: "t", Lease: time.Minute}); !errors.Is(err, store.ErrUnavailable) || res.State == store.Claimed {
+		t.Fatalf("Claim of a layout 4 row = %+v, %v; want an error wrapping ErrUnavailable", res, err)
 	}
 }
 

@@ -353,8 +353,11 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 		}
 		return decodeResponse(s.codec, packed, *storedAt)
 	}
-	if version == nil || *version != layout2 {
-		return nil, fmt.Errorf("completed row of layout %v, this build reads %d and %d", version, layout2, LayoutVersion)
+	if version == nil {
+		return nil, errors.New("completed row without version")
+	}
+	if *version != layout2 {
+		return nil, fmt.Errorf("completed row of layout %d, this build reads %d and %d", *version, layout2, LayoutVersion)
 	}
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
