@@ -10,28 +10,13 @@
 // completion indexed there (store.Tombstoner), and "index-expiry" maps
 // expiry_ms + index key to an empty value for the sweep.
 //
-// A record value (format version 2), integers big-endian:
-//
-//	offset size field
-//	0      1    version (2; 1 for records written before recipes)
-//	1      1    state: 1 running, 2 completed, 3 gone (a tombstone: no
-//	            fingerprint, token, recipe or response)
-//	2      1    flags: 0x01 takeover, 0x02 response omitted,
-//	            0x04 response header non-nil, 0x08 response body non-nil
-//	3      8    created_ms     (unix milliseconds, signed)
-//	11     8    lease_end_ms   (0 once completed)
-//	19     8    expiry_ms      (when the record stops existing; 0 = never)
-//	27     8    retention_ms   (of the claim)
-//	35     8    stored_at_ms   (0 while running)
-//	43     2    status         (0 while running)
-//	45     ...  owner, scope, key, fingerprint, token, header, body,
-//	            recipe: each a 4-byte length then that many bytes
-//	            (version 1 has no recipe field)
-//
-// The header field is a 4-byte name count, then per name in byte order the
-// name (4-byte length + bytes), a 4-byte value count and each value (4-byte
-// length + bytes), so multi-value headers such as Set-Cookie keep their
-// order and names keep their exact spelling.
+// A record value this build writes is format version 3 (record3.go;
+// docs/protocol.md, "Record value (version 3)"): version, state and flags
+// bytes, expiry_ms as 8 bytes big-endian at offset 3, varint times and
+// status, uvarint-length fields (owner, scope, key, fingerprint, token,
+// recipe, header, trailers), then the body to the end, compressed by
+// store.BodyCodec when that pays. Versions 1 and 2 (record.go: fixed 8-byte
+// times, 4-byte lengths) are still read; a file is marked 3 when opened.
 package bolt
 
 import (
@@ -66,6 +51,15 @@ const DefaultSweepInterval = time.Minute
 
 // DefaultOpenTimeout is how long New waits for the file lock by default.
 const DefaultOpenTimeout = time.Second
+
+// appendFillPercent is the bbolt FillPercent of the expiry buckets, set in
+// every transaction (bbolt does not keep it). Their keys start with
+// expiry_ms, so new entries land at the end: at bbolt's default of 0.5
+// every page left behind stays half empty, 117 bytes per record instead
+// of 59 (TestFileSizePerCompletedRecord). The records bucket keeps the
+// default: its SHA-256 keys land anywhere, and fuller splits measured
+// larger there (809 bytes per record at 0.9 against 727).
+const appendFillPercent = 1.0
 
 // sweepBatch bounds how many expired records one sweep transaction removes,
 // so the sweep never holds the write lock for long.
@@ -118,6 +112,9 @@ type Store struct {
 	sweepEvery  time.Duration
 	openTimeout time.Duration
 	log         *slog.Logger
+	// codec compresses stored bodies (format version 3) and decompresses
+	// them on every read.
+	codec *store.BodyCodec
 
 	// watchers are woken by Close too, and later ones start woken, so a
 	// waiter re-Claims, gets the store's error and fails closed.
@@ -161,6 +158,11 @@ func New(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("bolt store: %w: empty path", store.ErrUnavailable)
 	}
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		return nil, fmt.Errorf("bolt store: %w", err)
+	}
+	s.codec = codec
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("bolt store: directory %q of %q must exist: %w: %w", dir, path, store.ErrUnavailable, err)
@@ -204,15 +206,16 @@ func initBuckets(tx *bbolt.Tx) error {
 		if err := meta.Put(keyVersion, []byte{FormatVersion}); err != nil {
 			return err
 		}
-	case len(v) == 1 && v[0] == 1:
-		// Version 1 records stay readable (decodeRecord); the file is marked
-		// 2 so that an older build, which cannot read version 2 records,
-		// refuses the whole file instead of failing record by record.
+	case len(v) == 1 && (v[0] == formatV1 || v[0] == formatV2):
+		// Version 1 and 2 records stay readable (decodeRecord); the file is
+		// marked 3 so that an older build, which cannot read version 3
+		// records, refuses the whole file instead of failing record by
+		// record or, worse, replaying a compressed body as it is.
 		if err := meta.Put(keyVersion, []byte{FormatVersion}); err != nil {
 			return err
 		}
 	case len(v) != 1 || v[0] != FormatVersion:
-		return fmt.Errorf("file format version %v, this build reads 1 and %d", v, FormatVersion)
+		return fmt.Errorf("file format version %v, this build reads %d to %d", v, formatV1, FormatVersion)
 	}
 	for _, name := range [][]byte{bucketRecords, bucketExpiry, bucketIndex, bucketIndexExpiry} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -317,18 +320,19 @@ func buckets(tx *bbolt.Tx) (records, expiry *bbolt.Bucket, err error) {
 	if records == nil || expiry == nil {
 		return nil, nil, errors.New("buckets missing from the file")
 	}
+	expiry.FillPercent = appendFillPercent
 	return records, expiry, nil
 }
 
 // load returns the record stored under key, or nil when there is none or
 // it is past its expiry (treated as absent; removal is left to writes and
 // the sweep).
-func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64) (*record, error) {
+func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64, codec *store.BodyCodec) (*record, error) {
 	v := records.Get(key)
 	if v == nil {
 		return nil, nil
 	}
-	r, err := decodeRecord(v)
+	r, err := decodeRecord(v, codec)
 	if err != nil {
 		return nil, err
 	}
@@ -348,6 +352,7 @@ type writer struct {
 	records, expiry *bbolt.Bucket
 	key             []byte
 	id              store.Identity
+	codec           *store.BodyCodec
 	// oldExpiryMs is the expiry of the stored value (live or not), whose
 	// expiry entry a write must replace; 0 when there is none.
 	oldExpiryMs int64
@@ -355,16 +360,16 @@ type writer struct {
 
 // begin loads id's record for writing. An expired record is deleted on the
 // spot (and reported as nil) so no stale value outlives the transaction.
-func begin(tx *bbolt.Tx, id store.Identity, nowMs int64) (*writer, *record, error) {
+func begin(tx *bbolt.Tx, id store.Identity, nowMs int64, codec *store.BodyCodec) (*writer, *record, error) {
 	records, expiry, err := buckets(tx)
 	if err != nil {
 		return nil, nil, err
 	}
-	w := &writer{records: records, expiry: expiry, key: RecordKey(id), id: id}
-	if v := records.Get(w.key); len(v) >= fixedLen {
-		w.oldExpiryMs = int64(binary.BigEndian.Uint64(v[expiryOffset:]))
+	w := &writer{records: records, expiry: expiry, key: RecordKey(id), id: id, codec: codec}
+	if ms, _, ok := storedExpiry(records.Get(w.key)); ok {
+		w.oldExpiryMs = ms
 	}
-	r, err := load(records, w.key, id, nowMs)
+	r, err := load(records, w.key, id, nowMs, codec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -378,7 +383,7 @@ func begin(tx *bbolt.Tx, id store.Identity, nowMs int64) (*writer, *record, erro
 
 // put stores r and moves its expiry entry.
 func (w *writer) put(r *record) error {
-	v, err := encodeRecord(r)
+	v, err := encodeRecord(r, w.codec)
 	if err != nil {
 		return err
 	}
@@ -460,7 +465,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		if err != nil {
 			return err
 		}
-		r, err := load(records, RecordKey(p.Identity), p.Identity, nowMs)
+		r, err := load(records, RecordKey(p.Identity), p.Identity, nowMs, s.codec)
 		if err != nil || r == nil {
 			return err
 		}
@@ -471,7 +476,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return res, err
 	}
 	err = s.update(ctx, "claim", func(tx *bbolt.Tx, nowMs int64) error {
-		w, r, err := begin(tx, p.Identity, nowMs)
+		w, r, err := begin(tx, p.Identity, nowMs, s.codec)
 		if err != nil {
 			return err
 		}
@@ -521,7 +526,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 func (s *Store) holding(ctx context.Context, op string, id store.Identity, token string, act func(w *writer, r *record, nowMs int64) (wake bool, err error)) (bool, error) {
 	var did, wake bool
 	err := s.update(ctx, op, func(tx *bbolt.Tx, nowMs int64) error {
-		w, r, err := begin(tx, id, nowMs)
+		w, r, err := begin(tx, id, nowMs, s.codec)
 		if err != nil {
 			return err
 		}
@@ -589,7 +594,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		if err != nil {
 			return err
 		}
-		r, err := load(records, RecordKey(id), id, nowMs)
+		r, err := load(records, RecordKey(id), id, nowMs, s.codec)
 		if err != nil || r == nil {
 			return err
 		}
@@ -623,7 +628,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 	var existed bool
 	err := s.update(ctx, "delete", func(tx *bbolt.Tx, nowMs int64) error {
-		w, r, err := begin(tx, id, nowMs)
+		w, r, err := begin(tx, id, nowMs, s.codec)
 		if err != nil || r == nil {
 			return err
 		}
@@ -739,7 +744,7 @@ func sweepOnce(tx *bbolt.Tx, nowMs int64) (removed, seen int, err error) {
 		key := k[8:]
 		// Only remove the record if this entry is still its expiry; an
 		// entry left behind by a bug must not delete a live record.
-		if v := records.Get(key); len(v) >= fixedLen && bytes.Equal(v[expiryOffset:expiryOffset+8], k[:8]) {
+		if _, raw, ok := storedExpiry(records.Get(key)); ok && bytes.Equal(raw, k[:8]) {
 			if err := records.Delete(key); err != nil {
 				return 0, 0, err
 			}
@@ -782,6 +787,7 @@ func indexBuckets(tx *bbolt.Tx) (index, indexExpiry *bbolt.Bucket, err error) {
 	if index == nil || indexExpiry == nil {
 		return nil, nil, errors.New("index buckets missing from the file")
 	}
+	indexExpiry.FillPercent = appendFillPercent
 	return index, indexExpiry, nil
 }
 
@@ -817,7 +823,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 			return err
 		}
 		rkey := RecordKey(id)
-		r, err := load(records, rkey, id, nowMs)
+		r, err := load(records, rkey, id, nowMs, s.codec)
 		if err != nil || r == nil || r.running || r.gone || r.resp == nil {
 			return err
 		}
@@ -876,7 +882,7 @@ func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) 
 			if raw == nil {
 				continue
 			}
-			r, err := decodeRecord(raw)
+			r, err := decodeRecord(raw, s.codec)
 			if err != nil {
 				return err
 			}
@@ -886,7 +892,7 @@ func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) 
 			if over(r.expiryMs, nowMs) || r.running || r.gone || r.storedAtMs != int64(binary.BigEndian.Uint64(v)) {
 				continue
 			}
-			w := &writer{records: records, expiry: expiry, key: rkey, id: r.id, oldExpiryMs: r.expiryMs}
+			w := &writer{records: records, expiry: expiry, key: rkey, id: r.id, oldExpiryMs: r.expiryMs, codec: s.codec}
 			if err := w.put(&record{
 				id:          r.id,
 				gone:        true,

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
 )
 
 func newTestStore(t *testing.T) *Store {
@@ -70,6 +72,7 @@ func TestCorruptRecordIsAnError(t *testing.T) {
 	for name, mutate := range map[string]func(v []byte) []byte{
 		"future version": func(v []byte) []byte { v[0] = FormatVersion + 1; return v },
 		"unknown state":  func(v []byte) []byte { v[1] = 9; return v },
+		"unknown flag":   func(v []byte) []byte { v[2] |= 0x80; return v },
 		"truncated":      func(v []byte) []byte { return v[:len(v)-1] },
 		"trailing bytes": func(v []byte) []byte { return append(v, 0) },
 		"short":          func(v []byte) []byte { return v[:10] },
@@ -145,19 +148,45 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 			resp: &store.Response{
 				Status: 201,
 				Header: http.Header{"Set-Cookie": {"a=1", "b=2"}, "x-raw": {"", ""}, "X-None": {}},
-				Body:   []byte("\x00\xff"), StoredAt: msTime(7),
+				Body:   []byte("\x00\xff"), StoredAt: msTime(7), Trailer: http.Header{"Grpc-Status": {"0"}},
 			},
+		},
+		"completed, compressed body, packed fingerprint": {
+			id: store.Identity{Owner: "o", Scope: "s", Key: "k"}, fingerprint: "hs1:" + strings.Repeat("0123456789abcdef", 4),
+			recipe: "b=raw&q=1&v=hs1", createdMs: 1_700_000_000_000, expiryMs: 1_700_086_400_000, retentionMs: 86_400_000, storedAtMs: 1_700_000_000_050,
+			resp: &store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: storetest.BenchBody, StoredAt: msTime(1_700_000_000_050)},
+		},
+		"fingerprint hs1 in upper case, kept as it is": {
+			id: store.Identity{Owner: "o"}, running: true, fingerprint: "hs1:" + strings.Repeat("0123456789ABCDEF", 4), token: "t", leaseEndMs: -5,
+		},
+		"already encoded body, kept as it is": {
+			id: store.Identity{Owner: "o"}, fingerprint: "fp", storedAtMs: 5,
+			resp: &store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: storetest.BenchBody, StoredAt: msTime(5)},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			v, err := encodeRecord(r)
+			codec, err := store.NewBodyCodec()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := encodeRecord(r, codec)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if v[0] != FormatVersion {
 				t.Fatalf("version byte = %d", v[0])
 			}
-			got, err := decodeRecord(v)
+			if r.resp != nil && r.resp.Body != nil {
+				_, wantZ := codec.Compress(r.resp.Header, r.resp.Body)
+				if z := v[2]&flagBodyZstd != 0; z != wantZ {
+					t.Fatalf("body compressed = %v, want %v (%d-byte value)", z, wantZ, len(v))
+				}
+			}
+			if _, packed := packFingerprint(r.fingerprint); packed != (v[2]&flagFingerprintPacked != 0) {
+				t.Fatalf("fingerprint packed = %v, want %v", !packed, packed)
+			}
+			got, err := decodeRecord(v, codec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +212,7 @@ func TestSweepSpansBatches(t *testing.T) {
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		for i := range expired + live {
 			id := store.Identity{Key: string(rune('a'+i%26)) + time.Duration(i).String()}
-			w, _, err := begin(tx, id, nowMs)
+			w, _, err := begin(tx, id, nowMs, s.codec)
 			if err != nil {
 				return err
 			}
@@ -341,8 +370,9 @@ func TestSweepPrunesIndex(t *testing.T) {
 	}
 	if err := s.db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(RecordKey(ids[0]))
-		if v[1] != stateGone || v[2] != 0 || binary.BigEndian.Uint16(v[43:]) != 0 {
-			t.Fatalf("gone record fixed part = %x", v[:fixedLen])
+		r, err := decodeRecord(v, s.codec)
+		if err != nil || v[0] != FormatVersion || v[1] != stateGone || v[2] != 0 || r.resp != nil || r.fingerprint != "" || r.recipe != "" {
+			t.Fatalf("gone record %x = %+v, %v", v, r, err)
 		}
 		return nil
 	}); err != nil {
@@ -357,5 +387,119 @@ func TestSweepPrunesIndex(t *testing.T) {
 	}
 	if got, got2 := count(bucketIndex), count(bucketIndexExpiry); got != 1 || got2 != 0 {
 		t.Fatalf("after Sweep: index entries %d, index-expiry entries %d, want 1 and 0", got, got2)
+	}
+}
+
+// TestReadsFormatVersion2 builds a file exactly as the build before issue
+// 17 left it (meta version 2, records in format version 2 with their
+// expiry entries) and opens it with this build: the completed record
+// replays byte for byte, the running one completes (and is then stored in
+// version 3), the expired one is swept by its version 2 expiry, and the
+// file is marked 3 so that the earlier build refuses it.
+func TestReadsFormatVersion2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.db")
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	nowMs := now.UnixMilli()
+	p, resp := storetest.BenchRecord(1)
+	resp.Trailer = http.Header{"Grpc-Status": {"0"}}
+	completed := &record{id: p.Identity, fingerprint: p.Fingerprint, recipe: p.Recipe, createdMs: nowMs - 2000,
+		expiryMs: nowMs + 3_600_000, retentionMs: 3_600_000, storedAtMs: nowMs - 1000, resp: &resp}
+	runningID := store.Identity{Owner: "o", Scope: "default", Key: "running"}
+	running := &record{id: runningID, running: true, fingerprint: "hs1:fp", recipe: p.Recipe, token: "tok", createdMs: nowMs - 10,
+		leaseEndMs: nowMs + 60_000, expiryMs: nowMs + 3_600_000, retentionMs: 3_600_000}
+	expiredID := store.Identity{Owner: "o", Scope: "default", Key: "expired"}
+	expired := &record{id: expiredID, fingerprint: "hs1:fp", createdMs: nowMs - 5000, expiryMs: nowMs - 1, retentionMs: 1000,
+		storedAtMs: nowMs - 4000, resp: &store.Response{Status: 200, Body: []byte("old")}}
+
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keyVersion, []byte{2}); err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketIndex, bucketIndexExpiry} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		exp, err := tx.CreateBucket(bucketExpiry)
+		if err != nil {
+			return err
+		}
+		recs, err := tx.CreateBucket(bucketRecords)
+		if err != nil {
+			return err
+		}
+		for _, r := range []*record{completed, running, expired} {
+			v, err := encodeRecordV2(r)
+			if err != nil {
+				return err
+			}
+			if v[0] != 2 {
+				t.Fatalf("encodeRecordV2 wrote version %d", v[0])
+			}
+			if err := recs.Put(RecordKey(r.id), v); err != nil {
+				return err
+			}
+			if err := exp.Put(expiryKey(r.expiryMs, RecordKey(r.id)), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := New(path, WithSweepInterval(0), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatalf("opening a version 2 file: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	res, err := s.Claim(ctx, store.ClaimParams{Identity: p.Identity, Fingerprint: p.Fingerprint, Token: "t", Lease: time.Minute})
+	if err != nil || res.State != store.Completed || res.Fingerprint != p.Fingerprint || res.Recipe != p.Recipe || res.Response == nil {
+		t.Fatalf("Claim on a version 2 record = %+v, %v", res, err)
+	}
+	want := resp
+	want.StoredAt = msTime(nowMs - 1000)
+	if !reflect.DeepEqual(*res.Response, want) {
+		t.Fatalf("replay of a version 2 record:\n got %+v\nwant %+v", *res.Response, want)
+	}
+	if ok, err := s.Complete(ctx, runningID, "tok", resp); !ok || err != nil {
+		t.Fatalf("Complete of a version 2 running record = %v, %v", ok, err)
+	}
+	if r, err := s.Get(ctx, runningID); err != nil || r == nil || r.State != store.Completed || string(r.Response.Body) != string(resp.Body) {
+		t.Fatalf("Get after Complete = %+v, %v", r, err)
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want the expired version 2 record removed", n, err)
+	}
+	if n, err := s.Len(ctx); err != nil || n != 2 {
+		t.Fatalf("Len after Sweep = %d, %v, want 2", n, err)
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		if got := tx.Bucket(bucketMeta).Get(keyVersion); !bytes.Equal(got, []byte{FormatVersion}) {
+			t.Errorf("meta version after open = %v, want %d", got, FormatVersion)
+		}
+		if v := tx.Bucket(bucketRecords).Get(RecordKey(runningID)); len(v) == 0 || v[0] != FormatVersion || v[2]&flagBodyZstd == 0 {
+			t.Errorf("record completed after the upgrade = %x, want version %d with a compressed body", v, FormatVersion)
+		}
+		if n := tx.Bucket(bucketExpiry).Stats().KeyN; n != 2 {
+			t.Errorf("expiry entries = %d, want 2", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

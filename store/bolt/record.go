@@ -12,17 +12,25 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// FormatVersion is the first byte of every record value and the value of
-// the "version" key in the meta bucket. A store refuses files and records
-// written in any other version rather than guess at their meaning.
+// FormatVersion is the first byte of every record value this build writes
+// and the value of the "version" key in the meta bucket. A store refuses
+// files and records written in any other version rather than guess at
+// their meaning, except the earlier versions 1 and 2, which it still reads.
 // Version 2 appends the fingerprint recipe to the fields of version 1;
 // version 1 records (written before recipes) are still read, with no recipe.
 // A version 2 record with flagTrailerSet carries one more field, the
 // response trailer (issue 13); records without it read as having none.
-const FormatVersion byte = 2
+// Version 3 (issue 17, "Smaller records") is the compact encoding of
+// record3.go: varint lengths and times, an hs1 fingerprint as its 32
+// bytes, the body compressed by store.BodyCodec when that pays.
+const FormatVersion byte = 3
 
 // formatV1 is the record format before recipes: seven length-prefixed fields.
 const formatV1 byte = 1
+
+// formatV2 is the record format before issue 17: fixed 8-byte times and
+// 4-byte lengths (encodeRecordV2).
+const formatV2 byte = 2
 
 // Record states as stored in byte 1 of a record value.
 const (
@@ -48,12 +56,12 @@ const (
 	flagTrailerSet byte = 1 << 4
 )
 
-// fixedLen is the size in bytes of the fixed part of a record value, before
-// the length-prefixed fields.
+// fixedLen is the size in bytes of the fixed part of a version 1 or 2
+// record value, before the length-prefixed fields.
 const fixedLen = 1 + 1 + 1 + 5*8 + 2
 
-// expiryOffset is where expiry_ms starts in a record value; the sweep reads
-// it without decoding the rest.
+// expiryOffset is where expiry_ms starts in a version 1 or 2 record value;
+// the sweep reads it without decoding the rest (storedExpiry).
 const expiryOffset = 3 + 2*8
 
 // IdentityBytes is the encoding of id hashed into the record key: id.Bytes(),
@@ -97,8 +105,10 @@ type record struct {
 
 var errCorrupt = errors.New("corrupt record")
 
-// encodeRecord serializes r in format version 2 (see the package comment).
-func encodeRecord(r *record) ([]byte, error) {
+// encodeRecordV2 serializes r in format version 2 (docs/protocol.md,
+// "Record value (version 2)"). Only tests write it now, to check that
+// records of earlier builds keep replaying.
+func encodeRecordV2(r *record) ([]byte, error) {
 	var (
 		header  []byte
 		body    []byte
@@ -156,7 +166,7 @@ func encodeRecord(r *record) ([]byte, error) {
 		size += 4 + len(f)
 	}
 	b := make([]byte, 0, size)
-	b = append(b, FormatVersion, state, flags)
+	b = append(b, formatV2, state, flags)
 	for _, v := range []int64{r.createdMs, r.leaseEndMs, r.expiryMs, r.retentionMs, r.storedAtMs} {
 		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}
@@ -168,22 +178,23 @@ func encodeRecord(r *record) ([]byte, error) {
 	return b, nil
 }
 
-// decodeRecord parses a record value; it copies everything out of b, which
-// bbolt only lends for the length of the transaction.
-func decodeRecord(b []byte) (*record, error) {
+// decodeRecordV2 parses a record value of format version 1 or 2; it copies
+// everything out of b, which bbolt only lends for the length of the
+// transaction.
+func decodeRecordV2(b []byte) (*record, error) {
 	if len(b) < fixedLen {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte fixed part", errCorrupt, len(b), fixedLen)
 	}
 	nfields := 8
 	switch b[0] {
-	case FormatVersion:
+	case formatV2:
 	case formatV1:
 		nfields = 7
 	default:
-		return nil, fmt.Errorf("%w: format version %d, this build reads %d and %d", errCorrupt, b[0], formatV1, FormatVersion)
+		return nil, fmt.Errorf("%w: format version %d, this build reads %d to %d", errCorrupt, b[0], formatV1, FormatVersion)
 	}
 	state, flags := b[1], b[2]
-	if b[0] == FormatVersion && flags&flagTrailerSet != 0 {
+	if b[0] == formatV2 && flags&flagTrailerSet != 0 {
 		nfields = 9
 	}
 	if state != stateRunning && state != stateCompleted && state != stateGone {
@@ -245,7 +256,10 @@ func decodeRecord(b []byte) (*record, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp.Trailer = t
+		if len(t) > 0 {
+			// An empty trailer field is no trailers, as version 3 stores it.
+			resp.Trailer = t
+		}
 	}
 	r.resp = resp
 	return r, nil

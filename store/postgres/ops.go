@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -67,13 +66,13 @@ func buildStatements(t string) statements {
   FROM (SELECT ` + now(11) + ` AS now) n
 ), cur AS MATERIALIZED (
   SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
-    r.headers, r.body, r.omitted, r.stored_at, r.trailers,
+    r.headers, r.body, r.omitted, r.stored_at, r.trailers, r.response, r.version,
     COALESCE((r.expiry IS NOT NULL AND r.expiry <= v.now) OR (r.state = 1 AND r.token = $6)
       OR (r.state = 1 AND r.lease_end <= v.now AND r.fingerprint = $5 AND NOT $9::boolean), false) AS claimable
   FROM ` + t + ` r, v WHERE r.id = $1
 ), up AS (
   INSERT INTO ` + t + ` AS r (id, owner, scope, key, state, fingerprint, recipe, token, takeover, created, lease_end, expiry, retention_ms, version)
-  SELECT $1, $2, $3, $4, 1, $5, $10, $6, false, v.now, v.lease_end, v.expiry, $8, 2 FROM v
+  SELECT $1, $2, $3, $4, 1, $5, $10, $6, false, v.now, v.lease_end, v.expiry, $8, 3 FROM v
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT cur.claimable)
   ON CONFLICT (id) DO UPDATE SET
     owner = excluded.owner, scope = excluded.scope, key = excluded.key, state = 1,
@@ -85,28 +84,32 @@ func buildStatements(t string) statements {
     lease_end = excluded.lease_end,
     expiry = CASE WHEN ` + repeat + ` THEN greatest(r.expiry, excluded.expiry) ELSE excluded.expiry END,
     retention_ms = CASE WHEN ` + repeat + ` THEN r.retention_ms ELSE excluded.retention_ms END,
-    status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL, version = 2
+    status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL, response = NULL, version = 3
   WHERE ` + expired + ` OR ` + same + `
      OR (r.state = 1 AND r.lease_end <= excluded.created AND r.fingerprint = excluded.fingerprint AND NOT $9::boolean)
   RETURNING r.fingerprint, r.recipe, r.lease_end, r.takeover
 )
 SELECT true, v.now, up.fingerprint, up.recipe, up.lease_end, up.takeover, NULL::smallint, NULL::bytea,
-  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::bytea, false
+  NULL::timestamptz, NULL::smallint, NULL::bytea, NULL::bytea, NULL::boolean, NULL::timestamptz, NULL::bytea,
+  NULL::bytea, NULL::smallint, false
 FROM up, v
 UNION ALL
 SELECT false, v.now, cur.fingerprint, cur.recipe, cur.lease_end, cur.takeover, cur.state, cur.token,
-  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.trailers, cur.claimable
+  cur.expiry, cur.status, cur.headers, cur.body, cur.omitted, cur.stored_at, cur.trailers,
+  cur.response, cur.version, cur.claimable
 FROM cur, v WHERE NOT EXISTS (SELECT 1 FROM up)`,
-		// $1 id, $2 token, $3 status, $4 headers, $5 body, $6 omitted, $7 now, $8 channel,
-		// $9 trailers (NULL when none).
-		complete: `WITH n AS MATERIALIZED (SELECT ` + now(7) + ` AS now), u AS (
+		// $1 id, $2 token, $3 response (layout 3), $4 now, $5 channel.
+		// The layout 2 columns are cleared, so the version column alone says
+		// where the response is.
+		complete: `WITH n AS MATERIALIZED (SELECT ` + now(4) + ` AS now), u AS (
   UPDATE ` + t + ` r SET state = 2, token = NULL, takeover = false, lease_end = NULL,
-    status = $3, headers = $4, body = $5, omitted = $6, stored_at = n.now, trailers = $9,
+    status = NULL, headers = NULL, body = NULL, omitted = NULL, trailers = NULL,
+    response = $3, version = 3, stored_at = n.now,
     expiry = CASE WHEN r.retention_ms > 0 THEN n.now + r.retention_ms * interval '1 millisecond' END
   FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now
   RETURNING r.id
 )
-SELECT pg_notify($8, encode(u.id, 'hex'))::text FROM u`,
+SELECT pg_notify($5, encode(u.id, 'hex'))::text FROM u`,
 		// $1 id, $2 token, $3 now, $4 channel.
 		release: `WITH n AS MATERIALIZED (SELECT ` + now(3) + ` AS now), d AS (
   DELETE FROM ` + t + ` r USING n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now
@@ -128,7 +131,7 @@ SELECT pg_notify($3, encode(d.id, 'hex'))::text FROM d`,
 		// $1 id, $2 now.
 		get: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now)
 SELECT n.now, r.owner, r.scope, r.key, r.state, r.fingerprint, r.recipe, r.token, r.created,
-  r.lease_end, r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at, r.trailers
+  r.lease_end, r.expiry, r.status, r.headers, r.body, r.omitted, r.stored_at, r.trailers, r.response, r.version
 FROM ` + t + ` r, n WHERE r.id = $1 AND (r.expiry IS NULL OR r.expiry > n.now)`,
 		// $1 now, $2 batch size.
 		sweep: `WITH n AS MATERIALIZED (SELECT ` + now(1) + ` AS now)
@@ -148,7 +151,8 @@ ON CONFLICT (digest, id) DO UPDATE SET stored_at = excluded.stored_at, expiry = 
 		// entry saw become tombstones.
 		tombstone: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now), u AS (
   UPDATE ` + t + ` r SET state = 3, fingerprint = ''::bytea, recipe = ''::bytea, token = NULL, takeover = false,
-    lease_end = NULL, status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL
+    lease_end = NULL, status = NULL, headers = NULL, body = NULL, omitted = NULL, stored_at = NULL, trailers = NULL,
+    response = NULL
   FROM ` + ti + ` i, n
   WHERE i.digest = $1 AND r.id = i.id AND r.state = 2 AND r.stored_at = i.stored_at
     AND (r.expiry IS NULL OR r.expiry > n.now)
@@ -292,13 +296,13 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 		claimed, takeover, claimable bool
 		now                          time.Time
 		fp, recipe, token, hdr, body []byte
-		trailers                     []byte
+		trailers, packed             []byte
 		leaseEnd, expiry, storedAt   *time.Time
-		state, status                *int16
+		state, status, version       *int16
 		omitted                      *bool
 	)
 	if err := rows.Scan(&claimed, &now, &fp, &recipe, &leaseEnd, &takeover, &state, &token,
-		&expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers, &claimable); err != nil {
+		&expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers, &packed, &version, &claimable); err != nil {
 		return store.ClaimResult{}, err
 	}
 	rows.Close()
@@ -317,7 +321,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 	case stateGone:
 		return store.ClaimResult{State: store.Gone}, nil
 	case stateCompleted:
-		resp, err := response(status, hdr, body, omitted, storedAt, trailers)
+		resp, err := s.response(version, packed, status, hdr, body, omitted, storedAt, trailers)
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
@@ -336,7 +340,25 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 	return store.ClaimResult{}, fmt.Errorf("row state %d", *state)
 }
 
-func response(status *int16, hdr, body []byte, omitted *bool, storedAt *time.Time, trailers []byte) (*store.Response, error) {
+// response is the stored response of a completed row: from the response
+// column in a row of layout 3, from the status, headers, body, omitted and
+// trailers columns in a row of layout 2 (written before issue 17, or by
+// an earlier build during a rolling upgrade). A row of layout 2 may keep a
+// stale response column (an earlier build's claim does not clear it), so
+// the version column decides, never the column's presence.
+func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body []byte, omitted *bool, storedAt *time.Time, trailers []byte) (*store.Response, error) {
+	if version != nil && *version == LayoutVersion {
+		if packed == nil || storedAt == nil {
+			return nil, errors.New("completed row of layout 3 without response or stored_at")
+		}
+		return decodeResponse(s.codec, packed, *storedAt)
+	}
+	if version == nil {
+		return nil, errors.New("completed row without version")
+	}
+	if *version != layout2 {
+		return nil, fmt.Errorf("completed row of layout %d, this build reads %d and %d", *version, layout2, LayoutVersion)
+	}
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
 	}
@@ -393,13 +415,8 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("postgres store: complete: status %d outside 100..599", resp.Status)
 	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{}
-	}
 	rowID := ID(id)
-	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), int16(resp.Status),
-		valkey.EncodeHeader(resp.Header), body, resp.Omitted, s.now(), s.channel, trailerBytes(resp.Trailer))
+	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), encodeResponse(s.codec, resp), s.now(), s.channel)
 }
 
 // Release implements store.Store with one DELETE ... WHERE token = $2 that
@@ -440,14 +457,14 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		var (
 			now, created                       time.Time
 			owner, scope, key, fp, recipe, tok []byte
-			hdr, body, trailers                []byte
+			hdr, body, trailers, packed        []byte
 			leaseEnd, expiry, storedAt         *time.Time
 			state                              int16
-			status                             *int16
+			status, version                    *int16
 			omitted                            *bool
 		)
 		err := s.pool.QueryRow(ctx, s.sql.get, ID(id), s.now()).Scan(&now, &owner, &scope, &key, &state, &fp, &recipe,
-			&tok, &created, &leaseEnd, &expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers)
+			&tok, &created, &leaseEnd, &expiry, &status, &hdr, &body, &omitted, &storedAt, &trailers, &packed, &version)
 		if errors.Is(err, pgx.ErrNoRows) {
 			rec = nil
 			return nil
@@ -469,7 +486,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 			r.State = store.Gone
 		case stateCompleted:
 			r.State = store.Completed
-			if r.Response, err = response(status, hdr, body, omitted, storedAt, trailers); err != nil {
+			if r.Response, err = s.response(version, packed, status, hdr, body, omitted, storedAt, trailers); err != nil {
 				return fmt.Errorf("%w: %w", errBadRow, err)
 			}
 		case stateRunning:
@@ -491,15 +508,6 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 
 // errBadRow marks a row that does not follow the layout.
 var errBadRow = errors.New("row does not follow the layout")
-
-// trailerBytes is the trailers column of a response: NULL when it has none,
-// as in every row completed before trailers were kept.
-func trailerBytes(h http.Header) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	return valkey.EncodeHeader(h)
-}
 
 // IndexDigest is the index digest column of the entries of res in the
 // resource index table: the SHA-256 of Owner, Scope and Path in the

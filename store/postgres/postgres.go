@@ -94,6 +94,9 @@ type Store struct {
 	sweepBatch   int
 
 	sql statements
+	// codec compresses the body of every response column Complete writes
+	// (layout 3) and decompresses it on every read.
+	codec *store.BodyCodec
 
 	watchers watch.Set[string] // by lowercase hex record id
 
@@ -171,6 +174,10 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable("connect", err)
 	}
@@ -189,6 +196,7 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		sweepEvery:   opts.SweepInterval,
 		sweepBatch:   opts.SweepBatch,
 		sql:          buildStatements(table),
+		codec:        codec,
 	}
 	if err := s.prepareSchema(ctx, opts.Table, !opts.NoCreate); err != nil {
 		pool.Close()

@@ -359,6 +359,7 @@ func TestStatementsInProtocolDoc(t *testing.T) {
 		"table": ddl[0] + ";", "index": ddl[1] + ";", "trailers column": ddl[2] + ";",
 		"state check": ddl[3] + ";", "index table": ddl[4] + ";", "index table expiry index": ddl[5] + ";",
 		"resource index": st.index, "tombstone": st.tombstone, "index sweep": st.sweepIndex,
+		"response column": ddl[6] + ";",
 	}
 	for name, sql := range want {
 		if !strings.Contains(string(doc), "\n"+sql+"\n") {

@@ -13,9 +13,16 @@ import (
 )
 
 // LayoutVersion is the value of the version column of every row this
-// package writes (layout 2 of docs/protocol.md: identity = owner + scope +
-// key, each row keeping its fingerprint recipe).
-const LayoutVersion = 2
+// package writes (layout 3 of docs/protocol.md: identity = owner + scope +
+// key, each row keeping its fingerprint recipe, a completed row keeping
+// its response in the one response column, the body compressed by
+// store.BodyCodec). Rows of layout 2 (status, headers, body, omitted and
+// trailers columns) are still read, by their version column.
+const LayoutVersion = 3
+
+// layout2 is the version column of rows written before issue 17 ("Smaller
+// records"), and by builds from before it during a rolling upgrade.
+const layout2 = 2
 
 // maxTablePart bounds each part of Options.Table in bytes, so that the
 // index name (table + "_expiry") fits PostgreSQL's 63-byte identifiers.
@@ -96,7 +103,7 @@ func Channel(table string) string {
 // columns lists the table's columns in the order Get and the column check
 // select them.
 const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeover, created,
-  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version, trailers`
+  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version, trailers, response`
 
 // Schema returns the DDL that Migrate runs for table (validated, unquoted
 // form as in Options.Table): the table and its partial expiry index, both
@@ -106,7 +113,9 @@ const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeo
 // what tombstones need (issue 13): a table created before them has its
 // state CHECK (1, 2) replaced by one admitting 3, gone (NOT VALID: no
 // scan, old rows are 1 or 2), and the resource index table table_index
-// with its partial expiry index, IF NOT EXISTS.
+// with its partial expiry index, IF NOT EXISTS. Last the response column
+// of layout 3 (issue 17), ADD COLUMN IF NOT EXISTS: additive, so builds of
+// layout 2 keep working on the table during a rolling upgrade.
 func Schema(table string) ([]string, error) {
 	q, err := QuoteTable(table)
 	if err != nil {
@@ -155,6 +164,7 @@ $do$`,
   PRIMARY KEY (digest, id)
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexExpiryName(table)}.Sanitize() + ` ON ` + indexTableName(q) + ` (expiry) WHERE expiry IS NOT NULL`,
+		`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS response bytea`,
 	}, nil
 }
 
