@@ -65,7 +65,7 @@ func (s *scaleLat) quantile(q float64) time.Duration {
 
 // scaleRow is the state of Valkey and the claim latencies at one size.
 type scaleRow struct {
-	records    int   // records the workload had written when measured
+	records    int // records the workload had written when measured
 	label      string
 	dbsize     int64 // every key in Valkey (other workloads' records included)
 	usedMemory int64

@@ -47,9 +47,9 @@ type waiterInstance struct {
 	// instance but the leader was waiting: the wait's own cost, before the
 	// herd of replays after the completion adds its garbage.
 	rssWaitingKB int64
-	valkeyCmds  int64 // commands its Valkey connections sent (CLIENT LIST tot-cmds)
-	storeOps    map[string]int64
-	upstream    int64 // slow calls it made (the upstream's count is global; see waiterStorm)
+	valkeyCmds   int64 // commands its Valkey connections sent (CLIENT LIST tot-cmds)
+	storeOps     map[string]int64
+	upstream     int64 // slow calls it made (the upstream's count is global; see waiterStorm)
 }
 
 // perWaiterB returns the memory per waiter in bytes: the peak (VmHWM) less
