@@ -12,7 +12,7 @@ import (
 func flatOptions(workload string) options {
 	return options{
 		rounds: 1, concurrency: 8, workloads: []string{workload}, targets: "D", logLevel: "info",
-		scaleSizes: []int{0, 10_000}, scaleSamples: 200, scaleConc: 8,
+		scaleSizes: []int{0, 10_000}, scaleSamples: 200, scaleConc: 8, scaleSettle: 100 * time.Millisecond,
 		waiters: 500, waitersSmall: 100, waitersDelay: 2 * time.Second,
 	}
 }
@@ -43,9 +43,11 @@ func TestBenchScale(t *testing.T) {
 		t.Fatalf("scale rows: %+v, want one per size and the control after deleting", res)
 	}
 	for _, x := range res.rows {
-		for name, l := range map[string]*scaleLat{"fresh": x.serial, "fresh concurrent": x.conc, "replay": x.replay} {
-			if l.errors != 0 || len(l.lat) != o.scaleSamples {
-				t.Errorf("%s at %s: %d errors (first: %s), %d of %d samples", name, x.label, l.errors, l.firstErr, len(l.lat), o.scaleSamples)
+		for side, k := range map[string]scaleKinds{"D": x.d, "reference": x.ref} {
+			for name, l := range map[string]*scaleLat{"fresh": k.serial, "fresh concurrent": k.conc, "replay": k.replay} {
+				if l.errors != 0 || len(l.lat) != o.scaleSamples {
+					t.Errorf("%s on %s at %s: %d errors (first: %s), %d of %d samples", name, side, x.label, l.errors, l.firstErr, len(l.lat), o.scaleSamples)
+				}
 			}
 		}
 	}
@@ -53,7 +55,8 @@ func TestBenchScale(t *testing.T) {
 	if full.records != 10_000 || full.filled != 10_000 || full.dbsize < 10_000 {
 		t.Errorf("row %s: %d records filled, DBSIZE %d, want 10,000 and at least that many keys", full.label, full.filled, full.dbsize)
 	}
-	if after.dbsize >= full.dbsize-10_000+int64(3*o.scaleSamples)+1 {
+	// Each row adds its fresh claims (warm-up, one at a time, concurrent).
+	if after.dbsize > full.dbsize-10_000+int64(200+2*o.scaleSamples) {
 		t.Errorf("DBSIZE %d after deleting, %d before: the filled records were not deleted", after.dbsize, full.dbsize)
 	}
 	if res.bytesPerRecord <= 0 || res.recordLen == 0 {

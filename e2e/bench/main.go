@@ -66,6 +66,7 @@ type options struct {
 	scaleSizes   []int
 	scaleSamples int
 	scaleConc    int
+	scaleSettle  time.Duration
 	// waiters and waitersSmall are the sizes of the two one-key storms of
 	// the waiters10k workload (half on each of two instances), against an
 	// upstream that delays the slow path by waitersDelay.
@@ -97,6 +98,7 @@ func main() {
 	flag.StringVar(&scale, "scale", "0,100000,1000000", "workload scale: completed records in D's Valkey at which claim latency is measured (comma-separated)")
 	flag.IntVar(&o.scaleSamples, "scale-samples", 10000, "workload scale: claims timed per kind and size")
 	flag.IntVar(&o.scaleConc, "scale-conc", 16, "workload scale: claims at once for the concurrent kind")
+	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Second, "workload scale: pause between a fill and its measurement (Valkey finishes rehashing)")
 	flag.IntVar(&o.waiters, "waiters", 10000, "workload waiters10k: concurrent requests with one key, half on each of two idemgate instances")
 	flag.IntVar(&o.waitersSmall, "waiters-small", 1000, "workload waiters10k: the smaller storm its store commands are compared with (0 skips it)")
 	flag.DurationVar(&o.waitersDelay, "waiters-delay", 5*time.Second, "workload waiters10k: how long its upstream delays the one call (every other request must be waiting by then)")
@@ -276,7 +278,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		var err error
 		switch w {
 		case wScale:
-			err = runScale(ctx, o, findTarget(targets, "D"), rep)
+			err = runScale(ctx, o, findTarget(targets, "D"), ps, rep)
 		case wWaiters:
 			err = runWaiters(ctx, o, waitersEnv{ps: ps, idemgateBin: bins["idemgate"], upstreamBin: bins["upstream"], valkeyAddr: vkAddr, logLevel: o.logLevel}, rep)
 		default:

@@ -55,6 +55,17 @@ type scaleLat struct {
 	wall     time.Duration
 }
 
+// add merges o (another round of the same kind) into s; sort afterwards.
+func (s *scaleLat) add(o *scaleLat) {
+	s.samples += o.samples
+	s.errors += o.errors
+	if s.firstErr == "" {
+		s.firstErr = o.firstErr
+	}
+	s.lat = append(s.lat, o.lat...)
+	s.wall += o.wall
+}
+
 func (s *scaleLat) quantile(q float64) time.Duration {
 	if len(s.lat) == 0 {
 		return 0
@@ -71,33 +82,64 @@ type scaleRow struct {
 	usedMemory int64
 	filled     int           // records written by the fill step before this row
 	fillTime   time.Duration // its wall time
-	serial     *scaleLat     // fresh-key claims, one at a time
-	conc       *scaleLat     // fresh-key claims at o.scaleConc at once
-	replay     *scaleLat     // claims of stored completed records (replays), one at a time
+	d          scaleKinds    // on D's Valkey, the one filled
+	ref        scaleKinds    // on the reference Valkey, empty, in alternating rounds
 }
+
+// scaleKinds are the three kinds of claim measured on one server.
+type scaleKinds struct {
+	serial *scaleLat // fresh-key claims, one at a time
+	conc   *scaleLat // fresh-key claims at o.scaleConc at once
+	replay *scaleLat // claims of stored completed records (replays), one at a time
+}
+
+func newScaleKinds() scaleKinds {
+	return scaleKinds{serial: &scaleLat{}, conc: &scaleLat{}, replay: &scaleLat{}}
+}
+
+func (k scaleKinds) all() []*scaleLat { return []*scaleLat{k.serial, k.conc, k.replay} }
+
+func (k scaleKinds) errors() int { return k.serial.errors + k.conc.errors + k.replay.errors }
+
+// scaleSide is one Valkey server the claims are timed on: its store and
+// how to pick a stored completed record to replay.
+type scaleSide struct {
+	st     *storevalkey.Store
+	stored func() store.Identity
+}
+
+// scaleRounds is how many rounds each row's samples are split into,
+// alternating between D's Valkey and the reference, so that a change of
+// the machine's load meets both alike.
+const scaleRounds = 10
 
 // scaleResult is what the scale workload reports.
 type scaleResult struct {
-	rows            []*scaleRow
-	recordLen       int     // bytes of the layout 3 record string of one record
-	bytesPerRecord  float64 // used_memory growth per filled record, over the largest fill
-	concurrency     int
-	samples         int
-	fillWorkers     int
-	deleteTime      time.Duration
-	templateKeyName string
+	rows           []*scaleRow
+	recordLen      int     // bytes of the layout 3 record string of one record
+	bytesPerRecord float64 // used_memory growth per filled record, over the largest fill
+	concurrency    int
+	samples        int
+	fillWorkers    int
+	deleteTime     time.Duration
+	settle         time.Duration
 }
 
 // runScale fills target D's Valkey with completed records to each of
 // o.scaleSizes in turn and measures claim latency at each, then deletes the
 // records it wrote and measures once more (a control for drift of the
 // machine's load over the run).
-func runScale(ctx context.Context, o options, d *target, rep *report) error {
+func runScale(ctx context.Context, o options, d *target, ps *procs, rep *report) error {
 	if d == nil || d.meter == nil {
 		return errors.New("workload scale needs target D (idemgate with Valkey)")
 	}
 	addr := d.meter.(valkeyMeter).p.addr
-	res, err := measureScale(ctx, o, d.base, addr)
+	ref, err := startValkey(ctx, ps, "valkey-scale-reference", "")
+	if err != nil {
+		return err
+	}
+	defer ref.stop()
+	res, err := measureScale(ctx, o, d.base, addr, ref.addr)
 	if err != nil {
 		return fmt.Errorf("scale: %w", err)
 	}
@@ -106,8 +148,9 @@ func runScale(ctx context.Context, o options, d *target, rep *report) error {
 }
 
 // measureScale does the work of runScale against idemgate at base (for the
-// template record) and the Valkey server at addr.
-func measureScale(ctx context.Context, o options, base, addr string) (*scaleResult, error) {
+// template record), the Valkey server at addr that it fills, and the
+// reference server at refAddr that stays empty but for one record.
+func measureScale(ctx context.Context, o options, base, addr, refAddr string) (*scaleResult, error) {
 	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true, ClientName: "bench-scale"})
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -123,10 +166,26 @@ func measureScale(ctx context.Context, o options, base, addr string) (*scaleResu
 		return nil, fmt.Errorf("store/valkey: %w", err)
 	}
 	defer st.Close()
+	refC, err := vk.NewClient(vk.ClientOption{InitAddress: []string{refAddr}, DisableCache: true, ClientName: "bench-scale"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", refAddr, err)
+	}
+	defer refC.Close()
+	refSt, err := storevalkey.New(ctx, storevalkey.Options{Addrs: []string{refAddr}})
+	if err != nil {
+		return nil, fmt.Errorf("store/valkey: %w", err)
+	}
+	defer refSt.Close()
+	// The reference holds one completed record to replay, as D does
+	// before its fill (the template).
+	if err := fillRecords(ctx, refC, tpl, run, 0, 1); err != nil {
+		return nil, err
+	}
+	refSide := &scaleSide{st: refSt, stored: func() store.Identity { return fillIdentity(run, 0) }}
 
 	sizes := slices.Clone(o.scaleSizes)
 	slices.Sort(sizes)
-	res := &scaleResult{recordLen: tpl.recordLen, concurrency: o.scaleConc, samples: o.scaleSamples, fillWorkers: scaleFillWorkers}
+	res := &scaleResult{recordLen: tpl.recordLen, concurrency: o.scaleConc, samples: o.scaleSamples, fillWorkers: scaleFillWorkers, settle: o.scaleSettle}
 	filled := 0
 	mem0, err := usedMemory(ctx, c)
 	if err != nil {
@@ -142,8 +201,16 @@ func measureScale(ctx context.Context, o options, base, addr string) (*scaleResu
 			row.fillTime, row.filled = time.Since(t0), size-filled
 			filled = size
 			fmt.Fprintf(os.Stderr, "scale: %d records written in %v (%.0f records/s)\n", row.filled, row.fillTime.Round(time.Millisecond), float64(row.filled)/row.fillTime.Seconds())
+			// "Already stored": let the incremental rehashing that the
+			// fill started (serverCron, 1 ms per 100 ms) finish first, as
+			// it has in a server that grew to this size over hours.
+			select {
+			case <-time.After(o.scaleSettle):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		if err := measureScaleRow(ctx, o, c, st, tpl, run, row); err != nil {
+		if err := measureScaleRow(ctx, o, c, dSide(st, tpl, run, filled), refSide, tpl, row); err != nil {
 			return nil, err
 		}
 		res.rows = append(res.rows, row)
@@ -158,7 +225,7 @@ func measureScale(ctx context.Context, o options, base, addr string) (*scaleResu
 		}
 		res.deleteTime = time.Since(t0)
 		row := &scaleRow{records: 0, label: "0 (after deleting them)"}
-		if err := measureScaleRow(ctx, o, c, st, tpl, run, row); err != nil {
+		if err := measureScaleRow(ctx, o, c, dSide(st, tpl, run, 0), refSide, tpl, row); err != nil {
 			return nil, err
 		}
 		res.rows = append(res.rows, row)
@@ -166,9 +233,21 @@ func measureScale(ctx context.Context, o options, base, addr string) (*scaleResu
 	return res, nil
 }
 
-// measureScaleRow reads DBSIZE and used_memory and measures the three kinds
-// of claim at the current size.
-func measureScaleRow(ctx context.Context, o options, c vk.Client, st *storevalkey.Store, tpl *scaleTemplate, run string, row *scaleRow) error {
+// dSide is D's Valkey holding filled records: a replay picks one of them
+// at random, or the template's record when none is filled.
+func dSide(st *storevalkey.Store, tpl *scaleTemplate, run string, filled int) *scaleSide {
+	return &scaleSide{st: st, stored: func() store.Identity {
+		if filled == 0 {
+			return tpl.id
+		}
+		return fillIdentity(run, rand.IntN(filled))
+	}}
+}
+
+// measureScaleRow reads DBSIZE and used_memory of D's Valkey (client c)
+// and measures the three kinds of claim on d and on ref in scaleRounds
+// alternating rounds.
+func measureScaleRow(ctx context.Context, o options, c vk.Client, d, ref *scaleSide, tpl *scaleTemplate, row *scaleRow) error {
 	var err error
 	if row.dbsize, err = c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil {
 		return fmt.Errorf("DBSIZE: %w", err)
@@ -176,18 +255,46 @@ func measureScaleRow(ctx context.Context, o options, c vk.Client, st *storevalke
 	if row.usedMemory, err = usedMemory(ctx, c); err != nil {
 		return err
 	}
-	tag := run + "-" + strconv.Itoa(row.records) + "-" + strconv.Itoa(len(row.label))
-	// Unmeasured: the first claims after a fill warm the connections.
-	claimFresh(ctx, st, tpl, tag+"-warm", 1, min(200, o.scaleSamples))
-	row.serial = claimFresh(ctx, st, tpl, tag+"-s", 1, o.scaleSamples)
-	row.conc = claimFresh(ctx, st, tpl, tag+"-c", o.scaleConc, o.scaleSamples)
-	row.replay = claimStored(ctx, st, tpl, run, row.records, o.scaleSamples)
-	fmt.Fprintf(os.Stderr, "scale %s: dbsize %d, used_memory %.1f MiB; fresh claim p50 %v p99 %v; at %d p50 %v p99 %v; replay p50 %v p99 %v; errors %d %d %d %s%s%s\n",
+	row.d, row.ref = newScaleKinds(), newScaleKinds()
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	per := max(1, o.scaleSamples/scaleRounds)
+	for _, side := range []*scaleSide{d, ref} {
+		// Unmeasured: the first claims after a fill warm the connections.
+		claimFresh(ctx, side.st, tpl, tag+"-warm", 1, min(200, o.scaleSamples))
+	}
+	for r := range scaleRounds {
+		sides, kinds := []*scaleSide{d, ref}, []scaleKinds{row.d, row.ref}
+		if r%2 == 1 {
+			sides, kinds = []*scaleSide{ref, d}, []scaleKinds{row.ref, row.d}
+		}
+		for i, side := range sides {
+			rt := tag + "-" + strconv.Itoa(r)
+			kinds[i].serial.add(claimFresh(ctx, side.st, tpl, rt+"-s", 1, per))
+			kinds[i].conc.add(claimFresh(ctx, side.st, tpl, rt+"-c", o.scaleConc, per))
+			kinds[i].replay.add(timeClaims(ctx, side.st, 1, per, replayParams(tpl, side.stored)))
+		}
+	}
+	for _, k := range []scaleKinds{row.d, row.ref} {
+		for _, l := range k.all() {
+			slices.Sort(l.lat)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "scale %s: dbsize %d, used_memory %.1f MiB; D (reference) fresh claim p50 %v (%v) p99 %v (%v); at %d p50 %v (%v) p99 %v (%v); replay p50 %v (%v) p99 %v (%v); errors %d %d %s%s\n",
 		row.label, row.dbsize, float64(row.usedMemory)/(1<<20),
-		row.serial.quantile(0.5), row.serial.quantile(0.99), o.scaleConc, row.conc.quantile(0.5), row.conc.quantile(0.99),
-		row.replay.quantile(0.5), row.replay.quantile(0.99), row.serial.errors, row.conc.errors, row.replay.errors,
-		row.serial.firstErr, row.conc.firstErr, row.replay.firstErr)
+		row.d.serial.quantile(0.5), row.ref.serial.quantile(0.5), row.d.serial.quantile(0.99), row.ref.serial.quantile(0.99),
+		o.scaleConc, row.d.conc.quantile(0.5), row.ref.conc.quantile(0.5), row.d.conc.quantile(0.99), row.ref.conc.quantile(0.99),
+		row.d.replay.quantile(0.5), row.ref.replay.quantile(0.5), row.d.replay.quantile(0.99), row.ref.replay.quantile(0.99),
+		row.d.errors(), row.ref.errors(), firstErr(row.d), firstErr(row.ref))
 	return ctx.Err()
+}
+
+func firstErr(k scaleKinds) string {
+	for _, l := range k.all() {
+		if l.firstErr != "" {
+			return l.firstErr
+		}
+	}
+	return ""
 }
 
 // scaleTemplateFrom sends one keyed request of the bench through idemgate at
@@ -381,19 +488,16 @@ func claimFresh(ctx context.Context, st *storevalkey.Store, tpl *scaleTemplate, 
 	})
 }
 
-// claimStored claims n stored completed records (a replay), picked at
-// random among the filled ones; with none filled, the template's record.
-func claimStored(ctx context.Context, st *storevalkey.Store, tpl *scaleTemplate, run string, filled, n int) *scaleLat {
-	return timeClaims(ctx, st, 1, n, func(int) (store.ClaimParams, store.State) {
-		id := tpl.id
-		if filled > 0 {
-			id = fillIdentity(run, rand.IntN(filled))
-		}
+// replayParams returns the claims of stored completed records (replays)
+// that stored picks.
+func replayParams(tpl *scaleTemplate, stored func() store.Identity) func(int) (store.ClaimParams, store.State) {
+	return func(int) (store.ClaimParams, store.State) {
+		id := stored()
 		return store.ClaimParams{
 			Identity: id, Fingerprint: tpl.fingerprint, Recipe: tpl.recipe,
 			Token: fmt.Sprintf("%032x", rand.Uint64()), Lease: 10 * time.Second, Retention: 24 * time.Hour,
 		}, store.Completed
-	})
+	}
 }
 
 // timeClaims runs n claims built by params (which also names the state the
@@ -460,21 +564,46 @@ func usedMemory(ctx context.Context, c vk.Client) (int64, error) {
 // msf formats d in milliseconds with microsecond resolution.
 func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d.Nanoseconds())/1e6) }
 
-// flat returns the ratio of the latency at the largest size to the one at
-// the first (smallest) size and whether it is within scaleFlatTarget.
-func (r *scaleResult) flat(q float64, kind func(*scaleRow) *scaleLat) (float64, bool) {
-	first, last := r.rows[0], r.rows[0]
+// flat returns, for one kind and quantile, the latency on D at the row x
+// over the reference's in the same rounds, normalised by the same ratio at
+// the first row (0 records): 1.0 is flat whatever the machine's load did.
+func (r *scaleResult) flat(x *scaleRow, q float64, kind func(scaleKinds) *scaleLat) float64 {
+	ratio := func(x *scaleRow) float64 {
+		a := float64(kind(x.ref).quantile(q))
+		if a == 0 {
+			return 0
+		}
+		return float64(kind(x.d).quantile(q)) / a
+	}
+	base := ratio(r.rows[0])
+	if base == 0 {
+		return 0
+	}
+	return ratio(x) / base
+}
+
+// largest returns the measured row with the most records.
+func (r *scaleResult) largest() *scaleRow {
+	last := r.rows[0]
 	for _, x := range r.rows {
 		if x.label == strconv.Itoa(x.records) && x.records >= last.records {
 			last = x
 		}
 	}
-	a, b := kind(first).quantile(q), kind(last).quantile(q)
-	if a == 0 {
-		return 0, false
+	return last
+}
+
+type scaleKind struct {
+	name string
+	f    func(scaleKinds) *scaleLat
+}
+
+func (r *scaleResult) kinds() []scaleKind {
+	return []scaleKind{
+		{"fresh", func(k scaleKinds) *scaleLat { return k.serial }},
+		{fmt.Sprintf("fresh ×%d", r.concurrency), func(k scaleKinds) *scaleLat { return k.conc }},
+		{"replay", func(k scaleKinds) *scaleLat { return k.replay }},
 	}
-	v := float64(b) / float64(a)
-	return v, v <= scaleFlatTarget
 }
 
 // markdown writes the scale section of the report.
@@ -484,49 +613,59 @@ func (r *scaleResult) markdown(p func(string, ...any)) {
 	}
 	p("### Claim latency with records already stored (workload scale, target D's Valkey)\n\n")
 	p("Records: the bench's completed record (one request through D, read back with HGETALL: layout 3, a %d-byte record string in 64-byte fields) cloned under new identities with pipelined HSET and PEXPIREAT from %d goroutines (%d records per pipeline), same fields and expiry as complete.lua writes. "+
-		"Claims through store/valkey from the bench process, each timed alone: %d fresh keys one at a time, %d fresh keys %d at a time, %d claims of stored records (replays) one at a time, after 200 unmeasured claims. "+
-		"DBSIZE counts every key (other workloads' records and the fresh claims of earlier rows included). The last row is measured after the filled records were deleted again (UNLINK), as a control for the machine's drift during the workload.\n\n",
-		r.recordLen, r.fillWorkers, scaleFillBatch, r.samples, r.samples, r.concurrency, r.samples)
-	p("| records written | DBSIZE | used_memory MiB | fill s | fill records/s | fresh p50 ms | fresh p99 ms | fresh ×%d p50 ms | fresh ×%d p99 ms | replay p50 ms | replay p99 ms | errors |\n", r.concurrency, r.concurrency)
+		"Each size is measured %v after its fill ended (Valkey's incremental rehashing done). Claims through store/valkey from the bench process, each timed alone: %d fresh keys one at a time, %d fresh keys %d at a time, %d claims of stored records (replays, a random one of those filled) one at a time, after 200 unmeasured claims; "+
+		"in %d rounds alternating with the same claims on a reference valkey-server the workload starts, which holds one record throughout, so that a change of the machine's load meets both alike. "+
+		"DBSIZE counts every key of D's Valkey (other workloads' records and the fresh claims of earlier rows included). The last row is measured after the filled records were deleted again (UNLINK). Cells: D / reference, ms.\n\n",
+		r.recordLen, r.fillWorkers, scaleFillBatch, r.settle, r.samples, r.samples, r.concurrency, r.samples, scaleRounds)
+	p("| records written | DBSIZE | used_memory MiB | fill s | fill records/s | fresh p50 | fresh p99 | fresh ×%d p50 | fresh ×%d p99 | replay p50 | replay p99 | errors |\n", r.concurrency, r.concurrency)
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	pair := func(x *scaleRow, f func(scaleKinds) *scaleLat, q float64) string {
+		return msf(f(x.d).quantile(q)) + " / " + msf(f(x.ref).quantile(q))
+	}
 	for _, x := range r.rows {
 		fill, rate := "-", "-"
 		if x.filled > 0 {
 			fill, rate = fmt.Sprintf("%.1f", x.fillTime.Seconds()), fmt.Sprintf("%.0f", float64(x.filled)/x.fillTime.Seconds())
 		}
-		p("| %s | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.label, x.dbsize, float64(x.usedMemory)/(1<<20), fill, rate,
-			msf(x.serial.quantile(0.5)), msf(x.serial.quantile(0.99)), msf(x.conc.quantile(0.5)), msf(x.conc.quantile(0.99)),
-			msf(x.replay.quantile(0.5)), msf(x.replay.quantile(0.99)), x.serial.errors+x.conc.errors+x.replay.errors)
+		p("| %s | %d | %.1f | %s | %s |", x.label, x.dbsize, float64(x.usedMemory)/(1<<20), fill, rate)
+		for _, k := range r.kinds() {
+			p(" %s | %s |", pair(x, k.f, 0.5), pair(x, k.f, 0.99))
+		}
+		p(" %d |\n", x.d.errors()+x.ref.errors())
 	}
 	p("\n")
 	if r.bytesPerRecord > 0 {
 		p("used_memory per filled record: %.0f bytes. Deleting them took %.1f s.\n\n", r.bytesPerRecord, r.deleteTime.Seconds())
 	}
-	p("Flat within 10 %% (issue 17): latency at the largest size over the first size's:")
-	kinds := []struct {
-		name string
-		f    func(*scaleRow) *scaleLat
-	}{{"fresh", func(x *scaleRow) *scaleLat { return x.serial }}, {fmt.Sprintf("fresh ×%d", r.concurrency), func(x *scaleRow) *scaleLat { return x.conc }}, {"replay", func(x *scaleRow) *scaleLat { return x.replay }}}
-	for i, k := range kinds {
+	p("Flatness: D over the reference at each size, over the same ratio at the first size (1.00 = no change):\n\n")
+	p("| records written |")
+	for _, k := range r.kinds() {
+		p(" %s p50 | %s p99 |", k.name, k.name)
+	}
+	p("\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.rows[1:] {
+		p("| %s |", x.label)
+		for _, k := range r.kinds() {
+			p(" %.2f | %.2f |", r.flat(x, 0.5, k.f), r.flat(x, 0.99, k.f))
+		}
+		p("\n")
+	}
+	last := r.largest()
+	p("\nFlat within 10 %% at %d records (issue 17; at most 1.10 above):", last.records)
+	for i, k := range r.kinds() {
 		for j, q := range []float64{0.5, 0.99} {
-			v, ok := r.flat(q, k.f)
-			verdict := "met"
-			if !ok {
-				verdict = "not met"
-			}
+			v := r.flat(last, q, k.f)
 			sep := ","
-			if i == len(kinds)-1 && j == 1 {
+			if i == len(r.kinds())-1 && j == 1 {
 				sep = "."
 			}
-			p(" %s p%.0f %.2f (%s)%s", k.name, q*100, v, verdict, sep)
+			p(" %s p%.0f %.2f, %s%s", k.name, q*100, v, strings.Trim(metStr(v > 0 && v <= scaleFlatTarget), "*"), sep)
 		}
 	}
 	p("\n\n")
 	for _, x := range r.rows {
-		for _, l := range []*scaleLat{x.serial, x.conc, x.replay} {
-			if l.firstErr != "" {
-				p("First error at %s: `%s`  \n", x.label, l.firstErr)
-			}
+		if e := firstErr(x.d) + firstErr(x.ref); e != "" {
+			p("First error at %s: `%s`  \n", x.label, e)
 		}
 	}
 }
