@@ -96,7 +96,7 @@ func main() {
 	flag.IntVar(&o.pgConns, "pg-conns", 16, "E's store.postgres.max_conns (0: idemgate's default, max(4, CPUs))")
 	var scale string
 	flag.StringVar(&scale, "scale", "0,100000,1000000", "workload scale: completed records in D's Valkey at which claim latency is measured (comma-separated)")
-	flag.IntVar(&o.scaleSamples, "scale-samples", 10000, "workload scale: claims timed per kind and size")
+	flag.IntVar(&o.scaleSamples, "scale-samples", 20000, "workload scale: claims timed per kind and size")
 	flag.IntVar(&o.scaleConc, "scale-conc", 16, "workload scale: claims at once for the concurrent kind")
 	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Second, "workload scale: pause between a fill and its measurement (Valkey finishes rehashing)")
 	flag.IntVar(&o.waiters, "waiters", 10000, "workload waiters10k: concurrent requests with one key, half on each of two idemgate instances")

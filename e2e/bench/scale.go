@@ -53,10 +53,15 @@ type scaleLat struct {
 	firstErr string
 	lat      []time.Duration // sorted
 	wall     time.Duration
+	// rounds holds each round's p50 and p99, in the order measured, so
+	// that D's can be compared with the reference's round by round.
+	rounds [][2]time.Duration
 }
 
 // add merges o (another round of the same kind) into s; sort afterwards.
 func (s *scaleLat) add(o *scaleLat) {
+	slices.Sort(o.lat)
+	s.rounds = append(s.rounds, [2]time.Duration{o.quantile(0.5), o.quantile(0.99)})
 	s.samples += o.samples
 	s.errors += o.errors
 	if s.firstErr == "" {
@@ -111,7 +116,7 @@ type scaleSide struct {
 // scaleRounds is how many rounds each row's samples are split into,
 // alternating between D's Valkey and the reference, so that a change of
 // the machine's load meets both alike.
-const scaleRounds = 10
+const scaleRounds = 20
 
 // scaleResult is what the scale workload reports.
 type scaleResult struct {
@@ -564,22 +569,49 @@ func usedMemory(ctx context.Context, c vk.Client) (int64, error) {
 // msf formats d in milliseconds with microsecond resolution.
 func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d.Nanoseconds())/1e6) }
 
-// flat returns, for one kind and quantile, the latency on D at the row x
-// over the reference's in the same rounds, normalised by the same ratio at
-// the first row (0 records): 1.0 is flat whatever the machine's load did.
-func (r *scaleResult) flat(x *scaleRow, q float64, kind func(scaleKinds) *scaleLat) float64 {
-	ratio := func(x *scaleRow) float64 {
-		a := float64(kind(x.ref).quantile(q))
-		if a == 0 {
-			return 0
-		}
-		return float64(kind(x.d).quantile(q)) / a
+// roundRatio returns the median over the rounds of x of D's quantile (q
+// 0.5 or 0.99) over the reference's in the same round: drift of the
+// machine's load between rounds cancels, and one disturbed round does not
+// move a median.
+func roundRatio(x *scaleRow, q float64, kind func(scaleKinds) *scaleLat) float64 {
+	d, ref := kind(x.d).rounds, kind(x.ref).rounds
+	qi := 0
+	if q > 0.5 {
+		qi = 1
 	}
-	base := ratio(r.rows[0])
-	if base == 0 {
+	var rs []float64
+	for i := range min(len(d), len(ref)) {
+		if ref[i][qi] > 0 {
+			rs = append(rs, float64(d[i][qi])/float64(ref[i][qi]))
+		}
+	}
+	if len(rs) == 0 {
 		return 0
 	}
-	return ratio(x) / base
+	slices.Sort(rs)
+	if len(rs)%2 == 1 {
+		return rs[len(rs)/2]
+	}
+	return (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+}
+
+// flat returns, for one kind and quantile, roundRatio at the row x over
+// roundRatio with no filled records (the mean of the first row's and the
+// control row's after the deletion, both without them): 1.0 is flat
+// whatever the machine's load did.
+func (r *scaleResult) flat(x *scaleRow, q float64, kind func(scaleKinds) *scaleLat) float64 {
+	base, n := 0.0, 0.0
+	for _, y := range r.rows {
+		if y.records == 0 {
+			if v := roundRatio(y, q, kind); v > 0 {
+				base, n = base+v, n+1
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return roundRatio(x, q, kind) / (base / n)
 }
 
 // largest returns the measured row with the most records.
@@ -637,13 +669,13 @@ func (r *scaleResult) markdown(p func(string, ...any)) {
 	if r.bytesPerRecord > 0 {
 		p("used_memory per filled record: %.0f bytes. Deleting them took %.1f s.\n\n", r.bytesPerRecord, r.deleteTime.Seconds())
 	}
-	p("Flatness: D over the reference at each size, over the same ratio at the first size (1.00 = no change):\n\n")
+	p("Flatness: in each round D's quantile over the reference's, the median over the rounds, at each size over the same without filled records (the mean of the first and the last row; 1.00 = no change):\n\n")
 	p("| records written |")
 	for _, k := range r.kinds() {
 		p(" %s p50 | %s p99 |", k.name, k.name)
 	}
 	p("\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, x := range r.rows[1:] {
+	for _, x := range r.rows {
 		p("| %s |", x.label)
 		for _, k := range r.kinds() {
 			p(" %.2f | %.2f |", r.flat(x, 0.5, k.f), r.flat(x, 0.99, k.f))
