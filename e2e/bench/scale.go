@@ -39,7 +39,6 @@ type scaleTemplate struct {
 	id          store.Identity
 	fingerprint string
 	recipe      string
-	body        string // the stored response body, as a replay returns it
 	expiry      string // field x: unix ms, also the key's PEXPIREAT
 	token       string // field ct
 	rest        string // the record string after the three identity netstrings
@@ -343,7 +342,7 @@ func scaleTemplateFrom(ctx context.Context, c vk.Client, base, run string) (*sca
 	}
 	_, afterID, _ := netstrings(r, 3)
 	return &scaleTemplate{
-		id: id, fingerprint: parts[3], recipe: parts[4], body: string(upstreamBody),
+		id: id, fingerprint: parts[3], recipe: parts[4],
 		expiry: f["x"], token: f["ct"], rest: afterID, recordLen: len(r),
 	}, nil
 }
