@@ -152,18 +152,21 @@ func runWaiters(ctx context.Context, o options, env waitersEnv, rep *report) err
 // raiseNoFile raises the soft RLIMIT_NOFILE of this process (and so of the
 // children it starts afterwards) to at least need, up to the hard limit,
 // and returns the soft limit in force.
+//
+// Setrlimit is called even when the limit is high enough already: the Go
+// runtime raises its own soft limit to the hard one at start and gives
+// every child it execs the soft limit the process started with (often
+// 1,024), unless the program sets the limit itself (package syscall,
+// Setrlimit). The idemgate instances need the raised limit too.
 func raiseNoFile(need uint64) (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, fmt.Errorf("getrlimit: %w", err)
 	}
-	if l.Cur >= need {
-		return l.Cur, nil
-	}
 	if l.Max < need {
 		return 0, fmt.Errorf("open files: the hard limit %d is below the %d this workload needs (raise it: ulimit -Hn, or LimitNOFILE)", l.Max, need)
 	}
-	l.Cur = l.Max
+	l.Cur = max(l.Cur, need)
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, fmt.Errorf("setrlimit: %w", err)
 	}
