@@ -88,6 +88,10 @@ type scaleRow struct {
 	fillTime   time.Duration // its wall time
 	d          scaleKinds    // on D's Valkey, the one filled
 	ref        scaleKinds    // on the reference Valkey, empty, in alternating rounds
+	// dServerUs and refServerUs are the servers' own time per EVALSHA
+	// during the row (INFO commandstats usec over calls): the script's
+	// execution without the network, the client and the scheduling.
+	dServerUs, refServerUs float64
 }
 
 // scaleKinds are the three kinds of claim measured on one server.
@@ -105,11 +109,35 @@ func (k scaleKinds) all() []*scaleLat { return []*scaleLat{k.serial, k.conc, k.r
 
 func (k scaleKinds) errors() int { return k.serial.errors + k.conc.errors + k.replay.errors }
 
-// scaleSide is one Valkey server the claims are timed on: its store and
-// how to pick a stored completed record to replay.
+// scaleSide is one Valkey server the claims are timed on: its store, its
+// address and how to pick a stored completed record to replay.
 type scaleSide struct {
 	st     *storevalkey.Store
+	addr   string
 	stored func() store.Identity
+}
+
+// evalshaUsec returns the calls of EVALSHA on the server at addr and the
+// microseconds the server spent in them (INFO commandstats).
+func evalshaUsec(addr string) (calls, usec int64, err error) {
+	info, err := valkeyCommand(addr, "INFO", "commandstats")
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			} else if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return calls, usec, nil
 }
 
 // scaleRounds is how many rounds each row's samples are split into,
@@ -185,7 +213,7 @@ func measureScale(ctx context.Context, o options, base, addr, refAddr string) (*
 	if err := fillRecords(ctx, refC, tpl, run, 0, 1); err != nil {
 		return nil, err
 	}
-	refSide := &scaleSide{st: refSt, stored: func() store.Identity { return fillIdentity(run, 0) }}
+	refSide := &scaleSide{st: refSt, addr: refAddr, stored: func() store.Identity { return fillIdentity(run, 0) }}
 
 	sizes := slices.Clone(o.scaleSizes)
 	slices.Sort(sizes)
@@ -214,7 +242,7 @@ func measureScale(ctx context.Context, o options, base, addr, refAddr string) (*
 				return nil, ctx.Err()
 			}
 		}
-		if err := measureScaleRow(ctx, o, c, dSide(st, tpl, run, filled), refSide, tpl, row); err != nil {
+		if err := measureScaleRow(ctx, o, c, dSide(st, addr, tpl, run, filled), refSide, tpl, row); err != nil {
 			return nil, err
 		}
 		res.rows = append(res.rows, row)
@@ -229,7 +257,7 @@ func measureScale(ctx context.Context, o options, base, addr, refAddr string) (*
 		}
 		res.deleteTime = time.Since(t0)
 		row := &scaleRow{records: 0, label: "0 (after deleting them)"}
-		if err := measureScaleRow(ctx, o, c, dSide(st, tpl, run, 0), refSide, tpl, row); err != nil {
+		if err := measureScaleRow(ctx, o, c, dSide(st, addr, tpl, run, 0), refSide, tpl, row); err != nil {
 			return nil, err
 		}
 		res.rows = append(res.rows, row)
@@ -239,8 +267,8 @@ func measureScale(ctx context.Context, o options, base, addr, refAddr string) (*
 
 // dSide is D's Valkey holding filled records: a replay picks one of them
 // at random, or the template's record when none is filled.
-func dSide(st *storevalkey.Store, tpl *scaleTemplate, run string, filled int) *scaleSide {
-	return &scaleSide{st: st, stored: func() store.Identity {
+func dSide(st *storevalkey.Store, addr string, tpl *scaleTemplate, run string, filled int) *scaleSide {
+	return &scaleSide{st: st, addr: addr, stored: func() store.Identity {
 		if filled == 0 {
 			return tpl.id
 		}
@@ -266,6 +294,12 @@ func measureScaleRow(ctx context.Context, o options, c vk.Client, d, ref *scaleS
 		// Unmeasured: the first claims after a fill warm the connections.
 		claimFresh(ctx, side.st, tpl, tag+"-warm", 1, min(200, o.scaleSamples))
 	}
+	var calls0, usec0 [2]int64
+	for i, side := range []*scaleSide{d, ref} {
+		if calls0[i], usec0[i], err = evalshaUsec(side.addr); err != nil {
+			return err
+		}
+	}
 	for r := range scaleRounds {
 		sides, kinds := []*scaleSide{d, ref}, []scaleKinds{row.d, row.ref}
 		if r%2 == 1 {
@@ -283,8 +317,22 @@ func measureScaleRow(ctx context.Context, o options, c vk.Client, d, ref *scaleS
 			slices.Sort(l.lat)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "scale %s: dbsize %d, used_memory %.1f MiB; D (reference) fresh claim p50 %v (%v) p99 %v (%v); at %d p50 %v (%v) p99 %v (%v); replay p50 %v (%v) p99 %v (%v); errors %d %d %s%s\n",
-		row.label, row.dbsize, float64(row.usedMemory)/(1<<20),
+	for i, side := range []*scaleSide{d, ref} {
+		calls, usec, err := evalshaUsec(side.addr)
+		if err != nil {
+			return err
+		}
+		if dc := calls - calls0[i]; dc > 0 {
+			v := float64(usec-usec0[i]) / float64(dc)
+			if i == 0 {
+				row.dServerUs = v
+			} else {
+				row.refServerUs = v
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "scale %s: dbsize %d, used_memory %.1f MiB; server µs per EVALSHA %.1f (%.1f); D (reference) fresh claim p50 %v (%v) p99 %v (%v); at %d p50 %v (%v) p99 %v (%v); replay p50 %v (%v) p99 %v (%v); errors %d %d %s%s\n",
+		row.label, row.dbsize, float64(row.usedMemory)/(1<<20), row.dServerUs, row.refServerUs,
 		row.d.serial.quantile(0.5), row.ref.serial.quantile(0.5), row.d.serial.quantile(0.99), row.ref.serial.quantile(0.99),
 		o.scaleConc, row.d.conc.quantile(0.5), row.ref.conc.quantile(0.5), row.d.conc.quantile(0.99), row.ref.conc.quantile(0.99),
 		row.d.replay.quantile(0.5), row.ref.replay.quantile(0.5), row.d.replay.quantile(0.99), row.ref.replay.quantile(0.99),
@@ -646,10 +694,10 @@ func (r *scaleResult) markdown(p func(string, ...any)) {
 	p("Records: the bench's completed record (one request through D, read back with HGETALL: layout 3, a %d-byte record string in 64-byte fields) cloned under new identities with pipelined HSET and PEXPIREAT from %d goroutines (%d records per pipeline), same fields and expiry as complete.lua writes. "+
 		"Each size is measured %v after its fill ended (Valkey's incremental rehashing done). Claims through store/valkey from the bench process, each timed alone: %d fresh keys one at a time, %d fresh keys %d at a time, %d claims of stored records (replays, a random one of those filled) one at a time, after 200 unmeasured claims; "+
 		"in %d rounds alternating with the same claims on a reference valkey-server the workload starts, which holds one record throughout, so that a change of the machine's load meets both alike. "+
-		"DBSIZE counts every key of D's Valkey (other workloads' records and the fresh claims of earlier rows included). The last row is measured after the filled records were deleted again (UNLINK). Cells: D / reference, ms.\n\n",
+		"Server µs per EVALSHA: the server's own time in the claims' scripts during the row (INFO commandstats usec over calls), without the network, the client and the scheduling. DBSIZE counts every key of D's Valkey (other workloads' records and the fresh claims of earlier rows included). The last row is measured after the filled records were deleted again (UNLINK). Cells: D / reference, ms.\n\n",
 		r.recordLen, r.fillWorkers, scaleFillBatch, r.settle, r.samples, r.samples, r.concurrency, r.samples, scaleRounds)
-	p("| records written | DBSIZE | used_memory MiB | fill s | fill records/s | fresh p50 | fresh p99 | fresh ×%d p50 | fresh ×%d p99 | replay p50 | replay p99 | errors |\n", r.concurrency, r.concurrency)
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| records written | DBSIZE | used_memory MiB | fill s | fill records/s | fresh p50 | fresh p99 | fresh ×%d p50 | fresh ×%d p99 | replay p50 | replay p99 | server µs per EVALSHA | errors |\n", r.concurrency, r.concurrency)
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	pair := func(x *scaleRow, f func(scaleKinds) *scaleLat, q float64) string {
 		return msf(f(x.d).quantile(q)) + " / " + msf(f(x.ref).quantile(q))
 	}
@@ -662,7 +710,7 @@ func (r *scaleResult) markdown(p func(string, ...any)) {
 		for _, k := range r.kinds() {
 			p(" %s | %s |", pair(x, k.f, 0.5), pair(x, k.f, 0.99))
 		}
-		p(" %d |\n", x.d.errors()+x.ref.errors())
+		p(" %.1f / %.1f | %d |\n", x.dServerUs, x.refServerUs, x.d.errors()+x.ref.errors())
 	}
 	p("\n")
 	if r.bytesPerRecord > 0 {
