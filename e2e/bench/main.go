@@ -59,6 +59,19 @@ type options struct {
 	// installNginx installs nginx with apt-get when target N needs it and
 	// it is missing (the bench does; the smoke test fails instead).
 	installNginx bool
+	// scaleSizes are the counts of completed records the scale workload
+	// fills target D's Valkey to, measuring claim latency at each;
+	// scaleSamples claims are timed per kind and size, scaleConc at once
+	// for the concurrent kind.
+	scaleSizes   []int
+	scaleSamples int
+	scaleConc    int
+	scaleSettle  time.Duration
+	// waiters and waitersSmall are the sizes of the two one-key storms of
+	// the waiters10k workload (half on each of two instances), against an
+	// upstream that delays the slow path by waitersDelay.
+	waiters, waitersSmall int
+	waitersDelay          time.Duration
 }
 
 func main() {
@@ -81,9 +94,25 @@ func main() {
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
 	flag.BoolVar(&o.pgFsync, "pg-fsync", true, "run E's PostgreSQL with fsync and synchronous_commit on (its defaults); false turns them off")
 	flag.IntVar(&o.pgConns, "pg-conns", 16, "E's store.postgres.max_conns (0: idemgate's default, max(4, CPUs))")
+	var scale string
+	flag.StringVar(&scale, "scale", "0,100000,1000000", "workload scale: completed records in D's Valkey at which claim latency is measured (comma-separated)")
+	flag.IntVar(&o.scaleSamples, "scale-samples", 20000, "workload scale: claims timed per kind and size")
+	flag.IntVar(&o.scaleConc, "scale-conc", 16, "workload scale: claims at once for the concurrent kind")
+	flag.DurationVar(&o.scaleSettle, "scale-settle", 3*time.Second, "workload scale: pause between a fill and its measurement (Valkey finishes rehashing)")
+	flag.IntVar(&o.waiters, "waiters", 10000, "workload waiters10k: concurrent requests with one key, half on each of two idemgate instances")
+	flag.IntVar(&o.waitersSmall, "waiters-small", 1000, "workload waiters10k: the smaller storm its store commands are compared with (0 skips it)")
+	flag.DurationVar(&o.waitersDelay, "waiters-delay", 5*time.Second, "workload waiters10k: how long its upstream delays the one call (every other request must be waiting by then)")
 	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
+	for _, f := range strings.Split(scale, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -scale: bad size %q\n", f)
+			os.Exit(2)
+		}
+		o.scaleSizes = append(o.scaleSizes, v)
+	}
 	o.rounds = max(1, o.rounds)
 	for _, f := range strings.Split(open, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -179,11 +208,13 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		targets = append(targets, &target{id: "C", desc: "idemgate, memory store", base: g.addr, proc: g})
 	}
 	machine := machineInfo()
+	var vkAddr string
 	if strings.Contains(o.targets, "D") {
 		vk, err := startValkey(ctx, ps, "valkey", "")
 		if err != nil {
 			return nil, err
 		}
+		vkAddr = vk.addr
 		desc := "idemgate, Valkey store"
 		for i := range o.acks {
 			if _, err := startValkey(ctx, ps, fmt.Sprintf("valkey-replica-%d", i), vk.addr); err != nil {
@@ -244,7 +275,16 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		}
 	}
 	for _, w := range o.workloads {
-		if err := runWorkload(ctx, o, w, targets, rep); err != nil {
+		var err error
+		switch w {
+		case wScale:
+			err = runScale(ctx, o, findTarget(targets, "D"), ps, rep)
+		case wWaiters:
+			err = runWaiters(ctx, o, waitersEnv{ps: ps, idemgateBin: bins["idemgate"], upstreamBin: bins["upstream"], valkeyAddr: vkAddr, logLevel: o.logLevel}, rep)
+		default:
+			err = runWorkload(ctx, o, w, targets, rep)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -258,6 +298,21 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	rep.finished = time.Now()
 	return rep, ctx.Err()
 }
+
+// findTarget returns the target with id, nil when it does not run.
+func findTarget(targets []*target, id string) *target {
+	for _, t := range targets {
+		if t.id == id {
+			return t
+		}
+	}
+	return nil
+}
+
+// loadWorkload reports whether w is one of the load workloads that
+// runWorkload drives with vegeta (scale and waiters10k have their own
+// measurements and tables).
+func loadWorkload(w string) bool { return w != wScale && w != wWaiters }
 
 // runWorkload measures one workload: closed loop on every target, then open
 // loop on every target at each of openFractions of B's closed-loop
@@ -501,6 +556,7 @@ defaults:
 		return nil, err
 	}
 	p.addr = "http://" + listen
+	p.admin = "http://" + admin
 	return p, nil
 }
 

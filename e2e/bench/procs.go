@@ -24,6 +24,7 @@ type proc struct {
 	name   string
 	cmd    *exec.Cmd
 	addr   string // host:port it serves on
+	admin  string // idemgate's admin base URL (http://host:port), "" for the others
 	log    string // path of its stdout/stderr file
 	exited chan struct{}
 	// tree, when set, returns the pids of every process of the target (an
@@ -83,6 +84,19 @@ func (p *proc) fds() int {
 		n += max(0, countFDs(pid))
 	}
 	return n
+}
+
+// stop sends SIGTERM to p and waits for it to exit, sending SIGKILL after
+// 5 s; stopAll later skips it. For a process the benchmark stops before
+// its end (the waiters workload's own instances).
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
 }
 
 // procs tracks started processes so none outlives the benchmark.

@@ -39,6 +39,8 @@ type report struct {
 	rows              []*row
 	dups              []dupRow
 	idle              []idleRow
+	scale             *scaleResult   // workload scale, when run
+	waiters           *waitersResult // workload waiters10k, when run
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
@@ -76,7 +78,12 @@ func (r *report) markdown() string {
 	for _, f := range r.opts.openFractions {
 		modes = append(modes, fmt.Sprintf("open %.0f%%", f*100))
 	}
+	loads := 0
 	for _, w := range r.opts.workloads {
+		if !loadWorkload(w) {
+			continue
+		}
+		loads++
 		p("### Workload %s\n\n", w)
 		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | store ops/req | round trips/req | store CPU s/1k | load gen CPU s/1k | host busy |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -106,9 +113,17 @@ func (r *report) markdown() string {
 		}
 	}
 
-	r.ratios(p, "B", "bare reverse proxy", modes)
-	if strings.Contains(r.opts.targets, "N") {
+	if loads > 0 && strings.Contains(r.opts.targets, "B") {
+		r.ratios(p, "B", "bare reverse proxy", modes)
+	}
+	if loads > 0 && strings.Contains(r.opts.targets, "N") {
 		r.ratios(p, "N", "nginx", modes)
+	}
+	if r.scale != nil {
+		r.scale.markdown(p)
+	}
+	if r.waiters != nil {
+		r.waiters.markdown(p)
 	}
 
 	if len(r.dups) > 0 {
@@ -203,6 +218,9 @@ func (r *report) ratios(p func(string, ...any), base, name string, modes []strin
 		return fmt.Sprintf("%.2f", v/y.per1k(y.cpuSec))
 	}
 	for _, w := range r.opts.workloads {
+		if !loadWorkload(w) {
+			continue
+		}
 		bc := r.find(w, "closed", base)
 		p("| %s |", w)
 		for _, id := range ids {

@@ -58,7 +58,14 @@ func duplicates(ctx context.Context, base, upstream, key string, n int) (*dupSta
 	if err != nil {
 		return nil, err
 	}
-	s := &dupStats{requests: n, upstreamCalls: after - before, codes: map[int]int{}}
+	return tally(n, after-before, codes, replayed, errs, lat), nil
+}
+
+// tally counts the outcome of n requests of a one-key storm from their
+// statuses, replay marks, errors and latencies (each slice of length n),
+// given how many reached the upstream.
+func tally(n int, upstreamCalls int64, codes []int, replayed []bool, errs []error, lat []time.Duration) *dupStats {
+	s := &dupStats{requests: n, upstreamCalls: upstreamCalls, codes: map[int]int{}}
 	for i := range n {
 		s.codes[codes[i]]++
 		if replayed[i] {
@@ -72,8 +79,8 @@ func duplicates(ctx context.Context, base, upstream, key string, n int) (*dupSta
 		}
 	}
 	slices.Sort(lat)
-	s.p50, s.p99, s.max = lat[n/2], lat[n*99/100-1], lat[n-1]
-	return s, nil
+	s.p50, s.p99, s.max = lat[n/2], lat[max(0, n*99/100-1)], lat[n-1]
+	return s
 }
 
 func upstreamSlowCalls(upstream string) (int64, error) {
