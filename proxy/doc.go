@@ -44,7 +44,9 @@
 //     does not accept its content coding (coding.go), its trailers after
 //     the body, and Idempotency-Key-Expires on advertise_expiry routes.
 //     Wait (wait.go) sleeps on the store's notification until the record
-//     stops running, then the loop claims again; a wait takes one of the
+//     stops running; the waiters of one record in this process share one
+//     wait, and a completed record it ends on is their next claim's answer
+//     (no second round trip each); otherwise the loop claims again. A wait takes one of the
 //     instance's max_waiters slots (waiters.go), and without a free slot
 //     the duplicate gets 409 at once instead of holding its connection. A store failure answers
 //     503, or forwards unprotected on a fail_open route.

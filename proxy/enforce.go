@@ -48,6 +48,16 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 // one never differ.
 func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 	route := ex.route
+	if rec := ex.waited; rec != nil {
+		// The completed record the wait ended on (wait): Completed is final
+		// while the record lives, so it is the answer a claim would get.
+		ex.waited = nil
+		return claimState{
+			res:   store.ClaimResult{State: store.Completed, Fingerprint: rec.Fingerprint, Recipe: rec.Recipe, Response: rec.Response},
+			route: route, fp: ex.fp, recipe: ex.recipe,
+			draining: p.draining.Load(), now: time.Now(),
+		}, ""
+	}
 	if res, ok := p.cachedReplay(r, ex); ok {
 		return claimState{
 			res: res, route: route, fp: ex.fp, recipe: ex.recipe,

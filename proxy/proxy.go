@@ -247,8 +247,12 @@ type exchange struct {
 	// tombstones are the resources a 2xx answer to this request
 	// tombstones (tombstone.go); nil for almost every request.
 	tombstones []store.Resource
-	outcome    string
-	status     int
+	// waited is the completed record that this request's last wait
+	// ended on (wait.go), answered as the next claim's Completed answer;
+	// shared with the other waiters of this process, so read only.
+	waited  *store.Record
+	outcome string
+	status  int
 	accessFields
 }
 

@@ -1,8 +1,10 @@
 package proxy_test
 
 import (
+	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/store"
 )
 
 // gauge returns the value of the unlabelled gauge name in reg.
@@ -110,5 +113,75 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// claimCounter counts the claims that reach the store under it.
+type claimCounter struct {
+	store.Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, p)
+}
+
+// TestWaitersTakeTheRecordTheWaitEndedOn: n duplicates waiting on a running
+// operation in one process are answered from the record their shared wait
+// read when it ended, so each costs one claim (the one that found the
+// operation running), not a second one after the wake-up: a storm of
+// 10,000 waiters sent 10,000 claims at once when its operation completed
+// (issue 17). The replays are the stored response, and a duplicate whose
+// body differs gets 422 from its one claim without waiting.
+func TestWaitersTakeTheRecordTheWaitEndedOn(t *testing.T) {
+	const n = 20
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	var counter *claimCounter
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		created(w, r)
+	}, func(o *proxy.Options, d *policy.Route, _ *[]policy.Route) {
+		counter = &claimCounter{Store: o.Store}
+		o.Store, o.Metrics = counter, m
+		d.WaitTimeout = 10 * time.Second
+	})
+	first := make(chan result, 1)
+	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
+	waitUntil(t, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
+
+	same := make(chan result, n)
+	for range n {
+		go func() { same <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
+	}
+	waitUntil(t, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
+	if r := h.do("POST", "/v1/orders", "alice", "k", `{"n":2}`); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("duplicate with another body: %d %s, want 422", r.status, r.body)
+	}
+	unblock()
+
+	r0 := <-first
+	if r0.status != http.StatusCreated {
+		t.Fatalf("first = %d", r0.status)
+	}
+	for i := range n {
+		r := <-same
+		if r.status != http.StatusCreated || r.header.Get(proxy.ReplayedHeader) != "true" || r.body != r0.body {
+			t.Errorf("waiter %d: %d replayed=%q %q, want the replay of %q", i, r.status, r.header.Get(proxy.ReplayedHeader), r.body, r0.body)
+		}
+	}
+	if got, want := counter.claims.Load(), int64(1+n+1); got != want {
+		t.Errorf("%d claims reached the store, want %d: one per request, none after the wake-up", got, want)
+	}
+	if got := h.up.count("/v1/orders"); got != 1 {
+		t.Fatalf("upstream saw %d, want 1", got)
 	}
 }
