@@ -215,13 +215,20 @@ func New(opts Options) (*Proxy, error) {
 const passthroughFlushInterval = 10 * time.Millisecond
 
 // NewTransport returns the upstream transport idemgate uses by default:
-// HTTP/1.1 and HTTP/2 with keep-alive, no transparent decompression (bodies
-// are stored and replayed as the upstream sent them) and a response header
-// timeout of timeout.
+// HTTP/1.1 and HTTP/2 with keep-alive (up to 256 idle connections to each
+// upstream host, with no limit across hosts), no transparent decompression
+// (bodies are stored and replayed as the upstream sent them) and a response
+// header timeout of timeout.
 func NewTransport(timeout time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
 	t.MaxIdleConnsPerHost = 256
+	// No cap across hosts: DefaultTransport's 100 made the 256 above
+	// unreachable, so past 100 requests in flight to one upstream every
+	// answer closed a connection and a later request dialled a new one
+	// (a TCP handshake and a TIME_WAIT socket per request). Each upstream
+	// host keeps at most MaxIdleConnsPerHost.
+	t.MaxIdleConns = 0
 	t.ResponseHeaderTimeout = timeout
 	return t
 }
