@@ -31,8 +31,11 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 
 // maxBufferedPassthrough is the largest declared body, in bytes, that a
 // passthrough request has read before it is sent upstream
-// (bufferSmallBody): nginx's client_body_buffer_size on 64-bit platforms is
-// 16 KiB too. An idle client that declares it pins at most that much.
+// (bufferSmallBody), of the order of nginx's client_body_buffer_size (two
+// memory pages: 8 KiB on x86-64, 16 KiB on most other 64-bit platforms),
+// which nginx also reads before it forwards. A client that declares it and
+// then sends nothing pins at most that much until the server's read
+// timeout.
 const maxBufferedPassthrough = 16 << 10
 
 // bufferSmallBody reads the body of a passthrough request that declares a
