@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 
 	"github.com/idemgate/idemgate/metrics"
@@ -10,13 +12,59 @@ import (
 )
 
 // passthroughServe proxies a request that is not enforced, untouched and
-// streamed, through httputil.ReverseProxy.
+// streamed, through httputil.ReverseProxy; a small body is read first
+// (bufferSmallBody).
 func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	if err := bufferSmallBody(r, ex); err != nil {
+		// Nothing was sent upstream: the client's body ended early or
+		// did not come in time.
+		ex.cause = err
+		p.fail(w, r, ex, problem.BadRequest.With("the request body could not be read: "+err.Error()))
+		return
+	}
 	ex.outcome = metrics.OutcomePassthrough
 	// Deferred: ReverseProxy aborts the handler with http.ErrAbortHandler
 	// when the client leaves mid-stream, and the request still counts.
 	defer p.done(r, ex)
 	p.passthrough.ServeHTTP(w, r)
+}
+
+// maxBufferedPassthrough is the largest declared body, in bytes, that a
+// passthrough request has read before it is sent upstream
+// (bufferSmallBody), of the order of nginx's client_body_buffer_size (two
+// memory pages: 8 KiB on x86-64, 16 KiB on most other 64-bit platforms),
+// which nginx also reads before it forwards. A client that declares it and
+// then sends nothing pins at most that much until the server's read
+// timeout.
+const maxBufferedPassthrough = 16 << 10
+
+// bufferSmallBody reads the body of a passthrough request that declares a
+// Content-Length of at most maxBufferedPassthrough into memory, and makes
+// r.Body those bytes. net/http's transport sends a request whose body is in
+// memory with its header in one write(2); any other body it sends after
+// flushing the header on its own (net/http's transferWriter.FlushHeaders,
+// golang/go#22088), which costs one more write and one more TCP segment,
+// on both ends, for every request with a body. The bytes sent upstream are
+// the same. Left streamed: larger bodies, bodies of unknown length
+// (chunked), a body already read (ex.read), and a request that expects
+// 100 Continue, whose upstream decides whether it wants the body.
+//
+// It returns the read error when the client's body ends before its
+// Content-Length or does not arrive within the server's read timeout; the
+// request then never reached the upstream.
+func bufferSmallBody(r *http.Request, ex *exchange) error {
+	if ex.read || r.ContentLength <= 0 || r.ContentLength > maxBufferedPassthrough ||
+		len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" {
+		return nil
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return err
+	}
+	// rewrite sends ex.body.
+	ex.body, ex.read = body, true
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return nil
 }
 
 // passthroughError is the passthrough ReverseProxy's ErrorHandler: the

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -186,9 +188,9 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.transport = timedTransport{next: p.transport}
 	p.passthrough = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
+		Rewrite:        p.rewritePassthrough,
 		Transport:      p.transport,
-		FlushInterval:  -1, // streaming responses reach the client as they come
+		FlushInterval:  passthroughFlushInterval,
 		BufferPool:     newBufferPool(),
 		ErrorHandler:   p.passthroughError,
 		ModifyResponse: p.modifyPassthrough,
@@ -197,14 +199,36 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
+// passthroughFlushInterval is the passthrough ReverseProxy's FlushInterval:
+// how long at most the bytes of a response with a Content-Length wait in
+// net/http's write buffer before they are flushed to the client. Event
+// streams and bodies of unknown length (chunked) are flushed on every write
+// whatever it is: ReverseProxy overrides it to -1 for them, so they reach
+// the client as they come. It was -1 for every response, and for that
+// httputil starts, per response, a timer that fires at once and flushes the
+// header from a goroutine of its own while the body is being copied: a
+// goroutine and usually one more write(2) and TCP segment per request (the
+// header and the body apart), 7 % of idemgate's CPU on the passthrough
+// benchmark (docs/performance.md, "Targets of issue 17"). With a positive
+// interval a response whose body is already there leaves in one write when
+// the handler returns, and a slow one trickles out at most this late.
+const passthroughFlushInterval = 10 * time.Millisecond
+
 // NewTransport returns the upstream transport idemgate uses by default:
-// HTTP/1.1 and HTTP/2 with keep-alive, no transparent decompression (bodies
-// are stored and replayed as the upstream sent them) and a response header
-// timeout of timeout.
+// HTTP/1.1 and HTTP/2 with keep-alive (up to 256 idle connections to each
+// upstream host, with no limit across hosts), no transparent decompression
+// (bodies are stored and replayed as the upstream sent them) and a response
+// header timeout of timeout.
 func NewTransport(timeout time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
 	t.MaxIdleConnsPerHost = 256
+	// No cap across hosts: DefaultTransport's 100 made the 256 above
+	// unreachable, so past 100 requests in flight to one upstream every
+	// answer closed a connection and a later request dialled a new one
+	// (a TCP handshake and a TIME_WAIT socket per request). Each upstream
+	// host keeps at most MaxIdleConnsPerHost.
+	t.MaxIdleConns = 0
 	t.ResponseHeaderTimeout = timeout
 	return t
 }
@@ -228,6 +252,18 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(target)
 	pr.Out.Host = hostFor(pr.In, p.passHost)
 	forwardingHeaders(pr, p.trusted)
+}
+
+// rewritePassthrough is the passthrough ReverseProxy's Rewrite: rewrite,
+// and a body already in memory (bufferSmallBody, or read for the decision)
+// sent as such. ReverseProxy wraps the request's body in a reader of its
+// own, which net/http's transport cannot tell is in memory, so it would
+// flush the header alone first.
+func (p *Proxy) rewritePassthrough(pr *httputil.ProxyRequest) {
+	p.rewrite(pr)
+	if ex := exchangeOf(pr.In.Context()); ex != nil && ex.read && len(ex.body) > 0 {
+		pr.Out.Body = io.NopCloser(bytes.NewReader(ex.body))
+	}
 }
 
 // exchange is the state of one request on its way through ServeHTTP.
@@ -254,6 +290,8 @@ type exchange struct {
 	outcome string
 	status  int
 	accessFields
+	// aw is accessFields.w's storage: one allocation per request for both.
+	aw accessWriter
 }
 
 // ServeHTTP enforces the route's policy on r: decide, claim, act (see the
@@ -261,10 +299,10 @@ type exchange struct {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
 	d := pol.Decide(r)
-	aw := &accessWriter{ResponseWriter: w}
-	w = aw
 	ex := &exchange{start: time.Now(), route: d.Route}
-	ex.w = aw
+	ex.aw.ResponseWriter = w
+	ex.w = &ex.aw
+	w = ex.w
 	if d.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
