@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -32,27 +33,24 @@ func removeHopByHop(h http.Header) { removeFields(h) }
 // missed a "content-length" or "connection" key, which a replay then wrote
 // next to its own Content-Length.
 func removeFields(h http.Header, extra ...string) {
-	drop := make(map[string]bool, len(hopHeaders)+len(extra))
-	for _, name := range hopHeaders {
-		drop[name] = true
-	}
-	for _, name := range extra {
-		drop[name] = true
-	}
+	// No set built per call: this runs on every forwarded request and
+	// response (four times for a fresh key), and the lists are short.
+	var named []string // the fields a Connection field names, canonical
 	for key, values := range h {
-		if textproto.CanonicalMIMEHeaderKey(key) != "Connection" {
+		if !strings.EqualFold(key, "Connection") {
 			continue
 		}
 		for _, v := range values {
-			for _, name := range strings.Split(v, ",") {
+			for name := range strings.SplitSeq(v, ",") {
 				if name = textproto.TrimString(name); name != "" {
-					drop[textproto.CanonicalMIMEHeaderKey(name)] = true
+					named = append(named, textproto.CanonicalMIMEHeaderKey(name))
 				}
 			}
 		}
 	}
 	for key := range h {
-		if drop[textproto.CanonicalMIMEHeaderKey(key)] {
+		k := textproto.CanonicalMIMEHeaderKey(key)
+		if slices.Contains(hopHeaders, k) || slices.Contains(extra, k) || slices.Contains(named, k) {
 			delete(h, key)
 		}
 	}
