@@ -26,14 +26,18 @@ func main() {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
 	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 0 // as proxy.NewTransport: DefaultTransport's 100 capped the 256
 	t.ResponseHeaderTimeout = 60 * time.Second
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			pr.SetXForwarded()
 		},
-		Transport:     t,
-		FlushInterval: -1,
+		Transport: t,
+		// As idemgate's passthrough (proxy.passthroughFlushInterval): -1
+		// flushed every response's header from a timer goroutine, an
+		// extra write each.
+		FlushInterval: 10 * time.Millisecond,
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
