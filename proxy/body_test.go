@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -39,5 +40,33 @@ func TestReadLimitedError(t *testing.T) {
 	r := io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom))
 	if _, err := readLimited(r, 10, 16); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
+	}
+}
+
+// TestReadLimitedDeclaredBodyFitsOnce: a 1 MiB body of its declared
+// length ends in a buffer of its size (plus the EOF byte), and reading it
+// allocates 1.25 times the body at most, where io.ReadAll's growth
+// allocated over twice it (issue 17), however the reader splits it.
+func TestReadLimitedDeclaredBodyFitsOnce(t *testing.T) {
+	const n = 1 << 20
+	data := bytes.Repeat([]byte("z"), n)
+	for name, r := range map[string]func() io.Reader{
+		"plain":   func() io.Reader { return bytes.NewReader(data) },
+		"halfeof": func() io.Reader { return iotest.HalfReader(bytes.NewReader(data)) },
+		"dataeof": func() io.Reader { return iotest.DataErrReader(bytes.NewReader(data)) },
+	} {
+		got, err := readLimited(r(), n, n)
+		if err != nil || len(got) != n || cap(got) != n+1 {
+			t.Fatalf("%s: %d bytes in a buffer of %d, %v; want %d in %d", name, len(got), cap(got), err, n, n+1)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := readLimited(bytes.NewReader(data), n, n); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > n+n/4 {
+		t.Errorf("reading a declared %d-byte body allocated %d bytes; want at most 1.25 times the body", n, got)
 	}
 }
