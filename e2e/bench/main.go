@@ -244,6 +244,12 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		}
 	}
 	for _, w := range o.workloads {
+		if w == wBig {
+			if err := runBig(ctx, o, targets, rep); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := runWorkload(ctx, o, w, targets, rep); err != nil {
 			return nil, err
 		}
