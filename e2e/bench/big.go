@@ -71,6 +71,13 @@ func runBig(ctx context.Context, o options, targets []*target, rep *report) erro
 			return err
 		}
 		x.workload, x.mode = wBig, "closed"
+		if x.s.errors > 0 {
+			// The target's own account of the failure, before its log
+			// goes with the temporary directory.
+			if log, err := os.ReadFile(t.proc.log); err == nil {
+				fmt.Fprintf(os.Stderr, "big on %s: %d errors; the end of its log:\n%s\n", t.id, x.s.errors, log[max(0, len(log)-2000):])
+			}
+		}
 		rep.rows = append(rep.rows, x)
 		perReq := float64(x.peakRSSKB-idleKB) * 1024 / bigConcurrency / bigBodySize
 		fmt.Fprintf(os.Stderr, "%-11s %-8s %s: %8.1f req/s %7.1f MiB/s each way, p50 %v p99 %v, errors %d; RSS idle %.1f MiB, peak %.1f MiB: %.2f x the body per request in flight (%d); CPU %.1f ms/request %s\n",
@@ -98,7 +105,7 @@ func bigLoad(ctx context.Context, c *http.Client, base, prefix string, body []by
 			for ctx.Err() == nil {
 				n := seq.Add(1)
 				t0 := time.Now()
-				code, err := bigPost(ctx, c, base, prefix+strconv.FormatInt(n, 10), "user-"+strconv.FormatInt(n%owners, 10), body)
+				code, replayed, err := bigPost(ctx, c, base, prefix+strconv.FormatInt(n, 10), "user-"+strconv.FormatInt(n%owners, 10), body)
 				if ctx.Err() != nil {
 					return // cut by the end of the phase: not a result
 				}
@@ -106,6 +113,9 @@ func bigLoad(ctx context.Context, c *http.Client, base, prefix string, body []by
 				s.requests++
 				s.latencies = append(s.latencies, time.Since(t0))
 				s.codes[code]++
+				if replayed {
+					s.replayed++
+				}
 				if err != nil || code != http.StatusCreated {
 					s.errors++
 					if s.firstErr == "" {
@@ -122,22 +132,25 @@ func bigLoad(ctx context.Context, c *http.Client, base, prefix string, body []by
 	return s
 }
 
-func bigPost(ctx context.Context, c *http.Client, base, key, owner string, body []byte) (int, error) {
+// bigPost sends one big request and drains the answer; it returns the
+// status, whether the answer was a replay, and an error when the answer
+// is not the whole body echoed.
+func bigPost(ctx context.Context, c *http.Client, base, key, owner string, body []byte) (int, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/big", bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User", owner)
 	req.Header.Set("Idempotency-Key", `"`+key+`"`)
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err == nil && n != int64(len(body)) {
 		err = fmt.Errorf("answer of %d bytes, want %d", n, len(body))
 	}
-	return resp.StatusCode, err
+	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", err
 }
