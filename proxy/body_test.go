@@ -70,3 +70,25 @@ func TestReadLimitedDeclaredBodyFitsOnce(t *testing.T) {
 		t.Errorf("reading a declared %d-byte body allocated %d bytes; want at most 1.25 times the body", n, got)
 	}
 }
+
+// TestSentBodyLetsGo: the outbound request body reads as the bytes given
+// and, once read to the end, no longer holds them, so a response that
+// refers to its request does not keep a large request body alive (issue
+// 17); closing it early is harmless.
+func TestSentBodyLetsGo(t *testing.T) {
+	data := bytes.Repeat([]byte("q"), 100<<10)
+	s := &sentBody{b: data}
+	got, err := io.ReadAll(iotest.OneByteReader(s))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v; want the %d given", len(got), err, len(data))
+	}
+	if s.b != nil {
+		t.Errorf("after EOF the body still holds %d bytes", cap(s.b))
+	}
+	if n, err := s.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Errorf("read after EOF: %d, %v", n, err)
+	}
+	if err := (&sentBody{b: data}).Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
