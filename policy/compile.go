@@ -135,6 +135,12 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	// A request no pattern matches costs ServeMux a walk of every method's
+	// tree (to tell 404 from 405), a few allocations, and Decide asks
+	// for many such lookups: a catch-all answers them in one. Every
+	// pattern but one equivalent to "/" is more specific, so no match
+	// changes; if a route is such a pattern, it is the catch-all.
+	_ = registerFallback(p.mux)
 	p.compileVariants()
 	p.indexes = p.defaults.ResourceFrom != "" || slices.ContainsFunc(p.routes, func(r *Route) bool { return r.ResourceFrom != "" })
 	return p, nil
@@ -293,6 +299,26 @@ func register(mux *http.ServeMux, r *Route) (err error) {
 		}
 	}()
 	mux.Handle(lowerPatternHost(r.Match), routeHandler{route: r})
+	return nil
+}
+
+// fallbackHandler marks the catch-all pattern that New adds below every
+// route: a match of it means the defaults route, as no match does.
+type fallbackHandler struct{}
+
+// ServeHTTP is never called: the mux is only asked which handler matches.
+func (fallbackHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// registerFallback adds the catch-all pattern "/" to mux, unless a route's
+// pattern already matches every request (it conflicts with "/" then, and
+// the error says so).
+func registerFallback(mux *http.ServeMux) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	mux.Handle("/", fallbackHandler{})
 	return nil
 }
 

@@ -411,14 +411,7 @@ func (rv *rival) covers(x string) bool {
 			return true
 		}
 	}
-	for _, l := range rv.prefixes {
-		// Case-insensitive: every case and slash variant of x is x in
-		// lower case, with or without the trailing slash.
-		if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
-			return true
-		}
-	}
-	return false
+	return rv.set.covers(x)
 }
 
 // mayOverride reports whether a canonical request matched to route with
@@ -438,22 +431,102 @@ func (p *Policy) mayOverride(route *Route, method, path string) bool {
 
 // rival lists, for one route and one enforced method, the routes that could
 // govern a variant of one of its requests more strictly, or as strictly
-// under another scope: their lower-cased literal path prefixes (up to the
-// first wildcard, without trailing slash; "" matches every path), and
-// whether the defaults route is one of them. subtree is the route's own
-// root when its pattern is a lower-case subtree without wildcards ("/v1/"
-// is "/v1").
+// under another scope: their literal path prefixes (set), and whether the
+// defaults route is one of them. subtree is the route's own root when its
+// pattern is a lower-case subtree without wildcards ("/v1/" is "/v1").
 type rival struct {
 	method   string
-	prefixes []string
+	set      *prefixSet // nil: no declared route
 	defaults bool
 	subtree  string
+}
+
+// prefixSet holds the lower-cased literal path prefixes of some routes (up
+// to the first wildcard, without trailing slash; "" matches every path).
+// It is shared by every route of one scope and strictness (compileVariants),
+// and indexed so that a lookup costs one map probe per segment of the
+// path, whatever the number of routes (issue 17: 1,000 routes).
+type prefixSet struct {
+	prefixes []string            // in route order, for non-ASCII or long paths
+	index    map[string]struct{} // the same prefixes; nil: scan prefixes
+	any      bool                // "" is one of them
+}
+
+func newPrefixSet(prefixes []string) *prefixSet {
+	s := &prefixSet{prefixes: prefixes, index: make(map[string]struct{}, len(prefixes))}
+	for _, l := range prefixes {
+		s.index[l] = struct{}{}
+		if l == "" {
+			s.any = true
+		}
+	}
+	return s
+}
+
+// maxIndexedPath bounds the paths prefixSet.covers looks up in its index
+// (a stack buffer holds the lower-case copy); longer ones are scanned.
+const maxIndexedPath = 256
+
+// covers reports whether x (a clean path without trailing slash) starts
+// with one of the prefixes in any letter case, at a segment boundary. For
+// an ASCII path, a prefix matches exactly when it equals the lower-case
+// path up to a "/" or its end: strings.EqualFold folds a non-ASCII rune of
+// a prefix only to another non-ASCII rune or to a letter of another byte
+// length (the Kelvin sign and "ſ"), so no prefix the scan would accept is
+// missed. Other paths take the scan, the rule itself.
+func (s *prefixSet) covers(x string) bool {
+	if s == nil {
+		return false
+	}
+	if s.any {
+		return true
+	}
+	if s.index != nil && len(x) <= maxIndexedPath {
+		var buf [maxIndexedPath]byte
+		ascii := true
+		for i := 0; i < len(x); i++ {
+			c := x[i]
+			if c >= 0x80 {
+				ascii = false
+				break
+			}
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		if ascii {
+			lx := buf[:len(x)]
+			for i := 1; i <= len(lx); i++ {
+				if i < len(lx) && lx[i] != '/' {
+					continue
+				}
+				if _, ok := s.index[string(lx[:i])]; ok {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for _, l := range s.prefixes {
+		// Case-insensitive: every case and slash variant of x is x in
+		// lower case, with or without the trailing slash.
+		if l == "" || len(x) >= len(l) && strings.EqualFold(x[:len(l)], l) && (len(x) == len(l) || x[len(l)] == '/') {
+			return true
+		}
+	}
+	return false
 }
 
 // compileVariants precomputes what Decide's fast path needs: the methods
 // some route enforces, each route's rivals per method (for path variants),
 // and per strictness of the request's method the rivals of each other
 // enforced method (for a _method override in a JSON body).
+//
+// The routes that rival one depend only on its scope, its strictness and
+// the method, so each such set is built once and shared: with 1,000 routes
+// in a few scopes this keeps New linear in the routes, not quadratic
+// (issue 17).
 func (p *Policy) compileVariants() {
 	all := append(slices.Clone(p.routes), p.defaults)
 	p.enforced = nil
@@ -467,6 +540,48 @@ func (p *Policy) compileVariants() {
 			}
 		}
 	}
+	type setKey struct {
+		overrides bool // the rule of the method variants, else of the path variants
+		scope     string
+		method    string
+		s         Strictness
+	}
+	type built struct {
+		set      *prefixSet
+		defaults bool
+	}
+	sets := map[setKey]built{}
+	// rivalsOf returns the routes that govern m at least as strictly as s
+	// under another scope than scope, or more strictly (path variants: the
+	// defaults route only when more strictly, since it never wins a tie
+	// against a declared route).
+	rivalsOf := func(k setKey) built {
+		if b, ok := sets[k]; ok {
+			return b
+		}
+		var b built
+		var prefixes []string
+		for _, o := range all {
+			so := o.Strictness(k.method)
+			if so == NotEnforced || so < k.s {
+				continue
+			}
+			if so == k.s && (o.scope() == k.scope || !k.overrides && o == p.defaults) {
+				// Same scope: nothing to escape.
+				continue
+			}
+			if o == p.defaults {
+				b.defaults = true
+			} else {
+				prefixes = append(prefixes, literalPrefix(o.Match))
+			}
+		}
+		if len(prefixes) > 0 {
+			b.set = newPrefixSet(prefixes)
+		}
+		sets[k] = b
+		return b
+	}
 	p.rivals = make(map[*Route][]rival, len(all))
 	p.overrides = make(map[*Route][EnforcedRequired + 1][]rival, len(all))
 	for _, rt := range all {
@@ -476,26 +591,9 @@ func (p *Policy) compileVariants() {
 		}
 		var rvs []rival
 		for _, m := range p.enforced {
-			s := rt.Strictness(m)
-			rv := rival{method: m, subtree: subtree}
-			for _, o := range all {
-				so := o.Strictness(m)
-				if o == rt || so == NotEnforced || so < s {
-					continue
-				}
-				if so == s && (sameScope(o, rt) || o == p.defaults) {
-					// Same scope: nothing to escape. The defaults route never
-					// wins a tie against a declared route.
-					continue
-				}
-				if o == p.defaults {
-					rv.defaults = true
-				} else {
-					rv.prefixes = append(rv.prefixes, literalPrefix(o.Match))
-				}
-			}
-			if rv.defaults || len(rv.prefixes) > 0 {
-				rvs = append(rvs, rv)
+			b := rivalsOf(setKey{scope: rt.scope(), method: m, s: rt.Strictness(m)})
+			if b.defaults || b.set != nil {
+				rvs = append(rvs, rival{method: m, set: b.set, defaults: b.defaults, subtree: subtree})
 			}
 		}
 		p.rivals[rt] = rvs
@@ -509,24 +607,15 @@ func (p *Policy) compileVariants() {
 		var byLevel [EnforcedRequired + 1][]rival
 		for s := NotEnforced; s <= EnforcedRequired; s++ {
 			for _, m := range p.enforced {
-				rv := rival{method: m}
+				b := rivalsOf(setKey{overrides: true, scope: rt.scope(), method: m, s: s})
+				if !b.defaults && b.set == nil {
+					continue
+				}
+				rv := rival{method: m, set: b.set, defaults: b.defaults}
 				if pm == "" || pm == m || pm == http.MethodGet && m == http.MethodHead {
 					rv.subtree = subtree
 				}
-				for _, o := range all {
-					so := o.Strictness(m)
-					if so == NotEnforced || so < s || so == s && sameScope(o, rt) {
-						continue
-					}
-					if o == p.defaults {
-						rv.defaults = true
-					} else {
-						rv.prefixes = append(rv.prefixes, literalPrefix(o.Match))
-					}
-				}
-				if rv.defaults || len(rv.prefixes) > 0 {
-					byLevel[s] = append(byLevel[s], rv)
-				}
+				byLevel[s] = append(byLevel[s], rv)
 			}
 		}
 		p.overrides[rt] = byLevel

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -39,5 +40,55 @@ func TestReadLimitedError(t *testing.T) {
 	r := io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom))
 	if _, err := readLimited(r, 10, 16); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
+	}
+}
+
+// TestReadLimitedDeclaredBodyFitsOnce: a 1 MiB body of its declared
+// length ends in a buffer of its size (plus the EOF byte), and reading it
+// allocates 1.25 times the body at most, where io.ReadAll's growth
+// allocated over twice it (issue 17), however the reader splits it.
+func TestReadLimitedDeclaredBodyFitsOnce(t *testing.T) {
+	const n = 1 << 20
+	data := bytes.Repeat([]byte("z"), n)
+	for name, r := range map[string]func() io.Reader{
+		"plain":   func() io.Reader { return bytes.NewReader(data) },
+		"halfeof": func() io.Reader { return iotest.HalfReader(bytes.NewReader(data)) },
+		"dataeof": func() io.Reader { return iotest.DataErrReader(bytes.NewReader(data)) },
+	} {
+		got, err := readLimited(r(), n, n)
+		if err != nil || len(got) != n || cap(got) != n+1 {
+			t.Fatalf("%s: %d bytes in a buffer of %d, %v; want %d in %d", name, len(got), cap(got), err, n, n+1)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := readLimited(bytes.NewReader(data), n, n); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > n+n/4 {
+		t.Errorf("reading a declared %d-byte body allocated %d bytes; want at most 1.25 times the body", n, got)
+	}
+}
+
+// TestSentBodyLetsGo: the outbound request body reads as the bytes given
+// and, once read to the end, no longer holds them, so a response that
+// refers to its request does not keep a large request body alive (issue
+// 17); closing it early is harmless.
+func TestSentBodyLetsGo(t *testing.T) {
+	data := bytes.Repeat([]byte("q"), 100<<10)
+	s := &sentBody{b: data}
+	got, err := io.ReadAll(iotest.OneByteReader(s))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v; want the %d given", len(got), err, len(data))
+	}
+	if s.b != nil {
+		t.Errorf("after EOF the body still holds %d bytes", cap(s.b))
+	}
+	if n, err := s.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Errorf("read after EOF: %d, %v", n, err)
+	}
+	if err := (&sentBody{b: data}).Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }

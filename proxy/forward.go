@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +55,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	// The request body has gone upstream and is never sent again (no
+	// retry resends a claimed request): drop this exchange's references
+	// to it, so a large body is not held while the response is read and
+	// stored (issue 17).
+	ex.body, r.Body = nil, http.NoBody
 	// Before the client hears of the deletion, so a retry of the create
 	// it sends next finds the tombstone.
 	p.tombstone(r.Context(), ex, resp.StatusCode)
@@ -234,12 +238,37 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *excha
 	p.fail(w, r, ex, pr)
 }
 
+// sentBody is the body of an outbound request: it lets go of the bytes
+// once they are read to the end, so that a large request body is not
+// kept alive by the outbound request (which the response refers to)
+// while the response is read and stored (issue 17).
+type sentBody struct{ b []byte }
+
+// Read implements io.Reader.
+func (s *sentBody) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		s.b = nil
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	if len(s.b) == 0 {
+		s.b = nil
+	}
+	return n, nil
+}
+
+// Close implements io.Closer. It keeps the bytes: the transport may close
+// the body from another goroutine than the one reading it, and the reader
+// drops them at the end anyway.
+func (s *sentBody) Close() error { return nil }
+
 // outbound builds the upstream request for an enforced exchange. Body is a
 // non-rewindable reader with GetBody unset, so net/http's transport never
 // re-sends it on its own (it would for a request carrying Idempotency-Key).
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
 	out := r.Clone(ctx)
-	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.Body = &sentBody{b: body}
 	out.GetBody = nil
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil

@@ -61,6 +61,30 @@ func (c *BodyCodec) Compress(h http.Header, body []byte) ([]byte, bool) {
 	return z, true
 }
 
+// AppendCompress is Compress appending to dst: it appends the zstd frame
+// of body, or body itself when Compress would leave it (false), and
+// returns the extended slice. Given a dst with MaxCompressedLen(len(body))
+// bytes to spare, it allocates nothing, so a caller that writes the body
+// after a prefix needs one buffer for both, where Compress's result was
+// copied once more (issue 17: 1 MiB bodies).
+func (c *BodyCodec) AppendCompress(dst []byte, h http.Header, body []byte) ([]byte, bool) {
+	if len(body) < MinCompressBytes || hasContentEncoding(h) {
+		return append(dst, body...), false
+	}
+	n := len(dst)
+	dst = c.enc.EncodeAll(body, dst)
+	if len(dst)-n > len(body)-len(body)/8 {
+		return append(dst[:n], body...), false
+	}
+	return dst, true
+}
+
+// MaxCompressedLen returns the most bytes AppendCompress appends for a body
+// of n bytes: the larger of n and its worst-case zstd frame.
+func (c *BodyCodec) MaxCompressedLen(n int) int {
+	return max(n, c.enc.MaxEncodedSize(n))
+}
+
 // Decompress reverses Compress for bytes it marked as a zstd frame.
 func (c *BodyCodec) Decompress(z []byte) ([]byte, error) {
 	b, err := c.dec.DecodeAll(z, nil)

@@ -279,6 +279,8 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		switch w {
 		case wScale:
 			err = runScale(ctx, o, findTarget(targets, "D"), ps, rep)
+		case wBig:
+			err = runBig(ctx, o, targets, rep)
 		case wWaiters:
 			err = runWaiters(ctx, o, waitersEnv{ps: ps, idemgateBin: bins["idemgate"], upstreamBin: bins["upstream"], valkeyAddr: vkAddr, logLevel: o.logLevel}, rep)
 		default:

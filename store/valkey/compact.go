@@ -50,7 +50,17 @@ func appendNetstring(b []byte, s string) []byte {
 // as a uvarint, the header and trailer each as a uvarint length and
 // EncodeHeader bytes (when their flag is set), then the body to the end.
 func (c *compactRecord) encodeResponse() []byte {
-	b := make([]byte, 0, 1+binary.MaxVarintLen64*3+len(c.header)+len(c.trailer)+len(c.body))
+	b := make([]byte, 0, c.headLen()+len(c.body))
+	return append(c.appendHead(b), c.body...)
+}
+
+// headLen bounds the length of appendHead's bytes.
+func (c *compactRecord) headLen() int {
+	return 1 + binary.MaxVarintLen64*3 + len(c.header) + len(c.trailer)
+}
+
+// appendHead appends encodeResponse's bytes before the body.
+func (c *compactRecord) appendHead(b []byte) []byte {
 	b = append(b, c.flags)
 	b = binary.AppendUvarint(b, c.status)
 	if c.flags&respHeaderSet != 0 {
@@ -61,7 +71,27 @@ func (c *compactRecord) encodeResponse() []byte {
 		b = binary.AppendUvarint(b, uint64(len(c.trailer)))
 		b = append(b, c.trailer...)
 	}
-	return append(b, c.body...)
+	return b
+}
+
+// encodeResponseOf returns compactResponse(codec, resp).encodeResponse(),
+// the same bytes, built in one buffer: the body is compressed straight
+// after the head, where the frame used to be built apart and copied in
+// (issue 17: a 1 MiB body was allocated three times over).
+func encodeResponseOf(codec *store.BodyCodec, resp store.Response) []byte {
+	body := resp.Body
+	resp.Body = nil
+	c := compactResponse(codec, resp)
+	if body == nil {
+		return c.encodeResponse()
+	}
+	c.flags |= respBodySet
+	b := c.appendHead(make([]byte, 0, c.headLen()+codec.MaxCompressedLen(len(body))))
+	b, z := codec.AppendCompress(b, resp.Header, body)
+	if z {
+		b[0] |= respBodyZstd // the flags byte, first
+	}
+	return b
 }
 
 // encode returns the whole layout 3 record, as complete.lua assembles it

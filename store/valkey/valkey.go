@@ -363,8 +363,10 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}
 	// Layout 3: the response travels as one string, its body compressed
-	// when that pays; complete.lua adds the rest of the record to it.
-	args := []string{token, string(compactResponse(s.codec, resp).encodeResponse()), s.channel}
+	// when that pays; complete.lua adds the rest of the record to it. The
+	// string shares the encoding's bytes (never written again), so a large
+	// body is not copied once more on its way out (issue 17).
+	args := []string{token, valkey.BinaryString(encodeResponseOf(s.codec, resp)), s.channel}
 	var done bool
 	var err error
 	if s.acks.On() {

@@ -1,4 +1,4 @@
-// Command upstream is the benchmark's backend: it answers every request with 201 and a fixed ~200-byte JSON body, and counts what it executed.
+// Command upstream is the benchmark's backend: it answers every request with 201 and a fixed ~200-byte JSON body (/v1/big: the request body echoed), and counts what it executed.
 package main
 
 import (
@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,22 @@ func main() {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]int64{"calls": calls.Load(), "slow_calls": slowCalls.Load()})
+	})
+	// /v1/big echoes the request body (the big workload's 1 MiB upload),
+	// with its length declared, so every target moves the same large
+	// answer; issue 17.
+	mux.HandleFunc("/v1/big", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		calls.Add(1)
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(b)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// Read the whole request as a real API would before acting on it.
