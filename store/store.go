@@ -423,7 +423,11 @@ func (r CacheResult) String() string {
 //  2. A record that changes, is deleted or ends (retention) stops being
 //     returned once the backing server has told this process (Valkey:
 //     an invalidation message), and at once when the connection that
-//     carried it is lost; a caller that gets nil claims as usual.
+//     carried it is lost; a caller that gets nil claims as usual. A
+//     server that has not answered this process for a bound the
+//     implementation names (Valkey: valkey.CacheFence) cannot vouch for
+//     a cached record: CachedReplay then asks it first, and fails when it
+//     does not answer.
 //  3. It costs no round trip for an identity this instance has not seen
 //     completed (CacheSkipped), so a fresh key costs what Claim costs.
 //  4. Errors wrap ErrUnavailable; the caller then claims as usual, and
