@@ -389,7 +389,10 @@ const (
 	// not seen the record completed), so no round trip was made; the
 	// caller claims as usual.
 	CacheSkipped CacheResult = iota
-	// CacheHit: answered from the in-process cache, with no round trip.
+	// CacheHit: answered from the in-process cache, with no round trip
+	// for the record (the store may have sent a liveness check first,
+	// rule 2 of ReplayCache: on Valkey one PING per valkey.CacheFence at
+	// most under steady load).
 	CacheHit
 	// CacheMiss: the cache held nothing for the record, so it was read
 	// from the server (one round trip) and is cached from now on.
