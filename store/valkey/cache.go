@@ -164,7 +164,9 @@ func connsPerServer() int {
 // and the seen set's key count.
 func cacheSizes(cacheBytes int64) (eachConn, seenKeys int) {
 	conns := int64(connsPerServer())
-	eachConn = int(max(cacheBytes*(cacheShares-1)/cacheShares/conns, 1))
+	// Divided before multiplied: any int64 bound is accepted, and
+	// cacheBytes*7 overflows from 1.3 EiB up (4 EiB gave 1 byte).
+	eachConn = int(max(cacheBytes/cacheShares*(cacheShares-1)/conns, 1))
 	seenKeys = int(max(cacheBytes/cacheShares/seenKeyBytes, 1))
 	return eachConn, seenKeys
 }
