@@ -389,7 +389,10 @@ const (
 	// not seen the record completed), so no round trip was made; the
 	// caller claims as usual.
 	CacheSkipped CacheResult = iota
-	// CacheHit: answered from the in-process cache, with no round trip.
+	// CacheHit: answered from the in-process cache, with no round trip
+	// for the record (the store may have sent a liveness check first,
+	// rule 2 of ReplayCache: on Valkey one PING per valkey.CacheFence at
+	// most under steady load).
 	CacheHit
 	// CacheMiss: the cache held nothing for the record, so it was read
 	// from the server (one round trip) and is cached from now on.
@@ -423,7 +426,11 @@ func (r CacheResult) String() string {
 //  2. A record that changes, is deleted or ends (retention) stops being
 //     returned once the backing server has told this process (Valkey:
 //     an invalidation message), and at once when the connection that
-//     carried it is lost; a caller that gets nil claims as usual.
+//     carried it is lost; a caller that gets nil claims as usual. A
+//     server that has not answered this process for a bound the
+//     implementation names (Valkey: valkey.CacheFence) cannot vouch for
+//     a cached record: CachedReplay then asks it first, and fails when it
+//     does not answer.
 //  3. It costs no round trip for an identity this instance has not seen
 //     completed (CacheSkipped), so a fresh key costs what Claim costs.
 //  4. Errors wrap ErrUnavailable; the caller then claims as usual, and

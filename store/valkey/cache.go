@@ -31,6 +31,23 @@ import (
 // Completed, a Get of a completed record): a fresh key goes straight to
 // Claim, and a fresh request keeps costing 2 round trips.
 
+// CacheFence bounds how old the last sign of life from Valkey may be when
+// the replay cache answers from memory. An invalidation cannot reach a
+// process whose link is silent (a partition, a frozen server), and
+// valkey-go only closes such a connection, and drops its cache, once its
+// keepalive PING times out (about twice Options.ConnTimeout); without a
+// fence a peer's purge or tombstone went unnoticed and its record was
+// replayed for that long (5 s in e2e TestCacheCutOffPeer). With it, a
+// cached replay is served only when Valkey answered this process less
+// than CacheFence ago (a PING, or a cached read that missed); otherwise
+// CachedReplay PINGs first, at most about once per CacheFence under
+// steady load, and a PING that fails makes the caller claim, which fails
+// closed. A silent link thus stops cached replays within CacheFence plus
+// one PING's timeout. The PING vouches for the server (standalone,
+// Sentinel primary); in a Cluster it reaches one node, not necessarily
+// the record's.
+const CacheFence = 100 * time.Millisecond
+
 // DefaultCacheTTL is the longest a record stays in the client cache
 // without being read again; valkey-go caps it by the key's PTTL, so a
 // record with a retention end leaves the cache by that end. It only
@@ -57,6 +74,20 @@ type seen struct {
 	// flushes counts the nil invalidations: connections closed with their
 	// cache, and FLUSHALLs.
 	flushes atomic.Int64
+	// heard is when (unix ns, taken before the command was sent) the last
+	// command that proves the link alive was sent: a fence PING or a
+	// cached read that reached the server; 0 before any (see CacheFence).
+	heard atomic.Int64
+}
+
+// noteHeard records that a command sent at sent (unix ns) was answered.
+func (s *seen) noteHeard(sent int64) {
+	for {
+		cur := s.heard.Load()
+		if sent <= cur || s.heard.CompareAndSwap(cur, sent) {
+			return
+		}
+	}
 }
 
 func newSeen(max int) *seen {
@@ -133,7 +164,9 @@ func connsPerServer() int {
 // and the seen set's key count.
 func cacheSizes(cacheBytes int64) (eachConn, seenKeys int) {
 	conns := int64(connsPerServer())
-	eachConn = int(max(cacheBytes*(cacheShares-1)/cacheShares/conns, 1))
+	// Divided before multiplied: any int64 bound is accepted, and
+	// cacheBytes*7 overflows from 1.3 EiB up (4 EiB gave 1 byte).
+	eachConn = int(max(cacheBytes/cacheShares*(cacheShares-1)/conns, 1))
 	seenKeys = int(max(cacheBytes/cacheShares/seenKeyBytes, 1))
 	return eachConn, seenKeys
 }
@@ -159,6 +192,10 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	if err := ctx.Err(); err != nil {
 		return nil, store.CacheSkipped, unavailable("cached-replay", err)
 	}
+	if err := s.fence(ctx); err != nil {
+		return nil, store.CacheSkipped, err
+	}
+	sent := time.Now().UnixNano()
 	res := await(ctx, func() valkey.ValkeyResult {
 		return s.client.DoCache(ctx, s.client.B().Hgetall().Key(key).Cache(), s.cacheTTL)
 	})
@@ -168,6 +205,9 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	}
 	if err := res.Error(); err != nil {
 		return nil, result, unavailable("cached-replay", err)
+	}
+	if result == store.CacheMiss {
+		s.seen.noteHeard(sent)
 	}
 	f, err := res.AsStrMap()
 	if err != nil {
@@ -202,6 +242,24 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, result, unavailable("cached-replay", errors.New("the record key holds another identity"))
 	}
 	return r, result, nil
+}
+
+// fence makes sure Valkey answered this process less than CacheFence ago,
+// sending a PING when it did not (CacheFence says why). Errors wrap
+// store.ErrUnavailable.
+func (s *Store) fence(ctx context.Context) error {
+	now := time.Now()
+	if h := s.seen.heard.Load(); h != 0 && now.Sub(time.Unix(0, h)) < CacheFence {
+		return nil
+	}
+	err := await(ctx, func() valkey.ValkeyResult {
+		return s.client.Do(ctx, s.client.B().Ping().Build())
+	}).Error()
+	if err != nil {
+		return unavailable("cached-replay", fmt.Errorf("fence PING: %w", ctxWrap(ctx, err)))
+	}
+	s.seen.noteHeard(now.UnixNano())
+	return nil
 }
 
 // sawCompleted notes that the record at key is completed, so its next
