@@ -64,8 +64,19 @@ func TestAcksFollowTheWriteOnItsConnection(t *testing.T) {
 		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on})
 	ctx := t.Context()
 	done := store.Identity{Owner: "o", Scope: "r", Key: "acked"}
-	if res, err := s.Claim(ctx, claimParams(done, "t1")); err != nil || res.State != store.Claimed {
-		t.Fatalf("Claim with a live replica = %+v, %v", res, err)
+	// A live replica acknowledges within the timeout, but on a machine
+	// loaded by other tests it may miss 300 ms now and then (seen once in
+	// a full run): the same token may claim again (a repeat re-confirms,
+	// store contract rule 3), so try for a while before calling it broken.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := s.Claim(ctx, claimParams(done, "t1"))
+		if err == nil && res.State == store.Claimed {
+			break
+		}
+		if !errors.Is(err, store.ErrNotAcknowledged) || time.Now().After(deadline) {
+			t.Fatalf("Claim with a live replica = %+v, %v", res, err)
+		}
 	}
 	pingEventually(t, s, 10*time.Second)
 
