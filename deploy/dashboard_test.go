@@ -30,6 +30,7 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_store_up":                            {},
 	"idemgate_store_ack_duration_seconds":          {histogram: true, labels: []string{"operation"}},
 	"idemgate_store_writes_not_acknowledged_total": {labels: []string{"operation"}},
+	"idemgate_replay_cache_total":                  {labels: []string{"result"}},
 }
 
 // labelValues are the closed value sets of labels, per metric family and
@@ -41,6 +42,7 @@ var labelValues = map[string][]string{
 	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
 	"idemgate_config_reloads_total/result":                {"success", "failure", "restart_required"},
+	"idemgate_replay_cache_total/result":                  {"hit", "miss"},
 }
 
 // targetLabels are added by Prometheus to every scraped series (namespace
