@@ -52,6 +52,13 @@ type Policy struct {
 	indexes   bool
 	rivals    map[*Route][]rival
 	overrides map[*Route][EnforcedRequired + 1][]rival
+	// matchers holds, per enforced method, the shapes of the declared
+	// patterns that can match it (see shapeSet): where none reaches a
+	// canonical path, every variant of it falls to the defaults route.
+	matchers map[string]*shapeSet
+	// exhaustive turns off Decide's shortcuts past its first match, so
+	// tests can compare them with the full variant match.
+	exhaustive bool
 }
 
 // routeHandler marks a ServeMux match as one of our routes; anything else

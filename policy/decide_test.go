@@ -390,6 +390,7 @@ func FuzzDecide(f *testing.F) {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
 	p := variantPolicy(f)
+	ex := exhaustivePolicy(p)
 	f.Fuzz(func(t *testing.T, method, target, field, value string) {
 		body := ""
 		if before, after, ok := strings.Cut(value, "\x00"); ok {
@@ -406,9 +407,15 @@ func FuzzDecide(f *testing.F) {
 		if err != nil || len(body) > 9999 {
 			return
 		}
-		d := p.Decide(r)
+		d, full := p.Decide(r), ex.Decide(r)
 		if d.NeedBody {
-			d = p.DecideBody(r, []byte(body))
+			d, full = p.DecideBody(r, []byte(body)), ex.DecideBody(r, []byte(body))
+		}
+		// Decide's shortcuts (fast path, rival and pattern shapes) decide
+		// as matching every variant does.
+		if d.Route != full.Route || d.Matched != full.Matched || d.Refuse != full.Refuse || d.NeedBody != full.NeedBody {
+			t.Fatalf("%q: decided %s/%s %q %v, matching every variant %s/%s %q %v", head, d.Route.Name, d.Matched.Name, d.Refuse, d.NeedBody,
+				full.Route.Name, full.Matched.Name, full.Refuse, full.NeedBody)
 		}
 		if d.Route == nil || d.Matched == nil {
 			t.Fatalf("%q: decision without a route: %+v", head, d)
