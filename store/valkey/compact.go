@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -92,6 +93,58 @@ func encodeResponseOf(codec *store.BodyCodec, resp store.Response) []byte {
 		b[0] |= respBodyZstd // the flags byte, first
 	}
 	return b
+}
+
+// encodeResponseParts returns encodeResponseOf(codec, resp) in two parts,
+// head then stored body, sent as complete.lua's ARGV[2] and ARGV[5] for
+// the server to concatenate: the same record bytes, but a body the codec
+// leaves as it is (shorter than store.MinCompressBytes, already
+// Content-Encoded, or incompressible) travels as resp.Body's own bytes
+// instead of a copy after the head (issue 17: that copy was a third 1 MiB
+// buffer live while Complete waited for Valkey). A compressed body is its
+// zstd frame, in a buffer of its own. tail is nil when resp has no body.
+func encodeResponseParts(codec *store.BodyCodec, resp store.Response) (head, tail []byte) {
+	body := resp.Body
+	resp.Body = nil
+	c := compactResponse(codec, resp)
+	if body == nil {
+		return c.encodeResponse(), nil
+	}
+	var z bool
+	if len(body) < store.MinCompressBytes || contentEncoded(resp.Header) {
+		// The codec leaves these bodies as they are, without allocating;
+		// it still decides, so a disagreement here costs an allocation,
+		// never different bytes.
+		tail, z = codec.Compress(resp.Header, body)
+	} else {
+		// One buffer the worst-case frame fits in: Compress would grow
+		// its body-sized buffer for an incompressible body.
+		tail, z = codec.AppendCompress(make([]byte, 0, codec.MaxCompressedLen(len(body))), resp.Header, body)
+		if !z {
+			tail = body // drop the copy AppendCompress made
+		}
+	}
+	c.flags |= respBodySet
+	if z {
+		c.flags |= respBodyZstd
+	}
+	return c.appendHead(make([]byte, 0, c.headLen())), tail
+}
+
+// contentEncoded reports whether h names a Content-Encoding other than
+// identity, store.BodyCodec's rule for leaving a body uncompressed.
+// encodeResponseParts only uses it to choose where the codec writes.
+func contentEncoded(h map[string][]string) bool {
+	for name, vals := range h {
+		if len(name) == len("Content-Encoding") && strings.EqualFold(name, "Content-Encoding") {
+			for _, v := range vals {
+				if v != "" && v != "identity" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // encode returns the whole layout 3 record, as complete.lua assembles it

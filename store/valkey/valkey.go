@@ -362,20 +362,26 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}
-	// Layout 3: the response travels as one string, its body compressed
-	// when that pays; complete.lua adds the rest of the record to it. The
-	// string shares the encoding's bytes (never written again), so a large
-	// body is not copied once more on its way out (issue 17).
-	args := []string{token, valkey.BinaryString(encodeResponseOf(s.codec, resp)), s.channel}
+	// Layout 3: the response travels as its head and its stored body (the
+	// zstd frame, or resp.Body itself when the codec leaves it), which
+	// complete.lua concatenates after the rest of the record. The strings
+	// share those bytes (never written again), so a large body is not
+	// copied on its way out (issue 17).
+	head, tail := encodeResponseParts(s.codec, resp)
+	// ARGV[4], "1": a repeat by the completing token re-confirms the
+	// record (store contract, rule 3), so a completion that was not
+	// acknowledged can be retried and its WAIT then means something.
+	repeat := "0"
+	if s.acks.On() {
+		repeat = "1"
+	}
+	args := []string{token, valkey.BinaryString(head), s.channel, repeat, valkey.BinaryString(tail)}
 	var done bool
 	var err error
 	if s.acks.On() {
-		// "1": a repeat by the completing token re-confirms the record
-		// (store contract, rule 3), so a completion that was not
-		// acknowledged can be retried and its WAIT then means something.
-		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, append(args, "1"))
+		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, args)
 	} else {
-		done, err = s.boolOp(ctx, "complete", s.complete, id, true, append(args, "0")...)
+		done, err = s.boolOp(ctx, "complete", s.complete, id, true, args...)
 	}
 	if done && err == nil {
 		// Its retries may come here: the first is read into the cache.

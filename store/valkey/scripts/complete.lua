@@ -2,10 +2,12 @@
 -- complete.lua: store the response while the record holds the token (store.Store.Complete).
 -- KEYS[1] record key. ARGV[1] token, ARGV[2] response (encoded: flags,
 -- status, headers, trailers, body), ARGV[3] events channel,
--- ARGV[4] "1" = a repeat by the token that completed the record re-confirms it.
+-- ARGV[4] "1" = a repeat by the token that completed the record re-confirms it,
+-- ARGV[5] (optional) the rest of the response, appended to ARGV[2]: the
+-- caller sends the body apart from the rest so it need not copy it.
 -- Returns 1 when completed (or re-confirmed), 0 when the token does not hold the record.
 -- Layout 3: the completed record keeps s, x, v, ct (and ca) and puts the rest
--- (identity, fingerprint, recipe, created, stored at, then ARGV[2]) in one
+-- (identity, fingerprint, recipe, created, stored at, then ARGV[2] .. ARGV[5]) in one
 -- string cut into 64-byte fields p0, p1, ... (pn of them), so that every
 -- value stays within hash-max-listpack-value and the hash a listpack.
 local key = KEYS[1]
@@ -38,7 +40,7 @@ local function ns(s)
 end
 -- A layout 1 running record has no recipe: it completes with an empty one.
 local r = ns(rec[6]) .. ns(rec[7]) .. ns(rec[8]) .. ns(rec[9]) .. ns(rec[10] or '') ..
-  ns(rec[11]) .. ns(string.format('%.0f', now)) .. ARGV[2]
+  ns(rec[11]) .. ns(string.format('%.0f', now)) .. ARGV[2] .. (ARGV[5] or '')
 -- Past 48 fields the hash would leave the listpack anyway: one field then.
 local size = 64
 if #r > 3072 then
