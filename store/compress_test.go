@@ -47,3 +47,19 @@ func TestBodyCodec(t *testing.T) {
 		t.Fatal("Decompress of garbage: want an error")
 	}
 }
+
+// BenchmarkCompressParallel compresses the bench's ~200-byte JSON response
+// from every P at once, as concurrent Completes do.
+func BenchmarkCompressParallel(b *testing.B) {
+	c, err := store.NewBodyCodec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"id":"ord_0123456789abcdef","status":"created","amount":{"value":1999,"currency":"EUR"},"customer":"cus_0123456789","items":[{"sku":"sku-1","quantity":2},{"sku":"sku-2","quantity":1}],"created_at":"2026-12-01T12:00:00Z"}`)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Compress(nil, body)
+		}
+	})
+}
