@@ -3,8 +3,6 @@ package valkey_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,45 +12,10 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
-
-// benchBody is the ~200-byte JSON answer of e2e/bench's upstream: the
-// response every memory figure in docs/performance.md is measured with.
-var benchBody = []byte(`{"id":"ord_0000000000000001","status":"created","amount":4200,"currency":"EUR",` +
-	`"customer":"cus_00000000000042","items":[{"sku":"sku-1","qty":1},{"sku":"sku-2","qty":2}],` +
-	`"created_at":"2025-01-01T00:00:00Z","pad":"xxxxxxxxxxxx"}` + "\n")
-
-// benchRecord returns the identity, claim and response of the i-th record
-// of the memory measurement: what the proxy stores for the bench's create
-// (headers as proxy.StoredHeader keeps them, a UUID-sized key, an hs1
-// fingerprint and the default recipe).
-func benchRecord(i int) (store.ClaimParams, store.Response) {
-	id := store.Identity{Owner: "user-" + strconv.Itoa(i%16), Scope: "default", Key: fmt.Sprintf("8e03978e-40d5-43e8-bc93-%012d", i)}
-	p := store.ClaimParams{Identity: id, Fingerprint: "hs1:" + strings.Repeat(fmt.Sprintf("%08x", i), 8),
-		Recipe: "b=raw&h=content-type&q=1&v=hs1", Token: fmt.Sprintf("tok-%024d", i), Lease: time.Minute, Retention: 24 * time.Hour}
-	resp := store.Response{Status: 201, Body: benchBody, Header: http.Header{
-		"Content-Type": {"application/json"},
-		"Location":     {"/v1/orders/ord_0000000000000001"},
-		"Date":         {"Mon, 02 Jan 2006 15:04:05 GMT"},
-	}}
-	return p, resp
-}
-
-// memoryRecords is how many records the measurement writes: 100,000 (the
-// figure of docs/performance.md) unless IDEMGATE_MEMORY_RECORDS says
-// otherwise (a smaller count for a quick look).
-func memoryRecords(t *testing.T) int {
-	n := 100_000
-	if v := os.Getenv("IDEMGATE_MEMORY_RECORDS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
-			t.Fatalf("IDEMGATE_MEMORY_RECORDS=%q: want an integer >= 1000", v)
-		}
-	}
-	return n
-}
 
 func usedMemory(t *testing.T, c vk.Client) int64 {
 	t.Helper()
@@ -82,7 +45,7 @@ func TestMemoryPerCompletedRecord(t *testing.T) {
 	srv := valkeytest.Start(t)
 	c := raw(t, srv.Addr())
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}})
-	n := memoryRecords(t)
+	n := storetest.SizeRecords(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	before := usedMemory(t, c)
@@ -95,7 +58,7 @@ func TestMemoryPerCompletedRecord(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
-				p, resp := benchRecord(i)
+				p, resp := storetest.BenchRecord(i)
 				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
 					errs <- fmt.Errorf("Claim %d: %+v, %w", i, res, err)
 					return
@@ -113,7 +76,7 @@ func TestMemoryPerCompletedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := usedMemory(t, c)
-	p, resp := benchRecord(n / 2)
+	p, resp := storetest.BenchRecord(n / 2)
 	key := s.Key(p.Identity)
 	usage, err := c.Do(ctx, c.B().MemoryUsage().Key(key).Build()).AsInt64()
 	if err != nil {
