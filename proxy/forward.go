@@ -177,7 +177,12 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 	}
 	stop := make(chan struct{})
 	finished := make(chan struct{})
-	go func() {
+	// The goroutine and its ticker start only once a first interval has
+	// passed: most forwards end well within lease/3, and starting both
+	// for every one of them cost about 1.3 % of the fresh-key CPU
+	// (docs/performance.md, "Targets of issue 17"). The first Extend
+	// still comes at lease/3, the next ones every lease/3 after it.
+	run := func() {
 		defer close(finished)
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -185,7 +190,7 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			select {
 			case <-stop:
 				return
-			case <-t.C:
+			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), min(interval, p.storeTimeout))
 			ok, err := p.store.Extend(ctx, ex.id, token, lease)
@@ -196,21 +201,29 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			if err == nil && !ok && keepOnLost {
 				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
 					"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
-				continue
-			}
-			if err != nil || !ok {
+			} else if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
 				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "lost", err == nil, "err", err)
 				if err == nil {
 					return // the claim is gone; extending again cannot help
 				}
 			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
 		}
-	}()
+	}
+	timer := time.AfterFunc(interval, run)
 	var once atomic.Bool
 	return func() {
 		if once.CompareAndSwap(false, true) {
 			close(stop)
+			if timer.Stop() {
+				return // run never started, and never will
+			}
+			// run has started (or is about to): it sees stop and ends.
 			<-finished
 		}
 	}

@@ -340,8 +340,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	return out, nil
 }
 
-func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, id store.Identity, wake bool, args ...string) (bool, error) {
-	res, key, err := s.exec(ctx, op, l, id, args...)
+// boolOp runs l on the record key given (s.Key of its identity, computed
+// once by a caller that needs it again) and reads its 0/1 reply.
+func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, key string, wake bool, args ...string) (bool, error) {
+	res, _, err := s.execKey(ctx, op, l, key, args...)
 	if err != nil {
 		return false, err
 	}
@@ -378,14 +380,15 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	args := []string{token, valkey.BinaryString(head), s.channel, repeat, valkey.BinaryString(tail)}
 	var done bool
 	var err error
+	key := s.Key(id)
 	if s.acks.On() {
 		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, args)
 	} else {
-		done, err = s.boolOp(ctx, "complete", s.complete, id, true, args...)
+		done, err = s.boolOp(ctx, "complete", s.complete, key, true, args...)
 	}
 	if done && err == nil {
 		// Its retries may come here: the first is read into the cache.
-		s.sawCompleted(s.Key(id))
+		s.sawCompleted(key)
 	}
 	return done, err
 }
@@ -393,7 +396,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 // Release implements store.Store with release.lua. Errors wrap
 // store.ErrUnavailable.
 func (s *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	return s.boolOp(ctx, "release", s.release, id, true, token, s.channel)
+	return s.boolOp(ctx, "release", s.release, s.Key(id), true, token, s.channel)
 }
 
 // Extend implements store.Store with extend.lua. Errors wrap
@@ -406,13 +409,13 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 	if s.acks.On() {
 		return s.boolOpAcked(ctx, "extend", s.extendSrc, id, false, []string{token, ms(lease)})
 	}
-	return s.boolOp(ctx, "extend", s.extend, id, false, token, ms(lease))
+	return s.boolOp(ctx, "extend", s.extend, s.Key(id), false, token, ms(lease))
 }
 
 // Delete implements store.Store with delete.lua. Errors wrap
 // store.ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
-	return s.boolOp(ctx, "delete", s.del, id, true, s.channel)
+	return s.boolOp(ctx, "delete", s.del, s.Key(id), true, s.channel)
 }
 
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
