@@ -10,7 +10,7 @@ import (
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
-// FuzzDecodeResponse feeds decodeResponse arbitrary response columns: it
+// FuzzDecodeResponse feeds store.DecodeResponse arbitrary response columns: it
 // must never panic, and every column it accepts must encode and decode
 // back to the same response.
 func FuzzDecodeResponse(f *testing.F) {
@@ -24,15 +24,15 @@ func FuzzDecodeResponse(f *testing.F) {
 		{Status: 200, Trailer: http.Header{"Grpc-Status": {"0"}}, Body: []byte("x")},
 		{Status: 204, Omitted: true},
 	} {
-		f.Add(encodeResponse(codec, r))
+		f.Add(store.EncodeResponse(codec, r))
 	}
 	at := time.UnixMilli(1_700_000_000_000)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeResponse(codec, b, at)
+		r, err := store.DecodeResponse(codec, b, at)
 		if err != nil {
 			return
 		}
-		back, err := decodeResponse(codec, encodeResponse(codec, *r), at)
+		back, err := store.DecodeResponse(codec, store.EncodeResponse(codec, *r), at)
 		if err != nil || !reflect.DeepEqual(back, r) {
 			t.Fatalf("round trip of %x: %+v, %v; want %+v", b, back, err, r)
 		}

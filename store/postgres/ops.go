@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/valkey"
 )
 
 // State values of the state column.
@@ -351,7 +350,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 		if packed == nil || storedAt == nil {
 			return nil, errors.New("completed row of layout 3 without response or stored_at")
 		}
-		return decodeResponse(s.codec, packed, *storedAt)
+		return store.DecodeResponse(s.codec, packed, *storedAt)
 	}
 	if version == nil {
 		return nil, errors.New("completed row without version")
@@ -362,7 +361,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
 	}
-	h, err := valkey.DecodeHeader(hdr)
+	h, err := store.DecodeHeader(hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +370,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	}
 	resp := &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}
 	if len(trailers) > 0 {
-		if resp.Trailer, err = valkey.DecodeHeader(trailers); err != nil {
+		if resp.Trailer, err = store.DecodeHeader(trailers); err != nil {
 			return nil, fmt.Errorf("trailers: %w", err)
 		}
 	}
@@ -416,7 +415,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		return false, fmt.Errorf("postgres store: complete: status %d outside 100..599", resp.Status)
 	}
 	rowID := ID(id)
-	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), encodeResponse(s.codec, resp), s.now(), s.channel)
+	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), store.EncodeResponse(s.codec, resp), s.now(), s.channel)
 }
 
 // Release implements store.Store with one DELETE ... WHERE token = $2 that

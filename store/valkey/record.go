@@ -2,12 +2,9 @@ package valkey
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -195,7 +192,7 @@ func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*s
 	if err != nil {
 		return nil, fmt.Errorf("bad status %q: %w", status, err)
 	}
-	h, err := DecodeHeader([]byte(header))
+	h, err := store.DecodeHeader([]byte(header))
 	if err != nil {
 		return nil, err
 	}
@@ -205,73 +202,21 @@ func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*s
 	}
 	resp := &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}
 	if trailer != "" {
-		if resp.Trailer, err = DecodeHeader([]byte(trailer)); err != nil {
+		if resp.Trailer, err = store.DecodeHeader([]byte(trailer)); err != nil {
 			return nil, fmt.Errorf("trailers: %w", err)
 		}
 	}
 	return resp, nil
 }
 
-// EncodeHeader is the unambiguous encoding of h stored in the record's "h"
-// field: for each header name in byte order, for each of its values in
-// order, the name's length as a 4-byte big-endian unsigned integer, the
-// name, the value's length likewise, the value. A nil or empty h encodes to
-// no bytes. Names are kept exactly as in the map (not canonicalized).
-func EncodeHeader(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := 0
-	for name, vals := range h {
-		names = append(names, name)
-		for _, v := range vals {
-			size += 8 + len(name) + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	for _, name := range names {
-		for _, v := range h[name] {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
-			b = append(b, name...)
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
+// EncodeHeader is store.EncodeHeader, the encoding of the record's "h"
+// and "tr" fields, kept under this name for callers outside the store
+// packages that build records by hand (the e2e tests).
+func EncodeHeader(h http.Header) []byte { return store.EncodeHeader(h) }
 
-// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
-// returns an error for truncated input.
-func DecodeHeader(b []byte) (http.Header, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	h := http.Header{}
-	next := func() (string, error) {
-		if len(b) < 4 {
-			return "", errors.New("header encoding truncated")
-		}
-		n := binary.BigEndian.Uint32(b)
-		b = b[4:]
-		if uint64(len(b)) < uint64(n) {
-			return "", errors.New("header encoding truncated")
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	for len(b) > 0 {
-		name, err := next()
-		if err != nil {
-			return nil, err
-		}
-		v, err := next()
-		if err != nil {
-			return nil, err
-		}
-		h[name] = append(h[name], v)
-	}
-	return h, nil
-}
+// DecodeHeader is store.DecodeHeader: it reverses EncodeHeader, no bytes
+// decode to a nil header, and truncated input is an error.
+func DecodeHeader(b []byte) (http.Header, error) { return store.DecodeHeader(b) }
 
 // parseCompactRecord reads a completed record of layout 3 from its fields:
 // the record is p0 .. p(pn-1) joined, its end is x.

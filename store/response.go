@@ -1,0 +1,317 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// Flag bits of the first byte of a stored response (docs/protocol.md,
+// "Completed record (layout 3, Valkey)" and "The response column (layout
+// 3)"): the response part of a Valkey layout 3 record and the Postgres
+// response column are the same bytes.
+const (
+	RespOmitted    byte = 1 << 0 // Response.Omitted
+	RespHeaderSet  byte = 1 << 1 // Header was non-nil: a header field follows
+	RespBodySet    byte = 1 << 2 // Body was non-nil: the rest is the body
+	RespTrailerSet byte = 1 << 3 // Trailer was non-empty: a trailer field follows
+	RespBodyZstd   byte = 1 << 4 // the body is a zstd frame (BodyCodec)
+	// RespKnownFlags are the bits this build reads; a stored response with
+	// any other bit set is refused (a later layout read by this build).
+	RespKnownFlags = RespOmitted | RespHeaderSet | RespBodySet | RespTrailerSet | RespBodyZstd
+)
+
+// ErrStoredResponse is wrapped by every error of a stored response that
+// does not parse: a store error, never a guess at what was meant.
+var ErrStoredResponse = errors.New("stored response of layout 3")
+
+// StoredResponse is a stored response as its bytes hold it: the flags
+// byte, the status as a uvarint, Header and Trailer each as a uvarint
+// length and EncodeHeader bytes (when their flag is set), then Body to
+// the end. Body stays as stored (a zstd frame when Flags has
+// RespBodyZstd), so that ParseResponse and Append are exact inverses.
+type StoredResponse struct {
+	Flags           byte
+	Status          uint64
+	Header, Trailer []byte // EncodeHeader bytes
+	Body            []byte
+}
+
+// headOf is the StoredResponse of resp without its body: flags, status,
+// header and trailer.
+func headOf(resp Response) StoredResponse {
+	r := StoredResponse{Status: uint64(resp.Status)}
+	if resp.Omitted {
+		r.Flags |= RespOmitted
+	}
+	if resp.Header != nil {
+		r.Flags |= RespHeaderSet
+		r.Header = EncodeHeader(resp.Header)
+	}
+	if len(resp.Trailer) > 0 {
+		r.Flags |= RespTrailerSet
+		r.Trailer = EncodeHeader(resp.Trailer)
+	}
+	return r
+}
+
+// headLen bounds the length of AppendHead's bytes.
+func (r *StoredResponse) headLen() int {
+	return 1 + binary.MaxVarintLen64*3 + len(r.Header) + len(r.Trailer)
+}
+
+// AppendHead appends r's bytes before the body to b: flags, status, and
+// the header and trailer fields their flags announce.
+func (r *StoredResponse) AppendHead(b []byte) []byte {
+	b = append(b, r.Flags)
+	b = binary.AppendUvarint(b, r.Status)
+	if r.Flags&RespHeaderSet != 0 {
+		b = binary.AppendUvarint(b, uint64(len(r.Header)))
+		b = append(b, r.Header...)
+	}
+	if r.Flags&RespTrailerSet != 0 {
+		b = binary.AppendUvarint(b, uint64(len(r.Trailer)))
+		b = append(b, r.Trailer...)
+	}
+	return b
+}
+
+// Append appends r's bytes to b: AppendHead's, then Body as stored.
+func (r *StoredResponse) Append(b []byte) []byte {
+	return append(r.AppendHead(slices.Grow(b, r.headLen()+len(r.Body))), r.Body...)
+}
+
+// EncodeResponse returns the stored bytes of resp, its body compressed by
+// codec when that pays (BodyCodec.Compress's rules), built in one buffer:
+// the body is compressed straight after the head, where the frame used to
+// be built apart and copied in (issue 17: a 1 MiB body was allocated three
+// times over). Postgres stores these bytes as the response column; they
+// are EncodeResponseParts's head and tail joined.
+func EncodeResponse(codec *BodyCodec, resp Response) []byte {
+	r := headOf(resp)
+	if resp.Body == nil {
+		return r.AppendHead(make([]byte, 0, r.headLen()))
+	}
+	r.Flags |= RespBodySet
+	b := r.AppendHead(make([]byte, 0, r.headLen()+codec.MaxCompressedLen(len(resp.Body))))
+	b, z := codec.AppendCompress(b, resp.Header, resp.Body)
+	if z {
+		b[0] |= RespBodyZstd // the flags byte, first
+	}
+	return b
+}
+
+// EncodeResponseParts returns EncodeResponse(codec, resp) in two parts,
+// head then stored body, for a caller that can send them apart (Valkey's
+// complete.lua concatenates its ARGV[2] and ARGV[5]): the same bytes, but
+// a body the codec leaves as it is (shorter than MinCompressBytes, already
+// Content-Encoded, or incompressible) is resp.Body's own bytes instead of
+// a copy after the head (issue 17: that copy was a third 1 MiB buffer live
+// while Complete waited for Valkey). A compressed body is its zstd frame,
+// in a buffer of its own. tail is nil when resp has no body.
+func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
+	r := headOf(resp)
+	if resp.Body == nil {
+		return r.AppendHead(make([]byte, 0, r.headLen())), nil
+	}
+	var z bool
+	if len(resp.Body) < MinCompressBytes || hasContentEncoding(resp.Header) {
+		// The codec leaves these bodies as they are, without allocating;
+		// it still decides, so a disagreement here costs an allocation,
+		// never different bytes.
+		tail, z = codec.Compress(resp.Header, resp.Body)
+	} else {
+		// One buffer the worst-case frame fits in: Compress would grow
+		// its body-sized buffer for an incompressible body.
+		tail, z = codec.AppendCompress(make([]byte, 0, codec.MaxCompressedLen(len(resp.Body))), resp.Header, resp.Body)
+		if !z {
+			tail = resp.Body // drop the copy AppendCompress made
+		}
+	}
+	r.Flags |= RespBodySet
+	if z {
+		r.Flags |= RespBodyZstd
+	}
+	return r.AppendHead(make([]byte, 0, r.headLen())), tail
+}
+
+// ParseResponse parses stored response bytes without decompressing the
+// body (Body aliases b). It accepts only the one encoding Append writes
+// for what it returns (shortest uvarints, header names in order, no empty
+// trailer field, flags this build knows), so a response read back and
+// written again is the same bytes. Every error wraps ErrStoredResponse.
+func ParseResponse(b []byte) (StoredResponse, error) {
+	var r StoredResponse
+	if len(b) < 1 {
+		return r, fmt.Errorf("%w: empty", ErrStoredResponse)
+	}
+	r.Flags, b = b[0], b[1:]
+	if r.Flags&^RespKnownFlags != 0 {
+		return r, fmt.Errorf("%w: unknown flags %#x", ErrStoredResponse, r.Flags)
+	}
+	if r.Flags&RespBodyZstd != 0 && r.Flags&RespBodySet == 0 {
+		return r, fmt.Errorf("%w: compressed flag without body", ErrStoredResponse)
+	}
+	uvarint := func() (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
+			return 0, fmt.Errorf("%w: bad varint", ErrStoredResponse)
+		}
+		b = b[n:]
+		return v, nil
+	}
+	var err error
+	if r.Status, err = uvarint(); err != nil {
+		return r, err
+	}
+	field := func() ([]byte, error) {
+		n, err := uvarint()
+		if err != nil {
+			return nil, err
+		}
+		if uint64(len(b)) < n {
+			return nil, fmt.Errorf("%w: header of %d bytes truncated", ErrStoredResponse, n)
+		}
+		h := b[:n]
+		b = b[n:]
+		dec, err := DecodeHeader(h)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+		}
+		if !bytes.Equal(EncodeHeader(dec), h) {
+			return nil, fmt.Errorf("%w: header not in canonical order", ErrStoredResponse)
+		}
+		return h, nil
+	}
+	if r.Flags&RespHeaderSet != 0 {
+		if r.Header, err = field(); err != nil {
+			return r, err
+		}
+	}
+	if r.Flags&RespTrailerSet != 0 {
+		if r.Trailer, err = field(); err != nil {
+			return r, err
+		}
+		if len(r.Trailer) == 0 {
+			return r, fmt.Errorf("%w: empty trailers flagged", ErrStoredResponse)
+		}
+	}
+	if r.Flags&RespBodySet != 0 {
+		r.Body = b
+	} else if len(b) != 0 {
+		return r, fmt.Errorf("%w: %d bytes after a response without body", ErrStoredResponse, len(b))
+	}
+	return r, nil
+}
+
+// Response returns the response r stores, its body decompressed by codec
+// (always a copy, never aliasing r.Body), with StoredAt storedAt. A status
+// outside 100..599 (Response.Status's range, which every Complete checks),
+// a header that does not decode or a body that does not decompress is an
+// error wrapping ErrStoredResponse.
+func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Response, error) {
+	if r.Status < 100 || r.Status > 599 {
+		return nil, fmt.Errorf("%w: status %d", ErrStoredResponse, r.Status)
+	}
+	resp := &Response{Status: int(r.Status), Omitted: r.Flags&RespOmitted != 0, StoredAt: storedAt}
+	var err error
+	if r.Flags&RespHeaderSet != 0 {
+		if resp.Header, err = DecodeHeader(r.Header); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+		}
+		if resp.Header == nil {
+			resp.Header = make(http.Header)
+		}
+	}
+	if r.Flags&RespTrailerSet != 0 {
+		if resp.Trailer, err = DecodeHeader(r.Trailer); err != nil {
+			return nil, fmt.Errorf("%w: trailers: %w", ErrStoredResponse, err)
+		}
+	}
+	switch {
+	case r.Flags&RespBodyZstd != 0:
+		if resp.Body, err = codec.Decompress(r.Body); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+		}
+	case r.Flags&RespBodySet != 0:
+		resp.Body = append([]byte{}, r.Body...)
+	}
+	return resp, nil
+}
+
+// DecodeResponse reverses EncodeResponse: ParseResponse, then Response.
+// Every error wraps ErrStoredResponse.
+func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*Response, error) {
+	r, err := ParseResponse(b)
+	if err != nil {
+		return nil, err
+	}
+	return r.Response(codec, storedAt)
+}
+
+// EncodeHeader is the unambiguous header encoding every store shares (the
+// Valkey record's "h" field, the Postgres headers and trailers columns, a
+// stored response's header and trailer fields): for each header name in
+// byte order, for each of its values in order, the name's length as a
+// 4-byte big-endian unsigned integer, the name, the value's length
+// likewise, the value. A nil or empty h encodes to no bytes. Names are
+// kept exactly as in the map (not canonicalized).
+func EncodeHeader(h http.Header) []byte {
+	names := make([]string, 0, len(h))
+	size := 0
+	for name, vals := range h {
+		names = append(names, name)
+		for _, v := range vals {
+			size += 8 + len(name) + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	for _, name := range names {
+		for _, v := range h[name] {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
+			b = append(b, name...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
+// returns an error for truncated input.
+func DecodeHeader(b []byte) (http.Header, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	h := http.Header{}
+	next := func() (string, error) {
+		if len(b) < 4 {
+			return "", errors.New("header encoding truncated")
+		}
+		n := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		if uint64(len(b)) < uint64(n) {
+			return "", errors.New("header encoding truncated")
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, nil
+	}
+	for len(b) > 0 {
+		name, err := next()
+		if err != nil {
+			return nil, err
+		}
+		v, err := next()
+		if err != nil {
+			return nil, err
+		}
+		h[name] = append(h[name], v)
+	}
+	return h, nil
+}

@@ -1,0 +1,160 @@
+package store_test
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// plainEncoding is the stored response of resp built the plain way (the
+// Valkey store's compactResponse before the move): the head, then
+// Compress's result, flagged.
+func plainEncoding(codec *store.BodyCodec, resp store.Response) []byte {
+	body := resp.Body
+	resp.Body = nil
+	b := store.EncodeResponse(codec, resp)
+	if body == nil {
+		return b
+	}
+	z, ok := codec.Compress(resp.Header, body)
+	b[0] |= store.RespBodySet
+	if ok {
+		b[0] |= store.RespBodyZstd
+	}
+	return append(b, z...)
+}
+
+// TestEncodeResponseSameBytes (TestEncodeResponseOfSameBytes of the Valkey
+// store before the encoding moved here): the one-buffer encoding
+// (issue 17) is byte for byte the plain encoding and EncodeResponseParts's
+// head and tail joined, and decodes back to the response, for bodies
+// absent, empty, small, compressible, incompressible (1 MiB each) and
+// already content-encoded, with and without header and trailer; and it
+// needs no buffer growth.
+func TestEncodeResponseSameBytes(t *testing.T) {
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	random := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(17, 3))
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	bodies := map[string][]byte{
+		"nil":            nil,
+		"empty":          {},
+		"small":          []byte(`{"id":1}`),
+		"compressible":   bytes.Repeat([]byte(`{"id":"ord_1","status":"created"},`), (1<<20)/34),
+		"incompressible": random,
+	}
+	headers := map[string]http.Header{
+		"no header": nil,
+		"json":      {"Content-Type": {"application/json"}},
+		"gzip":      {"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}},
+	}
+	at := time.UnixMilli(1_700_000_000_000)
+	for bn, body := range bodies {
+		for hn, h := range headers {
+			for _, trailer := range []http.Header{nil, {"Grpc-Status": {"0"}}} {
+				resp := store.Response{Status: 201, Header: h, Body: body, Trailer: trailer, StoredAt: at}
+				want := plainEncoding(codec, resp)
+				got := store.EncodeResponse(codec, resp)
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s body, %s, trailer %v: %d bytes, want the %d bytes of the plain encoding", bn, hn, trailer, len(got), len(want))
+				}
+				head, tail := store.EncodeResponseParts(codec, resp)
+				if joined := append(append([]byte{}, head...), tail...); !bytes.Equal(joined, want) {
+					t.Fatalf("%s body, %s, trailer %v: parts join to %d bytes, want the %d bytes of EncodeResponse", bn, hn, trailer, len(joined), len(want))
+				}
+				if body == nil && tail != nil {
+					t.Fatalf("%s, trailer %v: tail of %d bytes for no body, want nil", hn, trailer, len(tail))
+				}
+				if body != nil && cap(got) > 1+3*10+len(store.EncodeHeader(h))+len(store.EncodeHeader(trailer))+codec.MaxCompressedLen(len(body)) {
+					t.Errorf("%s body, %s: buffer of %d bytes grew past its first size", bn, hn, cap(got))
+				}
+				back, err := store.DecodeResponse(codec, got, at)
+				if err != nil || !reflect.DeepEqual(*back, resp) {
+					t.Fatalf("%s body, %s, trailer %v: decodes to %v, %v; want the response back", bn, hn, trailer, back != nil, err)
+				}
+			}
+		}
+	}
+	omitted := store.Response{Status: 201, Omitted: true}
+	if got, want := store.EncodeResponse(codec, omitted), plainEncoding(codec, omitted); !bytes.Equal(got, want) {
+		t.Fatalf("omitted: %x, want %x", got, want)
+	}
+}
+
+// TestEncodeResponsePinnedBytes: the bytes written by the Postgres
+// store's encodeResponse before the encoding moved to this package
+// (captured from that build), so that moving it changed no stored byte.
+func TestEncodeResponsePinnedBytes(t *testing.T) {
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		resp store.Response
+		hex  string
+	}{
+		{store.Response{Status: 204, Omitted: true}, "01cc01"},
+		{store.Response{Status: 200, Header: http.Header{}, Body: []byte{}}, "06c80100"},
+		{store.Response{Status: 201, Header: http.Header{"Location": {"/v1/orders/1"}, "Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)},
+			"06c901400000000c436f6e74656e742d54797065000000106170706c69636174696f6e2f6a736f6e000000084c6f636174696f6e0000000c2f76312f6f72646572732f317b226964223a317d"},
+		{store.Response{Status: 200, Body: []byte("x"), Trailer: http.Header{"Grpc-Status": {"0"}, "X-Checksum": {"a", ""}}},
+			"0cc801390000000b477270632d53746174757300000001300000000a582d436865636b73756d00000001610000000a582d436865636b73756d0000000078"},
+		{store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: bytes.Repeat([]byte(`{"id":"ord_1","status":"created"},`), 8)},
+			"16c901240000000c436f6e74656e742d54797065000000106170706c69636174696f6e2f6a736f6e28b52ffd400010005d010024027b226964223a226f72645f31222c22737461747573223a2263726561746564227d2c015416052b5a97"},
+		{store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: bytes.Repeat([]byte("ab"), 100)},
+			"06c8011c00000010436f6e74656e742d456e636f64696e6700000004677a6970" + hex.EncodeToString(bytes.Repeat([]byte("ab"), 100))},
+	} {
+		if got := hex.EncodeToString(store.EncodeResponse(codec, tc.resp)); got != tc.hex {
+			t.Errorf("EncodeResponse(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		}
+		head, tail := store.EncodeResponseParts(codec, tc.resp)
+		if got := hex.EncodeToString(head) + hex.EncodeToString(tail); got != tc.hex {
+			t.Errorf("EncodeResponseParts(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		}
+	}
+}
+
+// TestParseResponseOneEncoding: ParseResponse refuses what Append would
+// never write (a longer uvarint, header names out of order, an empty
+// trailer field flagged), so a parsed response written again is the same
+// bytes; every refusal wraps ErrStoredResponse.
+func TestParseResponseOneEncoding(t *testing.T) {
+	hdr := func(names ...string) []byte {
+		var b []byte
+		for _, n := range names {
+			b = append(b, 0, 0, 0, byte(len(n)))
+			b = append(b, n...)
+			b = append(b, 0, 0, 0, 1, 'v')
+		}
+		return b
+	}
+	unordered := hdr("B", "A")
+	for name, b := range map[string][]byte{
+		"long status uvarint":   {0, 0xc8, 0x81, 0x00},
+		"header out of order":   append([]byte{store.RespHeaderSet, 0xc8, 1, byte(len(unordered))}, unordered...),
+		"empty trailer flagged": {store.RespTrailerSet, 0xc8, 1, 0},
+	} {
+		if r, err := store.ParseResponse(b); !errors.Is(err, store.ErrStoredResponse) {
+			t.Errorf("%s: ParseResponse = %+v, %v; want an error wrapping ErrStoredResponse", name, r, err)
+		}
+	}
+	ordered := hdr("A", "B")
+	b := append([]byte{store.RespHeaderSet | store.RespBodySet, 0xc8, 1, byte(len(ordered))}, ordered...)
+	b = append(b, "body"...)
+	r, err := store.ParseResponse(b)
+	if err != nil || !bytes.Equal(r.Append(nil), b) || string(r.Body) != "body" {
+		t.Fatalf("ParseResponse(%x) = %+v, %v; want it to append back to the same bytes", b, r, err)
+	}
+}
