@@ -133,6 +133,21 @@ func (s *suite) testRoundTripResponse(t *testing.T) {
 			}
 		})
 	}
+	// A trailer whose names carry no value has nothing to send: it must
+	// not make a completed record unreadable (the Valkey and Postgres
+	// layout 3 once flagged an empty trailer field that they then refused
+	// on every read).
+	t.Run("trailer names without values", func(t *testing.T) {
+		id := newID()
+		p := params(id, "fp", longLease, time.Hour)
+		s.mustClaim(t, st, p, store.Claimed)
+		s.mustBool(t, "Complete", complete(st, id, p.Token, store.Response{Status: 200, Body: []byte("x"), Trailer: http.Header{"X-None": nil}}), true)
+		r := s.mustGet(t, st, id)
+		if r == nil || r.State != store.Completed || string(r.Response.Body) != "x" || len(r.Response.Trailer["X-None"]) != 0 {
+			t.Fatalf("Get = %+v, want the completed record, no trailer value", r)
+		}
+		s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Completed)
+	})
 }
 
 func (s *suite) testCopies(t *testing.T) {
