@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,19 +33,7 @@ func valkeyCalls(t *testing.T, c vk.Client) map[string]int64 {
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return out
+	return valkeytest.CommandCalls(info)
 }
 
 // cacheRig is two proxies over one Valkey and one upstream: cached with

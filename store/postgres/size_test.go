@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,28 +26,7 @@ func TestSizePerCompletedRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	const workers = 16
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				p, resp := storetest.BenchRecord(i)
-				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
-					errs <- fmt.Errorf("Claim %d: %+v, %w", i, res, err)
-					return
-				}
-				if ok, err := s.Complete(ctx, p.Identity, p.Token, resp); !ok || err != nil {
-					errs <- fmt.Errorf("Complete %d: %v, %w", i, ok, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := storetest.FillCompleted(ctx, s, n, workers); err != nil {
 		t.Fatal(err)
 	}
 	size := func() (total, heap, toast int64) {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -54,4 +57,27 @@ func SizeRecords(t testing.TB) int {
 		}
 	}
 	return n
+}
+
+// FillCompleted claims and completes BenchRecord 0..n-1 in s from workers
+// goroutines (a network store needs several in flight to fill 100,000
+// records in seconds), and returns the first failure: an error of s, or a
+// claim or completion that did not take.
+func FillCompleted(ctx context.Context, s store.Store, n, workers int) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		g.Go(func() error {
+			for i := w; i < n; i += workers {
+				p, resp := BenchRecord(i)
+				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
+					return fmt.Errorf("Claim %d: %+v, %w", i, res, err)
+				}
+				if ok, err := s.Complete(ctx, p.Identity, p.Token, resp); !ok || err != nil {
+					return fmt.Errorf("Complete %d: %v, %w", i, ok, err)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }

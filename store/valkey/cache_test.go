@@ -26,19 +26,7 @@ func cmdCalls(t *testing.T, c vk.Client) map[string]int64 {
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return out
+	return valkeytest.CommandCalls(info)
 }
 
 // commandMeter counts the commands the stores under test send between two

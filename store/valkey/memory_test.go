@@ -2,10 +2,8 @@ package valkey_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,28 +49,7 @@ func TestMemoryPerCompletedRecord(t *testing.T) {
 	before := usedMemory(t, c)
 
 	const workers = 32
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				p, resp := storetest.BenchRecord(i)
-				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
-					errs <- fmt.Errorf("Claim %d: %+v, %w", i, res, err)
-					return
-				}
-				if ok, err := s.Complete(ctx, p.Identity, p.Token, resp); !ok || err != nil {
-					errs <- fmt.Errorf("Complete %d: %v, %w", i, ok, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := storetest.FillCompleted(ctx, s, n, workers); err != nil {
 		t.Fatal(err)
 	}
 	after := usedMemory(t, c)

@@ -662,3 +662,22 @@ func (s *Server) WaitLinkUp(d time.Duration) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// CommandCalls parses the text of INFO commandstats into the calls per
+// command name ("evalsha", subcommands as "client|caching"; commands run
+// inside scripts count too). Lines it does not know are skipped.
+func CommandCalls(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
+}
