@@ -41,26 +41,26 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 }
 
 // claim claims ex's identity with a new token and returns what decideClaim
-// needs to know about the answer, and the token. A record the store's
-// replay cache holds completed (store.ReplayCache) answers instead, as a
-// Completed claim would, with no token: decideClaim compares its
+// needs to know about the answer, and the token. The completed record a
+// wait of this request ended on, or one the store's replay cache holds
+// (store.ReplayCache), answers instead, as a Completed claim would, with
+// no token: decideClaim compares its
 // fingerprint and recipe the same way, so a cached replay and a claimed
 // one never differ.
 func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 	route := ex.route
-	if rec := ex.waited; rec != nil {
-		// The completed record the wait ended on (wait): Completed is final
-		// while the record lives, so it is the answer a claim would get.
-		ex.waited = nil
+	// The completed record the wait ended on (wait), else the cache's:
+	// Completed is final while the record lives, so either is the answer
+	// a claim would get.
+	rec := ex.waited
+	ex.waited = nil
+	if rec == nil {
+		rec = p.cachedReplay(r, ex)
+	}
+	if rec != nil {
 		return claimState{
 			res:   store.ClaimResult{State: store.Completed, Fingerprint: rec.Fingerprint, Recipe: rec.Recipe, Response: rec.Response},
 			route: route, fp: ex.fp, recipe: ex.recipe,
-			draining: p.draining.Load(), now: time.Now(),
-		}, ""
-	}
-	if res, ok := p.cachedReplay(r, ex); ok {
-		return claimState{
-			res: res, route: route, fp: ex.fp, recipe: ex.recipe,
 			draining: p.draining.Load(), now: time.Now(),
 		}, ""
 	}
@@ -86,31 +86,31 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 	}, token
 }
 
-// cachedReplay asks the store's replay cache for ex's record and returns
-// it as the Completed answer of a claim. It reports false when the cache
-// has no completed record for it, and when the cache read fails: the claim
-// that follows then decides, and fails closed if the store is gone.
+// cachedReplay returns ex's record from the store's replay cache when
+// the cache holds it completed, else nil: also when the cache read fails,
+// since the claim that follows then decides, and fails closed if the store
+// is gone.
 //
 // It is not asked while the store has failed since its last answered claim
 // (noteStoreError, NoteStoreFailure): a stalled server leaves a connection
 // open, and its cache with it, until the client's ping times out, and a
 // purge or tombstone made meanwhile could not reach it. Every keyed
 // request then fails closed as without a cache, until a claim succeeds.
-func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) (store.ClaimResult, bool) {
+func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 	if p.pending.failing.Load() != 0 {
-		return store.ClaimResult{}, false
+		return nil
 	}
 	ctx, cancel := p.storeCtx(r.Context())
 	rec, _, err := store.CachedReplayOf(ctx, p.store, ex.id)
 	cancel()
 	if err != nil {
 		p.log.Debug("replay cache read failed; claiming", "route", ex.route.Name, "err", err)
-		return store.ClaimResult{}, false
+		return nil
 	}
 	if rec == nil || rec.State != store.Completed {
-		return store.ClaimResult{}, false
+		return nil
 	}
-	return store.ClaimResult{State: store.Completed, Fingerprint: rec.Fingerprint, Recipe: rec.Recipe, Response: rec.Response}, true
+	return rec
 }
 
 // act carries out a: first what becomes of the claim held with token, then
