@@ -79,7 +79,7 @@ func (s *Store) ackCmd(c multiClient) valkey.Completed {
 	return c.B().Wait().Numreplicas(int64(s.acks.Replicas)).Timeout(timeout).Build()
 }
 
-// writeAcked runs sc on id's record key with args, followed by the
+// writeAcked runs sc on the record key (s.Key of its identity) with args, followed by the
 // acknowledgement command, in ONE pipeline on ONE dedicated connection. WAIT
 // counts the replicas that have acknowledged the replication offset of its
 // own connection's last write: sent on any other connection it answers at
@@ -97,11 +97,10 @@ func (s *Store) ackCmd(c multiClient) valkey.Completed {
 // sent or the script failed; whether the acknowledgement came in time is
 // for the caller to check with acked, since only a script that wrote needs
 // one.
-func (s *Store) writeAcked(ctx context.Context, op string, sc script, id store.Identity, args []string) (ackedWrite, error) {
+func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string, args []string) (ackedWrite, error) {
 	if err := ctx.Err(); err != nil {
 		return ackedWrite{}, unavailable(op, err)
 	}
-	key := s.Key(id)
 	var out ackedWrite
 	start := time.Now()
 	pair := func(c multiClient) {
@@ -189,8 +188,8 @@ func (s *Store) ackOK(ack valkey.ValkeyResult) (bool, string, error) {
 
 // boolOpAcked is boolOp for the scripts that need an acknowledgement: a
 // script that answered 1 wrote, and counts only once acknowledged.
-func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, id store.Identity, wake bool, args []string) (bool, error) {
-	w, err := s.writeAcked(ctx, op, sc, id, args)
+func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, key string, wake bool, args []string) (bool, error) {
+	w, err := s.writeAcked(ctx, op, sc, key, args)
 	if err != nil {
 		return false, err
 	}
@@ -204,7 +203,7 @@ func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, id store.
 	if wake {
 		// The record changed on the primary whether or not it was
 		// acknowledged: waiters re-read it.
-		s.wake(s.Key(id))
+		s.wake(key)
 	}
 	if err := s.acked(op, w); err != nil {
 		return false, err

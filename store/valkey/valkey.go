@@ -305,7 +305,8 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	args := []string{p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
 		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe}
 	if s.acks.On() {
-		w, err := s.writeAcked(ctx, "claim", s.claimSrc, p.Identity, args)
+		key := s.Key(p.Identity)
+		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
@@ -322,7 +323,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			}
 		}
 		if out.State == store.Completed {
-			s.sawCompleted(s.Key(p.Identity))
+			s.sawCompleted(key)
 		}
 		return out, nil
 	}
@@ -382,7 +383,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	var err error
 	key := s.Key(id)
 	if s.acks.On() {
-		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, id, true, args)
+		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, key, true, args)
 	} else {
 		done, err = s.boolOp(ctx, "complete", s.complete, key, true, args...)
 	}
@@ -407,7 +408,7 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 		return false, err
 	}
 	if s.acks.On() {
-		return s.boolOpAcked(ctx, "extend", s.extendSrc, id, false, []string{token, ms(lease)})
+		return s.boolOpAcked(ctx, "extend", s.extendSrc, s.Key(id), false, []string{token, ms(lease)})
 	}
 	return s.boolOp(ctx, "extend", s.extend, s.Key(id), false, token, ms(lease))
 }
@@ -420,7 +421,7 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
 func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	res, _, err := s.exec(ctx, "get", s.get, id)
+	res, key, err := s.exec(ctx, "get", s.get, id)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +437,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		return nil, unavailable("get", err)
 	}
 	if r.State == store.Completed {
-		s.sawCompleted(s.Key(id))
+		s.sawCompleted(key)
 	}
 	return r, nil
 }
