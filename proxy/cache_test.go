@@ -36,6 +36,33 @@ func valkeyCalls(t *testing.T, c vk.Client) map[string]int64 {
 	return valkeytest.CommandCalls(info)
 }
 
+// valkeyGate serves a proxy made from o in front of the Valkey at addr
+// (records under prefix, the replay cache of cacheBytes; 0 is off), its
+// store wrapped as main wraps it: the cache is reached through lazy and
+// the metrics wrapper (of o.Metrics; none when nil).
+func valkeyGate(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Options) *httptest.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	vs, err := valkey.New(ctx, valkey.Options{Addrs: []string{addr}, KeyPrefix: prefix, CacheBytes: cacheBytes})
+	if err != nil {
+		t.Fatalf("valkey store: %v", err)
+	}
+	lz := lazy.New("valkey")
+	if err := lz.Set(vs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lz.Close() })
+	o.Store = metrics.InstrumentStore(lz, o.Metrics)
+	p, err := proxy.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return front
+}
+
 // cacheRig is two proxies over one Valkey and one upstream: cached with
 // the replay cache on, plain with it off, sharing their records.
 type cacheRig struct {
@@ -65,27 +92,8 @@ func newCacheRig(t *testing.T, storeTimeout time.Duration) *cacheRig {
 		t.Fatal(err)
 	}
 	gate := func(cacheBytes int64, mt *metrics.Metrics) *httptest.Server {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		vs, err := valkey.New(ctx, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, CacheBytes: cacheBytes})
-		if err != nil {
-			t.Fatalf("valkey store: %v", err)
-		}
-		// Wrapped as main wraps it: the cache is reached through lazy and
-		// the metrics wrapper.
-		lz := lazy.New("valkey")
-		if err := lz.Set(vs); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lz.Close() })
-		p, err := proxy.New(proxy.Options{Upstream: target, Store: metrics.InstrumentStore(lz, mt), Timeout: 5 * time.Second, StoreTimeout: storeTimeout,
-			Metrics: mt, Policy: func() *policy.Policy { return pol }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		front := httptest.NewServer(p)
-		t.Cleanup(front.Close)
-		return front
+		return valkeyGate(t, srv.Addr(), prefix, cacheBytes, proxy.Options{Upstream: target, Timeout: 5 * time.Second,
+			StoreTimeout: storeTimeout, Metrics: mt, Policy: func() *policy.Policy { return pol }})
 	}
 	raw, err := vk.NewClient(vk.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io"
@@ -20,9 +19,6 @@ import (
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/lazy"
-	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -72,31 +68,14 @@ func TestWaitersOnValkeyGetTheWholeResponse(t *testing.T) {
 	}
 	regs := []*prometheus.Registry{}
 	gate := func(cacheBytes int64) *httptest.Server {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		vs, err := valkey.New(ctx, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, CacheBytes: cacheBytes})
-		if err != nil {
-			t.Fatalf("valkey store: %v", err)
-		}
-		lz := lazy.New("valkey")
-		if err := lz.Set(vs); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lz.Close() })
 		reg := prometheus.NewRegistry()
 		regs = append(regs, reg)
 		m, err := metrics.New(reg, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st store.Store = metrics.InstrumentStore(lz, m)
-		p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Timeout: 10 * time.Second, Metrics: m, Policy: func() *policy.Policy { return pol }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		front := httptest.NewServer(p)
-		t.Cleanup(front.Close)
-		return front
+		return valkeyGate(t, srv.Addr(), prefix, cacheBytes, proxy.Options{Upstream: target, Timeout: 10 * time.Second,
+			Metrics: m, Policy: func() *policy.Policy { return pol }})
 	}
 	fronts := []*httptest.Server{gate(8 << 20), gate(0)}
 	do := func(front *httptest.Server, path, ae string) (int, http.Header, []byte, http.Header) {
