@@ -86,11 +86,7 @@ func newCacheRig(t *testing.T, storeTimeout time.Duration) *cacheRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testMetrics(t)
 	gate := func(cacheBytes int64, mt *metrics.Metrics) *httptest.Server {
 		return valkeyGate(t, srv.Addr(), prefix, cacheBytes, proxy.Options{Upstream: target, Timeout: 5 * time.Second,
 			StoreTimeout: storeTimeout, Metrics: mt, Policy: func() *policy.Policy { return pol }})

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 )
@@ -22,20 +19,13 @@ import (
 // others read: run under -race.
 func TestWaitersShareTheRecordUnchanged(t *testing.T) {
 	const n = 16
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := testMetrics(t)
 	var zbuf bytes.Buffer
 	zw := gzip.NewWriter(&zbuf)
 	zw.Write([]byte(`{"id":1,"name":"created"}`))
 	zw.Close()
 	gz := zbuf.Bytes()
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	release, unblock := releaser(t)
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		hd := w.Header()
@@ -116,15 +106,8 @@ func TestWaitersShareTheRecordUnchanged(t *testing.T) {
 // completed, so every waiter claims again and exactly one of them runs.
 func TestWaitersOfAReleasedClaimRunOnce(t *testing.T) {
 	const n = 12
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	reg, m := testMetrics(t)
+	release, unblock := releaser(t)
 	var mu sync.Mutex
 	calls := 0
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {

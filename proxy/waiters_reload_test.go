@@ -4,14 +4,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/memory"
@@ -22,15 +18,8 @@ import (
 // the record's recipe, as a claim would: the same request is replayed,
 // another body gets 422, and the operation runs once.
 func TestWaitersAcrossARecipeChange(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	reg, m := testMetrics(t)
+	release, unblock := releaser(t)
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-release; created(w, r) })
 	target, _ := url.Parse(up.URL)
 	old := baseRoute()

@@ -39,15 +39,8 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // upstream runs it once, and every slot is given back (the gauge ends at 0).
 func TestMaxWaitersRefusesBeyondTheCap(t *testing.T) {
 	const maxWaiters, extra = 4, 3
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock) // never leave the upstream handler blocked
+	reg, m := testMetrics(t)
+	release, unblock := releaser(t)
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		created(w, r)
@@ -136,15 +129,8 @@ func (c *claimCounter) Claim(ctx context.Context, p store.ClaimParams) (store.Cl
 // body differs gets 422 from its one claim without waiting.
 func TestWaitersTakeTheRecordTheWaitEndedOn(t *testing.T) {
 	const n = 20
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	reg, m := testMetrics(t)
+	release, unblock := releaser(t)
 	var counter *claimCounter
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release
@@ -184,4 +170,26 @@ func TestWaitersTakeTheRecordTheWaitEndedOn(t *testing.T) {
 	if got := h.up.count("/v1/orders"); got != 1 {
 		t.Fatalf("upstream saw %d, want 1", got)
 	}
+}
+
+// releaser returns a channel an upstream handler blocks on and the
+// function that closes it, once; the test's cleanup closes it too, so a
+// failing test never leaves a handler blocked.
+func releaser(t *testing.T) (<-chan struct{}, func()) {
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	return release, unblock
+}
+
+// testMetrics returns a fresh registry and idemgate's metrics on it.
+func testMetrics(t *testing.T) (*prometheus.Registry, *metrics.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
 }

@@ -10,13 +10,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -43,10 +41,7 @@ func TestWaitersOnValkeyGetTheWholeResponse(t *testing.T) {
 	zw.Write(bodies["/v1/text"])
 	zw.Close()
 	bodies["/v1/gz"] = zb.Bytes()
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	release, unblock := releaser(t)
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -68,12 +63,8 @@ func TestWaitersOnValkeyGetTheWholeResponse(t *testing.T) {
 	}
 	regs := []*prometheus.Registry{}
 	gate := func(cacheBytes int64) *httptest.Server {
-		reg := prometheus.NewRegistry()
+		reg, m := testMetrics(t)
 		regs = append(regs, reg)
-		m, err := metrics.New(reg, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
 		return valkeyGate(t, srv.Addr(), prefix, cacheBytes, proxy.Options{Upstream: target, Timeout: 10 * time.Second,
 			Metrics: m, Policy: func() *policy.Policy { return pol }})
 	}
