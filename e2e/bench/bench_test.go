@@ -17,14 +17,7 @@ import (
 // faster start. nginx (target N) is not installed here: scripts/test.sh
 // does, and without it the test fails saying how.
 func TestBenchSmoke(t *testing.T) {
-	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
-	}
 	if _, err := nginxtest.Find(); err != nil {
-		t.Fatal(err)
-	}
-	root, err := moduleRoot()
-	if err != nil {
 		t.Fatal(err)
 	}
 	o := options{
@@ -34,12 +27,7 @@ func TestBenchSmoke(t *testing.T) {
 		workloads: []string{wFresh, wReplay, wMix, wPassthrough}, targets: "ABCDEN", logLevel: "info",
 		pgFsync: false, pgConns: 16, installNginx: false,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := measureAll(ctx, o, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runBrief(t, o)
 	if want := len(o.workloads) * len(o.targets) * (1 + len(o.openFractions)); len(rep.rows) != want {
 		t.Fatalf("%d result rows, want %d", len(rep.rows), want)
 	}
@@ -78,4 +66,25 @@ func TestBenchSmoke(t *testing.T) {
 	if md := rep.markdown(); len(md) == 0 {
 		t.Error("empty report")
 	}
+}
+
+// runBrief runs the bench with o, as the tests of this package do: it
+// needs valkey-server (it fails saying how to install it), builds the
+// binaries from the module root and stops within 2 minutes.
+func runBrief(t *testing.T, o options) *report {
+	t.Helper()
+	if _, err := exec.LookPath("valkey-server"); err != nil {
+		t.Fatal(valkeyInstall)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := measureAll(ctx, o, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -12,23 +10,11 @@ import (
 // POST is answered 201 with the whole body echoed (within the default
 // 1 MiB limits) and none is a replay, and the report takes the rows.
 func TestBigSmoke(t *testing.T) {
-	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := options{
 		duration: 2 * time.Second, rounds: 1, concurrency: 8,
 		workloads: []string{wBig}, targets: "BCD", logLevel: "info",
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := measureAll(ctx, o, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runBrief(t, o)
 	if len(rep.rows) != len(o.targets) {
 		t.Fatalf("%d result rows, want %d", len(rep.rows), len(o.targets))
 	}

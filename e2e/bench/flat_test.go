@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -24,20 +22,8 @@ func flatOptions(workload string) options {
 // records while they are measured and loses them when deleted. Latencies
 // are reported, never asserted.
 func TestBenchScale(t *testing.T) {
-	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	o := flatOptions(wScale)
-	rep, err := measureAll(ctx, o, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runBrief(t, o)
 	res := rep.scale
 	if res == nil || len(res.rows) != len(o.scaleSizes)+1 {
 		t.Fatalf("scale rows: %+v, want one per size and the control after deleting", res)
@@ -74,20 +60,8 @@ func TestBenchScale(t *testing.T) {
 // instance attributed to it, at most two claims per request, and no store
 // operation other than claims that grows with the number of waiters.
 func TestBenchWaiters(t *testing.T) {
-	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	o := flatOptions(wWaiters)
-	rep, err := measureAll(ctx, o, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runBrief(t, o)
 	res := rep.waiters
 	if res == nil || len(res.storms) != 2 {
 		t.Fatalf("waiters: %+v, want two storms", res)
