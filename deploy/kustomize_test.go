@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -144,26 +143,8 @@ func runValkeyCommand(t *testing.T, command []string, env map[string]string, pas
 	port := freePort(t)
 	// Later arguments win: loopback only, in the foreground.
 	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--daemonize", "no")
-	ctx, cancel := context.WithCancel(context.Background())
-	srv := exec.CommandContext(ctx, server, args...)
 	var log syncBuffer
-	srv.Stdout, srv.Stderr = &log, &log
-	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
-	srv.WaitDelay = 5 * time.Second
-	if err := srv.Start(); err != nil {
-		cancel()
-		t.Fatalf("start valkey-server %q: %v", args, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("valkey-server pid %d did not exit", srv.Process.Pid)
-		}
-	})
+	runValkey(t, server, args, &log)
 	if err := waitListening(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second); err != nil {
 		t.Fatalf("valkey-server with the manifest's flags %q: %v\n%s", args, err, log.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -108,24 +109,7 @@ func startComposeValkey(t *testing.T) composeValkey {
 	// data directory, no daemonizing so Cleanup can stop it.
 	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--daemonize", "no", "--logfile", filepath.Join(dir, "valkey.log"))
-	ctx, cancel := context.WithCancel(context.Background())
-	srv := exec.CommandContext(ctx, server, args...)
-	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
-	srv.WaitDelay = 5 * time.Second
-	if err := srv.Start(); err != nil {
-		cancel()
-		t.Fatalf("start valkey-server %q: %v", args, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("valkey-server pid %d did not exit", srv.Process.Pid)
-		}
-	})
+	done := runValkey(t, server, args, nil)
 	if err := waitListening(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "valkey.log"))
 		select {
@@ -213,4 +197,32 @@ func TestComposeValkeyCommand(t *testing.T) {
 	if !bytes.Contains(aof, []byte(probe)) {
 		t.Errorf("the acknowledged SET is not in the AOF files %v; persistence is off", files)
 	}
+}
+
+// runValkey starts server (valkey-server) with args in the foreground, its
+// output to out (discarded when nil), and stops it with SIGTERM in
+// t.Cleanup, failing the test when it has not exited 10 s later. The
+// channel gets the process's exit once it ends.
+func runValkey(t *testing.T, server string, args []string, out io.Writer) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := exec.CommandContext(ctx, server, args...)
+	srv.Stdout, srv.Stderr = out, out
+	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
+	srv.WaitDelay = 5 * time.Second
+	if err := srv.Start(); err != nil {
+		cancel()
+		t.Fatalf("start valkey-server %q: %v", args, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("valkey-server pid %d did not exit", srv.Process.Pid)
+		}
+	})
+	return done
 }
