@@ -54,6 +54,14 @@ type Options struct {
 	// Now is the clock used to time the readiness checks; nil means
 	// time.Now.
 	Now func() time.Time
+	// V1Lookup makes /admin/records also read and purge the record a
+	// build before layout 2 kept for the same operation (under the route's
+	// name; docs/protocol.md, "Layout versions"), as the proxy's
+	// store.v1_lookup does. Only a record of layout 1 (store.Record.Layout1)
+	// is taken there: a route name can be another route's scope, and that
+	// route's record is not this one's. false (store.v1_lookup: false)
+	// looks under the request's own identity only.
+	V1Lookup bool
 	// Draining reports whether the process is shutting down; while it
 	// returns true, /readyz answers 503 not-ready ("shutting down") before
 	// any other check, so that load balancers stop sending requests while
@@ -433,12 +441,22 @@ func (h *handler) routes(w http.ResponseWriter, r *http.Request) {
 
 // v1Identity is where a build before layout 2 kept the record of id for
 // route (scoped by the route's name; docs/protocol.md, "Layout versions"),
-// or false when that is id itself.
-func v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
-	if id.Scope == routeName {
+// or false when that is id itself or layout 1 lookups are off.
+func (h *handler) v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
+	if !h.opts.V1Lookup || id.Scope == routeName {
 		return id, false
 	}
 	return store.Identity{Owner: id.Owner, Scope: routeName, Key: id.Key}, true
+}
+
+// getV1 reads the layout 1 record at old: nil when there is none or the
+// record there is of a later layout (another scope's record).
+func (h *handler) getV1(ctx context.Context, old store.Identity) (*store.Record, error) {
+	rec, err := h.opts.Store.Get(ctx, old)
+	if err != nil || !rec.Layout1() {
+		return nil, err
+	}
+	return rec, nil
 }
 
 func (h *handler) records(w http.ResponseWriter, r *http.Request) {
@@ -459,8 +477,8 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 	rec, err := h.opts.Store.Get(ctx, id)
 	if err == nil && rec == nil {
 		// Records written before layout 2 sit under the route's name.
-		if old, ok := v1Identity(id, r.URL.Query().Get("route")); ok {
-			rec, err = h.opts.Store.Get(ctx, old)
+		if old, ok := h.v1Identity(id, r.URL.Query().Get("route")); ok {
+			rec, err = h.getV1(ctx, old)
 		}
 	}
 	if err != nil {
@@ -485,10 +503,20 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	force := r.URL.Query().Get("force") == "true"
 	state := store.Absent
 	ids := []store.Identity{id}
-	if old, ok := v1Identity(id, r.URL.Query().Get("route")); ok {
+	if old, ok := h.v1Identity(id, r.URL.Query().Get("route")); ok {
 		// A layout 1 record of the same operation would otherwise answer
-		// the next retry (proxy v1_lookup) after the purge.
-		ids = append(ids, old)
+		// the next retry (proxy v1_lookup) after the purge. Only a record
+		// of layout 1 is purged there: under a scope equal to the route's
+		// name a current record belongs to another operation.
+		rec, err := h.getV1(ctx, old)
+		if err != nil {
+			h.storeError(w, "get", old, err)
+			return
+		}
+		if rec != nil {
+			ids = append(ids, old)
+			state = rec.State
+		}
 	}
 	if !force {
 		for _, id := range ids {

@@ -33,9 +33,12 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 		if err != nil {
 			return action{step: stepStoreFailed, release: releaseNow, op: "claim", err: err}, old
 		}
-		if rec != nil {
+		if rec.Layout1() {
 			break
 		}
+		// A record of a later layout under a scope equal to this route's
+		// name belongs to the routes of that scope, not to this request.
+		rec = nil
 	}
 	s := v1State{rec: rec, route: route, draining: p.draining.Load(), now: time.Now()}
 	if rec != nil {

@@ -163,6 +163,19 @@ type Record struct {
 	RetentionEnd time.Time
 }
 
+// Layout1 reports whether r was written before layout 2 (docs/protocol.md,
+// "Layout versions"): such a record has no recipe and is never a tombstone
+// (tombstones came later). A layout 1 record sits under (owner, route name,
+// key); a route name is also a legal scope, so a current record can sit
+// under the same identity. The lookups that look for layout 1 records (the
+// proxy's store.v1_lookup, the admin API's fallback) accept only records
+// for which Layout1 holds: what a record is, not where it lies, tells the
+// two apart, so one route's record is never read, replayed or purged as
+// another's (TestV1LookupIgnoresCurrentRecords, TestAdminV1FallbackOnlyLayout1).
+func (r *Record) Layout1() bool {
+	return r != nil && r.Recipe == "" && r.State != Gone
+}
+
 // ErrUnavailable wraps every failure to reach or use the backing server, so
 // callers can fail closed with errors.Is(err, store.ErrUnavailable). Context
 // errors are returned wrapped as well (errors.Is(err, context.DeadlineExceeded)

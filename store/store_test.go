@@ -23,3 +23,24 @@ func TestOpErrorWrapsUnavailableAndCause(t *testing.T) {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 }
+
+// TestRecordLayout1 pins what tells a layout 1 record apart: no recipe and
+// not a tombstone. Where it lies does not (docs/protocol.md, "Layout
+// versions").
+func TestRecordLayout1(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rec  *store.Record
+		want bool
+	}{
+		{"none", nil, false},
+		{"layout 1 completed", &store.Record{State: store.Completed, Fingerprint: "fp"}, true},
+		{"layout 1 running", &store.Record{State: store.Running, Fingerprint: "fp"}, true},
+		{"current record", &store.Record{State: store.Completed, Fingerprint: "fp", Recipe: "b=raw&q=1&v=hs1"}, false},
+		{"tombstone", &store.Record{State: store.Gone}, false},
+	} {
+		if got := c.rec.Layout1(); got != c.want {
+			t.Errorf("%s: Layout1() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -497,6 +497,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	adminSrv := &http.Server{
 		Handler: admin.New(admin.Options{
 			Store:    st,
+			V1Lookup: cfg.Store.V1Lookup,
 			Policy:   reloader.Current,
 			Gatherer: reg,
 			Token:    cfg.Admin.Token,
