@@ -229,3 +229,48 @@ func startGateYAML(t *testing.T, body string) *Gate {
 
 // testAdminToken is the admin token of gates started by startGateYAML.
 const testAdminToken = "e2e-admin-token"
+
+// TestTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
+// hold certificates of one CA with one subject (O=Example Corp, OU=Staff)
+// that differ only in an otherName alternative name (a UPN). bob sending
+// alice's key and body must run his own operation, never get alice's
+// response; a renewed certificate of alice's replays hers. Before the fix
+// the owner ignored otherName and bob got 201 Idempotent-Replayed: true
+// with alice's body.
+func TestTLSClientCertOwnerOtherName(t *testing.T) {
+	dir := t.TempDir()
+	serverCA := testcerts.NewCA(t, "server CA")
+	clientCA := testcerts.NewCA(t, "corp CA")
+	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
+	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
+	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
+	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	staff := func(upn string) tls.Certificate {
+		return clientCA.Issue(t, testcerts.Options{Organization: []string{"Example Corp"}, OrganizationalUnit: []string{"Staff"}, UPN: upn}).TLS(t)
+	}
+	alice, bob, aliceRenewed := staff("alice@corp.example"), staff("bob@corp.example"), staff("alice@corp.example")
+	roots := x509.NewCertPool()
+	roots.AddCert(serverCA.Cert)
+
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL,
+		Extra:  fmt.Sprintf("server:\n  tls: {cert_file: %q, key_file: %q, client_ca_file: %q, client_auth: require}\n", certFile, keyFile, caFile),
+		Routes: "  - name: orders\n    match: \"POST /v1/orders\"\n    owner: client-cert\n"})
+	url := "https://" + strings.TrimPrefix(g.URL, "http://") + "/v1/orders"
+
+	status, h, aliceBody, err := postWith(tlsClient(roots, &alice), url, "k")
+	if err != nil || status != 201 || h.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("alice: %d %v %s", status, err, aliceBody)
+	}
+	status, h, bobBody, err := postWith(tlsClient(roots, &bob), url, "k")
+	if err != nil || status != 201 || h.Get("Idempotent-Replayed") != "" || bobBody == aliceBody {
+		t.Fatalf("bob with alice's key and body: %d %v replayed=%q %s, want his own run, not alice's response %s", status, err, h.Get("Idempotent-Replayed"), bobBody, aliceBody)
+	}
+	status, h, body, err := postWith(tlsClient(roots, &aliceRenewed), url, "k")
+	if err != nil || status != 201 || h.Get("Idempotent-Replayed") != "true" || body != aliceBody {
+		t.Fatalf("alice with a renewed certificate: %d %v %v %s, want the replay of %s", status, err, h, body, aliceBody)
+	}
+	if n := up.Total(); n != 2 {
+		t.Fatalf("upstream ran %d times, want 2 (alice once, bob once)", n)
+	}
+}

@@ -4,13 +4,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/hex"
 	"math/big"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/testcerts"
 )
 
 // TestCertOwnerSurvivesRenewal is adversarial finding F2 of the second
@@ -65,5 +70,53 @@ func TestCertOwnerSurvivesRenewal(t *testing.T) {
 	n1, n2 := issue(16, pkix.Name{}), issue(17, pkix.Name{})
 	if !strings.HasPrefix(CertOwner(n1), "certder:") || CertOwner(n1) == CertOwner(n2) {
 		t.Fatalf("nameless certificates: %s, %s, want distinct certder: owners", CertOwner(n1), CertOwner(n2))
+	}
+}
+
+// TestCertOwnerCountsEveryAltName: two certificates of one CA with one
+// subject that differ only in an otherName alternative name (a UPN, which
+// the standard library does not decode) were one owner, so bob was handed
+// alice's stored response. Every name the CA wrote now counts; a renewal
+// stays one owner and a certificate with only decoded names keeps the
+// owner earlier builds gave it (records stored under it stay reachable).
+func TestCertOwnerCountsEveryAltName(t *testing.T) {
+	ca := testcerts.NewCA(t, "corp CA")
+	staff := testcerts.Options{Organization: []string{"Example Corp"}, OrganizationalUnit: []string{"Staff"}}
+	leaf := func(o testcerts.Options) *x509.Certificate {
+		t.Helper()
+		c, err := x509.ParseCertificate(ca.Issue(t, o).DER)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	withUPN := func(upn string) testcerts.Options { o := staff; o.UPN = upn; return o }
+	alice, bob := leaf(withUPN("alice@corp.example")), leaf(withUPN("bob@corp.example"))
+	if CertOwner(alice) == CertOwner(bob) {
+		t.Fatalf("certificates that differ only in their UPN are one owner %s", CertOwner(alice))
+	}
+	if CertOwner(alice) != CertOwner(leaf(withUPN("alice@corp.example"))) {
+		t.Fatal("a renewed certificate (new key and serial, same names) is another owner")
+	}
+	if !strings.HasPrefix(CertOwner(alice), "cert:") {
+		t.Fatalf("owner %q lacks the cert: prefix", CertOwner(alice))
+	}
+	cn := func(name string) testcerts.Options { o := staff; o.CommonName = name; return o }
+	if CertOwner(leaf(cn("alice"))) == CertOwner(leaf(cn("bob"))) {
+		t.Fatal("certificates that differ only in CN are one owner")
+	}
+
+	// A certificate with only decoded names keeps the owner of the formula
+	// before: issuer, subject and the sorted decoded names, length-prefixed.
+	c := leaf(cn("carol"))
+	h := sha256.New()
+	for _, part := range []string{string(c.RawIssuer), string(c.RawSubject)} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	if want := "cert:" + hex.EncodeToString(h.Sum(nil)); CertOwner(c) != want {
+		t.Fatalf("owner of a certificate without undecoded names changed: %s, want %s", CertOwner(c), want)
 	}
 }

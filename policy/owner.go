@@ -3,12 +3,14 @@ package policy
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -73,8 +75,20 @@ func HeaderOwner(value string) string {
 
 // CertOwner returns the owner of a request whose verified leaf certificate
 // is cert: "cert:" + lowercase hex SHA-256 of the identity the issuer
-// vouches for, its issuer and subject names and its subject alternative
-// names (DNS, email, IP, URI; each sorted), every part length-prefixed. A
+// vouches for, its issuer and subject names and every subject alternative
+// name the CA wrote (RFC 5280 section 4.2.1.6), every part length-prefixed
+// and the names sorted. DNS, email, IP and URI names enter as the standard
+// library decodes them ("dns:NAME", ...), exactly as before, so the owner
+// of a certificate with only those names, and the records stored under it,
+// did not change; every other kind (otherName such as a Windows UPN,
+// x400Address, directoryName, ediPartyName, registeredID), which the
+// standard library does not decode, enters as "sanN:" + the hex of its
+// whole DER encoding (N the GeneralName tag). Two certificates of one CA
+// with one subject that differ only in such a name (smart cards and Active
+// Directory Certificate Services issue UPNs) are two owners
+// (TestCertOwnerCountsEveryAltName; before, they were one, and one
+// principal's stored response replayed to the other). Sorting keeps the
+// owner independent of the order the CA lists its names in. A
 // renewed certificate (new key, serial and validity, same names from the
 // same CA, as cert-manager issues it) is the same owner, so a retry across
 // a renewal replays instead of running again (adversarial finding F2 of
@@ -92,9 +106,12 @@ func CertOwner(cert *x509.Certificate) string {
 		sans = append(sans, "uri:"+u.String())
 	}
 	if len(cert.Subject.Names) == 0 && len(sans) == 0 {
+		// Decided on the names decoded before otherName and its kin
+		// counted, so such a certificate keeps the owner it had.
 		sum := sha256.Sum256(cert.Raw)
 		return ownerCertDERPrefix + hex.EncodeToString(sum[:])
 	}
+	sans = append(sans, undecodedAltNames(cert)...)
 	slices.Sort(sans)
 	h := sha256.New()
 	for _, part := range append([]string{string(cert.RawIssuer), string(cert.RawSubject)}, sans...) {
@@ -104,6 +121,45 @@ func CertOwner(cert *x509.Certificate) string {
 		h.Write([]byte(part))
 	}
 	return ownerCertPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// oidSubjectAltName is id-ce-subjectAltName (RFC 5280 section 4.2.1.6).
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// undecodedAltNames returns "sanN:" + hex DER for every GeneralName of
+// cert's subjectAltName extension whose kind the standard library does not
+// decode into DNSNames, EmailAddresses, IPAddresses or URIs (tags 1, 2, 6
+// and 7). x509.ParseCertificate has already checked the extension's syntax;
+// a name that does not parse here enters as the whole extension, so nothing
+// the CA wrote is ever dropped.
+func undecodedAltNames(cert *x509.Certificate) []string {
+	for _, ext := range cert.Extensions {
+		if !ext.Id.Equal(oidSubjectAltName) {
+			continue
+		}
+		var seq asn1.RawValue
+		rest, err := asn1.Unmarshal(ext.Value, &seq)
+		if err != nil || len(rest) > 0 || !seq.IsCompound || seq.Tag != asn1.TagSequence {
+			return []string{"san:" + hex.EncodeToString(ext.Value)}
+		}
+		var out []string
+		for names := seq.Bytes; len(names) > 0; {
+			var name asn1.RawValue
+			names, err = asn1.Unmarshal(names, &name)
+			if err != nil {
+				return []string{"san:" + hex.EncodeToString(ext.Value)}
+			}
+			switch name.Tag {
+			case 1, 2, 6, 7: // rfc822Name, dNSName, uniformResourceIdentifier, iPAddress
+				if name.Class == asn1.ClassContextSpecific {
+					continue
+				}
+			}
+			out = append(out, "san"+strconv.Itoa(name.Tag)+":"+hex.EncodeToString(name.FullBytes))
+		}
+		return out
+	}
+	return nil
 }
 
 func prefixed(prefix string, vs []string) []string {

@@ -77,7 +77,7 @@ func (r *Route) StoredOwnerForm() string {
 	case OwnerAuthorization:
 		return "sha256:HEX (SHA-256 of the whole Authorization value)"
 	case OwnerClientCert:
-		return "cert:HEX (SHA-256 of the client certificate's issuer, subject and alternative names)"
+		return "cert:HEX (SHA-256 of the client certificate's issuer, subject and every alternative name)"
 	case OwnerJWT:
 		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", r.jwtClaims())
 	}

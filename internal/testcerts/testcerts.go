@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -79,6 +80,36 @@ type Options struct {
 	// DNSNames, when set, are a server certificate's only names (no
 	// 127.0.0.1), so a client must verify one of them explicitly.
 	DNSNames []string
+	// Organization and OrganizationalUnit join CommonName in the subject.
+	Organization, OrganizationalUnit []string
+	// UPN, when set, is the certificate's one subject alternative name: an
+	// otherName holding a Microsoft user principal name (OID
+	// 1.3.6.1.4.1.311.20.2.3), as Active Directory Certificate Services and
+	// smart cards issue it. The standard library does not decode otherName.
+	UPN string
+}
+
+// UPNAltName returns a subjectAltName extension (RFC 5280 section 4.2.1.6)
+// whose one GeneralName is an otherName holding upn as a Microsoft user
+// principal name (a UTF8String under OID 1.3.6.1.4.1.311.20.2.3).
+func UPNAltName(upn string) (pkix.Extension, error) {
+	value, err := asn1.MarshalWithParams(upn, "utf8")
+	if err != nil {
+		return pkix.Extension{}, err
+	}
+	other := struct {
+		TypeID asn1.ObjectIdentifier
+		Value  asn1.RawValue `asn1:"tag:0,explicit"`
+	}{asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3}, asn1.RawValue{FullBytes: value}}
+	on, err := asn1.MarshalWithParams(other, "tag:0")
+	if err != nil {
+		return pkix.Extension{}, err
+	}
+	names, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: on})
+	if err != nil {
+		return pkix.Extension{}, err
+	}
+	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: names}, nil
 }
 
 // Issue signs a leaf with ca.
@@ -87,7 +118,7 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: o.CommonName},
+		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organization, OrganizationalUnit: o.OrganizationalUnit},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -100,6 +131,13 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 		if len(o.DNSNames) > 0 {
 			tmpl.IPAddresses, tmpl.DNSNames = nil, o.DNSNames
 		}
+	}
+	if o.UPN != "" {
+		ext, err := UPNAltName(o.UPN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.ExtraExtensions = append(tmpl.ExtraExtensions, ext)
 	}
 	if o.Expired {
 		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)
