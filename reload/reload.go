@@ -52,7 +52,8 @@ type Options struct {
 	// nil leaves the counter unregistered.
 	Registerer prometheus.Registerer
 	// Signals triggers a reload for every value received (cmd passes a
-	// channel given to signal.Notify for SIGHUP); nil means none.
+	// channel given to signal.Notify for SIGHUP); nil means none. Without
+	// a Path each value is logged as a reload with nothing to reload.
 	Signals <-chan os.Signal
 	// Debounce overrides DefaultDebounce when > 0.
 	Debounce time.Duration
@@ -290,6 +291,14 @@ func (r *Reloader) Run(ctx context.Context) error {
 			name := "signal"
 			if sig != nil {
 				name = sig.String()
+			}
+			if r.path == "" {
+				// Flags and the environment are the whole configuration,
+				// and neither changes in a running process: a reload would
+				// apply what is already in force. Said, so an operator's
+				// SIGHUP is not met by silence.
+				r.log.Info("reload requested, but idemgate runs without a config file (--config): nothing to reload; still serving", "trigger", name)
+				continue
 			}
 			_ = r.reload(name, false) // logged and counted inside
 		case ev, ok := <-events:

@@ -649,3 +649,35 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 		t.Fatalf("no warning for the owner source change:\n%s", logs)
 	}
 }
+
+// TestSignalWithoutPathKeepsServing: idemgate serve without --config gets
+// SIGHUP like any other mode; with no file there is nothing to reload, and
+// the Reloader says so, keeps its policy and keeps running
+// (TestE2ESIGHUPNeverKills has the process side).
+func TestSignalWithoutPathKeepsServing(t *testing.T) {
+	initial, err := policy.New(baseRoute(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	sig := make(chan os.Signal, 1)
+	r, err := New(Options{Initial: initial, Signals: sig, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Load: func(string) (*policy.Policy, error) { t.Error("Load called without a path"); return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	sig <- syscall.SIGHUP
+	if !waitUntil(t, waitLimit, func() bool { return strings.Contains(logs.String(), "nothing to reload") }) {
+		t.Fatalf("no line for the SIGHUP without a config file:\n%s", logs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Current() != initial {
+		t.Fatal("the policy changed")
+	}
+}

@@ -208,6 +208,15 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
 	fs.DurationVar(&f.waitStore, "wait-store", 0, "wait up to this long for the store before listening and exit 1 if it is still unreachable; 0 (default) listens at once and connects in the background")
+	// SIGHUP is how nginx and systemd ask for a reload. Its default action
+	// ends the process at once, cutting calls in flight whose claims a
+	// peer later takes over: a second execution. So it is caught in every
+	// mode, from before anything is started; without a config file
+	// runServer's reloader logs that there is nothing to reload
+	// (TestE2ESIGHUPNeverKills).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -240,7 +249,7 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		defer demoAPI.Close()
 	}
-	if err := runServer(ctx, cfg, f.config, load, log, f.waitStore); err != nil {
+	if err := runServer(ctx, cfg, f.config, load, log, f.waitStore, hup); err != nil {
 		log.Error("idemgate stopped", "err", err)
 		return 1
 	}
@@ -360,7 +369,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *met
 // The process listens without waiting for its store (see storeConnector)
 // unless waitStore > 0: then it waits that long for the store first and
 // returns an error when it is still unreachable.
-func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger, waitStore time.Duration) error {
+func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger, waitStore time.Duration, hup <-chan os.Signal) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, version)
@@ -423,11 +432,6 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		return fmt.Errorf("config: %w", err)
 	}
 
-	hup := make(chan os.Signal, 1)
-	if configPath != "" {
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-	}
 	// restartKeys is what the last accepted reload changed that only a
 	// restart applies; written by Load and read by RestartKeys, which the
 	// reloader serializes.
@@ -534,10 +538,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	g.Go(func() error { return ignoreClosed(srv.Serve(ln)) })
 	g.Go(func() error { return ignoreClosed(adminSrv.Serve(adminLn)) })
 	g.Go(func() error {
-		if configPath == "" {
-			<-gctx.Done()
-			return nil
-		}
+		// Also without a config file: Run answers SIGHUP there with a log
+		// line that there is nothing to reload.
 		return reloader.Run(gctx)
 	})
 	g.Go(func() error {

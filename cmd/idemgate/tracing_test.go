@@ -90,7 +90,7 @@ func TestServeExportsRequestTraces(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	noReload := func(string) (*config.Config, error) { return nil, errors.New("no config file to reload") }
-	go func() { done <- runServer(ctx, cfg, "", noReload, log, 10*time.Second) }()
+	go func() { done <- runServer(ctx, cfg, "", noReload, log, 10*time.Second, nil) }()
 	var addr string
 	select {
 	case addr = <-addrs:
