@@ -161,6 +161,10 @@ func newFixture(t *testing.T, mutate func(*Options)) *fixture {
 		Gatherer: f.reg,
 		Token:    testToken,
 		Logger:   slog.New(slog.NewTextHandler(&lockedWriter{w: f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// The records these tests write under the route's name and without
+		// a recipe are layout 1 records, found through the fallback that
+		// store.v1_lookup (on by default) turns on.
+		V1Lookup: true,
 	}
 	if mutate != nil {
 		mutate(&opts)

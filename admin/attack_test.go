@@ -45,7 +45,7 @@ func TestAttackAdminPathAndMethodVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Options{Store: st, Token: testToken, Policy: func() *policy.Policy { return pol }}))
+	srv := httptest.NewServer(New(Options{Store: st, Token: testToken, V1Lookup: true, Policy: func() *policy.Policy { return pol }}))
 	t.Cleanup(srv.Close)
 	addr := srv.Listener.Addr().String()
 	send := func(line, auth string) int {

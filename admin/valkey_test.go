@@ -29,7 +29,7 @@ func TestWithValkey(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	pol := testPolicy(t)
 	f := &fixture{reg: prometheus.NewRegistry()}
-	f.h = New(Options{Store: st, Policy: func() *policy.Policy { return pol }, Gatherer: f.reg, Token: testToken})
+	f.h = New(Options{Store: st, Policy: func() *policy.Policy { return pol }, Gatherer: f.reg, Token: testToken, V1Lookup: true})
 
 	ready := func() int { return f.do(t, http.MethodGet, "/readyz", nil).Code }
 	if code := ready(); code != http.StatusOK {
