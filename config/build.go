@@ -269,7 +269,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		r.Required = *s.Required
 	}
 	if s.Owner != nil {
-		o, err := policy.ParseOwnerSource(strings.TrimSpace(*s.Owner))
+		o, err := policy.ParseOwnerSources(*s.Owner)
 		if err != nil {
 			b.bad(path+".owner", "%v", err)
 		} else {
@@ -278,7 +278,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	if j := s.JWT; j != nil {
 		r.JWT = mergeJWT(r.JWT, j)
-	} else if r.JWT != nil && r.Owner.Kind != policy.OwnerJWT {
+	} else if r.JWT != nil && !r.Owner.Uses(policy.OwnerJWT) {
 		// Inherited from defaults by a route that chose another owner.
 		r.JWT = nil
 	}

@@ -679,3 +679,38 @@ func TestValkeyCacheBytes(t *testing.T) {
 		t.Fatalf("Validate with cache_bytes -1: %v", err)
 	}
 }
+
+// TestOwnerList: owner takes one source or a list of them (one credential
+// acting for many accounts is one principal per account); a list of one is
+// that source; validate explains what is wrong at the route's owner key.
+func TestOwnerList(t *testing.T) {
+	c := mustParse(t, base+`
+defaults:
+  owner: authorization
+routes:
+  - name: charges
+    match: "POST /v1/charges"
+    owner: [authorization, "header:Stripe-Account"]
+  - name: refunds
+    match: "POST /v1/refunds"
+    owner: [authorization]
+    scope: refunds
+`)
+	if got := route(t, c, "charges").Owner.String(); got != "[authorization, header:Stripe-Account]" {
+		t.Errorf("charges owner = %s", got)
+	}
+	if got := route(t, c, "refunds").Owner; got.Kind != policy.OwnerAuthorization {
+		t.Errorf("a list of one = %+v, want authorization itself", got)
+	}
+	for _, tc := range []struct{ name, doc, want string }{
+		{"none in a list", "defaults: {owner: [authorization, none]}\n", "none cannot be part of an owner list"},
+		{"twice", "defaults: {owner: [authorization, authorization]}\n", "listed twice"},
+		{"jwt without its section", "defaults: {owner: [jwt, \"header:Stripe-Account\"]}\n", "jwt"},
+		{"two lists in one scope", "routes:\n  - {name: a, match: \"POST /a\", owner: [authorization, \"header:X-A\"]}\n  - {name: b, match: \"POST /b\", owner: [authorization, \"header:X-B\"]}\n", "shares scope"},
+	} {
+		_, err := Load(writeFile(t, base+tc.doc), nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "owner") {
+			t.Errorf("%s: %v, want an error at the owner key saying %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -198,7 +198,7 @@ type rawSettings struct {
 	Key              *rawKey         `mapstructure:"key"`
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
-	Owner            *string         `mapstructure:"owner"`
+	Owner            *[]string       `mapstructure:"owner"` // one source, or a list (policy.ParseOwnerSources)
 	JWT              *rawJWT         `mapstructure:"jwt"`
 	AllowGlobalKeys  *bool           `mapstructure:"allow_global_keys"`
 	Fingerprint      *rawFingerprint `mapstructure:"fingerprint"`

@@ -187,7 +187,7 @@ func (c *Config) validateTLS() []error {
 	if c.Policy != nil && !s.VerifiesClients() {
 		routes := c.Policy.Routes()
 		for i, r := range routes {
-			if r.Owner.Kind != policy.OwnerClientCert {
+			if !r.Owner.Uses(policy.OwnerClientCert) {
 				continue
 			}
 			path := fmt.Sprintf("routes[%d].owner", i)

@@ -221,6 +221,16 @@ func ownerNamespace(r *Route) string {
 	switch r.Owner.Kind {
 	case OwnerHeader:
 		return r.Owner.String()
+	case OwnerList:
+		// Lists of other sources produce values of one form ("m:[...]"),
+		// so only the same list (with the same jwt claims) may share.
+		ns := "owner list " + r.Owner.String()
+		if r.Owner.Uses(OwnerJWT) {
+			jwt := *r
+			jwt.Owner = OwnerSource{Kind: OwnerJWT}
+			ns += " with " + ownerNamespace(&jwt)
+		}
+		return ns
 	case OwnerJWT:
 		if r.JWT == nil {
 			return string(OwnerJWT)
@@ -476,6 +486,25 @@ func normalize(r *Route, path string) []error {
 			r.Owner = o
 		}
 	case OwnerAuthorization, OwnerClientCert:
+	case OwnerList:
+		names := make([]string, len(r.Owner.Parts))
+		for i, p := range r.Owner.Parts {
+			names[i] = p.String()
+		}
+		if o, err := ParseOwnerSources(names); err != nil {
+			bad("owner", "%v", err)
+		} else if o.Kind != OwnerList {
+			bad("owner", "a list of one source is that source; write owner: %s", o)
+		} else {
+			r.Owner = o
+		}
+		if r.Owner.Uses(OwnerJWT) {
+			if r.JWT == nil {
+				bad("jwt", "is required with a jwt owner source (jwks_file or jwks_url, and issuers)")
+			} else {
+				errs = append(errs, r.JWT.check(path)...)
+			}
+		}
 	case OwnerJWT:
 		if r.JWT == nil {
 			bad("jwt", "is required with owner: jwt (jwks_file or jwks_url, and issuers)")
@@ -489,7 +518,7 @@ func normalize(r *Route, path string) []error {
 	default:
 		bad("owner", "unknown owner source %q", r.Owner.Kind)
 	}
-	if r.JWT != nil && r.Owner.Kind != OwnerJWT {
+	if r.JWT != nil && !r.Owner.Uses(OwnerJWT) {
 		bad("jwt", "is set but owner is %q: the jwt: section applies only with owner: jwt", r.Owner)
 	}
 	var fh []string

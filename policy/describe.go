@@ -66,6 +66,12 @@ func (r *Route) describe(w *bufio.Writer) {
 	switch r.Owner.Kind {
 	case OwnerAuthorization:
 		kv("owner", strconv.Quote(r.Owner.String())+" # "+AuthorizationOwnerTradeoff)
+	case OwnerList:
+		quoted := make([]string, len(r.Owner.Parts))
+		for i, p := range r.Owner.Parts {
+			quoted[i] = strconv.Quote(p.String())
+		}
+		kv("owner", "["+strings.Join(quoted, ", ")+"] # one owner per combination of these values (e.g. a platform credential acting for one account)")
 	default:
 		kv("owner", strconv.Quote(r.Owner.String()))
 	}

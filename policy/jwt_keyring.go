@@ -67,7 +67,7 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 	var errs []error
 	for _, n := range all {
 		r := n.r
-		if r.Owner.Kind != OwnerJWT || r.JWT == nil {
+		if !r.Owner.Uses(OwnerJWT) || r.JWT == nil {
 			continue
 		}
 		src := r.JWT.Source()

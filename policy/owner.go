@@ -51,8 +51,12 @@ func ParseOwnerSource(s string) (OwnerSource, error) {
 }
 
 // String returns the setting as written in the config: "header:NAME",
-// "authorization", "jwt", "client-cert" or "none".
+// "authorization", "jwt", "client-cert" or "none", and for an OwnerList
+// its sources as a YAML flow list ("[authorization, header:Stripe-Account]").
 func (o OwnerSource) String() string {
+	if o.Kind == OwnerList {
+		return o.listString()
+	}
 	if o.Kind == OwnerHeader {
 		return string(OwnerHeader) + ":" + o.Header
 	}
@@ -184,16 +188,25 @@ func prefixed(prefix string, vs []string) []string {
 // and also yields ErrOwnerMissing (wrapped), or ErrInvalidCredentials for
 // jwt, never a pick of one value.
 func (r *Route) OwnerOf(req *http.Request) (string, error) {
-	switch r.Owner.Kind {
+	if r.Owner.Kind == OwnerList {
+		return r.listOwner(req)
+	}
+	return r.ownerBy(r.Owner, req)
+}
+
+// ownerBy is OwnerOf for one source: the route's own, or a part of its
+// owner list.
+func (r *Route) ownerBy(src OwnerSource, req *http.Request) (string, error) {
+	switch src.Kind {
 	case OwnerNone:
 		return "", nil
 	case OwnerHeader:
-		v, err := singleValue(req.Header, r.Owner.Header)
+		v, err := singleValue(req.Header, src.Header)
 		if err != nil {
 			return "", err
 		}
 		if strings.Trim(v, " \t") == "" {
-			return "", fmt.Errorf("%w: header %s is absent or empty", ErrOwnerMissing, r.Owner.Header)
+			return "", fmt.Errorf("%w: header %s is absent or empty", ErrOwnerMissing, src.Header)
 		}
 		return HeaderOwner(v), nil
 	case OwnerAuthorization:

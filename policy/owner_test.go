@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/big"
+	"reflect"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestParseOwnerSource(t *testing.T) {
 	}
 	for in, want := range good {
 		got, err := ParseOwnerSource(in)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseOwnerSource(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}

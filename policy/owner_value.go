@@ -16,10 +16,13 @@ import (
 // "Bearer abc" (sha256:HEX); for client-cert the client's certificate in
 // PEM (CertOwner: cert:HEX of its names); for jwt the JSON array of the configured
 // claims' values, e.g. ["https://issuer.example","alice"] (j:[...]); for
-// none the empty value. It derives exactly as OwnerOf does for a request,
+// none the empty value; for an owner list the JSON array of those raw
+// values, one per source in the list's order (["Bearer abc","acct_1"]). It derives exactly as OwnerOf does for a request,
 // so the result finds the record.
 func (r *Route) OwnerFromValue(raw string) (string, error) {
 	switch r.Owner.Kind {
+	case OwnerList:
+		return r.listOwnerFromValue(raw)
 	case OwnerNone:
 		if raw != "" {
 			return "", errors.New("the route's owner is none: owner_value must be empty")
@@ -80,6 +83,14 @@ func (r *Route) StoredOwnerForm() string {
 		return "cert:HEX (SHA-256 of the client certificate's issuer, subject and every alternative name)"
 	case OwnerJWT:
 		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", r.jwtClaims())
+	case OwnerList:
+		forms := make([]string, len(r.Owner.Parts))
+		for i, src := range r.Owner.Parts {
+			part := *r
+			part.Owner = src
+			forms[i] = part.StoredOwnerForm()
+		}
+		return "m:[...] (the JSON array of the owners of the sources " + r.Owner.String() + ": " + strings.Join(forms, "; ") + ")"
 	}
 	return "the empty owner"
 }
@@ -97,6 +108,8 @@ func (r *Route) HasStoredOwnerForm(owner string) bool {
 		return strings.HasPrefix(owner, ownerCertPrefix)
 	case OwnerJWT:
 		return strings.HasPrefix(owner, ownerJWTPrefix)
+	case OwnerList:
+		return strings.HasPrefix(owner, ownerListPrefix)
 	}
 	return owner == ""
 }

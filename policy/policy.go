@@ -65,12 +65,20 @@ const (
 	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate's names (CertOwner)
 	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
 	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
+	// OwnerList is an owner made of several sources (`owner: [authorization,
+	// "header:Stripe-Account"]`): one credential acting for many accounts
+	// is a principal per account (ListOwner).
+	OwnerList OwnerKind = "list"
 )
 
 // OwnerSource is a parsed `owner:` setting.
 type OwnerSource struct {
 	Kind   OwnerKind
 	Header string // canonical header name, for OwnerHeader
+	// Parts are the sources of an OwnerList, in the order written, at
+	// least two, none of them none or a list, each kind at most once per
+	// header name (ParseOwnerSources).
+	Parts []OwnerSource
 }
 
 // FingerprintSpec is a parsed `fingerprint:` setting.

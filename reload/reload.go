@@ -410,7 +410,7 @@ func warnScopeChanges(log *slog.Logger, old, p *policy.Policy) {
 				"route", rt.Name, "old_header", o.Header, "new_header", rt.Header,
 				"old_key_from", string(o.Key.From), "new_key_from", string(rt.Key.From), "old_pointer", o.Key.Pointer, "new_pointer", rt.Key.Pointer)
 		}
-		if o.Owner != rt.Owner {
+		if o.Owner.String() != rt.Owner.String() {
 			log.Warn("route's owner source changed: owners derived the new way are new owners, whose retries of earlier operations run again",
 				"route", rt.Name, "old_owner", o.Owner.String(), "new_owner", rt.Owner.String())
 		}

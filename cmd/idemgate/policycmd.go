@@ -183,6 +183,8 @@ func ownerScope(r *policy.Route) string {
 		return "per verified bearer token subject (claims " + strings.Join(r.JWT.Claims, ", ") + ")"
 	case policy.OwnerClientCert:
 		return "per TLS client certificate"
+	case policy.OwnerList:
+		return "per combination of " + r.Owner.String()
 	}
 	return "per authenticated client (" + r.Owner.String() + ")"
 }
@@ -195,7 +197,7 @@ func applies(r *policy.Route, k problem.Kind) bool {
 	case problem.MissingOwner:
 		return r.Owner.Kind != policy.OwnerNone && r.Owner.Kind != policy.OwnerJWT
 	case problem.InvalidCredentials:
-		return r.Owner.Kind == policy.OwnerJWT
+		return r.Owner.Uses(policy.OwnerJWT)
 	case problem.OutcomeUnknown:
 		return r.OnAbandoned == policy.AbandonedReject
 	case problem.StoreUnavailable:

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// postAccount sends a keyed POST the way a platform's client library does
+// for a connected account: one credential, the account in Stripe-Account.
+func postAccount(t *testing.T, u, auth, account, key, body string) Answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Stripe-Account", account)
+	req.Header.Set("X-User", account) // the test upstream counts by X-User
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+}
+
+// TestOwnerListPlatformAccounts: with owner: authorization, one platform
+// credential acting for accounts A and B sent the same key and parameters
+// for A and then for B, and B was replayed A's customer (one execution:
+// another principal's response). An owner made of the credential and the
+// account header makes each account its own owner: A and B each run once
+// and each retry replays its own response; the admin API finds each
+// account's record by its raw values.
+func TestOwnerListPlatformAccounts(t *testing.T) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+	u := g.URL + "/v1/customers"
+	const auth, body = "Bearer sk_platform", "email=jo%40example.com"
+
+	a := postAccount(t, u, auth, "acct_A", "cus-1", body)
+	b := postAccount(t, u, auth, "acct_B", "cus-1", body)
+	if a.Status != 201 || a.replayed() || b.Status != 201 || b.replayed() || string(a.Body) == string(b.Body) {
+		t.Fatalf("accounts A and B with one key: A %v, B %v; want two executions with their own responses", a, b)
+	}
+	for _, c := range []struct {
+		account string
+		first   Answer
+	}{{"acct_A", a}, {"acct_B", b}} {
+		r := postAccount(t, u, auth, c.account, "cus-1", body)
+		if r.Status != 201 || !r.replayed() || string(r.Body) != string(c.first.Body) {
+			t.Errorf("retry for %s: %v, want the replay of %s", c.account, r, c.first.Body)
+		}
+		if n := up.Calls(c.account, "cus-1"); n != 1 {
+			t.Errorf("upstream ran %s's call %d times, want 1", c.account, n)
+		}
+	}
+	// Without the account header there is no owner: refused, not run.
+	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Idempotency-Key", "cus-2")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Errorf("without Stripe-Account: %v %v, want 400 missing-owner", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if up.Total() != 2 {
+		t.Errorf("upstream ran %d requests, want 2", up.Total())
+	}
+	q := url.Values{"route": {"customers"}, "key": {"cus-1"}, "owner_value": {`["Bearer sk_platform","acct_B"]`}}
+	if r := adminDo(t, "GET", g.AdminURL+"/admin/records?"+q.Encode(), adminToken); r.Status != 200 || !strings.Contains(string(r.Body), `"owner":"m:[`) {
+		t.Errorf("admin lookup by owner_value: %d %s", r.Status, r.Body)
+	}
+}

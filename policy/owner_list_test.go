@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"errors"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseOwnerSources(t *testing.T) {
+	one, err := ParseOwnerSources([]string{" authorization "})
+	if err != nil || !reflect.DeepEqual(one, OwnerSource{Kind: OwnerAuthorization}) {
+		t.Fatalf("a list of one = %+v, %v; want that source, so its owners are those of owner: authorization", one, err)
+	}
+	two, err := ParseOwnerSources([]string{"authorization", "header:stripe-account"})
+	want := OwnerSource{Kind: OwnerList, Parts: []OwnerSource{{Kind: OwnerAuthorization}, {Kind: OwnerHeader, Header: "Stripe-Account"}}}
+	if err != nil || !reflect.DeepEqual(two, want) {
+		t.Fatalf("ParseOwnerSources = %+v, %v; want %+v", two, err, want)
+	}
+	if got := two.String(); got != "[authorization, header:Stripe-Account]" {
+		t.Errorf("String() = %q", got)
+	}
+	if !two.Uses(OwnerHeader) || two.Uses(OwnerJWT) {
+		t.Errorf("Uses: header %v jwt %v", two.Uses(OwnerHeader), two.Uses(OwnerJWT))
+	}
+	for _, bad := range [][]string{{}, {"authorization", "none"}, {"authorization", "authorization"},
+		{"header:X-A", "header:x-a"}, {"authorization", "ip"}} {
+		if got, err := ParseOwnerSources(bad); err == nil {
+			t.Errorf("ParseOwnerSources(%q) = %+v; want an error", bad, got)
+		}
+	}
+}
+
+// TestListOwner: an owner made of an Authorization credential and an
+// account header (a platform key acting for connected accounts, as Stripe's
+// Stripe-Account) is one owner per account; every part must be present;
+// the join is unambiguous whatever the header values hold.
+func TestListOwner(t *testing.T) {
+	src, err := ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Route{Name: "charges", Owner: src}
+	owner := func(auth, account string) (string, error) {
+		req := httptest.NewRequest("POST", "/v1/charges", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if account != "" {
+			req.Header.Set("Stripe-Account", account)
+		}
+		return r.OwnerOf(req)
+	}
+	a, errA := owner("Bearer sk_platform", "acct_A")
+	b, errB := owner("Bearer sk_platform", "acct_B")
+	if errA != nil || errB != nil || a == b {
+		t.Fatalf("accounts A and B under one credential: %q %v, %q %v; want two owners", a, errA, b, errB)
+	}
+	want := `m:["` + AuthorizationOwner("Bearer sk_platform") + `","h:acct_A"]`
+	if a != want {
+		t.Errorf("owner = %s, want %s", a, want)
+	}
+	if again, _ := owner("Bearer sk_platform", "acct_A"); again != a {
+		t.Error("the same credential and account is another owner")
+	}
+	if _, err := owner("Bearer sk_platform", ""); !errors.Is(err, ErrOwnerMissing) || !strings.Contains(err.Error(), "Stripe-Account") {
+		t.Errorf("without the account header: %v; want ErrOwnerMissing naming the part", err)
+	}
+	if _, err := owner("", "acct_A"); !errors.Is(err, ErrOwnerMissing) {
+		t.Errorf("without Authorization: %v; want ErrOwnerMissing", err)
+	}
+	// Values that a naive join ("," or ":") would confuse stay apart.
+	x, _ := ListOwner([]string{"h:a,b", "h:c"})
+	y, _ := ListOwner([]string{"h:a", "b,h:c"})
+	if x == y {
+		t.Errorf("ambiguous join: %s", x)
+	}
+	// The admin API's owner_value derives the same owner.
+	if got, err := r.OwnerFromValue(`["Bearer sk_platform","acct_A"]`); err != nil || got != a {
+		t.Errorf("OwnerFromValue = %q, %v; want %q", got, err, a)
+	}
+	if _, err := r.OwnerFromValue(`["Bearer sk_platform"]`); err == nil {
+		t.Error("owner_value with too few values accepted")
+	}
+	if !r.HasStoredOwnerForm(a) || r.HasStoredOwnerForm("h:acct_A") {
+		t.Error("HasStoredOwnerForm does not tell the list form apart")
+	}
+}
