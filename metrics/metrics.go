@@ -50,6 +50,7 @@ type Metrics struct {
 	claimsInFlight    prometheus.Gauge
 	waiters           prometheus.Gauge
 	takeovers         *prometheus.CounterVec
+	damaged           *prometheus.CounterVec
 	heartbeatFailures *prometheus.CounterVec
 	storedBytes       *prometheus.HistogramVec
 	ackDuration       *prometheus.HistogramVec
@@ -93,6 +94,10 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_heartbeat_failures_total",
 			Help: "Lease extensions that failed or found the claim lost.",
 		}, []string{"route"}),
+		damaged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_stored_responses_damaged_total",
+			Help: "Stored responses that failed their integrity check (length or CRC-32C) and were not replayed, by route.",
+		}, []string{"route"}),
 		storedBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemgate_stored_response_size_bytes",
 			Help:    "Size in bytes of response bodies stored for replay.",
@@ -126,7 +131,7 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, info} {
+		m.waiters, m.takeovers, m.damaged, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -172,6 +177,16 @@ func (m *Metrics) Takeover(route string) {
 		return
 	}
 	m.takeovers.WithLabelValues(route).Inc()
+}
+
+// StoredResponseDamaged counts one stored response of route that failed
+// its integrity check (store.ErrStoredResponseDamaged) and was not
+// replayed.
+func (m *Metrics) StoredResponseDamaged(route string) {
+	if m == nil {
+		return
+	}
+	m.damaged.WithLabelValues(route).Inc()
 }
 
 // HeartbeatFailure counts one failed or lost lease extension on route.

@@ -53,12 +53,17 @@ var (
 	// resource its first request created was deleted since (issue 13).
 	// Counted as replayed: the answer comes from the record, and the
 	// upstream is not called.
-	ResourceDeleted     = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}
-	ShuttingDown        = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
-	StoreUnavailable    = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
-	UpstreamUnreachable = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", metrics.OutcomeUpstreamError}
-	UpstreamFailed      = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", metrics.OutcomeUpstreamError}
-	UpstreamTimeout     = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", metrics.OutcomeUpstreamError}
+	ResourceDeleted  = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}
+	ShuttingDown     = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
+	StoreUnavailable = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
+	// StoredResponseDamaged answers a retry whose stored response failed
+	// its integrity check (store.ErrStoredResponseDamaged): it is neither
+	// replayed nor run again, even on a fail_open route, since the
+	// operation did run; an operator inspects and purges the record.
+	StoredResponseDamaged = Kind{"stored-response-damaged", http.StatusInternalServerError, "The stored response failed its integrity check", metrics.OutcomeStoreError}
+	UpstreamUnreachable   = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", metrics.OutcomeUpstreamError}
+	UpstreamFailed        = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", metrics.OutcomeUpstreamError}
+	UpstreamTimeout       = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", metrics.OutcomeUpstreamError}
 )
 
 // The admin listener's own cases; it also answers StoreUnavailable.
@@ -82,7 +87,7 @@ var (
 func Catalog() []Kind {
 	return []Kind{
 		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
-		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable,
+		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, StoredResponseDamaged,
 		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout,
 		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
 		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -191,6 +192,19 @@ func (p *Proxy) Drain() { p.draining.Store(true) }
 // storeFailed answers a store failure: 503 (fail closed) or, on routes that
 // chose fail_open, forwards the request unprotected.
 func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange, op string, err error) {
+	if errors.Is(err, store.ErrStoredResponseDamaged) {
+		// The record exists and its operation ran: replaying it would hand
+		// out other bytes than the upstream sent, and running it again
+		// (fail_open included) would break the one execution. Not a store
+		// outage either, so takeovers are not held back.
+		ex.cause = err
+		p.m.StoredResponseDamaged(ex.route.Name)
+		p.log.Error("stored response failed its integrity check; not replayed", "op", op, "route", ex.route.Name,
+			"key_hash", LogDigest(ex.id.Key), "err", err)
+		p.fail(w, r, ex, problem.StoredResponseDamaged.With(
+			"the response stored for this key failed its integrity check, so it was not replayed and the request was not forwarded again; an operator can inspect and purge the record"))
+		return
+	}
 	p.noteStoreError()
 	ex.cause = err
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net/http"
 	"slices"
 	"time"
@@ -20,10 +21,36 @@ const (
 	RespBodySet    byte = 1 << 2 // Body was non-nil: the rest is the body
 	RespTrailerSet byte = 1 << 3 // Trailer was non-empty: a trailer field follows
 	RespBodyZstd   byte = 1 << 4 // the body is a zstd frame (BodyCodec)
+	// RespChecked: the stored body's length and a CRC-32C follow the
+	// trailer field (CheckLen bytes; StoredResponse.Sum), so a record cut
+	// short or damaged is never replayed (TestParseResponseRejectsDamage).
+	// Every response written since is checked; one without the flag (written
+	// before) is read as before.
+	RespChecked byte = 1 << 5
 	// RespKnownFlags are the bits this build reads; a stored response with
 	// any other bit set is refused (a later layout read by this build).
-	RespKnownFlags = RespOmitted | RespHeaderSet | RespBodySet | RespTrailerSet | RespBodyZstd
+	RespKnownFlags = RespOmitted | RespHeaderSet | RespBodySet | RespTrailerSet | RespBodyZstd | RespChecked
 )
+
+// CheckLen is the size of the check of a RespChecked response: the stored
+// body's length and the CRC-32C (Castagnoli, RFC 3720 appendix B.4) of
+// every byte before the check and of the stored body, each a 4-byte
+// big-endian unsigned integer.
+const CheckLen = 8
+
+// maxChecked bounds the stored body a check can describe (its length is a
+// uint32); a longer body is stored without the check.
+const maxChecked = 1<<32 - 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
+// error of a checked response whose body has another length or whose
+// bytes have another CRC-32C than the check written with them: the record
+// was cut short or damaged in the store. It is never replayed, and no
+// retry forwards its operation again: the proxy answers
+// problem.StoredResponseDamaged and counts it.
+var ErrStoredResponseDamaged = errors.New("stored response failed its integrity check")
 
 // ErrStoredResponse is wrapped by every error of a stored response that
 // does not parse: a store error, never a guess at what was meant.
@@ -39,6 +66,10 @@ type StoredResponse struct {
 	Status          uint64
 	Header, Trailer []byte // EncodeHeader bytes
 	Body            []byte
+	// Sum is the CRC-32C of the check (RespChecked): of the bytes before
+	// the check and of Body. seal computes it; ParseResponse reads and
+	// verifies it.
+	Sum uint32
 }
 
 // headOf is the StoredResponse of resp without its body: flags, status,
@@ -64,12 +95,29 @@ func headOf(resp Response) StoredResponse {
 
 // headLen bounds the length of AppendHead's bytes.
 func (r *StoredResponse) headLen() int {
-	return 1 + binary.MaxVarintLen64*3 + len(r.Header) + len(r.Trailer)
+	return 1 + binary.MaxVarintLen64*3 + len(r.Header) + len(r.Trailer) + CheckLen
+}
+
+// checkSum is the CRC-32C a check carries: of fields (appendFields's
+// bytes) and of the stored body.
+func checkSum(fields, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(fields, castagnoli), castagnoli, body)
 }
 
 // AppendHead appends r's bytes before the body to b: flags, status, and
 // the header and trailer fields their flags announce.
 func (r *StoredResponse) AppendHead(b []byte) []byte {
+	b = r.appendFields(b)
+	if r.Flags&RespChecked != 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.Body)))
+		b = binary.BigEndian.AppendUint32(b, r.Sum)
+	}
+	return b
+}
+
+// appendFields appends the head without the check: flags, status, header
+// and trailer fields; the bytes the check's CRC covers before the body.
+func (r *StoredResponse) appendFields(b []byte) []byte {
 	b = append(b, r.Flags)
 	b = binary.AppendUvarint(b, r.Status)
 	if r.Flags&RespHeaderSet != 0 {
@@ -96,16 +144,38 @@ func (r *StoredResponse) Append(b []byte) []byte {
 // are EncodeResponseParts's head and tail joined.
 func EncodeResponse(codec *BodyCodec, resp Response) []byte {
 	r := headOf(resp)
+	r.Flags |= RespChecked
 	if resp.Body == nil {
-		return r.AppendHead(make([]byte, 0, r.headLen()))
+		b := r.appendFields(make([]byte, 0, r.headLen()))
+		return appendCheck(b, b, nil)
 	}
 	r.Flags |= RespBodySet
-	b := r.AppendHead(make([]byte, 0, r.headLen()+codec.MaxCompressedLen(len(resp.Body))))
+	b := r.appendFields(make([]byte, 0, r.headLen()+codec.MaxCompressedLen(len(resp.Body))))
+	fieldsEnd := len(b)
+	b = append(b, make([]byte, CheckLen)...) // filled in once the stored body is known
 	b, z := codec.AppendCompress(b, resp.Header, resp.Body)
 	if z {
 		b[0] |= RespBodyZstd // the flags byte, first
 	}
+	body := b[fieldsEnd+CheckLen:]
+	if len(body) > maxChecked {
+		// Beyond the check's length field (no configurable response
+		// comes near): stored as before, unchecked.
+		r.Flags = b[0] &^ RespChecked
+		r.Body = body
+		return r.Append(nil)
+	}
+	binary.BigEndian.PutUint32(b[fieldsEnd:], uint32(len(body)))
+	binary.BigEndian.PutUint32(b[fieldsEnd+4:], checkSum(b[:fieldsEnd], body))
 	return b
+}
+
+// appendCheck appends to b the check of a response whose head fields are
+// fields (appendFields's bytes, which b ends with) and whose stored body is
+// body.
+func appendCheck(b, fields, body []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	return binary.BigEndian.AppendUint32(b, checkSum(fields, body))
 }
 
 // EncodeResponseParts returns EncodeResponse(codec, resp) in two parts,
@@ -119,7 +189,9 @@ func EncodeResponse(codec *BodyCodec, resp Response) []byte {
 func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
 	r := headOf(resp)
 	if resp.Body == nil {
-		return r.AppendHead(make([]byte, 0, r.headLen())), nil
+		r.Flags |= RespChecked
+		head = r.appendFields(make([]byte, 0, r.headLen()))
+		return appendCheck(head, head, nil), nil
 	}
 	var z bool
 	if len(resp.Body) < MinCompressBytes || hasContentEncoding(resp.Header) {
@@ -139,7 +211,12 @@ func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
 	if z {
 		r.Flags |= RespBodyZstd
 	}
-	return r.AppendHead(make([]byte, 0, r.headLen())), tail
+	if len(tail) > maxChecked {
+		return r.AppendHead(make([]byte, 0, r.headLen())), tail
+	}
+	r.Flags |= RespChecked
+	head = r.appendFields(make([]byte, 0, r.headLen()))
+	return appendCheck(head, head, tail), tail
 }
 
 // ParseResponse parses stored response bytes without decompressing the
@@ -149,6 +226,7 @@ func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
 // written again is the same bytes. Every error wraps ErrStoredResponse.
 func ParseResponse(b []byte) (StoredResponse, error) {
 	var r StoredResponse
+	whole := b
 	if len(b) < 1 {
 		return r, fmt.Errorf("%w: empty", ErrStoredResponse)
 	}
@@ -202,6 +280,21 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 		if len(r.Trailer) == 0 {
 			return r, fmt.Errorf("%w: empty trailers flagged", ErrStoredResponse)
 		}
+	}
+	if r.Flags&RespChecked != 0 {
+		fields := whole[:len(whole)-len(b)]
+		if len(b) < CheckLen {
+			return r, fmt.Errorf("%w: %w: check cut short", ErrStoredResponse, ErrStoredResponseDamaged)
+		}
+		n, sum := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])
+		b = b[CheckLen:]
+		if uint64(len(b)) != uint64(n) {
+			return r, fmt.Errorf("%w: %w: body of %d bytes, %d written", ErrStoredResponse, ErrStoredResponseDamaged, len(b), n)
+		}
+		if got := checkSum(fields, b); got != sum {
+			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", ErrStoredResponse, ErrStoredResponseDamaged, got, sum)
+		}
+		r.Sum = sum
 	}
 	if r.Flags&RespBodySet != 0 {
 		r.Body = b

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash/crc32"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -13,22 +15,38 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// plainEncoding is the stored response of resp built the plain way (the
-// Valkey store's compactResponse before the move): the head, then
-// Compress's result, flagged.
+// plainEncoding is the stored response of resp built the plain way, as
+// docs/protocol.md states it: the fields (flags, status, header,
+// trailer), then the check (the stored body's length and the CRC-32C of
+// the fields and the stored body), then Compress's result, flagged.
 func plainEncoding(codec *store.BodyCodec, resp store.Response) []byte {
-	body := resp.Body
-	resp.Body = nil
-	b := store.EncodeResponse(codec, resp)
-	if body == nil {
-		return b
+	r := store.StoredResponse{Status: uint64(resp.Status)}
+	if resp.Omitted {
+		r.Flags |= store.RespOmitted
 	}
-	z, ok := codec.Compress(resp.Header, body)
-	b[0] |= store.RespBodySet
-	if ok {
-		b[0] |= store.RespBodyZstd
+	if resp.Header != nil {
+		r.Flags |= store.RespHeaderSet
+		r.Header = store.EncodeHeader(resp.Header)
 	}
-	return append(b, z...)
+	if t := store.EncodeHeader(resp.Trailer); len(t) > 0 {
+		r.Flags |= store.RespTrailerSet
+		r.Trailer = t
+	}
+	var body []byte
+	if resp.Body != nil {
+		r.Flags |= store.RespBodySet
+		var z bool
+		if body, z = codec.Compress(resp.Header, resp.Body); z {
+			r.Flags |= store.RespBodyZstd
+		}
+	}
+	fields := r.AppendHead(nil) // unchecked: the fields alone
+	fields[0] |= store.RespChecked
+	table := crc32.MakeTable(crc32.Castagnoli)
+	sum := crc32.Update(crc32.Checksum(fields, table), table, body)
+	b := binary.BigEndian.AppendUint32(append([]byte{}, fields...), uint32(len(body)))
+	b = binary.BigEndian.AppendUint32(b, sum)
+	return append(b, body...)
 }
 
 // TestEncodeResponseSameBytes (TestEncodeResponseOfSameBytes of the Valkey
@@ -77,7 +95,7 @@ func TestEncodeResponseSameBytes(t *testing.T) {
 				if body == nil && tail != nil {
 					t.Fatalf("%s, trailer %v: tail of %d bytes for no body, want nil", hn, trailer, len(tail))
 				}
-				if body != nil && cap(got) > 1+3*10+len(store.EncodeHeader(h))+len(store.EncodeHeader(trailer))+codec.MaxCompressedLen(len(body)) {
+				if body != nil && cap(got) > 1+3*10+len(store.EncodeHeader(h))+len(store.EncodeHeader(trailer))+store.CheckLen+codec.MaxCompressedLen(len(body)) {
 					t.Errorf("%s body, %s: buffer of %d bytes grew past its first size", bn, hn, cap(got))
 				}
 				back, err := store.DecodeResponse(codec, got, at)
@@ -93,10 +111,45 @@ func TestEncodeResponseSameBytes(t *testing.T) {
 	}
 }
 
-// TestEncodeResponsePinnedBytes: the bytes written by the Postgres
-// store's encodeResponse before the encoding moved to this package
-// (captured from that build), so that moving it changed no stored byte.
+// TestEncodeResponsePinnedBytes pins the bytes of checked responses
+// (docs/protocol.md, "response"), as EncodeResponse and
+// EncodeResponseParts write them since the check was added; the bytes
+// written before it are pinned by TestDecodeResponseWrittenBeforeTheCheck.
 func TestEncodeResponsePinnedBytes(t *testing.T) {
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		resp store.Response
+		hex  string
+	}{
+		{store.Response{Status: 204, Omitted: true}, "21cc01000000000140d78a"},
+		{store.Response{Status: 200, Header: http.Header{}, Body: []byte{}}, "26c80100000000003cb61c16"},
+		{store.Response{Status: 201, Header: http.Header{"Location": {"/v1/orders/1"}, "Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)},
+			"26c901400000000c436f6e74656e742d54797065000000106170706c69636174696f6e2f6a736f6e000000084c6f636174696f6e0000000c2f76312f6f72646572732f3100000008f7192ce67b226964223a317d"},
+		{store.Response{Status: 200, Body: []byte("x"), Trailer: http.Header{"Grpc-Status": {"0"}, "X-Checksum": {"a", ""}}},
+			"2cc801390000000b477270632d53746174757300000001300000000a582d436865636b73756d00000001610000000a582d436865636b73756d0000000000000001492f108478"},
+		{store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: bytes.Repeat([]byte(`{"id":"ord_1","status":"created"},`), 8)},
+			"36c901240000000c436f6e74656e742d54797065000000106170706c69636174696f6e2f6a736f6e000000361484c0f228b52ffd400010005d010024027b226964223a226f72645f31222c22737461747573223a2263726561746564227d2c015416052b5a97"},
+		{store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: bytes.Repeat([]byte("ab"), 100)},
+			"26c8011c00000010436f6e74656e742d456e636f64696e6700000004677a6970000000c84248777c" + hex.EncodeToString(bytes.Repeat([]byte("ab"), 100))},
+	} {
+		if got := hex.EncodeToString(store.EncodeResponse(codec, tc.resp)); got != tc.hex {
+			t.Errorf("EncodeResponse(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		}
+		head, tail := store.EncodeResponseParts(codec, tc.resp)
+		if got := hex.EncodeToString(head) + hex.EncodeToString(tail); got != tc.hex {
+			t.Errorf("EncodeResponseParts(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		}
+	}
+}
+
+// TestDecodeResponseWrittenBeforeTheCheck: the bytes written before the
+// check (captured from the Postgres store's encodeResponse of that build)
+// still decode to their responses, and read back and written again are
+// the same bytes: records stored before the upgrade keep replaying.
+func TestDecodeResponseWrittenBeforeTheCheck(t *testing.T) {
 	codec, err := store.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
@@ -116,12 +169,53 @@ func TestEncodeResponsePinnedBytes(t *testing.T) {
 		{store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: bytes.Repeat([]byte("ab"), 100)},
 			"06c8011c00000010436f6e74656e742d456e636f64696e6700000004677a6970" + hex.EncodeToString(bytes.Repeat([]byte("ab"), 100))},
 	} {
-		if got := hex.EncodeToString(store.EncodeResponse(codec, tc.resp)); got != tc.hex {
-			t.Errorf("EncodeResponse(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		b, _ := hex.DecodeString(tc.hex)
+		got, err := store.DecodeResponse(codec, b, time.Time{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.hex, err)
 		}
-		head, tail := store.EncodeResponseParts(codec, tc.resp)
-		if got := hex.EncodeToString(head) + hex.EncodeToString(tail); got != tc.hex {
-			t.Errorf("EncodeResponseParts(%+v) = %s, want %s", tc.resp, got, tc.hex)
+		want := tc.resp
+		if want.Header == nil && !want.Omitted && got.Header != nil && len(got.Header) == 0 {
+			want.Header = http.Header{}
+		}
+		if got.Status != want.Status || got.Omitted != want.Omitted || !bytes.Equal(got.Body, want.Body) ||
+			store.EncodeHeader(got.Header) == nil != (store.EncodeHeader(want.Header) == nil) || !reflect.DeepEqual(store.EncodeHeader(got.Trailer), store.EncodeHeader(want.Trailer)) {
+			t.Errorf("%s decodes to %+v, want %+v", tc.hex, got, want)
+		}
+		parsed, err := store.ParseResponse(b)
+		if err != nil || !bytes.Equal(parsed.Append(nil), b) {
+			t.Errorf("%s: parsed and written again: %x, %v", tc.hex, parsed.Append(nil), err)
+		}
+	}
+}
+
+// TestParseResponseRejectsDamage: a checked response cut short anywhere,
+// or with any byte changed, is refused with ErrStoredResponseDamaged (and
+// ErrStoredResponse), never decoded into a shorter or other response. An
+// uncompressed body cut short used to replay shorter with no error.
+func TestParseResponseRejectsDamage(t *testing.T) {
+	codec, err := store.NewBodyCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := store.EncodeResponse(codec, store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ord_1","amount":500}`)})
+	if _, err := store.DecodeResponse(codec, good, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n < len(good); n++ {
+		if _, err := store.DecodeResponse(codec, good[:n], time.Time{}); !errors.Is(err, store.ErrStoredResponse) {
+			t.Fatalf("cut to %d of %d bytes: %v, want a refusal", n, len(good), err)
+		}
+	}
+	cut := good[:len(good)-5]
+	if _, err := store.ParseResponse(cut); !errors.Is(err, store.ErrStoredResponseDamaged) {
+		t.Errorf("body cut short: %v, want ErrStoredResponseDamaged", err)
+	}
+	for i := range good {
+		bad := append([]byte{}, good...)
+		bad[i] ^= 0x01
+		if _, err := store.DecodeResponse(codec, bad, time.Time{}); err == nil {
+			t.Errorf("byte %d flipped: decoded without error", i)
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash/crc32"
 	"net/http"
 	"os"
 	"reflect"
@@ -249,8 +251,11 @@ func TestRecordLayout(t *testing.T) {
 		joined += fields["p"+strconv.Itoa(i)]
 	}
 	prefix := "5:alice12:POST /orders2:k12:fp15:b=raw&q=1&v=hs1"
-	if !strings.HasPrefix(joined, prefix) || !strings.HasSuffix(joined, "\x07\xc9\x01"+string(rune(len(wantH)))+wantH+"body") {
-		t.Fatalf("completed record p fields = %q, want %q ... flags 07, status 201, headers, body", joined, prefix)
+	fields7 := "\x27\xc9\x01" + string(rune(len(wantH))) + wantH
+	check := binary.BigEndian.AppendUint32(nil, 4)
+	check = binary.BigEndian.AppendUint32(check, crc32.Update(crc32.Checksum([]byte(fields7), crc32.MakeTable(crc32.Castagnoli)), crc32.MakeTable(crc32.Castagnoli), []byte("body")))
+	if !strings.HasPrefix(joined, prefix) || !strings.HasSuffix(joined, fields7+string(check)+"body") {
+		t.Fatalf("completed record p fields = %q, want %q ... flags 27 (checked), status 201, headers, check, body", joined, prefix)
 	}
 	for f, want := range map[string]string{"s": "completed", "v": "3", "ct": "tok", "pn": "2"} {
 		if fields[f] != want {
