@@ -336,7 +336,7 @@ func (c *Config) Validate() error {
 	}
 	if err := checkAddr(c.Admin.Listen); err != nil {
 		bad("admin.listen", "%v", err)
-	} else if c.Admin.Listen == c.Listen {
+	} else if c.Admin.Listen == c.Listen && !anyPort(c.Listen) {
 		bad("admin.listen", "%q is also the proxy's listen address", c.Admin.Listen)
 	}
 	switch c.Store.Driver {
@@ -522,6 +522,15 @@ func checkHTTPURL(s string) error {
 		return errors.New("must not contain spaces, quotes or angle brackets")
 	}
 	return nil
+}
+
+// anyPort reports whether addr, a valid host:port, asks for a port the
+// system picks (port 0): two listeners given the same such address each
+// get a free port of their own, so they do not clash; the start line logs
+// the ports bound.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 func checkAddr(addr string) error {

@@ -525,6 +525,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		ln.Close()
 		return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
+	// addr and admin are the addresses bound, so a port 0 in the config
+	// shows as the port the system picked.
 	log.Info("idemgate listening", "version", version, "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()),
 		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth)
