@@ -222,6 +222,14 @@ type ServerConfig struct {
 	// Past it a duplicate gets 409 request-in-progress with Retry-After at
 	// once, so a slow key cannot pin unbounded goroutines and connections.
 	MaxWaiters int
+	// H2C (server.h2c, default false) serves HTTP/2 without TLS on the
+	// plain proxy listener, to clients with prior knowledge (RFC 9113
+	// section 3.3; curl --http2-prior-knowledge, gRPC without TLS), beside
+	// HTTP/1.1: net/http's http.Protocols with UnencryptedHTTP2. Off, the
+	// preface is answered 505 http2-preface. Not with server.tls, whose
+	// listener negotiates HTTP/2 by ALPN already. The HTTP/1.1 Upgrade to
+	// h2c is never served.
+	H2C bool
 }
 
 // TracingConfig is the `tracing:` section: OpenTelemetry spans exported over

@@ -34,3 +34,28 @@ func TestListenPortZero(t *testing.T) {
 		t.Errorf("Load with both listeners on port 0: %v", err)
 	}
 }
+
+// TestH2CSetting: server.h2c is off by default and is set by the file, the
+// environment (IDEMGATE_SERVER_H2C) and an override (serve --h2c), the
+// later winning; a change needs a restart.
+func TestH2CSetting(t *testing.T) {
+	if Default().Server.H2C || mustParse(t, base).Server.H2C {
+		t.Fatal("server.h2c is on by default")
+	}
+	if c := mustParse(t, base+"server: {h2c: true}\n"); !c.Server.H2C {
+		t.Error("server.h2c: true in the file is off")
+	}
+	if c := mustParse(t, base, "IDEMGATE_SERVER_H2C=true"); !c.Server.H2C {
+		t.Error("IDEMGATE_SERVER_H2C=true is off")
+	}
+	c, err := Load(writeFile(t, base+"server: {h2c: false}\n"), nil, WithOverrides(map[string]string{"server.h2c": "true"}))
+	if err != nil || !c.Server.H2C {
+		t.Errorf("override server.h2c=true: %v, h2c %v", err, c != nil && c.Server.H2C)
+	}
+	if _, err := Load(writeFile(t, base+"server: {h2c: sometimes}\n"), nil); err == nil || !strings.Contains(err.Error(), "server.h2c") {
+		t.Errorf("server.h2c: sometimes: %v, want a problem at server.h2c", err)
+	}
+	if keys := RestartKeys(mustParse(t, base), mustParse(t, base+"server: {h2c: true}\n")); len(keys) != 1 || keys[0] != "server.h2c" {
+		t.Errorf("RestartKeys = %v, want [server.h2c]", keys)
+	}
+}

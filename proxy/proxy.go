@@ -104,6 +104,10 @@ type Options struct {
 	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
 	// value no cap (server.max_waiters: 0).
 	MaxWaiters int
+	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
+	// only words the answer to an HTTP/2 preface read as a request
+	// (refuseForm).
+	H2C bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -129,6 +133,7 @@ type Proxy struct {
 	waits        singleflight.Group
 	pending      pending
 	slots        waiterSlots
+	h2c          bool
 }
 
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
@@ -164,6 +169,7 @@ func New(opts Options) (*Proxy, error) {
 		passHost:     opts.PassHost,
 		access:       !opts.NoAccessLog,
 		problems:     opts.Problems,
+		h2c:          opts.H2C,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -303,6 +309,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
 	w = ex.w
+	if p.refuseForm(w, r, ex) {
+		return
+	}
 	if d.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
