@@ -20,9 +20,11 @@
 //     mode, no key where the key is optional, a WebSocket upgrade) is
 //     proxied untouched through httputil.ReverseProxy (passthrough.go).
 //     Otherwise the key and the owner are parsed (400 or 401 on failure),
-//     the body is read within max_request_bytes (413) and fingerprinted
-//     with the route's recipe. A route whose key is a JSON body member
-//     (key.from: body, webhooks) reads the body before the key.
+//     a request with trailers is refused (400 request-trailers: they are
+//     in no fingerprint), the body is read within max_request_bytes (413)
+//     and fingerprinted with the route's recipe. A route whose key is a
+//     JSON body member (key.from: body, webhooks) reads the body before
+//     the key.
 //  2. Claim (enforce.go, claim). A response this instance could not record
 //     yet for the same identity is recorded first (pending.go). The
 //     identity (owner, scope, key) is then claimed in the store with a new

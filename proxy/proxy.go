@@ -330,6 +330,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.route = d.Route
 	}
 	route := ex.route
+	// The request as the server read it: trailers sent without a Trailer
+	// field land in its Trailer only, not in a copy's (refuseTrailers).
+	in := r
 	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	if d.Refuse != "" {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
@@ -383,7 +386,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Scope: p.scopeOf(route, r), Key: key}
-	if !p.readBody(w, r, ex) {
+	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
 		return
 	}
 	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/idemgate/idemgate/problem"
 )
@@ -42,4 +44,45 @@ func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange)
 		return true
 	}
 	return false
+}
+
+// refuseTrailers answers a keyed request on an enforced route that
+// carries trailer fields with 400 request-trailers, and reports whether it
+// did. It is called before the body is read, for the trailers announced in
+// a Trailer field (net/http lists their names in Trailer, a map every
+// shallow copy of the request shares, so the upload is not wasted), and
+// after, for trailers that followed a chunked body. Those net/http adds to
+// in, the request its server read (ServeHTTP's own argument, unless a
+// wrapper such as the tracing handler passed a copy), and to r's map when
+// they were announced. Unannounced trailers that no copy shows are never
+// forwarded either: the outbound request is built from r, whose Trailer
+// is then empty (net/http's HTTP/2 server drops unannounced ones too).
+//
+// Trailers are not in the fingerprint, and refusing them is chosen over
+// adding them to it: a recipient may discard trailers (RFC 9110 section
+// 6.5.1), and net/http's HTTP/2 server does for unannounced ones, so a
+// retry that took another path could arrive with other trailers than its
+// first attempt and be refused as a different request; an upstream may act
+// on them (a checksum, a signature), so a keyed request must not reach it
+// with fields its retry is not compared on; and the fingerprint, the
+// recipe and every stored record stay as they are, so replicas of earlier
+// builds in a rolling update agree. A client moves such fields into
+// headers, which fingerprint.headers can cover. docs/protocol.md,
+// "Fingerprint recipes", says so.
+func (p *Proxy) refuseTrailers(w http.ResponseWriter, r, in *http.Request, ex *exchange) bool {
+	if len(r.Trailer) == 0 && len(in.Trailer) == 0 {
+		return false
+	}
+	var names []string
+	for _, t := range []http.Header{r.Trailer, in.Trailer} {
+		for name := range t {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	p.fail(w, r, ex, problem.RequestTrailers.With(
+		"the request carries the trailer fields "+strings.Join(names, ", ")+
+			" after its body; trailers are not part of the request's fingerprint, so a retry with other values could not be told apart from this request; send them as header fields"))
+	return true
 }

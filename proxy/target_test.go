@@ -70,3 +70,41 @@ func TestPrefaceAndAsteriskFormNeverForwarded(t *testing.T) {
 		t.Errorf("the upstream got %d requests for %q", n, path)
 	}
 }
+
+// TestRequestTrailersRefusedWithKey: a keyed request with trailers, sent
+// with or without a Trailer field, is refused with 400 request-trailers and
+// never forwarded, so another trailer value under the same key can be
+// neither run nor answered with the first request's response; without a
+// key it passes through.
+func TestRequestTrailersRefusedWithKey(t *testing.T) {
+	h := newHarness(t, created)
+	addr := h.front.Listener.Addr().String()
+	post := func(key, header, trailer string) string {
+		return "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n" + key +
+			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n" + header +
+			"\r\n2\r\n{}\r\n0\r\n" + trailer + "\r\n"
+	}
+	for _, c := range []struct{ name, header, trailer string }{
+		{"announced a", "Trailer: X-Sig\r\n", "X-Sig: a\r\n"},
+		{"announced b", "Trailer: X-Sig\r\n", "X-Sig: b\r\n"},
+		{"unannounced", "", "X-Sig: c\r\n"},
+		{"announced, not sent", "Trailer: X-Sig\r\n", ""},
+	} {
+		a := rawAnswer(t, addr, post("Idempotency-Key: k1\r\n", c.header, c.trailer))
+		if a.status != http.StatusBadRequest || problemType(t, a) != "request-trailers" || !strings.Contains(a.body, "X-Sig") {
+			t.Errorf("%s: %d %s, want 400 request-trailers naming X-Sig", c.name, a.status, a.body)
+		}
+	}
+	if n := h.up.count("/v1/orders"); n != 0 {
+		t.Fatalf("the upstream got %d keyed requests with trailers", n)
+	}
+	if a := rawAnswer(t, addr, post("Idempotency-Key: k2\r\n", "", "")); a.status != http.StatusCreated {
+		t.Errorf("keyed chunked POST without trailers: %d %s", a.status, a.body)
+	}
+	if a := rawAnswer(t, addr, post("", "Trailer: X-Sig\r\n", "X-Sig: a\r\n")); a.status != http.StatusCreated {
+		t.Errorf("POST without a key, with trailers: %d %s, want 201 (not enforced)", a.status, a.body)
+	}
+	if n := h.up.count("/v1/orders"); n != 2 {
+		t.Fatalf("the upstream got %d requests, want 2", n)
+	}
+}
