@@ -152,6 +152,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if s.MaxWaiters != nil {
 		c.Server.MaxWaiters = *s.MaxWaiters
 	}
+	if s.H2C != nil {
+		c.Server.H2C = *s.H2C
+	}
 	tr := raw.Tracing
 	if tr.Enabled != nil {
 		c.Tracing.Enabled = *tr.Enabled

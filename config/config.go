@@ -222,6 +222,14 @@ type ServerConfig struct {
 	// Past it a duplicate gets 409 request-in-progress with Retry-After at
 	// once, so a slow key cannot pin unbounded goroutines and connections.
 	MaxWaiters int
+	// H2C (server.h2c, default false) serves HTTP/2 without TLS on the
+	// plain proxy listener, to clients with prior knowledge (RFC 9113
+	// section 3.3; curl --http2-prior-knowledge, gRPC without TLS), beside
+	// HTTP/1.1: net/http's http.Protocols with UnencryptedHTTP2. Off, the
+	// preface is answered 505 http2-preface. Not with server.tls, whose
+	// listener negotiates HTTP/2 by ALPN already. The HTTP/1.1 Upgrade to
+	// h2c is never served.
+	H2C bool
 }
 
 // TracingConfig is the `tracing:` section: OpenTelemetry spans exported over
@@ -336,7 +344,7 @@ func (c *Config) Validate() error {
 	}
 	if err := checkAddr(c.Admin.Listen); err != nil {
 		bad("admin.listen", "%v", err)
-	} else if c.Admin.Listen == c.Listen {
+	} else if c.Admin.Listen == c.Listen && !anyPort(c.Listen) {
 		bad("admin.listen", "%q is also the proxy's listen address", c.Admin.Listen)
 	}
 	switch c.Store.Driver {
@@ -522,6 +530,15 @@ func checkHTTPURL(s string) error {
 		return errors.New("must not contain spaces, quotes or angle brackets")
 	}
 	return nil
+}
+
+// anyPort reports whether addr, a valid host:port, asks for a port the
+// system picks (port 0): two listeners given the same such address each
+// get a free port of their own, so they do not clash; the start line logs
+// the ports bound.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 func checkAddr(addr string) error {

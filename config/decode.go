@@ -157,6 +157,7 @@ type rawConfig struct {
 		MaxHeaderBytes    *string   `mapstructure:"max_header_bytes"`
 		TrustedProxies    *[]string `mapstructure:"trusted_proxies"`
 		MaxWaiters        *int      `mapstructure:"max_waiters"`
+		H2C               *bool     `mapstructure:"h2c"`
 		TLS               struct {
 			CertFile     *string `mapstructure:"cert_file"`
 			KeyFile      *string `mapstructure:"key_file"`

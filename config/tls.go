@@ -143,6 +143,11 @@ func (c *Config) validateTLS() []error {
 			bad("server.tls.cert_file", "does not load with server.tls.key_file: %v", err)
 		}
 	}
+	if c.Server.H2C && s.Enabled() {
+		// The listener is TLS: HTTP/2 is offered by ALPN there, and a
+		// prior-knowledge client without TLS could not connect anyway.
+		bad("server.h2c", "serves HTTP/2 without TLS on a plain listener; with server.tls the listener speaks TLS and offers HTTP/2 by ALPN already: drop server.h2c")
+	}
 	if s.MinVersion != "1.2" && s.MinVersion != "1.3" {
 		bad("server.tls.min_version", "%q must be 1.2 or 1.3", s.MinVersion)
 	}

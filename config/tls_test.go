@@ -37,6 +37,7 @@ func TestTLSValidation(t *testing.T) {
 		{"upstream key without cert", "upstream: {url: 'https://x:1', tls: {key_file: " + key + "}}\n", "upstream.tls.key_file", "needs its certificate"},
 		{"upstream ca junk", "upstream: {url: 'https://x:1', tls: {ca_file: " + junk + "}}\n", "upstream.tls.ca_file", "no PEM certificate"},
 		{"upstream insecure with ca", "upstream: {url: 'https://x:1', tls: {ca_file: " + caFile + ", insecure_skip_verify: true}}\n", "upstream.tls.insecure_skip_verify", "ignores"},
+		{"h2c with tls", base + "server: {h2c: true, tls: {" + tlsOK + "}}\n", "server.h2c", "offers HTTP/2 by ALPN already"},
 		{"trusted proxy cidr", base + "server: {trusted_proxies: ['10.0.0.0/8', '10.0.0/33']}\n", "server.trusted_proxies[1]", "neither a CIDR"},
 	}
 	for _, tt := range tests {

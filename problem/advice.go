@@ -22,6 +22,9 @@ var advice = map[string]string{
 	UpstreamUnreachable.Slug:   "retry with the same key",
 	UpstreamFailed.Slug:        "retry with the same key after the lease",
 	UpstreamTimeout.Slug:       "retry with the same key after the lease",
+	RequestTrailers.Slug:       "send those fields as header fields",
+	HTTP2Preface.Slug:          "use HTTP/1.1, or HTTP/2 over TLS",
+	AsteriskTarget.Slug:        "send a path",
 }
 
 // Advice returns what a client should do when it gets a problem of kind

@@ -66,6 +66,31 @@ var (
 	UpstreamTimeout       = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", metrics.OutcomeUpstreamError}
 )
 
+// The proxy's refusals of a request's protocol form, on any route; they
+// are counted as bad requests.
+var (
+	// RequestTrailers answers a keyed request on an enforced route that
+	// carries trailer fields (RFC 9110 section 6.5), announced in a
+	// Trailer field or sent after a chunked or HTTP/2 body: the
+	// fingerprint does not cover them, so two requests that differ only in
+	// a trailer would be one operation (docs/protocol.md, "Fingerprint
+	// recipes").
+	RequestTrailers = Kind{"request-trailers", http.StatusBadRequest, "Request trailers are not accepted with an idempotency key", metrics.OutcomeBadRequest}
+	// HTTP2Preface answers a request with method PRI: the HTTP/2
+	// connection preface (RFC 9113 section 3.4) read as an HTTP/1.1
+	// request, which is what net/http hands the handler when HTTP/2
+	// without TLS (server.h2c) is off, or when the preface is cut short.
+	// 505: the listener does not speak that version (RFC 9110 section
+	// 15.6.6).
+	HTTP2Preface = Kind{"http2-preface", http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not served here", metrics.OutcomeBadRequest}
+	// AsteriskTarget answers a request whose target is "*" (the asterisk
+	// form, RFC 9112 section 3.2.4) with a method other than OPTIONS: the
+	// form names the server, never a resource, so it is no path to
+	// forward. OPTIONS * itself is answered by idemgate (net/http's
+	// server-wide OPTIONS handler), never forwarded.
+	AsteriskTarget = Kind{"asterisk-target", http.StatusBadRequest, "Request target * is only valid with OPTIONS", metrics.OutcomeBadRequest}
+)
+
 // The admin listener's own cases; it also answers StoreUnavailable.
 var (
 	AdminUnauthorized    = Kind{"admin-unauthorized", http.StatusUnauthorized, "Unauthorized", ""}
@@ -88,7 +113,7 @@ func Catalog() []Kind {
 	return []Kind{
 		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
 		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, StoredResponseDamaged,
-		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout,
+		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout, RequestTrailers, HTTP2Preface, AsteriskTarget,
 		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
 		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,
 	}

@@ -28,7 +28,7 @@ func TestCatalogMatchesREADME(t *testing.T) {
 	if end := strings.Index(section[1:], "\n## "); end >= 0 {
 		section = section[:end+1]
 	}
-	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| (\\d{3}) \\|")
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\| (\\d{3}) \\|")
 	documented := map[string]int{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
 		status, _ := strconv.Atoi(m[2])

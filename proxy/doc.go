@@ -13,14 +13,18 @@
 //  1. Decide (proxy.go, ServeHTTP). The policy in force names the route
 //     that governs the request and its variants (policy.Policy.Decide; a
 //     form body that may carry a _method override is read first, body.go).
-//     An ambiguous form is refused (400 ambiguous-request). A request the
-//     route does not enforce (method not listed, passthrough mode, no key
-//     where the key is optional, a WebSocket upgrade) is proxied untouched
-//     through httputil.ReverseProxy (passthrough.go). Otherwise the key and
-//     the owner are parsed (400 or 401 on failure), the body is read within
-//     max_request_bytes (413) and fingerprinted with the route's recipe. A
-//     route whose key is a JSON body member (key.from: body, webhooks) reads
-//     the body before the key.
+//     Method PRI (an HTTP/2 preface read as HTTP/1.1) and a target in
+//     asterisk form are refused before anything else (target.go), never
+//     forwarded. An ambiguous form is refused (400 ambiguous-request). A
+//     request the route does not enforce (method not listed, passthrough
+//     mode, no key where the key is optional, a WebSocket upgrade) is
+//     proxied untouched through httputil.ReverseProxy (passthrough.go).
+//     Otherwise the key and the owner are parsed (400 or 401 on failure),
+//     a request with trailers is refused (400 request-trailers: they are
+//     in no fingerprint), the body is read within max_request_bytes (413)
+//     and fingerprinted with the route's recipe. A route whose key is a
+//     JSON body member (key.from: body, webhooks) reads the body before
+//     the key.
 //  2. Claim (enforce.go, claim). A response this instance could not record
 //     yet for the same identity is recorded first (pending.go). The
 //     identity (owner, scope, key) is then claimed in the store with a new

@@ -104,6 +104,10 @@ type Options struct {
 	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
 	// value no cap (server.max_waiters: 0).
 	MaxWaiters int
+	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
+	// only words the answer to an HTTP/2 preface read as a request
+	// (refuseForm).
+	H2C bool
 }
 
 // Proxy is an http.Handler that enforces idempotency in front of one
@@ -129,6 +133,7 @@ type Proxy struct {
 	waits        singleflight.Group
 	pending      pending
 	slots        waiterSlots
+	h2c          bool
 }
 
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
@@ -164,6 +169,7 @@ func New(opts Options) (*Proxy, error) {
 		passHost:     opts.PassHost,
 		access:       !opts.NoAccessLog,
 		problems:     opts.Problems,
+		h2c:          opts.H2C,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
@@ -303,6 +309,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
 	w = ex.w
+	if p.refuseForm(w, r, ex) {
+		return
+	}
 	if d.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
@@ -321,6 +330,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.route = d.Route
 	}
 	route := ex.route
+	// The request as the server read it: trailers sent without a Trailer
+	// field land in its Trailer only, not in a copy's (refuseTrailers).
+	in := r
 	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	if d.Refuse != "" {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
@@ -374,7 +386,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.id = store.Identity{Owner: owner, Scope: p.scopeOf(route, r), Key: key}
-	if !p.readBody(w, r, ex) {
+	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
 		return
 	}
 	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()

@@ -183,6 +183,8 @@ func healthcheck(args []string, stderr io.Writer) int {
 // serveFlags are the command-line overrides of serve and demo.
 type serveFlags struct {
 	config, upstream, listen, adminListen, storeDriver, valkeyAddrs, boltPath, postgresDSN, logFormat, logLevel string
+	// h2c sets server.h2c: HTTP/2 without TLS on the plain listener.
+	h2c bool
 	// waitStore > 0 makes serve wait that long for the store before it
 	// listens, and exit 1 when the store is still unreachable (the
 	// behaviour before idemgate started without its store).
@@ -207,6 +209,7 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	fs.StringVar(&f.postgresDSN, "postgres-dsn", "", "Postgres connection URL or key=value string (overrides store.postgres.dsn; IDEMGATE_STORE_POSTGRES_DSN keeps a password off the command line)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text | json (overrides log.format)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug | info | warn | error (overrides log.level)")
+	fs.BoolVar(&f.h2c, "h2c", false, "serve HTTP/2 without TLS (prior knowledge) on the plain listener beside HTTP/1.1 (sets server.h2c)")
 	fs.DurationVar(&f.waitStore, "wait-store", 0, "wait up to this long for the store before listening and exit 1 if it is still unreachable; 0 (default) listens at once and connects in the background")
 	// SIGHUP is how nginx and systemd ask for a reload. Its default action
 	// ends the process at once, cutting calls in flight whose claims a
@@ -274,6 +277,9 @@ func (f serveFlags) overrides() map[string]string {
 		if v != "" {
 			o[key] = v
 		}
+	}
+	if f.h2c {
+		o["server.h2c"] = "true"
 	}
 	return o
 }
@@ -483,6 +489,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		NoAccessLog:      !cfg.Log.Access,
 		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
+		H2C:              cfg.Server.H2C,
 	})
 	if err != nil {
 		return err
@@ -496,6 +503,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols:         listenerProtocols(cfg.Server.H2C),
 	}
 	var draining atomic.Bool
 	adminSrv := &http.Server{
@@ -530,9 +538,11 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		ln.Close()
 		return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
+	// addr and admin are the addresses bound, so a port 0 in the config
+	// shows as the port the system picked.
 	log.Info("idemgate listening", "version", version, "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()),
-		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth)
+		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth, "h2c", cfg.Server.H2C)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreClosed(srv.Serve(ln)) })
@@ -663,6 +673,22 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// listenerProtocols returns the proxy http.Server's Protocols: nil (net/http's
+// default: HTTP/1.1, and HTTP/2 where TLS negotiates it) unless h2c
+// (server.h2c, which config refuses with server.tls): then HTTP/1.1 and
+// HTTP/2 with prior knowledge on the plain listener, net/http's own
+// implementation (http.Protocols.SetUnencryptedHTTP2). A preface that
+// reaches the proxy anyway is answered 505 (proxy: http2-preface).
+func listenerProtocols(h2c bool) *http.Protocols {
+	if !h2c {
+		return nil
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 // proxyMaxWaiters maps server.max_waiters, where 0 means no limit as for

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -158,7 +159,7 @@ store: {driver: memory, bolt: {path: /file.db}}
 	}
 	env := []string{"IDEMGATE_LISTEN=127.0.0.1:2001", "IDEMGATE_LOG_LEVEL=warn", "IDEMGATE_UPSTREAM_URL=http://env:1"}
 	f := serveFlags{config: path, upstream: "http://flag:1", listen: "127.0.0.1:3001", adminListen: "127.0.0.1:3002",
-		storeDriver: "valkey", valkeyAddrs: "a:6379,b:6379", boltPath: "/flag.db", logFormat: "json", logLevel: "debug"}
+		storeDriver: "valkey", valkeyAddrs: "a:6379,b:6379", boltPath: "/flag.db", logFormat: "json", logLevel: "debug", h2c: true}
 	load := configLoader(f, env)
 	for i := 0; i < 2; i++ { // the start, then a reload
 		c, err := load(path)
@@ -166,8 +167,8 @@ store: {driver: memory, bolt: {path: /file.db}}
 			t.Fatalf("load %d: %v", i, err)
 		}
 		got := []string{c.Upstream.URL.String(), c.Listen, c.Admin.Listen, c.Store.Driver, strings.Join(c.Store.Valkey.Addrs, ","),
-			c.Store.Bolt.Path, c.Log.Format, c.Log.Level}
-		want := []string{"http://flag:1", "127.0.0.1:3001", "127.0.0.1:3002", "valkey", "a:6379,b:6379", "/flag.db", "json", "debug"}
+			c.Store.Bolt.Path, c.Log.Format, c.Log.Level, strconv.FormatBool(c.Server.H2C)}
+		want := []string{"http://flag:1", "127.0.0.1:3001", "127.0.0.1:3002", "valkey", "a:6379,b:6379", "/flag.db", "json", "debug", "true"}
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("load %d: %q, want %q", i, got, want)
 		}

@@ -204,6 +204,10 @@ func applies(r *policy.Route, k problem.Kind) bool {
 		return r.OnStoreError == policy.FailClosed
 	case problem.ResourceDeleted:
 		return r.ResourceFrom != ""
+	case problem.HTTP2Preface, problem.AsteriskTarget:
+		// Answers to a request that names no path (method PRI, target
+		// *), which no route's operation is.
+		return false
 	}
 	return k.Outcome != "" // the admin listener's kinds never reach an API client
 }

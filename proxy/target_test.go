@@ -1,0 +1,110 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawAnswer writes req as is on a new connection to addr and reads one
+// response.
+func rawAnswer(t *testing.T, addr, req string) result {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: no answer: %v", strings.SplitN(req, "\r\n", 2)[0], err)
+	}
+	defer resp.Body.Close()
+	if resp.Close {
+		// ReadResponse moves Connection: close out of the header.
+		resp.Header.Set("Connection", "close")
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+// TestPrefaceAndAsteriskFormNeverForwarded: method PRI (the HTTP/2 preface
+// read as HTTP/1.1) gets 505 http2-preface with Connection: close, and a
+// target in asterisk form with any method but OPTIONS 400
+// asterisk-target, keyed or not; the upstream gets none of them, where it
+// used to get "PRI /*" and "POST /*".
+func TestPrefaceAndAsteriskFormNeverForwarded(t *testing.T) {
+	h := newHarness(t, created)
+	addr := h.front.Listener.Addr().String()
+	pri := rawAnswer(t, addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	if pri.status != http.StatusHTTPVersionNotSupported || problemType(t, pri) != "http2-preface" || pri.header.Get("Connection") != "close" {
+		t.Errorf("PRI preface: %d %v %s", pri.status, pri.header, pri.body)
+	}
+	if !strings.Contains(pri.body, "server.h2c") {
+		t.Errorf("PRI preface: the detail does not name server.h2c: %s", pri.body)
+	}
+	for _, req := range []string{
+		"POST * HTTP/1.1\r\nHost: x\r\nX-User: alice\r\nIdempotency-Key: k1\r\nContent-Length: 2\r\n\r\n{}",
+		"POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		"GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+	} {
+		a := rawAnswer(t, addr, req)
+		if a.status != http.StatusBadRequest || problemType(t, a) != "asterisk-target" {
+			t.Errorf("%q: %d %s, want 400 asterisk-target", strings.SplitN(req, "\r\n", 2)[0], a.status, a.body)
+		}
+	}
+	if a := rawAnswer(t, addr, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"); a.status != http.StatusOK {
+		t.Errorf("OPTIONS *: %d %s, want 200", a.status, a.body)
+	}
+	h.up.mu.Lock()
+	defer h.up.mu.Unlock()
+	for path, n := range h.up.hits {
+		t.Errorf("the upstream got %d requests for %q", n, path)
+	}
+}
+
+// TestRequestTrailersRefusedWithKey: a keyed request with trailers, sent
+// with or without a Trailer field, is refused with 400 request-trailers and
+// never forwarded, so another trailer value under the same key can be
+// neither run nor answered with the first request's response; without a
+// key it passes through.
+func TestRequestTrailersRefusedWithKey(t *testing.T) {
+	h := newHarness(t, created)
+	addr := h.front.Listener.Addr().String()
+	post := func(key, header, trailer string) string {
+		return "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n" + key +
+			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n" + header +
+			"\r\n2\r\n{}\r\n0\r\n" + trailer + "\r\n"
+	}
+	for _, c := range []struct{ name, header, trailer string }{
+		{"announced a", "Trailer: X-Sig\r\n", "X-Sig: a\r\n"},
+		{"announced b", "Trailer: X-Sig\r\n", "X-Sig: b\r\n"},
+		{"unannounced", "", "X-Sig: c\r\n"},
+		{"announced, not sent", "Trailer: X-Sig\r\n", ""},
+	} {
+		a := rawAnswer(t, addr, post("Idempotency-Key: k1\r\n", c.header, c.trailer))
+		if a.status != http.StatusBadRequest || problemType(t, a) != "request-trailers" || !strings.Contains(a.body, "X-Sig") {
+			t.Errorf("%s: %d %s, want 400 request-trailers naming X-Sig", c.name, a.status, a.body)
+		}
+	}
+	if n := h.up.count("/v1/orders"); n != 0 {
+		t.Fatalf("the upstream got %d keyed requests with trailers", n)
+	}
+	if a := rawAnswer(t, addr, post("Idempotency-Key: k2\r\n", "", "")); a.status != http.StatusCreated {
+		t.Errorf("keyed chunked POST without trailers: %d %s", a.status, a.body)
+	}
+	if a := rawAnswer(t, addr, post("", "Trailer: X-Sig\r\n", "X-Sig: a\r\n")); a.status != http.StatusCreated {
+		t.Errorf("POST without a key, with trailers: %d %s, want 201 (not enforced)", a.status, a.body)
+	}
+	if n := h.up.count("/v1/orders"); n != 2 {
+		t.Fatalf("the upstream got %d requests, want 2", n)
+	}
+}
