@@ -127,13 +127,17 @@ func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
 }
 
 // testPolicy has a header-owned route, an Authorization-owned route and a
-// global-keys defaults route.
+// global-keys defaults route. The two routes keep their records in scopes
+// named as they are, so the records the tests address by route are current
+// ones (the layout 1 fallback reads only layout 1 records, and only with
+// Options.V1Lookup).
 func testPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	p, err := policy.New(testRoute("", "", policy.OwnerSource{Kind: policy.OwnerNone}), []policy.Route{
-		testRoute("orders", "POST /orders", policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}),
-		testRoute("payments", "POST /payments", policy.OwnerSource{Kind: policy.OwnerAuthorization}),
-	})
+	orders := testRoute("orders", "POST /orders", policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"})
+	orders.Scope = "orders"
+	payments := testRoute("payments", "POST /payments", policy.OwnerSource{Kind: policy.OwnerAuthorization})
+	payments.Scope = "payments"
+	p, err := policy.New(testRoute("", "", policy.OwnerSource{Kind: policy.OwnerNone}), []policy.Route{orders, payments})
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
 	}
