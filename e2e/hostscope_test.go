@@ -51,6 +51,83 @@ func sendHost(t *testing.T, c *http.Client, method, url, host, owner, key, body 
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
 }
 
+// TestAdminPurgesPerHostRecord: with pass_host the admin API and idemgate
+// admin get|purge find a record by its host (host=, --host), so a key
+// stuck on a route with on_abandoned: reject ("an operator must purge it")
+// can be freed; a lookup without the host on such a route is a 400 that
+// says the host is needed, and the record of the same owner and key on
+// another host is untouched. Before, both looked in scope "default" only:
+// the stuck record was 404 and could not be purged.
+func TestAdminPurgesPerHostRecord(t *testing.T) {
+	up := startUpstream(t)
+	var slow atomic.Bool
+	slow.Store(true)
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		// pass_host: the upstream sees the client's Host.
+		if r.Host == "t1.example" && slow.Load() {
+			time.Sleep(3 * time.Second) // past upstream.timeout: outcome unknown
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"host":%q}`, r.Host)
+	}, 0, nil)
+	g := startGateWith(t, gateConfig{Upstream: up.URL, UpTimeout: "1s", AdminToken: testAdminToken,
+		Routes: "  - name: orders\n    match: \"POST /v1/orders\"\n    on_abandoned: reject\n    concurrent: conflict\n"},
+		func(doc string) string {
+			// A wait may not outlast upstream.timeout.
+			return passHost(strings.Replace(doc, "  wait_timeout: 10s\n", "  wait_timeout: 1s\n", 1))
+		})
+	url := g.URL + "/v1/orders"
+
+	if a := sendHost(t, http.DefaultClient, "POST", url, "t2.example", "alice", "k1", `{}`); a.Status != 201 || a.replayed() {
+		t.Fatalf("alice's k1 on t2.example: %d %s", a.Status, a.Body)
+	}
+	if a := sendHost(t, http.DefaultClient, "POST", url, "t1.example", "alice", "k1", `{}`); a.Status != http.StatusGatewayTimeout {
+		t.Fatalf("alice's k1 on t1.example past the upstream timeout: %d %s, want 504", a.Status, a.Body)
+	}
+	// Once the lease ends the claim is abandoned and, on_abandoned: reject,
+	// every retry is refused until an operator purges the record.
+	eventually(t, 10*time.Second, "the retry refused as outcome-unknown", func() bool {
+		a := sendHost(t, http.DefaultClient, "POST", url, "t1.example", "alice", "k1", `{}`)
+		return a.Status == http.StatusConflict && problemType(a.Body) == "outcome-unknown"
+	})
+
+	record := g.AdminURL + "/admin/records?route=orders&owner=h:alice&key=k1"
+	a := adminDo(t, "GET", record, testAdminToken)
+	if a.Status != 400 || !strings.Contains(string(a.Body), "missing query parameter: host") || !strings.Contains(string(a.Body), "pass_host") {
+		t.Fatalf("GET without host on a pass_host route: %d %s, want 400 saying host is needed", a.Status, a.Body)
+	}
+	if a := adminDo(t, "GET", record+"&host=t1.example", testAdminToken); a.Status != 200 ||
+		!strings.Contains(string(a.Body), `"scope":"default@t1.example"`) || !strings.Contains(string(a.Body), `"state":"abandoned"`) {
+		t.Fatalf("GET host=t1.example: %d %s, want the abandoned record in scope default@t1.example", a.Status, a.Body)
+	}
+	cli := []string{"--admin-url", g.AdminURL, "--route", "orders", "--owner-value", "alice", "--key", "k1"}
+	// The host as a client may have sent it: letter case and the default port.
+	out, errOut, code := runAdmin(t, append([]string{"get", "--host", "T1.example:80"}, cli...)...)
+	if code != 0 || !strings.Contains(out, `"scope":"default@t1.example"`) || !strings.Contains(out, `"state":"abandoned"`) {
+		t.Fatalf("admin get --host T1.example:80: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code = runAdmin(t, append([]string{"get"}, cli...)...); code != 1 || !strings.Contains(errOut, "400") || !strings.Contains(errOut, "host") {
+		t.Fatalf("admin get without --host: exit %d, want 1 with the 400 naming host\n%s", code, errOut)
+	}
+	out, errOut, code = runAdmin(t, append([]string{"purge", "--host", "t1.example"}, cli...)...)
+	if code != 0 || strings.TrimSpace(out) != "purged" {
+		t.Fatalf("admin purge --host t1.example: exit %d\n%s%s", code, out, errOut)
+	}
+	// Purged: the next retry runs once more, and answers.
+	slow.Store(false)
+	if a := sendHost(t, http.DefaultClient, "POST", url, "t1.example", "alice", "k1", `{}`); a.Status != 201 || a.replayed() {
+		t.Fatalf("retry after the purge: %d replayed=%v %s, want a new run", a.Status, a.replayed(), a.Body)
+	}
+	// The record of t2.example, another tenant's, is untouched.
+	if a := sendHost(t, http.DefaultClient, "POST", url, "t2.example", "alice", "k1", `{}`); a.Status != 201 || !a.replayed() || !strings.Contains(string(a.Body), "t2.example") {
+		t.Fatalf("retry on t2.example after t1.example's purge: %d replayed=%v %s, want t2's replay", a.Status, a.replayed(), a.Body)
+	}
+	if n := up.Calls("alice", "k1"); n != 3 {
+		t.Fatalf("upstream ran alice's k1 %d times, want 3 (t2 once, t1 before and after the purge)", n)
+	}
+}
+
 // TestTombstonesPerHost: with pass_host and resource_from: location, a
 // DELETE of a created resource tombstones the create's record in the
 // host's scope, where the create stored and indexed it: the create's retry
