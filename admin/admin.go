@@ -62,6 +62,15 @@ type Options struct {
 	// route's record is not this one's. false (store.v1_lookup: false)
 	// looks under the request's own identity only.
 	V1Lookup bool
+	// Scoping is how the host a request was sent to joins the scope of
+	// its record (upstream.pass_host), given as the proxy's is, so that
+	// /admin/records derives the identity the proxy stored the record
+	// under (policy.Scoping.Identity).
+	Scoping policy.Scoping
+	// ProxyHTTPS says the proxy listener serves TLS (server.tls): the
+	// default port that a host= given with a port may carry is 443, else
+	// 80 (policy.OriginHost).
+	ProxyHTTPS bool
 	// Draining reports whether the process is shutting down; while it
 	// returns true, /readyz answers 503 not-ready ("shutting down") before
 	// any other check, so that load balancers stop sending requests while
@@ -87,8 +96,11 @@ type handler struct {
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET /admin/routes: every route's effective policy, as validate prints
 //     it.
-//   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
-//     purge one idempotency record; owner is the stored form, or give
+//   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY[&host=HOST]:
+//     inspect or purge one idempotency record; host is the Host the client
+//     sent, required on a route whose records are kept per host
+//     (upstream.pass_host, Options.Scoping; 400 without it) and ignored on
+//     the others; owner is the stored form, or give
 //     owner_value=RAW for the route's source to derive it
 //     (policy.Route.OwnerFromValue); a 404 for an owner not of the route's
 //     stored form names the form it needs; authorization=RAW may replace owner for
@@ -391,7 +403,23 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		// matches the stored owner.
 		owner = policy.AuthorizationOwner(raw)
 	}
-	return store.Identity{Owner: owner, Scope: route.Scope, Key: key}, true
+	at := policy.Origin{Host: q.Get("host"), HTTPS: h.opts.ProxyHTTPS}
+	if h.opts.Scoping.HostScoped(route) {
+		if at.Host == "" {
+			problem.Write(w, problem.AdminBadRequest.With(fmt.Sprintf(
+				"missing query parameter: host: route %q keeps a record per host (upstream.pass_host: true, scope %q@HOST), so give host, the Host field the client sent (idemgate admin --host)",
+				route.Name, route.Scope)))
+			return store.Identity{}, false
+		}
+		if strings.ContainsAny(at.Host, "/ \t@") {
+			problem.Write(w, problem.AdminBadRequest.With(fmt.Sprintf(
+				"host %q is not a Host field value: give the host and any port only, as in host=t1.example or host=t1.example:8443", at.Host)))
+			return store.Identity{}, false
+		}
+	}
+	// The one derivation the proxy uses (policy.Scoping), so the record
+	// found is the one the proxy stored.
+	return h.opts.Scoping.Identity(route, owner, key, at), true
 }
 
 // recordNotFound answers a lookup or purge that found no record. When the owner
@@ -440,13 +468,13 @@ func (h *handler) routes(w http.ResponseWriter, r *http.Request) {
 }
 
 // v1Identity is where a build before layout 2 kept the record of id for
-// route (scoped by the route's name; docs/protocol.md, "Layout versions"),
-// or false when that is id itself or layout 1 lookups are off.
+// route (policy.Layout1Identity, as the proxy's v1_lookup reads it), or
+// false when that is id itself or layout 1 lookups are off.
 func (h *handler) v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
-	if !h.opts.V1Lookup || id.Scope == routeName {
+	if !h.opts.V1Lookup {
 		return id, false
 	}
-	return store.Identity{Owner: id.Owner, Scope: routeName, Key: id.Key}, true
+	return policy.Layout1Identity(id, routeName)
 }
 
 // getV1 reads the layout 1 record at old: nil when there is none or the

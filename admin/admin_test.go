@@ -127,13 +127,17 @@ func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
 }
 
 // testPolicy has a header-owned route, an Authorization-owned route and a
-// global-keys defaults route.
+// global-keys defaults route. The two routes keep their records in scopes
+// named as they are, so the records the tests address by route are current
+// ones (the layout 1 fallback reads only layout 1 records, and only with
+// Options.V1Lookup).
 func testPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	p, err := policy.New(testRoute("", "", policy.OwnerSource{Kind: policy.OwnerNone}), []policy.Route{
-		testRoute("orders", "POST /orders", policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}),
-		testRoute("payments", "POST /payments", policy.OwnerSource{Kind: policy.OwnerAuthorization}),
-	})
+	orders := testRoute("orders", "POST /orders", policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"})
+	orders.Scope = "orders"
+	payments := testRoute("payments", "POST /payments", policy.OwnerSource{Kind: policy.OwnerAuthorization})
+	payments.Scope = "payments"
+	p, err := policy.New(testRoute("", "", policy.OwnerSource{Kind: policy.OwnerNone}), []policy.Route{orders, payments})
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
 	}
@@ -670,4 +674,67 @@ func catalogTitle(slug string) string {
 		}
 	}
 	return ""
+}
+
+// TestRecordsPerHost: with upstream.pass_host (Options.Scoping) a route
+// whose pattern names no host keeps a record per host, and /admin/records
+// derives its identity as the proxy does (policy.Scoping.Identity): host=
+// is required there (a 400 that says so), the host's case, trailing dot
+// and the listener scheme's default port do not matter, and a purge takes
+// only that host's record.
+func TestRecordsPerHost(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Scoping = policy.Scoping{PassHost: true} })
+	pol := testPolicy(t)
+	var orders *policy.Route
+	for _, r := range pol.Routes() {
+		if r.Name == "orders" {
+			orders = r
+		}
+	}
+	t1 := store.Identity{Owner: "h:alice", Scope: orders.Scope + "@t1.example", Key: "k1"}
+	t2 := store.Identity{Owner: "h:alice", Scope: orders.Scope + "@t2.example", Key: "k1"}
+	for _, id := range []store.Identity{t1, t2} {
+		f.claim(t, id, "fp", "tok", time.Minute, time.Hour)
+		f.complete(t, id, "tok", store.Response{Status: 201})
+	}
+	target := recordsURL("route", "orders", "owner", "h:alice", "key", "k1")
+
+	detail := assertProblem(t, f.do(t, http.MethodGet, target, authed()), http.StatusBadRequest, "admin-bad-request")
+	if !strings.Contains(detail, "missing query parameter: host") || !strings.Contains(detail, "pass_host") {
+		t.Errorf("detail %q, want it to say host is needed and why", detail)
+	}
+	assertProblem(t, f.do(t, http.MethodGet, target+"&host=https://t1.example/", authed()), http.StatusBadRequest, "admin-bad-request")
+	for _, host := range []string{"t1.example", "T1.Example.", "t1.example:80"} {
+		rec := f.do(t, http.MethodGet, target+"&host="+url.QueryEscape(host), authed())
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"scope":"`+t1.Scope+`"`) {
+			t.Errorf("GET host=%s = %d %s, want t1.example's record", host, rec.Code, rec.Body)
+		}
+	}
+	// :443 is the default port only when the proxy listener serves TLS.
+	assertProblem(t, f.do(t, http.MethodGet, target+"&host=t1.example:443", authed()), http.StatusNotFound, "admin-record-not-found")
+	if rec := f.do(t, http.MethodDelete, target+"&host=t1.example", authed()); rec.Code != http.StatusNoContent {
+		t.Fatalf("DELETE host=t1.example = %d %s", rec.Code, rec.Body)
+	}
+	if got, _ := f.store.Get(context.Background(), t1); got != nil {
+		t.Errorf("purge left t1.example's record: %+v", got)
+	}
+	if got, _ := f.store.Get(context.Background(), t2); got == nil {
+		t.Error("purge of t1.example's record removed t2.example's")
+	}
+
+	tls := newFixture(t, func(o *Options) { o.Scoping, o.ProxyHTTPS = policy.Scoping{PassHost: true}, true })
+	tls.claim(t, t1, "fp", "tok", time.Minute, time.Hour)
+	if rec := tls.do(t, http.MethodGet, target+"&host=t1.example:443", authed()); rec.Code != http.StatusOK {
+		t.Errorf("GET host=t1.example:443 on a TLS proxy = %d %s, want t1.example's record", rec.Code, rec.Body)
+	}
+
+	// Without pass_host the host is not part of any scope and is ignored.
+	off := newFixture(t, nil)
+	shared := store.Identity{Owner: "h:alice", Scope: orders.Scope, Key: "k1"}
+	off.claim(t, shared, "fp", "tok", time.Minute, time.Hour)
+	for _, q := range []string{"", "&host=t1.example"} {
+		if rec := off.do(t, http.MethodGet, target+q, authed()); rec.Code != http.StatusOK {
+			t.Errorf("GET%s without pass_host = %d %s, want the shared record", q, rec.Code, rec.Body)
+		}
+	}
 }

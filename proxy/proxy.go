@@ -93,7 +93,9 @@ type Options struct {
 	// (forwardingHeaders). Nil trusts nobody.
 	TrustedProxies []netip.Prefix
 	// PassHost sends the client's Host to the upstream instead of the
-	// upstream URL's host (upstream.pass_host).
+	// upstream URL's host (upstream.pass_host), and so makes the host part
+	// of the key scope of routes whose pattern names none
+	// (policy.Scoping).
 	PassHost bool
 	// NoAccessLog turns the per-request line off (log.access: false);
 	// failures are still logged as warnings.
@@ -126,6 +128,7 @@ type Proxy struct {
 	previous     func() []*policy.Policy
 	trusted      []netip.Prefix
 	passHost     bool
+	scoping      policy.Scoping
 	access       bool
 	problems     problem.Publisher
 	draining     atomic.Bool
@@ -167,6 +170,7 @@ func New(opts Options) (*Proxy, error) {
 		previous:     opts.PreviousPolicies,
 		trusted:      opts.TrustedProxies,
 		passHost:     opts.PassHost,
+		scoping:      policy.Scoping{PassHost: opts.PassHost},
 		access:       !opts.NoAccessLog,
 		problems:     opts.Problems,
 		h2c:          opts.H2C,
@@ -338,7 +342,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
 		return
 	}
-	ex.tombstones = tombstoneTargets(pol, r)
+	ex.tombstones = tombstoneTargets(pol, r, p.scoping)
 	if !route.Enforces(r.Method) || isUpgrade(r) {
 		p.passthroughServe(w, r, ex)
 		return
@@ -385,7 +389,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return
 	}
-	ex.id = store.Identity{Owner: owner, Scope: p.scopeOf(route, r), Key: key}
+	ex.id = p.scoping.Identity(route, owner, key, originOf(r))
 	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
 		return
 	}
@@ -444,16 +448,8 @@ func isUpgrade(r *http.Request) bool {
 	return false
 }
 
-// scopeOf is the key scope of r's record: the route's scope, and with
-// upstream.pass_host also the request's host for a route whose pattern
-// names none. The upstream then gets each client's Host and may serve each
-// host as another tenant, while the fingerprint does not cover the host:
-// sharing one scope across hosts replayed tenant a's response to tenant b
-// (adversarial finding F1 of the second round). A host pattern already
-// keeps its records in a scope of its own (policy.Route.Scope).
-func (p *Proxy) scopeOf(route *policy.Route, r *http.Request) string {
-	if !p.passHost || route.HostPattern() {
-		return route.Scope
-	}
-	return route.Scope + "@" + policy.CanonicalHost(r.Host)
+// originOf is where r was sent, as the record identity reads it
+// (policy.Scoping): its Host and whether it came over TLS.
+func originOf(r *http.Request) policy.Origin {
+	return policy.Origin{Host: r.Host, HTTPS: r.TLS != nil}
 }

@@ -44,10 +44,12 @@ func resourcePath(base *url.URL, location string) (string, bool) {
 
 // tombstoneTargets returns the resources a 2xx answer to r would
 // tombstone: for each route with resource_from that lists r's method in
-// tombstone_methods, r's owner as that route computes it, its scope and
-// r's cleaned path. A route for which r carries no owner contributes none:
-// nothing of anybody's can be deleted anonymously.
-func tombstoneTargets(pol *policy.Policy, r *http.Request) []store.Resource {
+// tombstone_methods, r's owner as that route computes it, the scope that
+// route's records of a request sent where r was sent have (the host joins
+// it with pass_host: policy.Scoping.Resource, as for the creates' own
+// identities) and r's cleaned path. A route for which r carries no owner
+// contributes none: nothing of anybody's can be deleted anonymously.
+func tombstoneTargets(pol *policy.Policy, r *http.Request, scoping policy.Scoping) []store.Resource {
 	routes := pol.TombstonesFor(r.Method)
 	if routes == nil {
 		return nil
@@ -59,7 +61,7 @@ func tombstoneTargets(pol *policy.Policy, r *http.Request) []store.Resource {
 		if err != nil {
 			continue
 		}
-		res := store.Resource{Owner: owner, Scope: route.Scope, Path: path}
+		res := scoping.Resource(route, owner, path, originOf(r))
 		dup := false
 		for _, o := range out {
 			dup = dup || o == res

@@ -25,7 +25,7 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 		rec *store.Record
 	)
 	for _, name := range p.v1Names(r, ex) {
-		old = store.Identity{Owner: ex.id.Owner, Scope: name, Key: ex.id.Key}
+		old, _ = policy.Layout1Identity(ex.id, name)
 		ctx, cancel := p.storeCtx(r.Context())
 		var err error
 		rec, err = p.store.Get(ctx, old)
@@ -68,7 +68,7 @@ func (p *Proxy) v1Names(r *http.Request, ex *exchange) []string {
 	}
 	var names []string
 	add := func(name string) {
-		if name != ex.id.Scope && !slices.Contains(names, name) {
+		if _, ok := policy.Layout1Identity(ex.id, name); ok && !slices.Contains(names, name) {
 			names = append(names, name)
 		}
 	}

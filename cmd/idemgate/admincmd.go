@@ -16,15 +16,17 @@ import (
 const adminUsage = `idemgate admin: inspect or purge an idempotency record over the admin API
 
 Usage:
-  idemgate admin get   --route R (--owner-value V | --owner STORED) --key K [--admin-url URL]
-  idemgate admin purge --route R (--owner-value V | --owner STORED) --key K [--force] [--admin-url URL]
+  idemgate admin get   --route R (--owner-value V | --owner STORED) --key K [--host H] [--admin-url URL]
+  idemgate admin purge --route R (--owner-value V | --owner STORED) --key K [--host H] [--force] [--admin-url URL]
   idemgate admin routes [--admin-url URL]
 
 The token comes from IDEMGATE_ADMIN_TOKEN. --owner-value is the raw value the
 route's owner source derives the stored owner from (the header's value, the
 whole Authorization value, the client certificate's PEM, or the JSON array of
 a jwt route's claims); @FILE reads it from a file. --owner takes the stored
-form (h:VALUE, sha256:HEX, cert:HEX, j:[...]).
+form (h:VALUE, sha256:HEX, cert:HEX, j:[...]). --host is the Host the client
+sent; with upstream.pass_host: true a route whose pattern names no host keeps
+a record per host, and its lookups need it.
 `
 
 // adminCmd runs idemgate admin: the operator's client for /admin/, so that
@@ -44,6 +46,7 @@ func adminCmd(args []string, environ []string, stdout, stderr io.Writer) int {
 	ownerValue := fs.String("owner-value", "", "raw owner value for the route's owner source (@FILE reads a file)")
 	owner := fs.String("owner", "", "stored owner form (h:VALUE, sha256:HEX, cert:HEX, j:[...])")
 	key := fs.String("key", "", "idempotency key")
+	host := fs.String("host", "", "the Host the client sent (needed with upstream.pass_host: true)")
 	force := fs.Bool("force", false, "purge: also a record still running within its lease")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -77,6 +80,9 @@ func adminCmd(args []string, environ []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		q := url.Values{"route": {*route}, "key": {*key}}
+		if *host != "" {
+			q.Set("host", *host)
+		}
 		if ownerSet {
 			q.Set("owner", *owner)
 		} else {

@@ -515,6 +515,9 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			Token:    cfg.Admin.Token,
 			Logger:   log,
 			Draining: draining.Load,
+			// The record identity the proxy derives (pass_host, scheme).
+			Scoping:    policy.Scoping{PassHost: cfg.Upstream.PassHost},
+			ProxyHTTPS: cfg.Server.TLS.Enabled(),
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
