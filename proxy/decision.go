@@ -275,7 +275,7 @@ func inProgress(retry int) problem.Details {
 // extends it every lease/3, so it always lies most of a lease ahead, and a
 // call that finishes half a second later was answered "retry in 8 s"), and
 // a retry on a concurrent: wait route waits for the call again anyway
-// (README, "Retry-After").
+// (README, "How a request is handled", Running).
 const inProgressRetry = 1
 
 // outcomeUnknown is the answer to a retry of an abandoned call on an
@@ -302,7 +302,7 @@ const (
 	// holder's lease end goes on to that lease end. A holder that is alive
 	// extends its lease every lease/3, so at any moment its lease end lies
 	// at least two thirds of a lease ahead; one whose lease ends within
-	// the margin has, for any lease above 3 s, stopped extending it.
+	// the margin has, for any lease above 1.5 s, stopped extending it.
 	leaseEndMargin = time.Second
 	// leaseEndSlack is how long past the holder's lease end the waiter
 	// keeps waiting for the wait to see the record abandoned: the wake-up
