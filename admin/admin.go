@@ -272,6 +272,11 @@ type recordView struct {
 	LeaseEnd            *string `json:"lease_end,omitempty"`
 	RetentionEnd        *string `json:"retention_end,omitempty"`
 	StoredAt            *string `json:"stored_at,omitempty"`
+	// AgeSeconds is how long ago the record was (last) claimed, at
+	// millisecond precision: for an abandoned record, how long ago the
+	// call whose outcome is unknown started (docs/operations.md,
+	// IdemgateOutcomeUnknown, says when to purge it and when to wait).
+	AgeSeconds *float64 `json:"age_seconds,omitempty"`
 }
 
 // rfc3339Milli is RFC 3339 with exactly millisecond precision, the store's
@@ -298,7 +303,7 @@ func headerBytes(h http.Header) int {
 	return n
 }
 
-func viewOf(rec *store.Record) recordView {
+func viewOf(rec *store.Record, now time.Time) recordView {
 	v := recordView{
 		Scope:        rec.Identity.Scope,
 		Owner:        rec.Identity.Owner,
@@ -308,6 +313,10 @@ func viewOf(rec *store.Record) recordView {
 		CreatedAt:    timeField(rec.CreatedAt),
 		LeaseEnd:     timeField(rec.LeaseEnd),
 		RetentionEnd: timeField(rec.RetentionEnd),
+	}
+	if !rec.CreatedAt.IsZero() {
+		age := float64(max(now.Sub(rec.CreatedAt), 0).Milliseconds()) / 1000
+		v.AgeSeconds = &age
 	}
 	if resp := rec.Response; resp != nil {
 		status, hb, bb, omitted := resp.Status, headerBytes(resp.Header), len(resp.Body), resp.Omitted
@@ -517,7 +526,7 @@ func (h *handler) records(w http.ResponseWriter, r *http.Request) {
 		h.recordNotFound(w, r, id)
 		return
 	}
-	body, err := json.Marshal(viewOf(rec))
+	body, err := json.Marshal(viewOf(rec, h.now()))
 	if err != nil {
 		h.log.Error("admin record encoding failed", "scope", id.Scope, "err", err)
 		problem.Write(w, problem.AdminInternal.With("the record could not be encoded"))

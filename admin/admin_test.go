@@ -462,7 +462,9 @@ func TestRecordsBadRequests(t *testing.T) {
 }
 
 func TestRecordsInspect(t *testing.T) {
-	f := newFixture(t, nil)
+	// The handler's clock is the store's, so each record's age is known.
+	var f *fixture
+	f = newFixture(t, func(o *Options) { o.Now = func() time.Time { return f.clock.Now() } })
 	running := store.Identity{Owner: "h:alice", Scope: "orders", Key: "order-1"}
 	const holderToken = "secret-holder-token"
 	f.claim(t, running, "hs1:running", holderToken, 30*time.Second, 24*time.Hour)
@@ -513,13 +515,13 @@ func TestRecordsInspect(t *testing.T) {
 	want(get(recordsURL("route", "orders", "owner", "h:alice", "key", "order-1")), map[string]any{
 		"scope": "orders", "owner": "h:alice", "key": "order-1", "state": "running",
 		"fingerprint": "hs1:running", "created_at": "2026-03-01T12:00:00.125Z", "lease_end": "2026-03-01T12:00:30.125Z",
-		"retention_end": "2026-03-02T12:00:00.125Z",
+		"retention_end": "2026-03-02T12:00:00.125Z", "age_seconds": 1.5,
 	})
 	// Running past its lease end: the holder is presumed dead.
 	want(get(recordsURL("route", "orders", "owner", "h:alice", "key", "stale")), map[string]any{
 		"scope": "orders", "owner": "h:alice", "key": "stale", "state": "abandoned",
 		"fingerprint": "hs1:stale", "created_at": "2026-03-01T12:00:00.125Z", "lease_end": "2026-03-01T12:00:01.125Z",
-		"retention_end": "2026-03-02T12:00:00.125Z",
+		"retention_end": "2026-03-02T12:00:00.125Z", "age_seconds": 1.5,
 	})
 	// The operator gives the raw Authorization value; the handler derives the
 	// owner.
@@ -528,7 +530,7 @@ func TestRecordsInspect(t *testing.T) {
 		"fingerprint": "hs1:done", "status": float64(201),
 		"response_header_bytes": float64(len("Content-Type: application/json\r\n") + len("Set-Cookie: a=1\r\n") + len("Set-Cookie: b=2\r\n")),
 		"response_body_bytes":   float64(8), "omitted": false,
-		"created_at": "2026-03-01T12:00:00.125Z", "retention_end": "2026-03-02T12:00:01.625Z", "stored_at": "2026-03-01T12:00:01.625Z",
+		"created_at": "2026-03-01T12:00:00.125Z", "retention_end": "2026-03-02T12:00:01.625Z", "stored_at": "2026-03-01T12:00:01.625Z", "age_seconds": 1.5,
 	}
 	want(get(recordsURL("route", "payments", "authorization", "Bearer user-token", "key", "pay 1/é")), wantCompleted)
 	want(get(recordsURL("route", "payments", "owner", userTokenOwner, "key", "pay 1/é")), wantCompleted)
@@ -536,7 +538,7 @@ func TestRecordsInspect(t *testing.T) {
 	want(get("/admin/records?route=default&owner=&key=g"), map[string]any{
 		"scope": "default", "owner": "", "key": "g", "state": "completed", "fingerprint": "hs1:big",
 		"status": float64(200), "response_header_bytes": float64(0), "response_body_bytes": float64(0), "omitted": true,
-		"created_at": "2026-03-01T12:00:00.125Z", "stored_at": "2026-03-01T12:00:01.625Z",
+		"created_at": "2026-03-01T12:00:00.125Z", "stored_at": "2026-03-01T12:00:01.625Z", "age_seconds": 1.5,
 	})
 
 	// Scoping: another owner, route or key does not see the record.

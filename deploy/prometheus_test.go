@@ -270,6 +270,7 @@ routes:
   - name: takeover
     match: "POST /v1/hang"
     lease: 1s
+    on_abandoned: takeover
   - name: reject
     match: "POST /v1/hang-reject"
     lease: 1s
@@ -562,6 +563,7 @@ func TestPrometheusScrapesIdemgate(t *testing.T) {
 	// is minutes long).
 	want := map[string]map[string]string{
 		"IdemgateLeaseTakeovers":             {"route": "takeover", "state": "firing"},
+		"IdemgateOutcomeUnknown":             {"route": "reject", "state": "firing"},
 		"IdemgateHeartbeatFailures":          {"route": "takeover", "instance": a.admin, "state": "firing"},
 		"IdemgateFailOpen":                   {"route": "open", "state": "firing"},
 		"IdemgateConfigReloadFailed":         {"instance": a.admin, "state": "firing"},

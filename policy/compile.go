@@ -744,7 +744,9 @@ func (r *Route) Replayable(status int) bool {
 // PATCH, optional, owner from the Authorization header, fingerprint over
 // Content-Type, the query and the raw body, a 10s lease, 24h retention,
 // wait up to 10s for a running twin, replay 2xx, 1 MiB request and response
-// limits, fail closed, take abandoned claims over.
+// limits, fail closed, and answer a retry of an abandoned call
+// outcome-unknown (on_abandoned: reject; docs/durability.md, "Proxy
+// crashes").
 func DefaultRoute() Route {
 	return Route{
 		Name:             DefaultRouteName,
@@ -761,7 +763,7 @@ func DefaultRoute() Route {
 		MaxRequestBytes:  1 << 20,
 		MaxResponseBytes: 1 << 20,
 		OnStoreError:     FailClosed,
-		OnAbandoned:      AbandonedTakeover,
+		OnAbandoned:      AbandonedReject,
 		TombstoneMethods: []string{http.MethodDelete},
 	}
 }

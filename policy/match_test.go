@@ -294,7 +294,7 @@ func TestDescribe(t *testing.T) {
 		"- name: \"default\"\n  match: \"\"\n",
 		"  methods: [POST, PATCH]\n",
 		"  max_request_bytes: 1048576\n",
-		"  on_abandoned: takeover\n",
+		"  on_abandoned: reject\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Describe output lacks %q:\n%s", want, out)

@@ -36,13 +36,21 @@ const (
 )
 
 // OnAbandoned says what a retry does when it finds a running record whose
-// lease ended (its proxy died mid-call).
+// lease ended: its proxy died mid-call, or the upstream's answer was lost
+// (504 upstream-timeout, 502 upstream-failed), so the call may or may not
+// have taken effect.
 type OnAbandoned string
 
 // Abandoned-claim behaviours.
 const (
+	// AbandonedTakeover forwards the retry again under a new claim: only
+	// for upstreams that refuse a second run by themselves (a unique key
+	// on their side) or operations that are naturally idempotent.
 	AbandonedTakeover OnAbandoned = "takeover"
-	AbandonedReject   OnAbandoned = "reject"
+	// AbandonedReject (the default) answers 409 outcome-unknown, naming
+	// when the first attempt started, until an operator purges the key:
+	// an abandoned operation is never run again speculatively.
+	AbandonedReject OnAbandoned = "reject"
 )
 
 // BodyMode says how the request body enters the fingerprint.

@@ -80,16 +80,18 @@ type claimState struct {
 	// v1Due: a fresh claim must look for a layout 1 record first
 	// (Options.V1Lookup, and not done yet for this request).
 	v1Due bool
-	now   time.Time
+	// started is when the attempt of an Abandoned record began (its
+	// CreatedAt, read by abandonedStart); zero when unknown.
+	started time.Time
+	now     time.Time
 }
 
 // The details of the problems the claim decisions answer with.
 const (
 	detailKeyReused = "this idempotency key was already used for a request with a different method, path, query, headers or body"
 	detailRecipe    = "this idempotency key was recorded by a version of idemgate whose fingerprint this one cannot compute, so it can be neither replayed nor run again"
-	detailRejected  = "the request that claimed this key stopped before it finished and the route does not retry it (on_abandoned: reject); an operator must purge the key"
 	detailDraining  = "this instance is shutting down and starts no new upstream calls; retry with the same key"
-	detailInFlight  = "a request with this idempotency key is still being processed; retry after the indicated time"
+	detailInFlight  = "a request with this idempotency key is still being processed; retry after the indicated time with the same key"
 	detailGone      = "the request with this idempotency key was processed, and the resource it created was deleted since; it is not replayed and will not be forwarded again while the key is retained"
 )
 
@@ -146,13 +148,12 @@ func decideClaim(s claimState) action {
 			// holder may be alive and about to record its response.
 			return conflict(keepClaim, retryAfter(route.Lease))
 		}
-		return answer(problem.OutcomeUnknown.With(detailRejected))
+		return answer(outcomeUnknown(s.started, s.now))
 	case store.Running:
-		retry := retryAfter(res.LeaseEnd.Sub(s.now))
 		if route.Concurrent == policy.ConcurrentConflict {
-			return conflict(keepClaim, retry)
+			return conflict(keepClaim, inProgressRetry)
 		}
-		return action{step: stepWait, retry: retry}
+		return action{step: stepWait, retry: inProgressRetry}
 	}
 	return action{step: stepStoreFailed, op: "claim", err: fmt.Errorf("%w: unexpected claim state %v", store.ErrUnavailable, res.State)}
 }
@@ -202,14 +203,13 @@ func decideV1(s v1State) action {
 		}
 		return a
 	case store.Running:
-		retry := retryAfter(rec.LeaseEnd.Sub(s.now))
 		if s.route.Concurrent == policy.ConcurrentConflict {
-			return conflict(releaseNow, retry)
+			return conflict(releaseNow, inProgressRetry)
 		}
-		return action{step: stepWait, release: releaseNow, retry: retry}
+		return action{step: stepWait, release: releaseNow, retry: inProgressRetry}
 	case store.Abandoned:
 		if s.route.OnAbandoned == policy.AbandonedReject {
-			a := answer(problem.OutcomeUnknown.With(detailRejected))
+			a := answer(outcomeUnknown(rec.CreatedAt, s.now))
 			a.release = releaseNow
 			return a
 		}
@@ -267,6 +267,86 @@ func conflict(rel release, retry int) action {
 // also after a wait that timed out.
 func inProgress(retry int) problem.Details {
 	return withRetry(problem.InProgress.With(detailInFlight), retry)
+}
+
+// inProgressRetry is the Retry-After, in seconds, of every 409
+// request-in-progress: a short fixed hint. The instance cannot know when a
+// running call ends: the holder's lease end is no estimate (a live holder
+// extends it every lease/3, so it always lies most of a lease ahead, and a
+// call that finishes half a second later was answered "retry in 8 s"), and
+// a retry on a concurrent: wait route waits for the call again anyway
+// (README, "How a request is handled", Running).
+const inProgressRetry = 1
+
+// outcomeUnknown is the answer to a retry of an abandoned call on an
+// on_abandoned: reject route: the call that started at started (zero when
+// unknown) stopped before its outcome was recorded, so it can be neither
+// replayed nor safely run again. The detail gives the start as RFC 3339
+// (UTC, millisecond precision, as the admin API shows it) and its age, so
+// the client's owner and an operator can find it in the backend's logs.
+func outcomeUnknown(started, now time.Time) problem.Details {
+	when := "at an unknown time"
+	if !started.IsZero() {
+		age := max(now.Sub(started), 0).Round(time.Second)
+		when = fmt.Sprintf("at %s (%s ago)", started.UTC().Format("2006-01-02T15:04:05.000Z07:00"), age)
+	}
+	return problem.OutcomeUnknown.With("the first request with this idempotency key started " + when +
+		" and stopped before its outcome was recorded (its proxy stopped, or the upstream's answer was lost); " +
+		"its outcome cannot be known, so it is neither replayed nor run again (on_abandoned: reject). " +
+		"An operator can check the backend and purge the key (idemgate admin purge) to let a retry run it")
+}
+
+// Waiting for a holder whose lease is about to end (decideWaitEnd).
+const (
+	// leaseEndMargin: a wait whose limit comes at most this long before the
+	// holder's lease end goes on to that lease end. A holder that is alive
+	// extends its lease every lease/3, so at any moment its lease end lies
+	// at least two thirds of a lease ahead; one whose lease ends within
+	// the margin has, for any lease above 1.5 s, stopped extending it.
+	leaseEndMargin = time.Second
+	// leaseEndSlack is how long past the holder's lease end the waiter
+	// keeps waiting for the wait to see the record abandoned: the wake-up
+	// at the lease end (pollUntilNotRunning), one store read, and a store
+	// clock a little behind this instance's.
+	leaseEndSlack = 500 * time.Millisecond
+)
+
+// waitEndState is what decideWaitEnd reads: a wait of this request reached
+// its end, and the holder's record is still running.
+type waitEndState struct {
+	// limit is the request's wait limit: its first wait plus wait_timeout.
+	limit time.Time
+	// leaseEnd is the holder's lease end as the store has it now.
+	leaseEnd time.Time
+	now      time.Time
+}
+
+// decideWaitEnd says until when a wait that reached its end goes on: zero
+// to stop now (409 request-in-progress), else a later end. The rule:
+// a waiter whose wait limit falls no more than leaseEndMargin before the
+// holder's lease end waits for that lease end (plus leaseEndSlack), so
+// that it gets the lease-end decision (outcome-unknown, or a takeover
+// where the route says so) instead of a 409 that sends its client back
+// one more time. That is the case of the defaults (wait_timeout equal to
+// the lease): a client that retries at once on another instance after
+// the first one died waits exactly as long as the dead holder's lease
+// still runs. The total wait stays below the limit plus leaseEndMargin
+// plus leaseEndSlack. It is pure: it reads s only.
+func decideWaitEnd(s waitEndState) time.Time {
+	last := s.limit.Add(leaseEndMargin + leaseEndSlack)
+	if s.leaseEnd.IsZero() || s.leaseEnd.After(s.limit.Add(leaseEndMargin)) || !s.now.Before(last) {
+		return time.Time{}
+	}
+	end := s.leaseEnd.Add(leaseEndSlack)
+	if !end.After(s.now) {
+		// The lease has ended by this clock but the store still had the
+		// record running: its clock is behind; look once more soon.
+		end = s.now.Add(leaseEndSlack)
+	}
+	if end.After(last) {
+		return last
+	}
+	return end
 }
 
 // retryAfter rounds d up to whole seconds, at least 1 (RFC 9110 section 10.2.3).

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,14 +55,28 @@ func TestDecideClaim(t *testing.T) {
 			step: stepStoreFailed},
 		{name: "other fingerprint", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "other", Recipe: "rc", Response: resp}},
 			step: stepAnswer, kind: &problem.KeyReused},
+		// Retry-After is the fixed short hint, not the 2.5 s left of the
+		// holder's lease, which a live holder keeps pushing ahead.
 		{name: "running waits", s: claimState{res: running},
-			step: stepWait, retry: 3},
+			step: stepWait, retry: 1},
 		{name: "running conflicts on a conflict route", s: claimState{res: running, route: conflictRoute},
-			step: stepAnswer, kind: &problem.InProgress, retry: 3},
+			step: stepAnswer, kind: &problem.InProgress, retry: 1},
 		{name: "running past its lease end still says 1 s", s: claimState{res: store.ClaimResult{State: store.Running, Fingerprint: "fp", Recipe: "rc", LeaseEnd: now.Add(-time.Second)}, route: conflictRoute},
 			step: stepAnswer, kind: &problem.InProgress, retry: 1},
-		{name: "abandoned under on_abandoned: reject", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}},
-			step: stepAnswer, kind: &problem.OutcomeUnknown},
+		{name: "abandoned under on_abandoned: reject", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}, started: now.Add(-83 * time.Second)},
+			step: stepAnswer, kind: &problem.OutcomeUnknown, check: func(t *testing.T, a action) {
+				for _, want := range []string{"started at 2023-11-14T22:11:57.000Z (1m23s ago)", "cannot be known", "purge"} {
+					if !strings.Contains(a.problem.Detail, want) {
+						t.Errorf("detail %q lacks %q", a.problem.Detail, want)
+					}
+				}
+			}},
+		{name: "abandoned, start unknown", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}},
+			step: stepAnswer, kind: &problem.OutcomeUnknown, check: func(t *testing.T, a action) {
+				if !strings.Contains(a.problem.Detail, "started at an unknown time") {
+					t.Errorf("detail %q", a.problem.Detail)
+				}
+			}},
 		{name: "abandoned while takeovers are held back", s: claimState{res: store.ClaimResult{State: store.Abandoned, Fingerprint: "fp", Recipe: "rc"}, held: true},
 			step: stepAnswer, kind: &problem.InProgress, retry: 10},
 		{name: "other recipe: fingerprint again", s: claimState{res: store.ClaimResult{State: store.Completed, Fingerprint: "fp2", Recipe: otherRecipe, Response: resp}},
@@ -130,8 +145,8 @@ func TestDecideV1(t *testing.T) {
 		{name: "completed without response", s: v1State{rec: &store.Record{State: store.Completed, Fingerprint: "fp"}}, step: stepStoreFailed, release: releaseNow},
 		{name: "completed not retained: adopted", s: v1State{rec: &store.Record{State: store.Completed, Fingerprint: "fp", Response: &store.Response{Omitted: true}}},
 			step: stepAnswer, release: adoptRecord, kind: &problem.NotRetained},
-		{name: "running: wait on it", s: v1State{rec: rec(store.Running, "fp")}, step: stepWait, release: releaseNow, retry: 2},
-		{name: "running, conflict route", s: v1State{rec: rec(store.Running, "fp"), route: conflictRoute}, step: stepAnswer, release: releaseNow, kind: &problem.InProgress, retry: 2},
+		{name: "running: wait on it", s: v1State{rec: rec(store.Running, "fp")}, step: stepWait, release: releaseNow, retry: 1},
+		{name: "running, conflict route", s: v1State{rec: rec(store.Running, "fp"), route: conflictRoute}, step: stepAnswer, release: releaseNow, kind: &problem.InProgress, retry: 1},
 		{name: "abandoned, reject", s: v1State{rec: rec(store.Abandoned, "fp"), route: reject}, step: stepAnswer, release: releaseNow, kind: &problem.OutcomeUnknown},
 		{name: "abandoned, held back", s: v1State{rec: rec(store.Abandoned, "fp"), held: true}, step: stepAnswer, release: releaseNow, kind: &problem.InProgress, retry: 10},
 		{name: "abandoned: taken over", s: v1State{rec: rec(store.Abandoned, "fp")}, step: stepForward, takeover: true},
@@ -172,6 +187,57 @@ func checkAnswer(t *testing.T, a action, kind *problem.Kind, retry int) {
 	case stepWait:
 		if a.retry != retry {
 			t.Errorf("wait's Retry-After %d, want %d", a.retry, retry)
+		}
+	}
+}
+
+// TestDecideWaitEnd covers the rule for a wait that reached its end while
+// the holder's record still runs: it goes on to the holder's lease end
+// when that comes no more than leaseEndMargin after the wait limit (the
+// defaults, wait_timeout equal to the lease, after the holder died), and
+// stops otherwise (a live holder, whose lease lies most of a lease ahead).
+func TestDecideWaitEnd(t *testing.T) {
+	limit := time.Unix(1_700_000_000, 0)
+	cases := []struct {
+		name     string
+		leaseEnd time.Time
+		now      time.Time
+		want     time.Time // zero: stop
+	}{
+		{"lease ends just after the limit: wait for it", limit.Add(300 * time.Millisecond), limit, limit.Add(800 * time.Millisecond)},
+		{"lease ends exactly at the limit plus the margin", limit.Add(leaseEndMargin), limit, limit.Add(leaseEndMargin + leaseEndSlack)},
+		{"lease ended just before the limit, the wait has not seen it yet", limit.Add(-100 * time.Millisecond), limit, limit.Add(400 * time.Millisecond)},
+		{"store clock behind: a little more, bounded", limit.Add(200 * time.Millisecond), limit.Add(time.Second), limit.Add(leaseEndMargin + leaseEndSlack)},
+		{"past the bound: stop", limit.Add(200 * time.Millisecond), limit.Add(leaseEndMargin + leaseEndSlack), time.Time{}},
+		{"a live holder's lease lies ahead: stop", limit.Add(7 * time.Second), limit, time.Time{}},
+		{"just beyond the margin: stop", limit.Add(leaseEndMargin + time.Millisecond), limit, time.Time{}},
+		{"no lease end known: stop", time.Time{}, limit, time.Time{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := decideWaitEnd(waitEndState{limit: limit, leaseEnd: c.leaseEnd, now: c.now})
+			if !got.Equal(c.want) {
+				t.Fatalf("wait until %v, want %v", got.Sub(limit), c.want.Sub(limit))
+			}
+		})
+	}
+}
+
+// TestPollDelay: the shared wait reads the record again just past the
+// holder's lease end, never later than store.SafetyPoll, never sooner
+// than minPoll.
+func TestPollDelay(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		leaseEnd time.Time
+		want     time.Duration
+	}{
+		{now.Add(10 * time.Second), store.SafetyPoll},
+		{now.Add(300 * time.Millisecond), 300*time.Millisecond + pollPastLease},
+		{now.Add(-time.Second), minPoll},
+	} {
+		if got := pollDelay(c.leaseEnd, now); got != c.want {
+			t.Errorf("lease end in %v: poll in %v, want %v", c.leaseEnd.Sub(now), got, c.want)
 		}
 	}
 }

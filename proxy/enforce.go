@@ -66,7 +66,9 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 		}, ""
 	}
 	token := p.newToken()
-	held := route.OnAbandoned != policy.AbandonedReject && p.holdTakeover(route)
+	// Held back on reject routes too: a holder that may still record its
+	// response must not be answered the terminal outcome-unknown either.
+	held := p.holdTakeover(route)
 	ctx, cancel := p.storeCtx(r.Context())
 	res, err := p.store.Claim(ctx, store.ClaimParams{
 		Identity:    ex.id,
@@ -81,10 +83,29 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 	if err == nil {
 		p.noteStoreOK()
 	}
-	return claimState{
+	s := claimState{
 		res: res, err: err, route: route, fp: ex.fp, recipe: ex.recipe,
-		held: held, draining: p.draining.Load(), v1Due: p.v1Lookup, now: time.Now(),
-	}, token
+		held: held, draining: p.draining.Load(), v1Due: p.v1Lookup,
+	}
+	if err == nil && res.State == store.Abandoned && route.OnAbandoned == policy.AbandonedReject && !held {
+		s.started = p.abandonedStart(r, ex.id)
+	}
+	s.now = time.Now()
+	return s, token
+}
+
+// abandonedStart returns when the abandoned call on id started (the
+// record's CreatedAt), for the outcome-unknown detail; zero when the
+// record cannot be read. One read, on a path that answers a terminal
+// problem anyway: the claim's answer does not carry the start.
+func (p *Proxy) abandonedStart(r *http.Request, id store.Identity) time.Time {
+	ctx, cancel := p.storeCtx(r.Context())
+	defer cancel()
+	rec, err := p.store.Get(ctx, id)
+	if err != nil || rec == nil {
+		return time.Time{}
+	}
+	return rec.CreatedAt
 }
 
 // cachedReplay returns ex's record from the store's replay cache when

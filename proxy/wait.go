@@ -55,14 +55,35 @@ func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, ex *exchange, id st
 }
 
 // waitWhileRunning returns once the identity's record is no longer running
-// (completed, released, purged or expired), waking on the store's
-// notification and at most every store.SafetyPoll. Waiters for one identity
-// in this process share one wait, and the record it ended on (nil when the
-// record is gone; never running). It returns context.DeadlineExceeded at
-// until, the store's error, or ctx's error.
-func (p *Proxy) waitWhileRunning(ctx context.Context, id store.Identity, until time.Time) (*store.Record, error) {
+// (completed, released, purged, expired, or abandoned: past its lease end),
+// waking on the store's notification, at the holder's lease end, and at
+// most every store.SafetyPoll. Waiters for one identity in this process
+// share one wait, and the record it ended on (nil when the record is gone;
+// never running). At limit the holder's lease end decides whether it goes
+// on (decideWaitEnd); it returns context.DeadlineExceeded when it does not,
+// the store's error, or ctx's error.
+func (p *Proxy) waitWhileRunning(ctx context.Context, id store.Identity, limit time.Time) (*store.Record, error) {
 	p.m.Waiters(1)
 	defer p.m.Waiters(-1)
+	until := limit
+	for {
+		rec, err := p.waitShared(ctx, id, until)
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return rec, err
+		}
+		if rec, err = p.recordAtWaitEnd(id); err != nil || rec == nil || rec.State != store.Running {
+			return rec, err
+		}
+		until = decideWaitEnd(waitEndState{limit: limit, leaseEnd: rec.LeaseEnd, now: time.Now()})
+		if until.IsZero() {
+			return nil, context.DeadlineExceeded
+		}
+	}
+}
+
+// waitShared joins (or starts) the shared wait of id and returns what it
+// ended on, or context.DeadlineExceeded at until, or ctx's error.
+func (p *Proxy) waitShared(ctx context.Context, id store.Identity, until time.Time) (*store.Record, error) {
 	for {
 		ch := p.waits.DoChan(waitKey(id), func() (any, error) {
 			// Detached: one waiter leaving must not end the wait of the others.
@@ -89,6 +110,42 @@ func (p *Proxy) waitWhileRunning(ctx context.Context, id store.Identity, until t
 	}
 }
 
+// recordAtWaitEnd reads id's record for a wait that reached its end.
+// Waiters of one identity whose waits end together share the read.
+func (p *Proxy) recordAtWaitEnd(id store.Identity) (*store.Record, error) {
+	v, err, _ := p.waits.Do("end\x00"+waitKey(id), func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+		defer cancel()
+		return p.store.Get(ctx, id)
+	})
+	rec, _ := v.(*store.Record)
+	return rec, err
+}
+
+// Bounds of pollDelay.
+const (
+	// pollPastLease is how long after the holder's lease end the shared
+	// wait reads the record again, for a store whose clock is a little
+	// behind this instance's.
+	pollPastLease = 20 * time.Millisecond
+	// minPoll bounds how often a wait reads a record that the store still
+	// has running past its lease end by this instance's clock.
+	minPoll = 100 * time.Millisecond
+)
+
+// pollDelay is how long the shared wait relies on the store's notification
+// before it reads the record again: at most store.SafetyPoll, and no later
+// than just past the holder's lease end, which no write announces (the
+// holder died, or stopped extending): a waiter learns of it then rather than
+// up to a SafetyPoll later, when its own wait may have ended (a client that
+// retried at once on another instance after the first one died, with
+// wait_timeout equal to the lease, got 409 request-in-progress instead of
+// the lease-end decision).
+func pollDelay(leaseEnd, now time.Time) time.Duration {
+	d := leaseEnd.Sub(now) + pollPastLease
+	return max(min(d, store.SafetyPoll), minPoll)
+}
+
 // pollUntilNotRunning returns the record of id once it is not running (nil
 // when absent), ctx's error, or the store's.
 func (p *Proxy) pollUntilNotRunning(ctx context.Context, id store.Identity) (*store.Record, error) {
@@ -108,7 +165,7 @@ func (p *Proxy) pollUntilNotRunning(ctx context.Context, id store.Identity) (*st
 			stop()
 			return rec, nil
 		}
-		t := time.NewTimer(store.SafetyPoll)
+		t := time.NewTimer(pollDelay(rec.LeaseEnd, time.Now()))
 		select {
 		case <-changed:
 		case <-t.C:
