@@ -44,6 +44,26 @@ const OutcomeInvalidCredentials = "invalid_credentials"
 // outcome unknown; its claim was released and the client retries elsewhere.
 const OutcomeShuttingDown = "shutting_down"
 
+// Reasons of idemgate_tls_handshake_errors_total: what made a TLS
+// handshake on the proxy listener fail, whichever side noticed (a client
+// that rejects idemgate's certificate sends an alert that names the same
+// reasons). The set is closed so that every series exists from the start.
+const (
+	TLSBadCertificate  = "bad_certificate"  // a certificate that does not parse or verify for another reason (usage, name), or the peer's bad_certificate alert
+	TLSUnknownCA       = "unknown_ca"       // signed by a CA the verifier does not trust (server.tls.client_ca_file, or the client's roots)
+	TLSExpired         = "expired"          // outside its validity period
+	TLSNoCertificate   = "no_certificate"   // client_auth require and the client sent none
+	TLSProtocolVersion = "protocol_version" // no TLS version in common (server.tls.min_version), SSLv2 or a version fallback
+	TLSNotTLS          = "not_tls"          // the client spoke something else: plain HTTP on the TLS port, a scanner
+	TLSClosed          = "closed"           // the client closed or reset the connection during the handshake (TCP health checks)
+	TLSTimeout         = "timeout"          // the handshake did not finish within the server's read timeout
+	TLSOther           = "other"            // anything else (no cipher suite in common, an internal error)
+)
+
+// TLSHandshakeReasons lists every reason, in the order README gives them.
+var TLSHandshakeReasons = []string{TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate,
+	TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout, TLSOther}
+
 // Metrics holds every idemgate collector. A nil *Metrics is valid and
 // records nothing, so tests and library users need not build one.
 type Metrics struct {
@@ -64,6 +84,7 @@ type Metrics struct {
 	notAcknowledged   *prometheus.CounterVec
 	storeUp           prometheus.Gauge
 	replayCache       *prometheus.CounterVec
+	tlsHandshake      *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with idemgate_build_info
@@ -128,9 +149,16 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_replay_cache_total",
 			Help: "Lookups of the replay cache (store.valkey.cache_bytes) for records this instance has seen completed, by result: hit (answered with no round trip) or miss (read from the store).",
 		}, []string{"result"}),
+		tlsHandshake: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_tls_handshake_errors_total",
+			Help: "TLS handshakes on the proxy listener that failed, by reason (bad_certificate, unknown_ca, expired, no_certificate, protocol_version, not_tls, closed, timeout, other).",
+		}, []string{"reason"}),
 	}
-	// Both series exist from the start, so a rate over them is defined
-	// before the first lookup.
+	// Every series of a closed label set exists from the start, so a rate
+	// or an increase over it counts the first event too.
+	for _, r := range TLSHandshakeReasons {
+		m.tlsHandshake.WithLabelValues(r)
+	}
 	m.replayCache.WithLabelValues(store.CacheHit.String())
 	m.replayCache.WithLabelValues(store.CacheMiss.String())
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -139,7 +167,7 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, info} {
+		m.waiters, m.takeovers, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, m.tlsHandshake, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -315,6 +343,20 @@ func (m *Metrics) StoreAck(operation string, took time.Duration, acknowledged bo
 	if !acknowledged {
 		m.notAcknowledged.WithLabelValues(operation).Inc()
 	}
+}
+
+// TLSHandshakeError counts one failed TLS handshake on the proxy listener;
+// reason is one of TLSHandshakeReasons (anything else counts as TLSOther).
+func (m *Metrics) TLSHandshakeError(reason string) {
+	if m == nil {
+		return
+	}
+	switch reason {
+	case TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate, TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout:
+	default:
+		reason = TLSOther
+	}
+	m.tlsHandshake.WithLabelValues(reason).Inc()
 }
 
 // StoreUp sets idemgate_store_up: 1 when up, else 0.

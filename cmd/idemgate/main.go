@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/exampleapi"
+	"github.com/idemgate/idemgate/internal/serverlog"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -495,7 +496,9 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		WriteTimeout:      cfg.Server.WriteTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Failed TLS handshakes are counted and logged at debug,
+		// rate-limited; every other server error is a warning.
+		ErrorLog: serverlog.New(serverlog.Options{Logger: log, Count: m.TLSHandshakeError}),
 	}
 	var draining atomic.Bool
 	adminSrv := &http.Server{
