@@ -159,6 +159,9 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, r := range TLSHandshakeReasons {
 		m.tlsHandshake.WithLabelValues(r)
 	}
+	for _, op := range AckedOperations {
+		m.notAcknowledged.WithLabelValues(op)
+	}
 	m.replayCache.WithLabelValues(store.CacheHit.String())
 	m.replayCache.WithLabelValues(store.CacheMiss.String())
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -173,6 +176,29 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// AckedOperations are the store writes that wait for replica
+// acknowledgements (store.valkey.acks), the operation label of
+// idemgate_store_ack_duration_seconds and
+// idemgate_store_writes_not_acknowledged_total.
+var AckedOperations = []string{"claim", "extend", "complete"}
+
+// InitRoutes creates the per-route event counters
+// (idemgate_lease_takeovers_total, idemgate_heartbeat_failures_total) at 0
+// for each of routes, so that an increase over them counts a route's first
+// takeover too. Call it with the routes of every policy put in service;
+// series of routes a reload removed stay. idemgate_requests_total is left
+// to appear with each route's traffic: its outcomes times every route
+// would be many series that stay 0.
+func (m *Metrics) InitRoutes(routes ...string) {
+	if m == nil {
+		return
+	}
+	for _, r := range routes {
+		m.takeovers.WithLabelValues(r)
+		m.heartbeatFailures.WithLabelValues(r)
+	}
 }
 
 // Request counts one finished request of route with outcome (an Outcome* constant).

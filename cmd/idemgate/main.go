@@ -449,6 +449,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			if err := keys.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
+			m.InitRoutes(routeNames(c.Policy)...)
 			return c.Policy, nil
 		},
 		Initial:     cfg.Policy,
@@ -460,6 +461,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	if err != nil {
 		return err
 	}
+
+	m.InitRoutes(routeNames(cfg.Policy)...)
 
 	upstreamTransport, err := newUpstreamTransport(cfg)
 	if err != nil {
@@ -659,6 +662,16 @@ func newKeyRing(log *slog.Logger) (*policy.KeyRing, error) {
 		Now:    time.Now,
 		Logger: log,
 	})
+}
+
+// routeNames are the names of pol's routes, the defaults route included.
+func routeNames(pol *policy.Policy) []string {
+	routes := pol.Routes()
+	names := make([]string, len(routes))
+	for i, r := range routes {
+		names[i] = r.Name
+	}
+	return names
 }
 
 func ignoreClosed(err error) error {
