@@ -55,9 +55,13 @@ func forwardingHeaders(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 		out.Header.Set("X-Forwarded-Proto", firstNonEmpty(in.Header.Get("X-Forwarded-Proto"), proto))
 		out.Header[realIPHeader] = []string{realIP(in.Header.Values("X-Forwarded-For"), peer, in.RemoteAddr, trusted)}
 	} else {
-		ps := peerString(peer, in.RemoteAddr)
-		out.Header.Set("X-Forwarded-For", ps)
-		out.Header[realIPHeader] = []string{ps}
+		// One value slice for both fields: each holds exactly the peer,
+		// and sharing it saves the request an allocation. Safe as nothing
+		// writes into a field's values in place (Add appends past the
+		// capacity of 1, so into a new array; Set replaces the slice).
+		v := []string{peerString(peer, in.RemoteAddr)}
+		out.Header["X-Forwarded-For"] = v
+		out.Header[realIPHeader] = v
 		out.Header.Set("X-Forwarded-Host", in.Host)
 		out.Header.Set("X-Forwarded-Proto", proto)
 	}
