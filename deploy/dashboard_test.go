@@ -31,6 +31,8 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_store_ack_duration_seconds":          {histogram: true, labels: []string{"operation"}},
 	"idemgate_store_writes_not_acknowledged_total": {labels: []string{"operation"}},
 	"idemgate_replay_cache_total":                  {labels: []string{"result"}},
+	"idemgate_request_duration_seconds":            {histogram: true, labels: []string{"route", "method", "code_class"}},
+	"idemgate_tls_handshake_errors_total":          {labels: []string{"reason"}},
 }
 
 // labelValues are the closed value sets of labels, per metric family and
@@ -43,6 +45,10 @@ var labelValues = map[string][]string{
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
 	"idemgate_config_reloads_total/result":                {"success", "failure", "restart_required"},
 	"idemgate_replay_cache_total/result":                  {"hit", "miss"},
+	"idemgate_request_duration_seconds/method":            {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "OTHER"},
+	"idemgate_request_duration_seconds/code_class":        {"1xx", "2xx", "3xx", "4xx", "5xx"},
+	"idemgate_tls_handshake_errors_total/reason": {"bad_certificate", "unknown_ca", "expired", "no_certificate",
+		"protocol_version", "not_tls", "closed", "timeout", "other"},
 }
 
 // targetLabels are added by Prometheus to every scraped series (namespace

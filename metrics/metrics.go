@@ -4,7 +4,10 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,10 +44,35 @@ const OutcomeInvalidCredentials = "invalid_credentials"
 // outcome unknown; its claim was released and the client retries elsewhere.
 const OutcomeShuttingDown = "shutting_down"
 
+// Reasons of idemgate_tls_handshake_errors_total: what made a TLS
+// handshake on the proxy listener fail, whichever side noticed (a client
+// that rejects idemgate's certificate sends an alert that names the same
+// reasons). The set is closed so that every series exists from the start.
+const (
+	TLSBadCertificate  = "bad_certificate"  // a certificate that does not parse or verify for another reason (usage, name), or the peer's bad_certificate alert
+	TLSUnknownCA       = "unknown_ca"       // signed by a CA the verifier does not trust (server.tls.client_ca_file, or the client's roots)
+	TLSExpired         = "expired"          // outside its validity period
+	TLSNoCertificate   = "no_certificate"   // client_auth require and the client sent none
+	TLSProtocolVersion = "protocol_version" // no TLS version in common (server.tls.min_version), SSLv2 or a version fallback
+	TLSNotTLS          = "not_tls"          // the client spoke something else: plain HTTP on the TLS port, a scanner
+	TLSClosed          = "closed"           // the client closed or reset the connection during the handshake (TCP health checks)
+	TLSTimeout         = "timeout"          // the handshake did not finish within the server's read timeout
+	TLSOther           = "other"            // anything else (no cipher suite in common, an internal error)
+)
+
+// TLSHandshakeReasons lists every reason, in the order README gives them.
+var TLSHandshakeReasons = []string{TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate,
+	TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout, TLSOther}
+
 // Metrics holds every idemgate collector. A nil *Metrics is valid and
 // records nothing, so tests and library users need not build one.
 type Metrics struct {
-	requests          *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	// durations holds requestDuration's children per route, resolved once
+	// (RequestDuration): copy on write, read with no lock.
+	durations         atomic.Pointer[map[string]*routeDurations]
+	durationsMu       sync.Mutex
 	upstream          *prometheus.HistogramVec
 	storeOps          *prometheus.HistogramVec
 	claimsInFlight    prometheus.Gauge
@@ -57,6 +85,7 @@ type Metrics struct {
 	notAcknowledged   *prometheus.CounterVec
 	storeUp           prometheus.Gauge
 	replayCache       *prometheus.CounterVec
+	tlsHandshake      *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with idemgate_build_info
@@ -68,10 +97,15 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_requests_total",
 			Help: "Requests handled, by route and outcome.",
 		}, []string{"route", "outcome"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemgate_request_duration_seconds",
+			Help:    "Duration of every request in seconds, from its header read to its last byte written, by route, method (" + methodLabels + ") and status class of the answer (1xx to 5xx).",
+			Buckets: durationBuckets,
+		}, []string{"route", "method", "code_class"}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemgate_upstream_duration_seconds",
 			Help:    "Duration of enforced upstream exchanges in seconds, until the response body was read.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+			Buckets: durationBuckets,
 		}, []string{"route"}),
 		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemgate_store_operation_duration_seconds",
@@ -120,9 +154,19 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_replay_cache_total",
 			Help: "Lookups of the replay cache (store.valkey.cache_bytes) for records this instance has seen completed, by result: hit (answered with no round trip) or miss (read from the store).",
 		}, []string{"result"}),
+		tlsHandshake: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemgate_tls_handshake_errors_total",
+			Help: "TLS handshakes on the proxy listener that failed, by reason (bad_certificate, unknown_ca, expired, no_certificate, protocol_version, not_tls, closed, timeout, other).",
+		}, []string{"reason"}),
 	}
-	// Both series exist from the start, so a rate over them is defined
-	// before the first lookup.
+	// Every series of a closed label set exists from the start, so a rate
+	// or an increase over it counts the first event too.
+	for _, r := range TLSHandshakeReasons {
+		m.tlsHandshake.WithLabelValues(r)
+	}
+	for _, op := range AckedOperations {
+		m.notAcknowledged.WithLabelValues(op)
+	}
 	m.replayCache.WithLabelValues(store.CacheHit.String())
 	m.replayCache.WithLabelValues(store.CacheMiss.String())
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -130,13 +174,38 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 		Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.damaged, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, info} {
+	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.upstream, m.storeOps, m.claimsInFlight,
+		m.waiters, m.takeovers, m.damaged, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, m.tlsHandshake, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// AckedOperations are the store writes that wait for replica
+// acknowledgements (store.valkey.acks), the operation label of
+// idemgate_store_ack_duration_seconds and
+// idemgate_store_writes_not_acknowledged_total.
+var AckedOperations = []string{"claim", "extend", "complete"}
+
+// InitRoutes creates the per-route event counters
+// (idemgate_lease_takeovers_total, idemgate_heartbeat_failures_total,
+// idemgate_stored_responses_damaged_total) at 0
+// for each of routes, so that an increase over them counts a route's first
+// takeover too. Call it with the routes of every policy put in service;
+// series of routes a reload removed stay. idemgate_requests_total is left
+// to appear with each route's traffic: its outcomes times every route
+// would be many series that stay 0.
+func (m *Metrics) InitRoutes(routes ...string) {
+	if m == nil {
+		return
+	}
+	for _, r := range routes {
+		m.takeovers.WithLabelValues(r)
+		m.heartbeatFailures.WithLabelValues(r)
+		m.damaged.WithLabelValues(r)
+	}
 }
 
 // Request counts one finished request of route with outcome (an Outcome* constant).
@@ -145,6 +214,106 @@ func (m *Metrics) Request(route, outcome string) {
 		return
 	}
 	m.requests.WithLabelValues(route, outcome).Inc()
+}
+
+// durationBuckets are the upper bounds, in seconds, of the request and
+// upstream duration histograms: from a replay answered from memory (about a
+// millisecond) to the longest upstream.timeout worth waiting for.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// methods are the method label values of idemgate_request_duration_seconds
+// other than methodOther: the methods of RFC 9110 section 9 and PATCH (RFC
+// 5789). Any other method (WebDAV's, a client's invention) is methodOther,
+// so a client cannot mint series.
+var methods = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace}
+
+// methodOther is the method label of every method not in methods.
+const methodOther = "OTHER"
+
+// methodLabels lists the method label values, for the help text.
+const methodLabels = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, CONNECT, TRACE or OTHER"
+
+// codeClasses are the code_class label values, by status/100 - 1.
+var codeClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// routeDurations are one route's idemgate_request_duration_seconds
+// children, one per method and status class, each resolved at its first
+// request: a request then costs the histogram's own atomic adds and no
+// label hashing or allocation.
+type routeDurations struct {
+	cells [len(methods) + 1][len(codeClasses)]atomic.Pointer[prometheus.Observer]
+}
+
+func methodIndex(method string) int {
+	for i, m := range methods {
+		if m == method {
+			return i
+		}
+	}
+	return len(methods)
+}
+
+// classIndex maps status to its class; anything outside 100 to 599 (a
+// handler that wrote nothing gets net/http's implicit 200) is 2xx.
+func classIndex(status int) int {
+	if status < 100 || status > 599 {
+		return 1
+	}
+	return status/100 - 1
+}
+
+// RequestDuration observes one finished request of route, whatever its
+// outcome, with the request's method, the status the client was sent and
+// how long it took (idemgate_request_duration_seconds), as the request
+// duration histograms of nginx's and Traefik's exporters do.
+func (m *Metrics) RequestDuration(route, method string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	rd := m.routeDurations(route)
+	mi, ci := methodIndex(method), classIndex(status)
+	cell := &rd.cells[mi][ci]
+	o := cell.Load()
+	if o == nil {
+		label := methodOther
+		if mi < len(methods) {
+			label = methods[mi]
+		}
+		h := m.requestDuration.WithLabelValues(route, label, codeClasses[ci])
+		cell.CompareAndSwap(nil, &h)
+		o = cell.Load()
+	}
+	(*o).Observe(d.Seconds())
+}
+
+// routeDurations returns route's children, adding an entry for a route
+// seen for the first time (a reload may add routes; entries of removed
+// routes stay, as their series do).
+func (m *Metrics) routeDurations(route string) *routeDurations {
+	if all := m.durations.Load(); all != nil {
+		if rd, ok := (*all)[route]; ok {
+			return rd
+		}
+	}
+	m.durationsMu.Lock()
+	defer m.durationsMu.Unlock()
+	old := m.durations.Load()
+	if old != nil {
+		if rd, ok := (*old)[route]; ok {
+			return rd
+		}
+	}
+	next := make(map[string]*routeDurations, 1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	rd := &routeDurations{}
+	next[route] = rd
+	m.durations.Store(&next)
+	return rd
 }
 
 // Upstream observes one enforced upstream exchange of route that took d.
@@ -217,6 +386,20 @@ func (m *Metrics) StoreAck(operation string, took time.Duration, acknowledged bo
 	if !acknowledged {
 		m.notAcknowledged.WithLabelValues(operation).Inc()
 	}
+}
+
+// TLSHandshakeError counts one failed TLS handshake on the proxy listener;
+// reason is one of TLSHandshakeReasons (anything else counts as TLSOther).
+func (m *Metrics) TLSHandshakeError(reason string) {
+	if m == nil {
+		return
+	}
+	switch reason {
+	case TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate, TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout:
+	default:
+		reason = TLSOther
+	}
+	m.tlsHandshake.WithLabelValues(reason).Inc()
 }
 
 // StoreUp sets idemgate_store_up: 1 when up, else 0.

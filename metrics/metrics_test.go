@@ -147,7 +147,9 @@ idemgate_store_up 1
 # TYPE idemgate_store_writes_not_acknowledged_total counter
 idemgate_store_writes_not_acknowledged_total{operation="claim"} 1
 idemgate_store_writes_not_acknowledged_total{operation="complete"} 1
+idemgate_store_writes_not_acknowledged_total{operation="extend"} 0
 `
+	// extend was never unacknowledged: its series exists from the start.
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idemgate_store_up", "idemgate_store_writes_not_acknowledged_total"); err != nil {
 		t.Fatal(err)
 	}
@@ -157,5 +159,88 @@ idemgate_store_writes_not_acknowledged_total{operation="complete"} 1
 	m.StoreUp(false)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP idemgate_store_up 1 while the store is connected and answers, 0 while it is not (yet).\n# TYPE idemgate_store_up gauge\nidemgate_store_up 0\n"), "idemgate_store_up"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRequestDuration: every request is observed by route, method and
+// status class; a method outside the known set is OTHER, so a client
+// cannot mint series, and a status outside 100..599 counts as 2xx.
+func TestRequestDuration(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.RequestDuration("orders", "POST", 201, 3*time.Millisecond)
+	m.RequestDuration("orders", "POST", 201, 20*time.Millisecond)
+	m.RequestDuration("orders", "POST", 409, time.Millisecond)
+	m.RequestDuration("orders", "BREW", 503, time.Millisecond)
+	m.RequestDuration("orders", "post", 101, time.Millisecond) // methods are case-sensitive (RFC 9110 section 9.1)
+	m.RequestDuration("default", "GET", 0, time.Millisecond)
+	var nilM *metrics.Metrics
+	nilM.RequestDuration("orders", "GET", 200, time.Second) // a nil *Metrics records nothing
+	want := map[string]uint64{
+		`orders/POST/2xx`: 2, `orders/POST/4xx`: 1, `orders/OTHER/5xx`: 1, `orders/OTHER/1xx`: 1, `default/GET/2xx`: 1,
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "idemgate_request_duration_seconds" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range s.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			got[l["route"]+"/"+l["method"]+"/"+l["code_class"]] = s.GetHistogram().GetSampleCount()
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: %d observations, want %d", k, got[k], n)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// BenchmarkRequestDuration is the cost of the request duration histogram
+// per request once a route's cell is resolved: no allocation.
+func BenchmarkRequestDuration(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.RequestDuration("orders", "POST", 201, time.Millisecond)
+		}
+	})
+}
+
+// TestRequestDurationAllocs: observing a request allocates nothing once its
+// route, method and class were seen (the proxy's allocation ceilings count
+// on it).
+func TestRequestDurationAllocs(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.RequestDuration("orders", "POST", 201, time.Millisecond)
+	if n := testing.AllocsPerRun(100, func() { m.RequestDuration("orders", "POST", 201, time.Millisecond) }); n != 0 {
+		t.Errorf("%v allocations per request, want 0", n)
 	}
 }

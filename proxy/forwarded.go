@@ -9,6 +9,11 @@ import (
 	"strings"
 )
 
+// realIPHeader is X-Real-IP in its canonical form, so that setting it
+// costs no canonicalisation (net/http would allocate "X-Real-Ip" from
+// "X-Real-IP" on every request).
+const realIPHeader = "X-Real-Ip"
+
 // forwardingHeaders sets what the upstream learns about the client hop, on
 // both the passthrough and the enforced path (README.md, "What the upstream
 // receives"). From a peer in trusted (the load balancers in front of
@@ -16,16 +21,21 @@ import (
 // proxy_add_x_forwarded_for and RFC 7239 section 4 do, and its
 // X-Forwarded-Host and X-Forwarded-Proto are kept; from anyone else every
 // one of them is replaced by what idemgate itself saw, so a client cannot
-// pose as another address. Only the upstream reads them: owners and
-// fingerprints are computed from the request before this runs.
+// pose as another address. X-Real-IP, which many backends behind nginx
+// read as the client's address, is never passed on as received: it is
+// the peer's address, or from a trusted peer the client address its
+// X-Forwarded-For chain names (realIP). Only the upstream reads them:
+// owners and fingerprints are computed from the request before this runs.
 func forwardingHeaders(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 	in, out := pr.In, pr.Out
 	// ReverseProxy (passthrough) and outbound (enforced) drop the client's
-	// fields from out before this runs; in still has them.
+	// X-Forwarded-* fields from out before this runs, but not X-Real-IP;
+	// in still has them all.
 	out.Header.Del("X-Forwarded-For")
 	out.Header.Del("X-Forwarded-Host")
 	out.Header.Del("X-Forwarded-Proto")
 	out.Header.Del("Forwarded")
+	out.Header.Del(realIPHeader)
 	peer := peerAddr(in.RemoteAddr)
 	proto := "http"
 	if in.TLS != nil {
@@ -43,12 +53,61 @@ func forwardingHeaders(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 		}
 		out.Header.Set("X-Forwarded-Host", firstNonEmpty(in.Header.Get("X-Forwarded-Host"), in.Host))
 		out.Header.Set("X-Forwarded-Proto", firstNonEmpty(in.Header.Get("X-Forwarded-Proto"), proto))
+		out.Header[realIPHeader] = []string{realIP(in.Header.Values("X-Forwarded-For"), peer, in.RemoteAddr, trusted)}
 	} else {
-		out.Header.Set("X-Forwarded-For", peerString(peer, in.RemoteAddr))
+		// One value slice for both fields: each holds exactly the peer,
+		// and sharing it saves the request an allocation. Safe as nothing
+		// writes into a field's values in place (Add appends past the
+		// capacity of 1, so into a new array; Set replaces the slice).
+		v := []string{peerString(peer, in.RemoteAddr)}
+		out.Header["X-Forwarded-For"] = v
+		out.Header[realIPHeader] = v
 		out.Header.Set("X-Forwarded-Host", in.Host)
 		out.Header.Set("X-Forwarded-Proto", proto)
 	}
 	out.Header.Set("Forwarded", hop)
+}
+
+// realIP is the client address behind a trusted peer, as nginx's realip
+// module finds it with real_ip_recursive on: the X-Forwarded-For chain
+// (every field line, comma-separated) followed by the peer, walked from the
+// right past every address in trusted; the first address that is not
+// trusted is the client. A chain of trusted addresses only gives its
+// leftmost one, and an element that is not an address (a port-less
+// "unknown", garbage) ends the walk at the last address read, which a
+// trusted hop vouched for.
+func realIP(chain []string, peer netip.Addr, remote string, trusted []netip.Prefix) string {
+	client := peer
+	for i := len(chain) - 1; i >= 0; i-- {
+		elems := strings.Split(chain[i], ",")
+		for j := len(elems) - 1; j >= 0; j-- {
+			a, ok := chainAddr(elems[j])
+			if !ok {
+				return peerString(client, remote)
+			}
+			client = a
+			if !isTrusted(a, trusted) {
+				return a.String()
+			}
+		}
+	}
+	return peerString(client, remote)
+}
+
+// chainAddr parses one X-Forwarded-For element: an address, optionally
+// with a port ("192.0.2.1:4711", "[2001:db8::1]:80") as some proxies write.
+func chainAddr(elem string) (netip.Addr, bool) {
+	elem = strings.TrimSpace(elem)
+	if a, err := netip.ParseAddr(elem); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(elem); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(elem, "["), "]")); err == nil {
+		return a.Unmap(), true
+	}
+	return netip.Addr{}, false
 }
 
 func isTrusted(peer netip.Addr, trusted []netip.Prefix) bool {

@@ -15,17 +15,19 @@ import (
 // a trusted proxy they are appended to (issue 14, finding 2). The owner and
 // the fingerprint do not see any of it: the same key with another spoofed
 // chain is a replay, not a second run or a 422. Both the enforced and the
-// passthrough path send the same fields.
+// passthrough path send the same fields. X-Real-IP is never passed on as
+// sent: the peer's address, or from a trusted proxy the client its chain
+// names.
 func TestForwardingHeadersTrustedAndUntrusted(t *testing.T) {
-	spoof := []string{"X-Forwarded-For", "6.6.6.6", "Forwarded", "for=6.6.6.6", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https"}
+	spoof := []string{"X-Forwarded-For", "6.6.6.6", "Forwarded", "for=6.6.6.6", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https", "X-Real-IP", "8.8.8.8"}
 	cases := []struct {
 		name            string
 		trusted         []netip.Prefix
 		xff, fwd, xhost string
-		proto           string
+		proto, realIP   string
 	}{
-		{"untrusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "127.0.0.1", "for=127.0.0.1;host=\"HOST\";proto=http", "HOST", "http"},
-		{"trusted", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "6.6.6.6, 127.0.0.1", "for=6.6.6.6, for=127.0.0.1;host=\"HOST\";proto=http", "evil.example", "https"},
+		{"untrusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "127.0.0.1", "for=127.0.0.1;host=\"HOST\";proto=http", "HOST", "http", "127.0.0.1"},
+		{"trusted", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, "6.6.6.6, 127.0.0.1", "for=6.6.6.6, for=127.0.0.1;host=\"HOST\";proto=http", "evil.example", "https", "6.6.6.6"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -37,7 +39,7 @@ func TestForwardingHeadersTrustedAndUntrusted(t *testing.T) {
 				last := h.up.last
 				h.up.mu.Unlock()
 				want := map[string]string{"X-Forwarded-For": c.xff, "Forwarded": replaceHost(c.fwd, front.Host),
-					"X-Forwarded-Host": replaceHost(c.xhost, front.Host), "X-Forwarded-Proto": c.proto}
+					"X-Forwarded-Host": replaceHost(c.xhost, front.Host), "X-Forwarded-Proto": c.proto, "X-Real-IP": c.realIP}
 				for name, v := range want {
 					if got := last.Header.Values(name); len(got) != 1 || got[0] != v {
 						t.Errorf("%s: upstream got %s %q, want %q", what, name, got, v)

@@ -419,12 +419,29 @@ func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.Cance
 // traced, only a short hash of the key in the log.
 func (p *Proxy) done(r *http.Request, ex *exchange) {
 	p.m.Request(ex.route.Name, ex.outcome)
+	p.m.RequestDuration(ex.route.Name, r.Method, clientStatus(r, ex), time.Since(ex.start))
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 		// Guarded: building the attributes costs an allocation per request
 		// even for the no-op span when tracing is off.
 		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
 	}
 	p.accessLog(r, ex)
+}
+
+// clientStatus is the status the client was sent: what reached the
+// writer, else the exchange's own (a client that left: 499), else 101 for
+// a protocol switch, whose response the writer does not count, else
+// net/http's implicit 200.
+func clientStatus(r *http.Request, ex *exchange) int {
+	switch {
+	case ex.w != nil && ex.w.status != 0:
+		return ex.w.status
+	case ex.status != 0:
+		return ex.status
+	case isUpgrade(r):
+		return http.StatusSwitchingProtocols
+	}
+	return http.StatusOK
 }
 
 // isUpgrade reports whether r is a protocol switch the way a WebSocket

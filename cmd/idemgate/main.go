@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/exampleapi"
+	"github.com/idemgate/idemgate/internal/serverlog"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -454,6 +455,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			if err := keys.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
+			m.InitRoutes(routeNames(c.Policy)...)
 			return c.Policy, nil
 		},
 		Initial:     cfg.Policy,
@@ -465,6 +467,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	if err != nil {
 		return err
 	}
+
+	m.InitRoutes(routeNames(cfg.Policy)...)
 
 	upstreamTransport, err := newUpstreamTransport(cfg)
 	if err != nil {
@@ -502,8 +506,10 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		WriteTimeout:      cfg.Server.WriteTimeout,
 		IdleTimeout:       cfg.Server.IdleTimeout,
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		Protocols:         listenerProtocols(cfg.Server.H2C),
+		// Failed TLS handshakes are counted and logged at debug,
+		// rate-limited; every other server error is a warning.
+		ErrorLog:  serverlog.New(serverlog.Options{Logger: log, Count: m.TLSHandshakeError}),
+		Protocols: listenerProtocols(cfg.Server.H2C),
 	}
 	var draining atomic.Bool
 	adminSrv := &http.Server{
@@ -669,6 +675,16 @@ func newKeyRing(log *slog.Logger) (*policy.KeyRing, error) {
 		Now:    time.Now,
 		Logger: log,
 	})
+}
+
+// routeNames are the names of pol's routes, the defaults route included.
+func routeNames(pol *policy.Policy) []string {
+	routes := pol.Routes()
+	names := make([]string, len(routes))
+	for i, r := range routes {
+		names[i] = r.Name
+	}
+	return names
 }
 
 func ignoreClosed(err error) error {

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// readmeMetric is one row of README's metrics table.
+type readmeMetric struct {
+	typ    string
+	labels []string
+}
+
+// readmeMetrics parses the table of README's "### Metrics" section:
+// | `name` | type | `label`, `label` | meaning |.
+func readmeMetrics(t *testing.T) map[string]readmeMetric {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Metrics\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Metrics" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	row := regexp.MustCompile("^\\| `(idemgate_[a-z0-9_]+)` \\| ([a-z]+) \\|([^|]*)\\|")
+	label := regexp.MustCompile("`([a-z_]+)`")
+	out := map[string]readmeMetric{}
+	for _, line := range strings.Split(section, "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var labels []string
+		for _, l := range label.FindAllStringSubmatch(m[3], -1) {
+			labels = append(labels, l[1])
+		}
+		slices.Sort(labels)
+		if _, dup := out[m[1]]; dup {
+			t.Errorf("README metrics table lists %s twice", m[1])
+		}
+		out[m[1]] = readmeMetric{typ: m[2], labels: labels}
+	}
+	if len(out) == 0 {
+		t.Fatal("README metrics table: no rows parsed")
+	}
+	return out
+}
+
+// scrapeFamilies reads the gate's /metrics: every idemgate_ family with
+// its type and the label names its samples carry (le of histograms left
+// out).
+func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
+	t.Helper()
+	resp, err := http.Get(g.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]readmeMetric{}
+	labelName := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, typ, _ := strings.Cut(rest, " ")
+			if strings.HasPrefix(name, "idemgate_") {
+				out[name] = readmeMetric{typ: typ}
+			}
+			continue
+		}
+		if !strings.HasPrefix(line, "idemgate_") {
+			continue
+		}
+		series, _, _ := strings.Cut(line, " ")
+		name, labels, _ := strings.Cut(series, "{")
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if base, cut := strings.CutSuffix(name, suf); cut {
+				if f, ok := out[base]; ok && f.typ == "histogram" {
+					name = base
+				}
+			}
+		}
+		f := out[name]
+		for _, m := range labelName.FindAllStringSubmatch(labels, -1) {
+			if m[1] != "le" && !slices.Contains(f.labels, m[1]) {
+				f.labels = append(f.labels, m[1])
+				slices.Sort(f.labels)
+			}
+		}
+		out[name] = f
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMetricsTableMatchesRegistry: README's metrics table and what a real
+// idemgate exports are the same list, both ways, with the same types and
+// labels. The gate runs on a real Valkey with a replica and
+// store.valkey.acks, so the acknowledgement metrics exist, and serves a
+// keyed request, its replay and a passthrough, so every family that
+// appears with its first observation does.
+func TestMetricsTableMatchesRegistry(t *testing.T) {
+	table := readmeMetrics(t)
+	primary := valkeytest.Start(t)
+	replica := valkeytest.Start(t, valkeytest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, err := replica.CLI("INFO", "replication")
+		if err == nil && strings.Contains(out, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not sync within 15s: %v %s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{primary.Addr()},
+		ValkeyExtra: "    acks: {replicas: 1, timeout: 1s}\n",
+		Routes:      "  - name: orders\n    match: \"POST /v1/orders\"\n"})
+	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{"n":1}`); a.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", a.Status, a.Body)
+	}
+	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{"n":1}`); a.Status != http.StatusCreated || !a.replayed() {
+		t.Fatalf("retry: %d replayed=%v", a.Status, a.replayed())
+	}
+	resp, err := http.Get(g.URL + "/v1/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	got := scrapeFamilies(t, g)
+	for name, f := range got {
+		row, ok := table[name]
+		if !ok {
+			t.Errorf("%s (%s) is exported but not in README's metrics table", name, f.typ)
+			continue
+		}
+		if row.typ != f.typ {
+			t.Errorf("%s: README says %s, exported as %s", name, row.typ, f.typ)
+		}
+		if !slices.Equal(row.labels, f.labels) {
+			t.Errorf("%s: README lists labels %v, exported with %v", name, row.labels, f.labels)
+		}
+	}
+	for name := range table {
+		if _, ok := got[name]; !ok {
+			t.Errorf("README's metrics table lists %s, which idemgate does not export", name)
+		}
+	}
+}
