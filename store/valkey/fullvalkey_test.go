@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	vk "github.com/valkey-io/valkey-go"
+
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -109,6 +111,14 @@ func TestFullValkeyReplaysCompleted(t *testing.T) {
 		t.Fatalf("Tombstone = %d, %v", n, err)
 	}
 
+	// A completed record whose stored body lost its last bytes: never
+	// replayed, whether the server is full or not.
+	complete("damaged", store.Response{Status: 201, Body: []byte(`{"short":"body"}`)})
+	cutRecord(t, c, s.Key(id("damaged")), 5)
+	if res, err := s.Claim(opCtx(), params("damaged", "fp", "replay")); !errors.Is(err, store.ErrStoredResponseDamaged) {
+		t.Fatalf("Claim of the damaged record before the server is full = %+v, %v; want ErrStoredResponseDamaged", res, err)
+	}
+
 	// A running record, one whose lease will have ended (abandoned), and a
 	// completed record whose retention will have ended.
 	claimed(params("running", "fp", "holder"))
@@ -146,6 +156,9 @@ func TestFullValkeyReplaysCompleted(t *testing.T) {
 		}
 		if res, err := claim(params("tomb", "fp", "r-"+name)); err != nil || res.State != store.Gone {
 			t.Errorf("%s: Claim of the tombstone on a full Valkey = %+v, %v; want Gone", name, res, err)
+		}
+		if res, err := claim(params("damaged", "fp", "r-"+name)); !errors.Is(err, store.ErrStoredResponseDamaged) || res.State != store.Absent {
+			t.Errorf("%s: Claim of the damaged record on a full Valkey = %+v, %v; want ErrStoredResponseDamaged", name, res, err)
 		}
 
 		// Whatever would need a write stays refused.
@@ -191,4 +204,31 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// cutRecord rewrites the layout 3 record at key with its last n bytes cut
+// (the p fields joined, kept as one field p0), as a lost write would leave
+// it.
+func cutRecord(t *testing.T, c vk.Client, key string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	pn, err := c.Do(ctx, c.B().Hget().Key(key).Field("pn").Build()).ToString()
+	if err != nil {
+		t.Fatalf("%s has no pn field: %v", key, err)
+	}
+	parts, _ := strconv.Atoi(pn)
+	var rec strings.Builder
+	for i := range parts {
+		p, err := c.Do(ctx, c.B().Hget().Key(key).Field("p"+strconv.Itoa(i)).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.WriteString(p)
+		if err := c.Do(ctx, c.B().Hdel().Key(key).Field("p"+strconv.Itoa(i)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue("pn", "1").FieldValue("p0", rec.String()[:rec.Len()-n]).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 }
