@@ -353,7 +353,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // refused. When the refusal is -OOM (a full server under noeviction
 // refuses every script that may write, claim.lua included, while it still
 // runs get.lua, which declares no-writes), it reads the record, and a
-// completed record or a tombstone of p's identity answers as claim.lua
+// completed record or a tombstone of id answers as claim.lua
 // would have: Completed with the record's fingerprint, recipe and
 // response, or Gone. Neither answer writes (claim.lua returns them before
 // its first write) and neither state changes but by a purge or the
