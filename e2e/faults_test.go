@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -547,10 +548,11 @@ func TestFaultValkeyOutageLongerThanLeaseDuringCall(t *testing.T) {
 // no longer extend its claim; a duplicate sent to another instance must not
 // take the claim over (it used to: claim.lua deleted the abandoned record
 // first, and a script that has written is not checked for memory again, so
-// the operation ran twice). Every keyed request on either instance is
-// refused with 503 while Valkey is full, replays included; once memory is
-// freed the held response is recorded and replayed, and no operation ran
-// twice.
+// the operation ran twice). Every keyed request on either instance that
+// needs a claim (the running key, new keys) is refused with 503 while
+// Valkey is full; a completed key still replays (it needs no write). Once
+// memory is freed the held response is recorded and replayed, and no
+// operation ran twice.
 func TestFaultValkeyFullFailsClosed(t *testing.T) {
 	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
 	up := startUpstream(t)
@@ -602,12 +604,18 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 		key  string
 	}{
 		{b, "B", "full"}, {a, "A", "full"},
-		{a, "A", "done"}, {b, "B", "done"},
 		{a, "A", "fresh-a"}, {b, "B", "fresh-b"},
 	} {
 		ans := postTimeout(15*time.Second, req.gate.URL+"/v1/orders", "alice", req.key, "{}")
 		if !ans.isProblem(503, "store-unavailable") {
 			t.Errorf("key %s on instance %s with Valkey full: %v, want 503 store-unavailable", req.key, req.name, ans)
+		}
+	}
+	// A completed record needs no write: it replays while Valkey is full
+	// (TestFaultValkeyFullReplaysCompleted).
+	for _, g := range []*Gate{a, b} {
+		if ans := postTimeout(15*time.Second, g.URL+"/v1/orders", "alice", "done", "{}"); !ans.replayed() || !bytes.Equal(ans.Body, done.Body) {
+			t.Errorf("key done on %s with Valkey full: %v, want a replay of %s", g.URL, ans, done.Body)
 		}
 	}
 	if n := up.Calls("alice", "full"); n != 1 {
@@ -644,6 +652,67 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 	for key, want := range map[string]int{"full": 1, "done": 1, "fresh-a": 1, "fresh-b": 1} {
 		if n := up.Calls("alice", key); n != want {
 			t.Errorf("upstream executed key %s %d times, want %d", key, n, want)
+		}
+	}
+}
+
+// Scenario 8c: Valkey is full (maxmemory-policy noeviction). New claims
+// need a write and are refused, but a completed operation's record needs
+// none: its retries replay, byte for byte, on the instance that recorded
+// it and on one that never saw it (the store answers them from a read,
+// valkey.Store.Claim), while a different request with the same key is
+// still refused as reused (422), the same key sent by another owner is
+// another record and fails closed like every new key (503, nothing
+// forwarded), and a duplicate of a call still running is refused as
+// before (TestFaultValkeyFullFailsClosed).
+func TestFaultValkeyFullReplaysCompleted(t *testing.T) {
+	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	up := startUpstream(t)
+	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, Routes: ordersRoute("lease: 2s")}
+	a, b := startGate(t, c), startGate(t, c)
+	done := mustPost(t, a.URL+"/v1/orders", "alice", "done", `{"n":1}`)
+	if done.Status != 201 || done.replayed() {
+		t.Fatalf("before Valkey is full: %v", done)
+	}
+
+	free := v.Fill(t)
+	defer free()
+	totalBefore := up.Total()
+	for _, g := range []*Gate{a, b} {
+		// A new key first: the instance has now seen the store fail, so
+		// what follows is claimed (no answer from the replay cache).
+		if ans := postTimeout(15*time.Second, g.URL+"/v1/orders", "alice", "fresh", `{"n":1}`); !ans.isProblem(503, "store-unavailable") {
+			t.Errorf("a new key on %s with Valkey full: %v, want 503 store-unavailable", g.URL, ans)
+		}
+		for i := range 2 {
+			ans := postTimeout(15*time.Second, g.URL+"/v1/orders", "alice", "done", `{"n":1}`)
+			if ans.Status != 201 || !ans.replayed() || !bytes.Equal(ans.Body, done.Body) ||
+				ans.Header.Get("Location") != done.Header.Get("Location") ||
+				!slices.Equal(ans.Header.Values("Set-Cookie"), done.Header.Values("Set-Cookie")) {
+				t.Errorf("retry %d of the completed key on %s with Valkey full: %v %v, want a replay of %s %v",
+					i+1, g.URL, ans, ans.Header, done.Body, done.Header)
+			}
+		}
+		if ans := postTimeout(15*time.Second, g.URL+"/v1/orders", "alice", "done", `{"n":2}`); !ans.isProblem(422, "key-reused") {
+			t.Errorf("another body with the completed key on %s with Valkey full: %v, want 422 key-reused", g.URL, ans)
+		}
+		if ans := postTimeout(15*time.Second, g.URL+"/v1/orders", "bob", "done", `{"n":1}`); !ans.isProblem(503, "store-unavailable") {
+			t.Errorf("the completed key sent by another owner on %s with Valkey full: %v, want 503 store-unavailable", g.URL, ans)
+		}
+	}
+	if got := up.Total() - totalBefore; got != 0 {
+		t.Fatalf("%d keyed requests reached the upstream while Valkey was full", got)
+	}
+
+	free()
+	for owner, key := range map[string]string{"alice": "fresh", "bob": "done"} {
+		if ans := mustPost(t, b.URL+"/v1/orders", owner, key, `{"n":1}`); ans.Status != 201 || ans.replayed() {
+			t.Fatalf("owner %s key %s after memory was freed: %v, want a forwarded 201", owner, key, ans)
+		}
+	}
+	for id, want := range map[[2]string]int{{"alice", "done"}: 1, {"alice", "fresh"}: 1, {"bob", "done"}: 1} {
+		if n := up.Calls(id[0], id[1]); n != want {
+			t.Errorf("upstream executed owner %s key %s %d times, want %d", id[0], id[1], n, want)
 		}
 	}
 }

@@ -262,7 +262,11 @@ const SafetyPoll = time.Second
 //     the script), never the caller's.
 //  5. Failure to reach or use the backing server, or a done context, returns
 //     an error wrapping ErrUnavailable (and the context error); never
-//     Claimed, never false.
+//     Claimed, never false. A server that refuses writes but still
+//     answers reads (Valkey at maxmemory under noeviction) may still
+//     answer a Claim with Completed or Gone, read as rule 1 answers them,
+//     since neither answer writes; every other answer of such a Claim is
+//     that error.
 //  6. Retention 0 keeps completed records forever. A running record always
 //     has an expiry (at least its lease end), so a crashed holder never
 //     leaves a record that lives forever.

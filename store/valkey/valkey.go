@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -294,6 +295,13 @@ func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyRe
 // Claim implements store.Store with claim.lua. Errors wrap
 // store.ErrUnavailable, or store.ErrInvalid for parameters p.Validate
 // rejects.
+//
+// A full server (maxmemory, noeviction) refuses claim.lua with -OOM before
+// it runs, since it may write; Claim then reads the record with get.lua
+// (no-writes), and answers Completed or Gone when that is what the record
+// is: those answers write nothing, so claim.lua would have given the same
+// one (see claimRefused). Anything else stays the -OOM error: no claim is
+// made while the server is full.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
@@ -308,7 +316,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		key := s.Key(p.Identity)
 		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
 		if err != nil {
-			return store.ClaimResult{}, err
+			return s.claimRefused(ctx, p.Identity, err)
 		}
 		out, err := parseClaim(s.codec, w.res)
 		if err != nil {
@@ -329,7 +337,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return s.claimRefused(ctx, p.Identity, err)
 	}
 	out, err := parseClaim(s.codec, res)
 	if err != nil {
@@ -339,6 +347,55 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		s.sawCompleted(key)
 	}
 	return out, nil
+}
+
+// claimRefused answers a Claim whose script the server refused with
+// refused. When the refusal is -OOM (a full server under noeviction
+// refuses every script that may write, claim.lua included, while it still
+// runs get.lua, which declares no-writes), it reads the record, and a
+// completed record or a tombstone of id answers as claim.lua
+// would have: Completed with the record's fingerprint, recipe and
+// response, or Gone. Neither answer writes (claim.lua returns them before
+// its first write) and neither state changes but by a purge or the
+// record's end, so the read is the claim's answer at the moment it ran,
+// and the caller compares fingerprints and recipes exactly as for any
+// Completed answer (a different request with the key is still refused as
+// reused). Replays thus go on while a full Valkey refuses new claims
+// (docs/durability.md, "What a full Valkey still serves";
+// TestFullValkeyReplaysCompleted). An absent, running or abandoned record,
+// a record of another identity under the same key (a SHA-256 collision,
+// or a key written by hand), a read that fails, and any refusal other than
+// -OOM answer refused itself: claiming them would need a write, so Claim
+// fails closed. A stored response that fails its integrity check answers
+// that error (store.ErrStoredResponseDamaged), as claim.lua's answer would
+// have.
+func (s *Store) claimRefused(ctx context.Context, id store.Identity, refused error) (store.ClaimResult, error) {
+	if !refusedForMemory(refused) || ctx.Err() != nil {
+		return store.ClaimResult{}, refused
+	}
+	r, err := s.Get(ctx, id)
+	switch {
+	case err != nil:
+		if errors.Is(err, store.ErrStoredResponseDamaged) {
+			return store.ClaimResult{}, err
+		}
+		return store.ClaimResult{}, refused
+	case r == nil || r.Identity != id:
+		return store.ClaimResult{}, refused
+	case r.State == store.Completed:
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, nil
+	case r.State == store.Gone:
+		return store.ClaimResult{State: store.Gone}, nil
+	}
+	return store.ClaimResult{}, refused
+}
+
+// refusedForMemory reports whether err carries the server's -OOM refusal
+// ("OOM command not allowed when used memory > 'maxmemory'."), which a
+// full server sends before a script that may write runs a single command.
+func refusedForMemory(err error) bool {
+	var verr *valkey.ValkeyError
+	return errors.As(err, &verr) && strings.HasPrefix(verr.Error(), "OOM ")
 }
 
 // boolOp runs l on the record key given (s.Key of its identity, computed
