@@ -31,6 +31,8 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_store_ack_duration_seconds":          {histogram: true, labels: []string{"operation"}},
 	"idemgate_store_writes_not_acknowledged_total": {labels: []string{"operation"}},
 	"idemgate_replay_cache_total":                  {labels: []string{"result"}},
+	"idemgate_store_waiting":                       {},
+	"idemgate_store_admission_rejected_total":      {},
 }
 
 // labelValues are the closed value sets of labels, per metric family and
@@ -38,7 +40,7 @@ var idemgateMetrics = map[string]metric{
 var labelValues = map[string][]string{
 	"idemgate_requests_total/outcome": {"forwarded", "replayed", "conflict", "mismatch", "invalid_key", "missing_key",
 		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned", "bad_request",
-		"invalid_credentials", "shutting_down"},
+		"invalid_credentials", "shutting_down", "overloaded"},
 	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
 	"idemgate_config_reloads_total/result":                {"success", "failure", "restart_required"},
