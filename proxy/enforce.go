@@ -22,7 +22,7 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 		if !p.enterStore(w, r, ex, first) {
 			return
 		}
-		a, token, waitOn, err := p.decide(r, ex)
+		a, token, waitOn, err := p.claimRound(r, ex)
 		if err != nil {
 			p.storeFailed(w, r, ex, "complete", err)
 			return
@@ -33,13 +33,13 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 }
 
-// decide is one round of enforce's store calls, the ones admission
+// claimRound is one round of enforce's store calls, the ones admission
 // bounds: a pending completion, the claim and the decision on its answer,
 // with the layout 1 lookup. It returns the action, the claim's token, the
 // record a wait would wait on, and the error of the pending completion.
 // The admission ends when it returns, before the action: a forward, a
 // wait or a completion is not a wait for the store's answer to a claim.
-func (p *Proxy) decide(r *http.Request, ex *exchange) (action, string, store.Identity, error) {
+func (p *Proxy) claimRound(r *http.Request, ex *exchange) (action, string, store.Identity, error) {
 	defer p.leaveStore()
 	// A response this instance could not record yet is recorded first:
 	// the claim below would otherwise find the record past its lease and
