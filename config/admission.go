@@ -11,15 +11,22 @@ import (
 // server.max_store_waiting admits per connection of a store that runs one
 // statement at a time on each (PostgreSQL's pool, bolt's single writer).
 //
-// Why 64: a request admitted past the pool waits for its turn, about
-// (waiting / connections) statement times, and should get its answer well
-// inside the store timeout (2 s) rather than hold its connection and
-// goroutine until it and then fail closed. 64 statement times are 0.1 s
-// at 2 ms a statement (a claim with fsync on an idle local disk) and
-// 1.2 s at the 19 ms measured per statement and connection when the
-// benchmark saturated PostgreSQL (docs/performance.md, target E). A burst
-// smaller than that queues briefly and is served as before.
-const StoreWaitingPerConn = 64
+// Why 16: a request admitted past the pool waits for its turn, about
+// (waiting / connections) statement times, and must get its answer well
+// inside the store timeout (2 s), or it holds its connection and goroutine
+// until then and fails closed anyway. 16 statement times are 30 ms at
+// 2 ms a statement (a claim with fsync on an idle local disk) and 0.7 s at
+// the 45 ms a statement took per connection when the open-loop benchmark
+// saturated PostgreSQL on a busy 2-CPU machine (docs/performance.md,
+// "Admission"); with 64 per connection the admitted requests themselves
+// ran into the timeout there.
+const StoreWaitingPerConn = 16
+
+// MinStoreWaiting is the least default server.max_store_waiting of a
+// store with connections (postgres, bolt): a burst as large as the
+// benchmark's closed loop (64 concurrent requests) queues briefly instead
+// of being refused, whatever the pool's size.
+const MinStoreWaiting = 64
 
 // DefaultMaxStoreWaiting returns server.max_store_waiting when it is not
 // set: the bound on keyed requests waiting for a store answer, derived
@@ -27,21 +34,21 @@ const StoreWaitingPerConn = 64
 //
 //   - postgres: StoreWaitingPerConn × the pool's size (store.postgres.max_conns,
 //     else the DSN's pool_max_conns, else pgxpool's default, the larger of
-//     4 and the CPU count);
+//     4 and the CPU count), at least MinStoreWaiting;
 //   - valkey: valkey.PipelineCapacity, the commands valkey-go keeps in
 //     flight before callers wait (1,024 per pipelined connection, 2^min(2,
 //     log2 GOMAXPROCS) connections): past it the client queues them anyway;
-//   - bolt: StoreWaitingPerConn (one writer at a time);
+//   - bolt: MinStoreWaiting (one writer at a time);
 //   - memory: 0, no bound: its answers never wait on I/O, so nothing
 //     queues for it.
 func DefaultMaxStoreWaiting(s StoreConfig) int {
 	switch s.Driver {
 	case DriverPostgres:
-		return StoreWaitingPerConn * postgresPoolSize(s.Postgres)
+		return max(MinStoreWaiting, StoreWaitingPerConn*postgresPoolSize(s.Postgres))
 	case DriverValkey:
 		return valkey.PipelineCapacity()
 	case DriverBolt:
-		return StoreWaitingPerConn
+		return MinStoreWaiting
 	}
 	return 0
 }
