@@ -4,35 +4,57 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/store/postgres/pgtest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestOverloadRefusedAtOnce: the real binary on a Valkey frozen with
-// SIGSTOP, with server.max_store_waiting 8. Eight keyed requests wait for
-// the store (idemgate_store_waiting 8); a flood of 40 more keyed requests,
-// sent while they wait, is answered 503 overloaded with Retry-After at
-// once (far inside the 2 s store timeout that the waiting ones run into)
-// and none reaches the upstream or claims its key; a request that is not
-// enforced passes meanwhile. After SIGCONT the gate recovers: the waiting
-// count returns to 0, and each refused key, never claimed, is forwarded
-// exactly once on its retry.
+// TestOverloadRefusedAtOnce: the real binary with server.max_store_waiting
+// 8 on a store frozen with SIGSTOP: Valkey, and PostgreSQL with a pool of
+// 2 connections (the six other admitted requests wait in pgxpool's
+// acquire). Eight keyed requests wait for the store
+// (idemgate_store_waiting 8); a flood of 40 more keyed requests, sent while
+// they wait, is answered 503 overloaded with Retry-After at once (far
+// inside the 2 s store timeout that the waiting ones run into) and none
+// reaches the upstream or claims its key; a request that is not enforced
+// passes meanwhile. After SIGCONT the gate recovers: the waiting count
+// returns to 0, and each refused key, never claimed, is forwarded exactly
+// once on its retry.
 func TestOverloadRefusedAtOnce(t *testing.T) {
+	t.Run("valkey", func(t *testing.T) {
+		v := valkeytest.Start(t)
+		testOverloadRefusedAtOnce(t, gateConfig{ValkeyAddrs: []string{v.Addr()}}, nil, v.Pause, v.Resume)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := pgtest.Start(t)
+		tinyPool := func(doc string) string {
+			return strings.Replace(doc, "  postgres:\n", "  postgres:\n    max_conns: 2\n", 1)
+		}
+		testOverloadRefusedAtOnce(t, gateConfig{PostgresDSN: pg.DSN()}, tinyPool, pg.Pause, pg.Resume)
+	})
+}
+
+func testOverloadRefusedAtOnce(t *testing.T, c gateConfig, edit func(string) string, pause, resume func()) {
 	const bound, flood = 8, 40
-	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	g := startGateWith(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}},
-		appendYAML(fmt.Sprintf("server:\n  max_store_waiting: %d\n", bound)))
+	c.Upstream = up.URL
+	g := startGateWith(t, c, func(doc string) string {
+		if edit != nil {
+			doc = edit(doc)
+		}
+		return doc + fmt.Sprintf("server:\n  max_store_waiting: %d\n", bound)
+	})
 	url := g.URL + "/v1/orders"
 	if a := mustPost(t, url, "alice", "warm", `{}`); a.Status != http.StatusCreated {
 		t.Fatalf("warm-up: %v", a)
 	}
 
-	v.Pause()
-	t.Cleanup(v.Resume)
+	pause()
+	t.Cleanup(resume)
 	var held sync.WaitGroup
 	heldAnswers := make([]Answer, bound)
 	for i := range bound {
@@ -95,7 +117,7 @@ func TestOverloadRefusedAtOnce(t *testing.T) {
 		t.Errorf(`idemgate_requests_total{outcome="overloaded"} = %v, want %d`, n, flood)
 	}
 
-	v.Resume()
+	resume()
 	held.Wait()
 	for i, a := range heldAnswers {
 		// Admitted: they waited for the store and failed closed at its
