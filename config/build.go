@@ -152,6 +152,13 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if s.MaxWaiters != nil {
 		c.Server.MaxWaiters = *s.MaxWaiters
 	}
+	if s.MaxStoreWaiting != nil {
+		c.Server.MaxStoreWaiting = *s.MaxStoreWaiting
+	} else {
+		// Unset: follows the store section (driver, pool size), so a
+		// larger pool admits more.
+		c.Server.MaxStoreWaiting = DefaultMaxStoreWaiting(c.Store)
+	}
 	if s.H2C != nil {
 		c.Server.H2C = *s.H2C
 	}

@@ -222,6 +222,14 @@ type ServerConfig struct {
 	// Past it a duplicate gets 409 request-in-progress with Retry-After at
 	// once, so a slow key cannot pin unbounded goroutines and connections.
 	MaxWaiters int
+	// MaxStoreWaiting bounds the keyed requests this instance holds
+	// waiting for a store answer to their claim at once
+	// (server.max_store_waiting; default DefaultMaxStoreWaiting, derived
+	// from the store's pool; 0 means no limit). Past it a new keyed
+	// request gets 503 overloaded with Retry-After at once, and nothing is
+	// claimed or forwarded, instead of queueing for the store until its
+	// timeout and failing closed then.
+	MaxStoreWaiting int
 	// H2C (server.h2c, default false) serves HTTP/2 without TLS on the
 	// plain proxy listener, to clients with prior knowledge (RFC 9113
 	// section 3.3; curl --http2-prior-knowledge, gRPC without TLS), beside
@@ -425,6 +433,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.MaxWaiters < 0 {
 		bad("server.max_waiters", "%d must be >= 0 (0 means no limit)", c.Server.MaxWaiters)
+	}
+	if c.Server.MaxStoreWaiting < 0 {
+		bad("server.max_store_waiting", "%d must be >= 0 (0 means no limit; unset, it follows the store's pool)", c.Server.MaxStoreWaiting)
 	}
 	errs = append(errs, c.Tracing.validate()...)
 	errs = append(errs, c.validateTLS()...)

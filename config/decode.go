@@ -157,6 +157,7 @@ type rawConfig struct {
 		MaxHeaderBytes    *string   `mapstructure:"max_header_bytes"`
 		TrustedProxies    *[]string `mapstructure:"trusted_proxies"`
 		MaxWaiters        *int      `mapstructure:"max_waiters"`
+		MaxStoreWaiting   *int      `mapstructure:"max_store_waiting"`
 		H2C               *bool     `mapstructure:"h2c"`
 		TLS               struct {
 			CertFile     *string `mapstructure:"cert_file"`

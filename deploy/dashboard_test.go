@@ -33,6 +33,8 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_replay_cache_total":                  {labels: []string{"result"}},
 	"idemgate_request_duration_seconds":            {histogram: true, labels: []string{"route", "method", "code_class"}},
 	"idemgate_tls_handshake_errors_total":          {labels: []string{"reason"}},
+	"idemgate_store_waiting":                       {},
+	"idemgate_store_admission_rejected_total":      {},
 }
 
 // labelValues are the closed value sets of labels, per metric family and
@@ -40,7 +42,7 @@ var idemgateMetrics = map[string]metric{
 var labelValues = map[string][]string{
 	"idemgate_requests_total/outcome": {"forwarded", "replayed", "conflict", "mismatch", "invalid_key", "missing_key",
 		"missing_owner", "too_large", "store_error", "passthrough", "fail_open", "upstream_error", "abandoned", "bad_request",
-		"invalid_credentials", "shutting_down"},
+		"invalid_credentials", "shutting_down", "overloaded"},
 	"idemgate_store_operation_duration_seconds/operation": {"claim", "complete", "release", "extend", "get", "delete", "ping"},
 	"idemgate_store_operation_duration_seconds/result":    {"ok", "error"},
 	"idemgate_config_reloads_total/result":                {"success", "failure", "restart_required"},

@@ -64,6 +64,13 @@ const (
 var TLSHandshakeReasons = []string{TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate,
 	TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout, TLSOther}
 
+// OutcomeOverloaded is the outcome label of a 503 overloaded: the
+// instance already had server.max_store_waiting keyed requests waiting for
+// a store answer, so the request was refused at once, before anything was
+// claimed or forwarded (idemgate_store_admission_rejected_total counts the
+// same refusals per instance).
+const OutcomeOverloaded = "overloaded"
+
 // Metrics holds every idemgate collector. A nil *Metrics is valid and
 // records nothing, so tests and library users need not build one.
 type Metrics struct {
@@ -86,6 +93,8 @@ type Metrics struct {
 	storeUp           prometheus.Gauge
 	replayCache       *prometheus.CounterVec
 	tlsHandshake      *prometheus.CounterVec
+	storeWaiting      prometheus.Gauge
+	admissionRejected prometheus.Counter
 }
 
 // New creates the collectors and registers them, with idemgate_build_info
@@ -154,6 +163,14 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 			Name: "idemgate_replay_cache_total",
 			Help: "Lookups of the replay cache (store.valkey.cache_bytes) for records this instance has seen completed, by result: hit (answered with no round trip) or miss (read from the store).",
 		}, []string{"result"}),
+		storeWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemgate_store_waiting",
+			Help: "Keyed requests waiting for the answer to their claim (or a read before it) from the store; at most server.max_store_waiting are admitted.",
+		}),
+		admissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idemgate_store_admission_rejected_total",
+			Help: "Keyed requests refused at once with 503 overloaded because server.max_store_waiting requests already waited for the store; nothing was claimed or forwarded.",
+		}),
 		tlsHandshake: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemgate_tls_handshake_errors_total",
 			Help: "TLS handshakes on the proxy listener that failed, by reason (bad_certificate, unknown_ca, expired, no_certificate, protocol_version, not_tls, closed, timeout, other).",
@@ -175,7 +192,8 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	}, []string{"version", "goversion"})
 	info.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.upstream, m.storeOps, m.claimsInFlight,
-		m.waiters, m.takeovers, m.damaged, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, m.tlsHandshake, info} {
+		m.waiters, m.takeovers, m.damaged, m.heartbeatFailures, m.storedBytes, m.ackDuration, m.notAcknowledged, m.storeUp, m.replayCache, m.tlsHandshake,
+		m.storeWaiting, m.admissionRejected, info} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -338,6 +356,25 @@ func (m *Metrics) Waiters(delta float64) {
 		return
 	}
 	m.waiters.Add(delta)
+}
+
+// StoreWaiting adds delta (+1 or -1) to the keyed requests waiting for a
+// store answer (idemgate_store_waiting). No allocation: it is on the path
+// of every keyed request.
+func (m *Metrics) StoreWaiting(delta float64) {
+	if m == nil {
+		return
+	}
+	m.storeWaiting.Add(delta)
+}
+
+// StoreAdmissionRejected counts one keyed request refused because
+// server.max_store_waiting requests already waited for the store.
+func (m *Metrics) StoreAdmissionRejected() {
+	if m == nil {
+		return
+	}
+	m.admissionRejected.Inc()
 }
 
 // Takeover counts one lease takeover on route.

@@ -17,6 +17,7 @@ var advice = map[string]string{
 	OutcomeUnknown.Slug:        "ask an operator; do not retry",
 	ResourceDeleted.Slug:       "do not retry; the operation happened and its resource was deleted since",
 	StoreUnavailable.Slug:      "retry later with the same key",
+	Overloaded.Slug:            "retry later with the same key",
 	StoredResponseDamaged.Slug: "ask an operator; do not retry",
 	ShuttingDown.Slug:          "retry with the same key (another replica answers)",
 	UpstreamUnreachable.Slug:   "retry with the same key",

@@ -56,6 +56,14 @@ var (
 	ResourceDeleted  = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}
 	ShuttingDown     = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
 	StoreUnavailable = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
+	// Overloaded answers a keyed request that found this instance with as
+	// many requests waiting for a store answer as it admits
+	// (server.max_store_waiting): refused at once, before anything is
+	// claimed or forwarded, instead of queueing for the store until its
+	// timeout. On fail_open routes too: the store is answering, only
+	// slower than the traffic, and forwarding unprotected would pass the
+	// overload on to the upstream.
+	Overloaded = Kind{"overloaded", http.StatusServiceUnavailable, "Too many requests wait for the idempotency store", metrics.OutcomeOverloaded}
 	// StoredResponseDamaged answers a retry whose stored response failed
 	// its integrity check (store.ErrStoredResponseDamaged): it is neither
 	// replayed nor run again, even on a fail_open route, since the
@@ -112,7 +120,7 @@ var (
 func Catalog() []Kind {
 	return []Kind{
 		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
-		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, StoredResponseDamaged,
+		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, Overloaded, StoredResponseDamaged,
 		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout, RequestTrailers, HTTP2Preface, AsteriskTarget,
 		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
 		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,

@@ -25,7 +25,11 @@
 //     and fingerprinted with the route's recipe. A route whose key is a
 //     JSON body member (key.from: body, webhooks) reads the body before
 //     the key.
-//  2. Claim (enforce.go, claim). A response this instance could not record
+//  2. Claim (enforce.go, claim). A new keyed request is admitted to the
+//     store first (admission.go): past server.max_store_waiting requests
+//     waiting for a store answer it gets 503 overloaded at once, with
+//     nothing claimed, instead of queueing until the store timeout. A
+//     response this instance could not record
 //     yet for the same identity is recorded first (pending.go). The
 //     identity (owner, scope, key) is then claimed in the store with a new
 //     token; while the store has failed recently, takeovers are held back

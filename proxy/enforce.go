@@ -16,29 +16,49 @@ import (
 // answered (the package documentation gives the whole flow).
 func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	var waitUntil time.Time // when this request stops waiting, set by its first wait
-	for {
-		// A response this instance could not record yet is recorded first:
-		// the claim below would otherwise find the record past its lease and
-		// run the operation again.
-		if err := p.recordPending(r.Context(), ex.id); err != nil {
-			p.storeFailed(w, r, ex, "complete", err)
+	for first := true; ; first = false {
+		// Past server.max_store_waiting a new request is refused here, at
+		// once, before anything is claimed (admission.go).
+		if !p.enterStore(w, r, ex, first) {
 			return
 		}
-		s, token := p.claim(r, ex)
-		a := decideClaim(s)
-		if a.step == stepRecompute {
-			ex.fp, ex.recipe = a.spec.Of(r, ex.body), s.res.Recipe
-			s.fp, s.recipe, s.recomputed = ex.fp, ex.recipe, true
-			a = decideClaim(s)
-		}
-		waitOn := ex.id
-		if a.step == stepLookV1 {
-			a, waitOn = p.checkV1(r, ex)
+		a, token, waitOn, err := p.claimRound(r, ex)
+		if err != nil {
+			p.storeFailed(w, r, ex, "complete", err)
+			return
 		}
 		if !p.act(w, r, ex, a, token, waitOn, &waitUntil) {
 			return
 		}
 	}
+}
+
+// claimRound is one round of enforce's store calls, the ones admission
+// bounds: a pending completion, the claim and the decision on its answer,
+// with the layout 1 lookup. It returns the action, the claim's token, the
+// record a wait would wait on, and the error of the pending completion.
+// The admission ends when it returns, before the action: a forward, a
+// wait or a completion is not a wait for the store's answer to a claim.
+func (p *Proxy) claimRound(r *http.Request, ex *exchange) (action, string, store.Identity, error) {
+	defer p.leaveStore()
+	// A response this instance could not record yet is recorded first:
+	// the claim below would otherwise find the record past its lease and
+	// run the operation again.
+	if err := p.recordPending(r.Context(), ex.id); err != nil {
+		return action{}, "", store.Identity{}, err
+	}
+	s, token := p.claim(r, ex)
+	a := decideClaim(s)
+	if a.step == stepRecompute {
+		ex.fp, ex.recipe = a.spec.Of(r, ex.body), s.res.Recipe
+		s.fp, s.recipe, s.recomputed = ex.fp, ex.recipe, true
+		a = decideClaim(s)
+	}
+	waitOn := ex.id
+	if a.step == stepLookV1 {
+		a, waitOn = p.checkV1(r, ex)
+	}
+	return a, token, waitOn, nil
 }
 
 // claim claims ex's identity with a new token and returns what decideClaim

@@ -106,6 +106,14 @@ type Options struct {
 	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
 	// value no cap (server.max_waiters: 0).
 	MaxWaiters int
+	// MaxStoreWaiting bounds the keyed requests of this Proxy that wait
+	// for a store answer to their claim at once (server.max_store_waiting);
+	// past it a new keyed request gets 503 overloaded with Retry-After at
+	// once, and nothing is claimed or forwarded, instead of queueing for
+	// the store until its timeout. 0 or a negative value means no bound;
+	// config derives the default from the store's pool
+	// (config.DefaultMaxStoreWaiting).
+	MaxStoreWaiting int
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
 	// only words the answer to an HTTP/2 preface read as a request
 	// (refuseForm).
@@ -136,6 +144,7 @@ type Proxy struct {
 	waits        singleflight.Group
 	pending      pending
 	slots        waiterSlots
+	admission    storeAdmission
 	h2c          bool
 }
 
@@ -183,6 +192,9 @@ func New(opts Options) (*Proxy, error) {
 		p.slots.max = int64(DefaultMaxWaiters())
 	case p.slots.max < 0:
 		p.slots.max = math.MaxInt64
+	}
+	if p.admission.max = int64(opts.MaxStoreWaiting); p.admission.max <= 0 {
+		p.admission.max = math.MaxInt64
 	}
 	if p.storeTimeout <= 0 {
 		p.storeTimeout = DefaultStoreTimeout

@@ -493,6 +493,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		NoAccessLog:      !cfg.Log.Access,
 		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
+		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
 		H2C:              cfg.Server.H2C,
 	})
 	if err != nil {
@@ -550,7 +551,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	// addr and admin are the addresses bound, so a port 0 in the config
 	// shows as the port the system picked.
 	log.Info("idemgate listening", "version", version, "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "routes", len(reloader.Current().Routes()),
+		"upstream", cfg.Upstream.URL.String(), "store", cfg.Store.Driver, "max_store_waiting", cfg.Server.MaxStoreWaiting, "routes", len(reloader.Current().Routes()),
 		"tls", serverTLS != nil, "client_auth", cfg.Server.TLS.ClientAuth, "h2c", cfg.Server.H2C)
 
 	g, gctx := errgroup.WithContext(ctx)

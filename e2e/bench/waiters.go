@@ -181,7 +181,8 @@ func storm(ctx context.Context, env waitersEnv, upURL string, n int) (*waiterSto
 	storeYAML := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", env.valkeyAddr)
 	for i := range 2 {
 		// The cap with room to spare: every request of the storm must wait.
-		serverYAML := fmt.Sprintf("server:\n  max_waiters: %d\n", 2*per[i])
+		// The store admission too: the storm's first claims arrive at once.
+		serverYAML := fmt.Sprintf("server:\n  max_waiters: %d\n  max_store_waiting: %d\n", 2*per[i], 2*per[i])
 		p, err := startIdemgate(ctx, env.ps, env.idemgateBin, fmt.Sprintf("idemgate-waiters-%d-%c", n, 'a'+i), upURL, storeYAML+serverYAML, env.logLevel)
 		if err != nil {
 			return nil, err
