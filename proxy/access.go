@@ -71,6 +71,11 @@ type accessFields struct {
 	cause error
 }
 
+// AccessLogMessage is the message of the access line, one per request
+// (README.md, "Access log"): main buffers these lines and no others
+// (internal/logbuf).
+const AccessLogMessage = "request"
+
 // accessLog writes the one line per request, enforced or not (README.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
 // sent, durations, the key's LogDigest and the cause of a failure. It is
@@ -100,5 +105,5 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	if ex.cause != nil {
 		attrs = append(attrs, slog.String("err", ex.cause.Error()))
 	}
-	p.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	p.log.LogAttrs(r.Context(), slog.LevelInfo, AccessLogMessage, attrs...)
 }

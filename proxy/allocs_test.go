@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/internal/logbuf"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
@@ -85,6 +88,11 @@ type loopbackGate struct {
 // newLoopbackGate starts the upstream and idemgate on st (nil: a memory
 // store).
 func newLoopbackGate(tb testing.TB, st store.Store) *loopbackGate {
+	return newLoopbackGateLog(tb, st, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+}
+
+// newLoopbackGateLog is newLoopbackGate with log as the logger.
+func newLoopbackGateLog(tb testing.TB, st store.Store, log *slog.Logger) *loopbackGate {
 	tb.Helper()
 	if st == nil {
 		mem := memory.New()
@@ -122,7 +130,7 @@ func newLoopbackGate(tb testing.TB, st store.Store) *loopbackGate {
 		Upstream: target,
 		Store:    metrics.InstrumentStore(g.st, m),
 		Policy:   func() *policy.Policy { return pol },
-		Logger:   slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Logger:   log,
 		Metrics:  m,
 	})
 	if err != nil {
@@ -160,6 +168,11 @@ func labelConns(srv *http.Server, name string) {
 // newLoopbackGateValkey is newLoopbackGate on a throwaway valkey-server
 // with the replay cache on at its production default size.
 func newLoopbackGateValkey(tb testing.TB) *loopbackGate {
+	return newLoopbackGateValkeyLog(tb, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+}
+
+// newLoopbackGateValkeyLog is newLoopbackGateValkey with log as the logger.
+func newLoopbackGateValkeyLog(tb testing.TB, log *slog.Logger) *loopbackGate {
 	tb.Helper()
 	srv := valkeytest.Start(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -174,7 +187,7 @@ func newLoopbackGateValkey(tb testing.TB) *loopbackGate {
 		tb.Fatalf("valkey store: %v", err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	return newLoopbackGate(tb, st)
+	return newLoopbackGateLog(tb, st, log)
 }
 
 // do sends a POST of body to path with key (none when empty) as user-1
@@ -357,5 +370,34 @@ func BenchmarkHotPath(b *testing.B) {
 				benchHotPath(b, g, name)
 			})
 		}
+	}
+}
+
+// BenchmarkAccessLogToFile is the replay loop on Valkey with the access
+// log written to a file, as idemgate writes it to stderr: one write(2) per
+// line ("unbuffered", as before internal/logbuf), or through a
+// logbuf.Writer as cmd/idemgate wires it ("buffered").
+func BenchmarkAccessLogToFile(b *testing.B) {
+	for _, buffered := range []bool{false, true} {
+		name := "unbuffered"
+		if buffered {
+			name = "buffered"
+		}
+		b.Run(name, func(b *testing.B) {
+			f, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { f.Close() })
+			var out io.Writer = f
+			h := slog.Handler(slog.NewJSONHandler(f, nil))
+			if buffered {
+				w := logbuf.New(f, logbuf.DefaultSize, logbuf.DefaultInterval)
+				b.Cleanup(func() { w.Close() })
+				out = w
+				h = logbuf.Handler(slog.NewJSONHandler(out, nil), w, func(r slog.Record) bool { return r.Message == proxy.AccessLogMessage })
+			}
+			benchHotPath(b, newLoopbackGateValkeyLog(b, slog.New(h)), "replay")
+		})
 	}
 }
