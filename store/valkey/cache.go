@@ -77,7 +77,8 @@ const decodedOverhead = 512
 // record's fields hold everything it returns), so a later cached read
 // whose fields are equal, name for name and byte for byte, gets the same
 // record without parsing the layout and decompressing the body again on
-// every replay (the profile of a replay: 8 % of idemgate's CPU). Equality
+// every replay (16 % of idemgate's CPU on a replay: docs/performance.md,
+// "Hot path budget"). Equality
 // is checked on every hit, so no invalidation can leave a stale record
 // behind: valkey-go hands out its cached reply itself, whose strings
 // compare equal at their first pointer test, and a reply read after a
@@ -193,8 +194,11 @@ func (s *seen) remember(key string, d *decoded) {
 		return // dropped meanwhile
 	}
 	if old != nil {
+		s.keys[key] = nil
 		s.decodedBytes -= old.size
 	}
+	// An arbitrary victim, as add drops an arbitrary key: this runs once
+	// per record and instance (its first cached replay), not per replay.
 	for k, o := range s.keys {
 		if s.decodedBytes+d.size <= s.maxDecoded {
 			break

@@ -211,6 +211,10 @@ func TestSeenDecodedBounded(t *testing.T) {
 		t.Fatal("a key not seen got a decoded record")
 	}
 	sn.remember("98", &decoded{size: 1000})
+	sn.remember("98", &decoded{size: 1000}) // replaced, not counted twice
+	if sn.decodedBytes > 3000 {
+		t.Fatalf("%d decoded bytes after a record was replaced, bound 3000", sn.decodedBytes)
+	}
 	sn.remember("98", &decoded{size: 4000}) // larger than the whole share
 	if d, _ := sn.lookup("98"); d == nil || d.size != 1000 || sn.decodedBytes > 3000 {
 		t.Fatal("a record over the share replaced the one kept")
