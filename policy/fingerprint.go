@@ -143,18 +143,64 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 
 func finish(h hash.Hash) string {
 	var sum [sha256.Size]byte
-	return FingerprintPrefix + hex.EncodeToString(h.Sum(sum[:0]))
+	// One allocation, the string: prefix and digits built in place.
+	var out [len(FingerprintPrefix) + 2*sha256.Size]byte
+	copy(out[:], FingerprintPrefix)
+	hex.Encode(out[len(FingerprintPrefix):], h.Sum(sum[:0]))
+	return string(out[:])
+}
+
+// fpInlineMax is the longest field fpEncoder copies into its buffer; a
+// longer one (a body) is written to the hash as it is.
+const fpInlineMax = 512
+
+// fpEncoder writes the records of an hs1 encoding: the short ones (tags,
+// lengths, method, path, header fields) collect in one buffer, so that
+// they cost neither an allocation each (a record's header and a string's
+// bytes passed to an io.Writer escape) nor a hash call each. The bytes
+// written, and so the fingerprint, are those of one record after the
+// other, whatever the split.
+type fpEncoder struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (e *fpEncoder) head(tag byte, n int) {
+	e.buf = append(e.buf, tag)
+	e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(n))
+}
+
+func (e *fpEncoder) put(tag byte, s []byte) {
+	e.head(tag, len(s))
+	if len(s) <= fpInlineMax {
+		e.buf = append(e.buf, s...)
+		return
+	}
+	e.flush()
+	e.w.Write(s)
+}
+
+func (e *fpEncoder) putString(tag byte, s string) {
+	e.head(tag, len(s))
+	if len(s) <= fpInlineMax {
+		e.buf = append(e.buf, s...)
+		return
+	}
+	e.flush()
+	io.WriteString(e.w, s)
+}
+
+func (e *fpEncoder) flush() {
+	if len(e.buf) > 0 {
+		e.w.Write(e.buf)
+		e.buf = e.buf[:0]
+	}
 }
 
 func encodeFingerprint(w io.Writer, in FingerprintInput) {
-	put := func(tag byte, s []byte) {
-		var hdr [9]byte
-		hdr[0] = tag
-		binary.BigEndian.PutUint64(hdr[1:], uint64(len(s)))
-		w.Write(hdr[:])
-		w.Write(s)
-	}
-	putString := func(tag byte, s string) { put(tag, []byte(s)) }
+	e := &fpEncoder{w: w, buf: make([]byte, 0, 256)}
+	defer e.flush()
+	put, putString := e.put, e.putString
 
 	putString(tagScheme, "hs1")
 	putString(tagMethod, in.Method)

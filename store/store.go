@@ -452,6 +452,10 @@ func (r CacheResult) String() string {
 //     completed (CacheSkipped), so a fresh key costs what Claim costs.
 //  4. Errors wrap ErrUnavailable; the caller then claims as usual, and
 //     that claim fails closed if the server is really gone.
+//  5. The record returned may be the same one handed to other callers
+//     (Valkey decodes a cached record once, not on every replay): callers
+//     read it and never modify it, its response's header and body
+//     included.
 type ReplayCache interface {
 	// CachedReplay returns the completed record of id, or nil (the record
 	// is not known completed, or not completed any more), and how the

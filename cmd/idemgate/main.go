@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/exampleapi"
+	"github.com/idemgate/idemgate/internal/logbuf"
 	"github.com/idemgate/idemgate/internal/serverlog"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
@@ -241,7 +242,11 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		return 1
 	}
-	log := newLogger(cfg.Log, stderr)
+	// The access lines are buffered as nginx buffers its access log, and
+	// written by Close at exit (deferred first, so it runs last).
+	logOut := logbuf.New(stderr, logbuf.DefaultSize, logbuf.DefaultInterval)
+	defer logOut.Close()
+	log := slog.New(logbuf.Handler(newLogger(cfg.Log, logOut).Handler(), logOut, isAccessLine))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	var demoAPI *http.Server
@@ -304,6 +309,12 @@ func configLoader(f serveFlags, environ []string) func(path string) (*config.Con
 		}
 		return cfg, nil
 	}
+}
+
+// isAccessLine reports whether r is the proxy's per-request access line,
+// the one line that may wait in the log buffer (logbuf.Handler).
+func isAccessLine(r slog.Record) bool {
+	return r.Level == slog.LevelInfo && r.Message == proxy.AccessLogMessage
 }
 
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {

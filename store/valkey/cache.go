@@ -60,17 +60,76 @@ const DefaultCacheTTL = time.Hour
 // gives the seen set an eighth of itself at this price per key.
 const seenKeyBytes = 128
 
-// cacheShares splits Options.CacheBytes: 7 parts to valkey-go's cache,
-// spread over the connections to one server, and 1 part to the seen set.
+// cacheShares splits Options.CacheBytes: 6 parts to valkey-go's cache,
+// spread over the connections to one server, 1 part to the seen set and 1
+// to the records decoded from it (decoded).
 const cacheShares = 8
+
+// cacheSharesRaw is valkey-go's part of cacheShares.
+const cacheSharesRaw = 6
+
+// decodedOverhead is what a decoded record costs beyond its strings and
+// body, roughly: the Record and Response, the header map and its slices.
+const decodedOverhead = 512
+
+// decoded is a record CachedReplay decoded, with the reply it was decoded
+// from. Decoding is a pure function of the reply's fields (a completed
+// record's fields hold everything it returns), so a later cached read
+// whose fields are equal, name for name and byte for byte, gets the same
+// record without parsing the layout and decompressing the body again on
+// every replay (16 % of idemgate's CPU on a replay: docs/performance.md,
+// "Hot path budget"). Equality
+// is checked on every hit, so no invalidation can leave a stale record
+// behind: valkey-go hands out its cached reply itself, whose strings
+// compare equal at their first pointer test, and a reply read after a
+// change differs and is decoded anew.
+type decoded struct {
+	fields map[string]string
+	rec    *store.Record
+	size   int64
+}
+
+// matches reports whether f is the reply d was decoded from.
+func (d *decoded) matches(f map[string]string) bool {
+	if len(f) != len(d.fields) {
+		return false
+	}
+	for k, v := range f {
+		if w, ok := d.fields[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// decodedSize estimates what d keeps alive beyond valkey-go's cache.
+func decodedSize(f map[string]string, rec *store.Record) int64 {
+	n := int64(decodedOverhead)
+	for k, v := range f {
+		n += int64(len(k) + len(v))
+	}
+	if rec.Response != nil {
+		n += int64(len(rec.Response.Body))
+		for name, values := range rec.Response.Header {
+			n += int64(len(name))
+			for _, v := range values {
+				n += int64(len(v))
+			}
+		}
+	}
+	return n
+}
 
 // seen is the bounded set of record keys this instance has seen completed.
 // Losing a key costs one round trip later (the next replay of it claims),
 // never a wrong answer, so it drops an arbitrary key when full.
 type seen struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
+	keys map[string]*decoded // nil until CachedReplay decoded the record
 	max  int
+	// decodedBytes is what the decoded records in keys take (decodedSize),
+	// at most maxDecoded.
+	decodedBytes, maxDecoded int64
 	// flushes counts the nil invalidations: connections closed with their
 	// cache, and FLUSHALLs.
 	flushes atomic.Int64
@@ -90,8 +149,8 @@ func (s *seen) noteHeard(sent int64) {
 	}
 }
 
-func newSeen(max int) *seen {
-	return &seen{keys: make(map[string]struct{}), max: max}
+func newSeen(max int, maxDecoded int64) *seen {
+	return &seen{keys: make(map[string]*decoded), max: max, maxDecoded: maxDecoded}
 }
 
 func (s *seen) add(key string) {
@@ -102,30 +161,75 @@ func (s *seen) add(key string) {
 	}
 	if len(s.keys) >= s.max {
 		for k := range s.keys {
-			delete(s.keys, k)
+			s.deleteLocked(k)
 			break
 		}
 	}
-	s.keys[key] = struct{}{}
+	s.keys[key] = nil
 }
 
 func (s *seen) has(key string) bool {
+	_, ok := s.lookup(key)
+	return ok
+}
+
+// lookup reports whether key was seen, and its decoded record if any.
+func (s *seen) lookup(key string) (*decoded, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.keys[key]
-	return ok
+	d, ok := s.keys[key]
+	return d, ok
+}
+
+// remember keeps d as key's decoded record while key is still seen,
+// forgetting arbitrary other decoded records to stay within maxDecoded.
+func (s *seen) remember(key string, d *decoded) {
+	if d.size > s.maxDecoded {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.keys[key]
+	if !ok {
+		return // dropped meanwhile
+	}
+	if old != nil {
+		s.keys[key] = nil
+		s.decodedBytes -= old.size
+	}
+	// An arbitrary victim, as add drops an arbitrary key: this runs once
+	// per record and instance (its first cached replay), not per replay.
+	for k, o := range s.keys {
+		if s.decodedBytes+d.size <= s.maxDecoded {
+			break
+		}
+		if o != nil {
+			s.keys[k] = nil
+			s.decodedBytes -= o.size
+		}
+	}
+	s.keys[key] = d
+	s.decodedBytes += d.size
+}
+
+func (s *seen) deleteLocked(key string) {
+	if d := s.keys[key]; d != nil {
+		s.decodedBytes -= d.size
+	}
+	delete(s.keys, key)
 }
 
 func (s *seen) drop(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.keys, key)
+	s.deleteLocked(key)
 }
 
 func (s *seen) clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.keys)
+	s.decodedBytes = 0
 }
 
 func (s *seen) len() int {
@@ -160,15 +264,16 @@ func connsPerServer() int {
 	return 1 << m
 }
 
-// cacheSizes splits cacheBytes (> 0) into valkey-go's CacheSizeEachConn
-// and the seen set's key count.
-func cacheSizes(cacheBytes int64) (eachConn, seenKeys int) {
+// cacheSizes splits cacheBytes (> 0) into valkey-go's CacheSizeEachConn,
+// the seen set's key count and the bytes of decoded records.
+func cacheSizes(cacheBytes int64) (eachConn, seenKeys int, decodedBytes int64) {
 	conns := int64(connsPerServer())
 	// Divided before multiplied: any int64 bound is accepted, and
-	// cacheBytes*7 overflows from 1.3 EiB up (4 EiB gave 1 byte).
-	eachConn = int(max(cacheBytes/cacheShares*(cacheShares-1)/conns, 1))
+	// cacheBytes*6 overflows from 1.5 EiB up (4 EiB gave 1 byte).
+	eachConn = int(max(cacheBytes/cacheShares*cacheSharesRaw/conns, 1))
 	seenKeys = int(max(cacheBytes/cacheShares/seenKeyBytes, 1))
-	return eachConn, seenKeys
+	decodedBytes = cacheBytes / cacheShares
+	return eachConn, seenKeys, decodedBytes
 }
 
 var _ store.ReplayCache = (*Store)(nil)
@@ -186,7 +291,8 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, store.CacheSkipped, nil
 	}
 	key := s.Key(id)
-	if !s.seen.has(key) {
+	memo, ok := s.seen.lookup(key)
+	if !ok {
 		return nil, store.CacheSkipped, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -232,9 +338,18 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	if x != 0 && x <= time.Now().UnixMilli() {
 		return nil, result, nil
 	}
-	r, err := parseFields(s.codec, 0, f)
-	if err != nil {
-		return nil, result, unavailable("cached-replay", err)
+	var r *store.Record
+	if memo != nil && memo.matches(f) {
+		r = memo.rec
+	} else {
+		if r, err = parseFields(s.codec, 0, f); err != nil {
+			return nil, result, unavailable("cached-replay", err)
+		}
+		if result == store.CacheHit && r.Identity == id {
+			// Only a cached reply is worth remembering: it is the one the
+			// next hit hands out again.
+			s.seen.remember(key, &decoded{fields: f, rec: r, size: decodedSize(f, r)})
+		}
 	}
 	if r.Identity != id {
 		// A different identity under the same key would be a SHA-256

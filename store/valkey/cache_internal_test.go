@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,7 +166,7 @@ func TestCacheNeverServesRunning(t *testing.T) {
 // TestSeenBounded: the set of keys seen completed never grows past its
 // bound, whatever is completed, so CacheBytes bounds it too.
 func TestSeenBounded(t *testing.T) {
-	sn := newSeen(10)
+	sn := newSeen(10, 1<<20)
 	for i := range 1000 {
 		sn.add(strconv.Itoa(i))
 		if sn.len() > 10 {
@@ -179,8 +180,96 @@ func TestSeenBounded(t *testing.T) {
 	if sn.len() != 0 || sn.flushes.Load() != 1 {
 		t.Fatalf("after a flush: %d keys, %d flushes", sn.len(), sn.flushes.Load())
 	}
-	eachConn, keys := cacheSizes(32 << 20)
-	if total := eachConn*connsPerServer() + keys*seenKeyBytes; total > 32<<20 {
-		t.Fatalf("cacheSizes(32 MiB) = %d per connection, %d keys: %d bytes in all", eachConn, keys, total)
+	eachConn, keys, decodedBytes := cacheSizes(32 << 20)
+	if total := int64(eachConn*connsPerServer()+keys*seenKeyBytes) + decodedBytes; total > 32<<20 {
+		t.Fatalf("cacheSizes(32 MiB) = %d per connection, %d keys, %d decoded bytes: %d bytes in all", eachConn, keys, decodedBytes, total)
+	}
+}
+
+// TestSeenDecodedBounded: the decoded records kept for replays never take
+// more than their share, a key dropped or flushed gives its share back,
+// and a key no longer seen gets none.
+func TestSeenDecodedBounded(t *testing.T) {
+	sn := newSeen(100, 3000)
+	for i := range 100 {
+		k := strconv.Itoa(i)
+		sn.add(k)
+		sn.remember(k, &decoded{size: 1000})
+		if sn.decodedBytes > 3000 {
+			t.Fatalf("%d decoded bytes after %d records, bound 3000", sn.decodedBytes, i+1)
+		}
+		if d, ok := sn.lookup(k); !ok || d == nil {
+			t.Fatalf("the record just decoded for %s was not kept", k)
+		}
+	}
+	sn.drop("99")
+	if sn.decodedBytes != 2000 {
+		t.Fatalf("%d decoded bytes after a drop, want 2000", sn.decodedBytes)
+	}
+	sn.remember("gone", &decoded{size: 10})
+	if _, ok := sn.lookup("gone"); ok || sn.decodedBytes != 2000 {
+		t.Fatal("a key not seen got a decoded record")
+	}
+	sn.remember("98", &decoded{size: 1000})
+	sn.remember("98", &decoded{size: 1000}) // replaced, not counted twice
+	if sn.decodedBytes > 3000 {
+		t.Fatalf("%d decoded bytes after a record was replaced, bound 3000", sn.decodedBytes)
+	}
+	sn.remember("98", &decoded{size: 4000}) // larger than the whole share
+	if d, _ := sn.lookup("98"); d == nil || d.size != 1000 || sn.decodedBytes > 3000 {
+		t.Fatal("a record over the share replaced the one kept")
+	}
+	sn.onInvalidations(nil)
+	if sn.decodedBytes != 0 {
+		t.Fatalf("%d decoded bytes after a flush", sn.decodedBytes)
+	}
+}
+
+// TestCachedReplayDecodesOnce: replays of a cached record hand out the
+// record decoded on the first hit, and once the record changes (purged,
+// then completed again with another response) the new response, never
+// the one decoded before.
+func TestCachedReplayDecodesOnce(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := internalStore(t, srv.Addr(), 32<<20)
+	id := store.Identity{Owner: "o", Scope: "s", Key: "decode-once"}
+	completeInternal(t, s, id)
+	first, _ := cachedInternal(t, s, id) // a miss: read from the server
+	var hits []*store.Record
+	for range 3 {
+		rec, res := cachedInternal(t, s, id)
+		if res != store.CacheHit || rec == nil || string(rec.Response.Body) != "created" {
+			t.Fatalf("replay from the cache: %v %+v", res, rec)
+		}
+		hits = append(hits, rec)
+	}
+	if first == nil || hits[1] != hits[0] || hits[2] != hits[0] {
+		t.Fatal("each cache hit decoded the record again")
+	}
+	if ok, err := s.Delete(t.Context(), id); err != nil || !ok {
+		t.Fatalf("delete: %v %v", ok, err)
+	}
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "f2", Token: "t2", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
+		t.Fatalf("claim after the purge: %+v %v", res, err)
+	}
+	if ok, err := s.Complete(t.Context(), id, "t2", store.Response{Status: 200, Body: []byte("second")}); err != nil || !ok {
+		t.Fatalf("complete: %v %v", ok, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, _ := cachedInternal(t, s, id)
+		if rec != nil && rec.Fingerprint == "f2" {
+			if rec.Response.Status != 200 || string(rec.Response.Body) != "second" {
+				t.Fatalf("the new record came with the old response: %d %q", rec.Response.Status, rec.Response.Body)
+			}
+			break
+		}
+		if rec != nil && (rec.Fingerprint != "f" || string(rec.Response.Body) != "created") {
+			t.Fatalf("a mix of the two records: %+v", rec)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache still answers the purged record after 5 s")
+		}
+		runtime.Gosched()
 	}
 }

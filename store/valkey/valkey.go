@@ -71,12 +71,14 @@ type Options struct {
 	OnAck func(op string, took time.Duration, acknowledged bool)
 	// CacheBytes bounds the replay cache (store.ReplayCache, issue 17), in
 	// bytes; 0 (the zero value) turns it off, negative is an error. It is
-	// split: seven eighths are valkey-go's client-side cache, divided
+	// split: six eighths are valkey-go's client-side cache, divided
 	// among the connections to one server (CacheSizeEachConn), so the
 	// responses cached from one standalone or Sentinel primary stay
 	// within it (in Cluster, within it per node); one eighth bounds the
-	// set of record keys seen completed (about 128 bytes a key). The
-	// sizes are valkey-go's estimates of its entries, not heap measures.
+	// set of record keys seen completed (about 128 bytes a key), and one
+	// eighth the records decoded from the cache, kept so that a replay
+	// does not decode the same reply again. The sizes are estimates of
+	// the entries, not heap measures.
 	CacheBytes int64
 }
 
@@ -170,8 +172,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	co.Dialer.Timeout = opts.DialTimeout
 	var sn *seen
 	if opts.CacheBytes > 0 {
-		eachConn, seenKeys := cacheSizes(opts.CacheBytes)
-		sn = newSeen(seenKeys)
+		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes)
+		sn = newSeen(seenKeys, decodedBytes)
 		co.DisableCache = false
 		co.CacheSizeEachConn = eachConn
 		// Only reads sent with DoCache are tracked (OPTIN, valkey-go's
