@@ -110,3 +110,32 @@ routes:
 		}
 	}
 }
+
+// TestProblemsTemplateReadOnEveryLoad: the template file is read by each
+// load, so a reload (which loads the policy again) applies an edited
+// template, and refuses one that no longer validates.
+func TestProblemsTemplateReadOnEveryLoad(t *testing.T) {
+	tmpl := filepath.Join(t.TempDir(), "p.tmpl")
+	cfg := writeFile(t, base+"problems: {template: "+tmpl+", content_type: application/json}\n")
+	render := func() string {
+		c, err := Load(cfg, nil)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		rec := httptest.NewRecorder()
+		_ = (problem.Publisher{}).WriteFormat(rec, problem.MissingKey.With("no key"), c.Policy.Routes()[0].Problems)
+		return rec.Body.String()
+	}
+	for _, step := range []struct{ text, want string }{
+		{`{"v":1,"m":{{json .Detail}}}`, `{"v":1,"m":"no key"}`},
+		{`{"v":2,"m":{{json .Detail}}}`, `{"v":2,"m":"no key"}`},
+		{`{"v":3,"m":"{{.Detail}}"}`, "problems.template: writes invalid JSON"},
+	} {
+		if err := os.WriteFile(tmpl, []byte(step.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := render(); !strings.Contains(got, step.want) {
+			t.Errorf("template %s: got %s, want %s", step.text, got, step.want)
+		}
+	}
+}

@@ -132,11 +132,11 @@ func NewFormat(tmpl *template.Template, contentType string, headers map[string]m
 				Extensions: map[string]any{"sample": "a \"quoted\"\nvalue"}}
 			var buf bytes.Buffer
 			if err := tmpl.Execute(&buf, v); err != nil {
-				errs = append(errs, &KeyError{Key: "template", Err: fmt.Errorf("does not execute for a %s problem: %w", k.Slug, err)})
+				errs = append(errs, &KeyError{Key: "template", Err: fmt.Errorf("does not execute for kind %s: %w", k.Slug, err)})
 				break
 			}
 			if isJSON && !json.Valid(buf.Bytes()) {
-				errs = append(errs, &KeyError{Key: "template", Err: fmt.Errorf("writes invalid JSON for a %s problem whose detail holds quotes and line breaks (pass every value through json, e.g. {{json .Detail}}): %s", k.Slug, buf.Bytes())})
+				errs = append(errs, &KeyError{Key: "template", Err: fmt.Errorf("writes invalid JSON for kind %s when the detail holds quotes and line breaks (pass every value through json, e.g. {{json .Detail}}): %s", k.Slug, buf.Bytes())})
 				break
 			}
 		}
