@@ -14,6 +14,7 @@ require (
 	github.com/mccutchen/go-httpbin/v2 v2.26.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/viper v1.21.0
+	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 	github.com/valkey-io/valkey-go v1.0.79
 	go.etcd.io/bbolt v1.5.0

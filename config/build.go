@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // builder turns a rawConfig into a Config. A value that does not parse is
@@ -180,6 +183,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 
 	defaults := policy.DefaultRoute()
 	b.apply(&defaults, &raw.Defaults, "defaults")
+	top := &raw.Problems.rawProblems
+	topFormat, topOK := b.problemFormat("problems", top, nil)
+	defaults.Problems = topFormat
 	routes := make([]policy.Route, len(raw.Routes))
 	b.set = make([]map[string]bool, len(raw.Routes))
 	for i := range raw.Routes {
@@ -206,6 +212,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 		b.set[i] = rr.rawSettings.setFields()
 		b.apply(&r, &rr.rawSettings, path)
+		if rr.Problems != nil && (topOK || rr.Problems.Template != nil) {
+			r.Problems, _ = b.problemFormat(path+".problems", rr.Problems, top)
+		}
 		routes[i] = r
 	}
 	p, err := policy.New(defaults, routes)
@@ -223,6 +232,67 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	c.Policy = p
 	return c
+}
+
+// problemFormat builds the problem.Format of s, its unset keys taken from
+// inherit (the top-level section; nil for the top level itself), and
+// reports its problems under path ("problems", "routes[i].problems"). It
+// returns nil when no key is set (RFC 9457 answers), and false when a
+// problem was reported.
+func (b *builder) problemFormat(path string, s, inherit *rawProblems) (*problem.Format, bool) {
+	var m rawProblems
+	if inherit != nil {
+		m = *inherit
+	}
+	if s.Template != nil {
+		m.Template = s.Template
+	}
+	if s.ContentType != nil {
+		m.ContentType = s.ContentType
+	}
+	if s.Headers != nil {
+		m.Headers = s.Headers
+	}
+	if (m.Template == nil || *m.Template == "") && (m.ContentType == nil || *m.ContentType == "") && (m.Headers == nil || len(*m.Headers) == 0) {
+		return nil, true // RFC 9457, on the path that allocates least
+	}
+	var tmpl *template.Template
+	if m.Template != nil && *m.Template != "" {
+		tpath := path + ".template"
+		if s.Template == nil {
+			tpath = "problems.template"
+		}
+		text, err := os.ReadFile(*m.Template)
+		if err != nil {
+			b.bad(tpath, "%v", err)
+			return nil, false
+		}
+		if tmpl, err = problem.ParseTemplate(*m.Template, string(text)); err != nil {
+			b.bad(tpath, "does not parse: %v", err)
+			return nil, false
+		}
+	}
+	var ct string
+	if m.ContentType != nil {
+		ct = *m.ContentType
+	}
+	var headers map[string]map[string]string
+	if m.Headers != nil {
+		headers = *m.Headers
+	}
+	f, err := problem.NewFormat(tmpl, ct, headers)
+	if err != nil {
+		for _, e := range unjoin(err) {
+			var ke *problem.KeyError
+			if errors.As(e, &ke) {
+				b.bad(path+"."+ke.Key, "%v", ke.Err)
+			} else {
+				b.bad(path, "%v", e)
+			}
+		}
+		return nil, false
+	}
+	return f, true
 }
 
 // keepsTombstones reports whether the store driver is a store.Tombstoner,

@@ -176,8 +176,9 @@ type rawConfig struct {
 		ServiceName *string  `mapstructure:"service_name"`
 	} `mapstructure:"tracing"`
 	Problems struct {
-		DocsURL  *string `mapstructure:"docs_url"`
-		TypeBase *string `mapstructure:"type_base"`
+		DocsURL     *string `mapstructure:"docs_url"`
+		TypeBase    *string `mapstructure:"type_base"`
+		rawProblems `mapstructure:",squash"`
 	} `mapstructure:"problems"`
 	Defaults rawSettings `mapstructure:"defaults"`
 	Routes   []rawRoute  `mapstructure:"routes"`
@@ -186,10 +187,22 @@ type rawConfig struct {
 // rawRoute is one entry of `routes:`: its name and match, and the settings
 // it overrides from `defaults:`.
 type rawRoute struct {
-	Name        *string `mapstructure:"name"`
-	Match       *string `mapstructure:"match"`
-	Upstream    *string `mapstructure:"upstream"`
+	Name     *string `mapstructure:"name"`
+	Match    *string `mapstructure:"match"`
+	Upstream *string `mapstructure:"upstream"`
+	// Problems overrides the top-level problems.template, content_type
+	// and headers for this route's answers, each key on its own.
+	Problems    *rawProblems `mapstructure:"problems"`
 	rawSettings `mapstructure:",squash"`
+}
+
+// rawProblems are the keys that shape the problem answers of the proxy
+// (problem.Format), at the top level `problems:` or in a route's: they are
+// part of the policy, reloaded with it.
+type rawProblems struct {
+	Template    *string                       `mapstructure:"template"`
+	ContentType *string                       `mapstructure:"content_type"`
+	Headers     *map[string]map[string]string `mapstructure:"headers"`
 }
 
 // rawSettings are the route policy keys, under `defaults:` or one route.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/idemgate/idemgate/problem"
 )
 
 // Mode says whether a route enforces idempotency.
@@ -156,6 +158,11 @@ type Route struct {
 	// route's records are indexed, tombstone them. Read only when
 	// ResourceFrom is set; the request may match any route.
 	TombstoneMethods []string
+	// Problems is the shape of the problems idemgate answers on this route
+	// (the top-level `problems:` template, content_type and headers, or a
+	// route's own `problems:`); nil answers RFC 9457 problem details. It
+	// lives in the policy so that a reload replaces it with the rules.
+	Problems *problem.Format
 
 	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
 	// the policy is published, nil until then.

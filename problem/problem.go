@@ -6,7 +6,6 @@ package problem
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -31,23 +30,17 @@ type Details struct {
 
 // Write answers with d: status d.Status, the JSON body and the fields that
 // keep it from being cached or sniffed as another media type.
-func Write(w http.ResponseWriter, d Details) {
+func Write(w http.ResponseWriter, d Details) { writeAs(w, d, MediaType) }
+
+// writeAs answers with d as RFC 9457 JSON under contentType.
+func writeAs(w http.ResponseWriter, d Details, contentType string) {
 	body, err := json.Marshal(d)
 	if err != nil { // cannot happen for these field types
 		d = Details{Title: "internal error", Status: http.StatusInternalServerError}
 		body, _ = json.Marshal(d)
 	}
 	body = append(body, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if d.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(d.RetryAfter))
-	}
-	w.WriteHeader(d.Status)
-	_, _ = w.Write(body)
+	writeBody(w, d, contentType, body)
 }
 
 // Publisher writes problems the way the operator publishes them (the
@@ -56,6 +49,7 @@ func Write(w http.ResponseWriter, d Details) {
 // DocsURL with relation "describedby", as the Idempotency-Key draft
 // (section 2.7) suggests for its error responses. The catalog's slugs
 // never change; only the base does. The zero Publisher writes as Write.
+// WriteFormat also renders the body in the API's own error shape (Format).
 type Publisher struct {
 	// TypeBase replaces Base in every type URI; "" keeps Base.
 	TypeBase string
@@ -66,6 +60,15 @@ type Publisher struct {
 // Write answers with d as Write does, its type under p.TypeBase, with the
 // Link to p.DocsURL.
 func (p Publisher) Write(w http.ResponseWriter, d Details) {
+	_ = p.WriteFormat(w, d, nil)
+}
+
+// WriteFormat answers with d as Write does, in format f (nil: RFC 9457):
+// f's template renders the body from d with its type already under
+// p.TypeBase, under f's content type, with f's headers for d's kind. The
+// error says why f's template failed on d; the answer was then RFC 9457,
+// and the caller logs it.
+func (p Publisher) WriteFormat(w http.ResponseWriter, d Details, f *Format) error {
 	if p.TypeBase != "" {
 		if slug, ok := strings.CutPrefix(d.Type, Base); ok {
 			d.Type = p.TypeBase + slug
@@ -74,5 +77,9 @@ func (p Publisher) Write(w http.ResponseWriter, d Details) {
 	if p.DocsURL != "" {
 		w.Header().Add("Link", "<"+p.DocsURL+`>; rel="describedby"`)
 	}
-	Write(w, d)
+	if f == nil {
+		Write(w, d)
+		return nil
+	}
+	return f.write(w, d)
 }

@@ -61,6 +61,8 @@
 //
 // Every error the proxy answers with is a problem of package problem's
 // catalog; the kind fixes the status, the title and the metrics outcome
-// (problem.go, fail). Logs never carry a key or an owner, only LogDigest.
+// (problem.go, fail). It is written in the route's shape
+// (policy.Route.Problems, the problems.template keys; writeProblem), RFC
+// 9457 without one. Logs never carry a key or an owner, only LogDigest.
 // README.md, "How a request is handled", says the same for operators.
 package proxy

@@ -72,16 +72,17 @@ func bufferSmallBody(r *http.Request, ex *exchange) error {
 // gets a problem (or, when it left, nothing).
 func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
 	p.log.Warn("passthrough upstream exchange failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	if ex := exchangeOf(r.Context()); ex != nil {
+	ex := exchangeOf(r.Context())
+	if ex != nil {
 		ex.cause = err
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		p.problems.Write(w, problem.UpstreamTimeout.With("the upstream did not answer in time"))
+		p.writeProblem(w, ex, problem.UpstreamTimeout.With("the upstream did not answer in time"))
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(499) // client went away; nobody reads this
 		return
 	}
-	p.problems.Write(w, problem.UpstreamUnreachable.With("the upstream exchange failed"))
+	p.writeProblem(w, ex, problem.UpstreamUnreachable.With("the upstream exchange failed"))
 }

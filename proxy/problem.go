@@ -12,9 +12,26 @@ import (
 // logs the request under the outcome of pr's kind: the pair is defined once,
 // in the catalog.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
-	p.problems.Write(w, pr)
+	p.writeProblem(w, ex, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
 	p.done(r, ex)
+}
+
+// writeProblem answers with pr in the shape of ex's route (its
+// problems.template, content_type and headers; RFC 9457 without them). A
+// template that fails on pr leaves an RFC 9457 answer and a warning.
+func (p *Proxy) writeProblem(w http.ResponseWriter, ex *exchange, pr problem.Details) {
+	var f *problem.Format
+	if ex != nil && ex.route != nil {
+		f = ex.route.Problems
+	}
+	if f == nil {
+		p.problems.Write(w, pr)
+		return
+	}
+	if err := p.problems.WriteFormat(w, pr, f); err != nil {
+		p.log.Warn("problem template failed; answered RFC 9457 instead", "route", ex.route.Name, "problem", pr.Type, "err", err)
+	}
 }
 
 // withRetry returns pr with a Retry-After of seconds.
