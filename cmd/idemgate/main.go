@@ -549,6 +549,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			// The record identity the proxy derives (pass_host, scheme).
 			Scoping:    policy.Scoping{PassHost: cfg.Upstream.PassHost},
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
+			// idemgate_store_up follows every /readyz store check.
+			StoreChecked: sc.note,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
