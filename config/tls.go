@@ -160,10 +160,30 @@ func (f *TLSFiles) Server() *tls.Config {
 		c := out.Clone()
 		c.GetConfigForClient = nil
 		c.ClientCAs = pool
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyResumed(cs, pool)
+		}
 		cur.Store(&derived{pool: pool, conf: c})
 		return c, nil
 	}
 	return out
+}
+
+// verifyResumed checks a resumed session's client certificate against pool:
+// resumption skips verification, and a session of a client whose CA has
+// since left the bundle must not outlive the bundle change.
+func verifyResumed(cs tls.ConnectionState, pool *x509.CertPool) error {
+	if !cs.DidResume || len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	opts := x509.VerifyOptions{Roots: pool, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return fmt.Errorf("resumed session: client certificate no longer verifies against server.tls.client_ca_file: %w", err)
+	}
+	return nil
 }
 
 // UpstreamCAs returns the current pool of upstream.tls.ca_file, nil when

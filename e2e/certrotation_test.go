@@ -116,6 +116,25 @@ func TestClientCARotation(t *testing.T) {
 	if v := metricValue(t, g, `idemgate_tls_reloads_total{file="server.tls.client_ca_file",result="success"}`); v < 1 {
 		t.Errorf("idemgate_tls_reloads_total success = %v, want >= 1", v)
 	}
+
+	// The old CA leaves the bundle: its clients are refused, also one
+	// that resumes a TLS session from before (resumption skips the
+	// certificate check unless idemgate repeats it).
+	resuming := tlsClient(roots, &oldClient)
+	resuming.Transport.(*http.Transport).TLSClientConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	if status, _, _, err := postWith(resuming, url, "resume-1"); err != nil || status != 201 {
+		t.Fatalf("old client with a session cache: %d %v", status, err)
+	}
+	testcerts.Write(t, dir, "clients.crt", newCA.PEM)
+	if !waitFor(func() bool { return !accepted(&oldClient) }) {
+		t.Fatalf("the old CA's client is still accepted %v after its CA left the file", rotationDeadline)
+	}
+	if status, _, _, err := postWith(resuming, url, "resume-2"); err == nil {
+		t.Fatalf("the old CA's client resuming an earlier session: answered %d, want a refused handshake", status)
+	}
+	if !accepted(&newClient) {
+		t.Fatal("the new CA's client is refused after the old CA left the file")
+	}
 }
 
 // rotatingBackend is an https upstream whose certificate and trusted
