@@ -76,6 +76,11 @@ type Options struct {
 	// any other check, so that load balancers stop sending requests while
 	// the proxy drains. /healthz is unaffected. nil means never draining.
 	Draining func() bool
+	// StoreChecked, when set, is told the outcome of every store Ping
+	// /readyz makes (err nil: it answered) and when that Ping started, at
+	// the moment the answer is decided, so a gauge of the store's state
+	// (idemgate_store_up) changes together with /readyz, never after it.
+	StoreChecked func(start time.Time, err error)
 }
 
 type handler struct {
@@ -177,7 +182,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 	defer cancel()
 	start := h.now()
-	if err := h.opts.Store.Ping(ctx); err != nil {
+	err := h.opts.Store.Ping(ctx)
+	if h.opts.StoreChecked != nil {
+		h.opts.StoreChecked(start, err)
+	}
+	if err != nil {
 		took := h.now().Sub(start)
 		h.log.Warn("readiness store check failed", "err", err, "took_ms", took.Milliseconds())
 		problem.Write(w, problem.NotReady.With(

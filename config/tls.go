@@ -2,10 +2,12 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"github.com/idemgate/idemgate/internal/certfile"
 	"github.com/idemgate/idemgate/policy"
@@ -62,53 +64,151 @@ type UpstreamTLSConfig struct {
 	InsecureSkipVerify bool
 }
 
-// ServerTLS returns the proxy listener's tls.Config (nil without TLS): the
-// certificate from files re-read on change, the minimum version and the
-// client verification.
-func (c *Config) ServerTLS(log *slog.Logger) (*tls.Config, error) {
-	t := c.Server.TLS
-	if !t.Enabled() {
-		return nil, nil
-	}
-	r, err := certfile.New(t.CertFile, t.KeyFile, log)
-	if err != nil {
-		return nil, fmt.Errorf("server.tls: %w", err)
-	}
-	out := &tls.Config{GetCertificate: r.GetCertificate, MinVersion: tlsVersion(t.MinVersion), NextProtos: []string{"h2", "http/1.1"}}
-	if t.VerifiesClients() {
-		pool, err := certfile.LoadPool(t.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("server.tls.client_ca_file: %w", err)
-		}
-		out.ClientCAs = pool
-		out.ClientAuth = tls.VerifyClientCertIfGiven
-		if t.ClientAuth == ClientAuthRequire {
-			out.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	return out, nil
+// TLSFiles holds the certificate and CA files of server.tls and
+// upstream.tls, each read again when it changes (at most once per second,
+// at the next handshake that needs it) and on Reload (SIGHUP). A file that
+// does not load keeps the previous one in service (certfile).
+type TLSFiles struct {
+	server       ServerTLSConfig
+	upstream     UpstreamTLSConfig
+	serverCert   *certfile.Reloader
+	clientCAs    *certfile.Pool
+	upstreamCAs  *certfile.Pool
+	upstreamCert *certfile.Reloader
 }
 
-// UpstreamTLS returns the tls.Config for connections to an https upstream;
-// serverName is the name to verify ("" for the URL's host).
-func (c *Config) UpstreamTLS(serverName string) (*tls.Config, error) {
-	t := c.Upstream.TLS
-	out := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, warned about at start
-	if t.CAFile != "" {
-		pool, err := certfile.LoadPool(t.CAFile)
-		if err != nil {
+// OpenTLSFiles loads every file of server.tls and upstream.tls that is
+// set; observe (nil: none) is told of each later reload attempt by the
+// file's config key. An error names the key whose file does not load now.
+func (c *Config) OpenTLSFiles(log *slog.Logger, observe certfile.Observer) (*TLSFiles, error) {
+	f := &TLSFiles{server: c.Server.TLS, upstream: c.Upstream.TLS}
+	s, u := c.Server.TLS, c.Upstream.TLS
+	var err error
+	if s.Enabled() {
+		if f.serverCert, err = certfile.New(s.CertFile, s.KeyFile, log); err != nil {
+			return nil, fmt.Errorf("server.tls: %w", err)
+		}
+		f.serverCert.Named("server.tls.cert_file", observe)
+		if s.VerifiesClients() {
+			if f.clientCAs, err = certfile.NewPool(s.ClientCAFile, "server.tls.client_ca_file", log, observe); err != nil {
+				return nil, fmt.Errorf("server.tls.client_ca_file: %w", err)
+			}
+		}
+	}
+	if u.CAFile != "" && !u.InsecureSkipVerify {
+		if f.upstreamCAs, err = certfile.NewPool(u.CAFile, "upstream.tls.ca_file", log, observe); err != nil {
 			return nil, fmt.Errorf("upstream.tls.ca_file: %w", err)
 		}
-		out.RootCAs = pool
 	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
+	if u.CertFile != "" {
+		if f.upstreamCert, err = certfile.New(u.CertFile, u.KeyFile, log); err != nil {
 			return nil, fmt.Errorf("upstream.tls.cert_file: %w", err)
 		}
-		out.Certificates = []tls.Certificate{cert}
+		f.upstreamCert.Named("upstream.tls.cert_file", observe)
 	}
-	return out, nil
+	return f, nil
+}
+
+// Reload reads every file again now (SIGHUP); those that do not load keep
+// their previous contents in service.
+func (f *TLSFiles) Reload() {
+	if f.serverCert != nil {
+		f.serverCert.Reload()
+	}
+	if f.clientCAs != nil {
+		f.clientCAs.Reload()
+	}
+	if f.upstreamCAs != nil {
+		f.upstreamCAs.Reload()
+	}
+	if f.upstreamCert != nil {
+		f.upstreamCert.Reload()
+	}
+}
+
+// Server returns the proxy listener's tls.Config (nil without TLS): the
+// certificate from GetCertificate, the minimum version and, with client
+// verification, the current client CA pool for every new handshake
+// (GetConfigForClient), so connections after a CA file change verify
+// against the new bundle and established ones are left alone.
+func (f *TLSFiles) Server() *tls.Config {
+	if f.serverCert == nil {
+		return nil
+	}
+	t := f.server
+	out := &tls.Config{GetCertificate: f.serverCert.GetCertificate, MinVersion: tlsVersion(t.MinVersion), NextProtos: []string{"h2", "http/1.1"}}
+	if f.clientCAs == nil {
+		return out
+	}
+	out.ClientAuth = tls.VerifyClientCertIfGiven
+	if t.ClientAuth == ClientAuthRequire {
+		out.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	out.ClientCAs = f.clientCAs.Current()
+	// One derived config per pool: a handshake clones only after a CA
+	// file change.
+	type derived struct {
+		pool *x509.CertPool
+		conf *tls.Config
+	}
+	var cur atomic.Pointer[derived]
+	out.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool := f.clientCAs.Current()
+		if d := cur.Load(); d != nil && d.pool == pool {
+			return d.conf, nil
+		}
+		c := out.Clone()
+		c.GetConfigForClient = nil
+		c.ClientCAs = pool
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyResumed(cs, pool)
+		}
+		cur.Store(&derived{pool: pool, conf: c})
+		return c, nil
+	}
+	return out
+}
+
+// verifyResumed checks a resumed session's client certificate against pool:
+// resumption skips verification, and a session of a client whose CA has
+// since left the bundle must not outlive the bundle change.
+func verifyResumed(cs tls.ConnectionState, pool *x509.CertPool) error {
+	if !cs.DidResume || len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	opts := x509.VerifyOptions{Roots: pool, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return fmt.Errorf("resumed session: client certificate no longer verifies against server.tls.client_ca_file: %w", err)
+	}
+	return nil
+}
+
+// UpstreamCAs returns the current pool of upstream.tls.ca_file, nil when
+// it is not set (the system roots) or insecure_skip_verify is. The pointer
+// changes only when the file changed and loaded, so a transport built for
+// one pool is rebuilt when it differs.
+func (f *TLSFiles) UpstreamCAs() *x509.CertPool {
+	if f.upstreamCAs == nil {
+		return nil
+	}
+	return f.upstreamCAs.Current()
+}
+
+// Upstream returns the tls.Config for connections to an https upstream,
+// trusting roots (nil: the system roots; see UpstreamCAs); serverName is
+// the name to verify ("" for the URL's host). Verification is the standard
+// library's, hostname included. The client certificate of
+// upstream.tls.cert_file is the current one at each handshake.
+func (f *TLSFiles) Upstream(serverName string, roots *x509.CertPool) *tls.Config {
+	t := f.upstream
+	out := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, RootCAs: roots, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, warned about at start
+	if f.upstreamCert != nil {
+		out.GetClientCertificate = f.upstreamCert.GetClientCertificate
+	}
+	return out
 }
 
 func tlsVersion(v string) uint16 {

@@ -66,11 +66,15 @@ func TestTLSValidation(t *testing.T) {
 	if c.Server.TLS.ClientAuth != ClientAuthRequest || c.Upstream.TLS.ServerName != "api.internal" || len(c.TrustedPrefixes()) != 2 {
 		t.Errorf("loaded %+v %+v %v", c.Server.TLS, c.Upstream.TLS, c.TrustedPrefixes())
 	}
-	if st, err := c.ServerTLS(nil); err != nil || st.ClientCAs == nil || st.MinVersion != 0x0304 {
-		t.Errorf("ServerTLS: %v %+v", err, st)
+	files, err := c.OpenTLSFiles(nil, nil)
+	if err != nil {
+		t.Fatalf("OpenTLSFiles: %v", err)
 	}
-	if ut, err := c.UpstreamTLS("api.internal"); err != nil || ut.RootCAs == nil || len(ut.Certificates) != 1 {
-		t.Errorf("UpstreamTLS: %v %+v", err, ut)
+	if st := files.Server(); st.ClientCAs == nil || st.GetConfigForClient == nil || st.MinVersion != 0x0304 {
+		t.Errorf("Server: %+v", st)
+	}
+	if ut := files.Upstream("api.internal", files.UpstreamCAs()); ut.RootCAs == nil || ut.GetClientCertificate == nil || ut.ServerName != "api.internal" {
+		t.Errorf("Upstream: %+v", ut)
 	}
 	// The environment sets the list as a comma-separated value.
 	c, err = Load(writeFile(t, base), []string{"IDEMGATE_SERVER_TRUSTED_PROXIES=10.1.0.0/16, 10.2.0.0/16"})

@@ -454,6 +454,40 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	// restart applies; written by Load and read by RestartKeys, which the
 	// reloader serializes.
 	var restartKeys []string
+	// Certificate and CA files: read again when they change and on every
+	// SIGHUP, before the policy reload that signal also asks for.
+	tlsReloads, err := metrics.NewTLSReloads(reg)
+	if err != nil {
+		return err
+	}
+	tlsFiles, err := cfg.OpenTLSFiles(log, tlsReloads.Observe)
+	if err != nil {
+		return err
+	}
+	policyHup := hup
+	if hup != nil {
+		fwd := make(chan os.Signal, 1)
+		policyHup = fwd
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case sig, ok := <-hup:
+					if !ok {
+						close(fwd)
+						return
+					}
+					tlsFiles.Reload()
+					select {
+					case fwd <- sig:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
 	reloader, err := reload.New(reload.Options{
 		Path: configPath,
 		Load: func(path string) (*policy.Policy, error) {
@@ -472,7 +506,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		Initial:     cfg.Policy,
 		Logger:      log,
 		Registerer:  reg,
-		Signals:     hup,
+		Signals:     policyHup,
 		RestartKeys: func() []string { return restartKeys },
 	})
 	if err != nil {
@@ -481,10 +515,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 
 	m.InitRoutes(routeNames(cfg.Policy)...)
 
-	upstreamTransport, err := newUpstreamTransport(cfg)
-	if err != nil {
-		return err
-	}
+	upstreamTransport := newUpstreamTransport(cfg, tlsFiles)
 	if cfg.Upstream.TLS.InsecureSkipVerify {
 		log.Warn("INSECURE: upstream.tls.insecure_skip_verify is true: idemgate accepts ANY certificate from the upstream, so anyone on the path can read and answer its requests; use upstream.tls.ca_file instead")
 	}
@@ -536,21 +567,21 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			// The record identity the proxy derives (pass_host, scheme).
 			Scoping:    policy.Scoping{PassHost: cfg.Upstream.PassHost},
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
+			// idemgate_store_up follows every /readyz store check.
+			StoreChecked: sc.note,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	serverTLS, err := cfg.ServerTLS(log)
-	if err != nil {
-		return err
-	}
+	serverTLS := tlsFiles.Server()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	if serverTLS != nil {
-		// The certificate comes from GetCertificate, which re-reads the
-		// files when cert-manager rotates them.
+		// The certificate comes from GetCertificate and the client CAs
+		// from GetConfigForClient, which re-read the files when
+		// cert-manager rotates them.
 		srv.TLSConfig = serverTLS
 		ln = tls.NewListener(ln, serverTLS)
 	}
@@ -629,32 +660,6 @@ func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log
 	}
 	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
-}
-
-// newUpstreamTransport returns the transport to every upstream: proxy's
-// defaults with upstream.tls (CA, client certificate). upstream.tls.server_name
-// names the global upstream's certificate only; routes' own upstreams (any
-// other host) go through a transport with the same settings that verifies
-// their own host.
-func newUpstreamTransport(cfg *config.Config) (http.RoundTripper, error) {
-	build := func(serverName string) (*http.Transport, error) {
-		t := proxy.NewTransport(cfg.Upstream.Timeout)
-		tc, err := cfg.UpstreamTLS(serverName)
-		if err != nil {
-			return nil, err
-		}
-		t.TLSClientConfig = tc
-		return t, nil
-	}
-	global, err := build(cfg.Upstream.TLS.ServerName)
-	if err != nil || cfg.Upstream.TLS.ServerName == "" {
-		return global, err
-	}
-	others, err := build("")
-	if err != nil {
-		return nil, err
-	}
-	return &byHost{host: cfg.Upstream.URL.Host, global: global, others: others}, nil
 }
 
 // byHost sends requests for host through global and all others through

@@ -198,10 +198,9 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		sql:          buildStatements(table),
 		codec:        codec,
 	}
-	if err := s.prepareSchema(ctx, opts.Table, !opts.NoCreate); err != nil {
-		pool.Close()
-		return nil, err
-	}
+	// The listening connection is dialled while the schema is checked on a
+	// pooled one: a lazy start is ready after the slower of the two, not
+	// after both in turn.
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	ready := make(chan struct{})
@@ -210,6 +209,10 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		defer s.done.Done()
 		s.listen(bg, cfg.ConnConfig.Copy(), ready)
 	}()
+	if err := s.prepareSchema(ctx, opts.Table, !opts.NoCreate); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	select {
 	case <-ready:
 	case <-ctx.Done():
