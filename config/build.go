@@ -123,6 +123,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if v := raw.Log.Access; v != nil {
 		c.Log.Access = *v
 	}
+	if v := raw.Log.Query; v != nil {
+		c.Log.Query = *v
+	}
 	s := raw.Server
 	b.duration("server.read_header_timeout", &c.Server.ReadHeaderTimeout, s.ReadHeaderTimeout)
 	b.duration("server.read_timeout", &c.Server.ReadTimeout, s.ReadTimeout)

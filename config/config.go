@@ -185,6 +185,10 @@ type LogConfig struct {
 	// Access (log.access, default true) writes one info line per request,
 	// enforced or not (README.md, "Access log").
 	Access bool
+	// Query (log.query, default true) logs the path with its query string
+	// in the access line; false logs the path alone, for APIs whose query
+	// strings carry secrets (tokens, signatures).
+	Query bool
 }
 
 // ServerConfig is the `server:` section: the proxy http.Server's limits.
@@ -311,7 +315,7 @@ func Default() *Config {
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
-		Log: LogConfig{Format: "text", Level: "info", Access: true},
+		Log: LogConfig{Format: "text", Level: "info", Access: true, Query: true},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       60 * time.Second,

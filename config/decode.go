@@ -147,6 +147,7 @@ type rawConfig struct {
 		Format *string `mapstructure:"format"`
 		Level  *string `mapstructure:"level"`
 		Access *bool   `mapstructure:"access"`
+		Query  *bool   `mapstructure:"query"`
 	} `mapstructure:"log"`
 	Server struct {
 		ReadHeaderTimeout *string   `mapstructure:"read_header_timeout"`

@@ -201,7 +201,7 @@ func (f *Format) write(w http.ResponseWriter, d Details) error {
 	}
 	var buf bytes.Buffer
 	err := f.tmpl.Execute(&buf, View{Type: d.Type, Slug: slugOf(d.Type), Title: d.Title, Status: d.Status,
-		Detail: d.Detail, RetryAfter: d.RetryAfter, Extensions: map[string]any{}})
+		Detail: d.Detail, RetryAfter: d.RetryAfter, Extensions: extensionsOf(d)})
 	if err != nil {
 		writeAs(w, d, MediaType)
 		return fmt.Errorf("problems.template: %w", err)
@@ -233,4 +233,13 @@ func writeBody(w http.ResponseWriter, d Details, contentType string, body []byte
 	}
 	w.WriteHeader(d.Status)
 	_, _ = w.Write(body)
+}
+
+// extensionsOf returns d's extension members by their JSON names.
+func extensionsOf(d Details) map[string]any {
+	ext := map[string]any{}
+	if d.RequestID != "" {
+		ext["request_id"] = d.RequestID
+	}
+	return ext
 }

@@ -20,6 +20,10 @@ type Details struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
+	// RequestID is the request's X-Request-Id (the client's, or the one
+	// idemgate made), an extension member (RFC 9457 section 3.2) so that a
+	// client can quote it and an operator find the access line.
+	RequestID string `json:"request_id,omitempty"`
 	// RetryAfter, in whole seconds, is sent as the Retry-After field when > 0
 	// (RFC 9110 section 10.2.3); it is not part of the JSON body.
 	RetryAfter int `json:"-"`

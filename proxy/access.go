@@ -97,8 +97,12 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	// idemgate's CPU on replays, for a source field the handlers are not
 	// configured to print. Typed attributes, added at once: the record holds
 	// five and allocates the rest in one slice.
-	var buf [10]slog.Attr // on the stack: AddAttrs copies them
-	attrs := append(buf[:0], slog.String("method", r.Method), slog.String("path", r.URL.EscapedPath()),
+	var buf [13]slog.Attr // on the stack: AddAttrs copies them
+	path := r.URL.EscapedPath()
+	if p.logQuery && r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery
+	}
+	attrs := append(buf[:0], slog.String("method", r.Method), slog.String("path", path),
 		slog.String("route", ex.route.Name), slog.String("outcome", ex.outcome), slog.Int("status", status),
 		slog.Int64("bytes", bytes), slog.Int64("duration_ms", time.Since(ex.start).Milliseconds()))
 	if up := ex.upstreamNanos.Load(); up > 0 {
@@ -107,6 +111,7 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	if ex.id.Key != "" {
 		attrs = append(attrs, slog.String("key_hash", LogDigest(ex.id.Key)))
 	}
+	attrs = append(attrs, slog.String("request_id", ex.requestID), slog.String("remote_addr", p.clientAddr(r)))
 	if ex.cause != nil {
 		attrs = append(attrs, slog.String("err", ex.cause.Error()))
 	}

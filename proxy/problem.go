@@ -22,8 +22,11 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr pr
 // template that fails on pr leaves an RFC 9457 answer and a warning.
 func (p *Proxy) writeProblem(w http.ResponseWriter, ex *exchange, pr problem.Details) {
 	var f *problem.Format
-	if ex != nil && ex.route != nil {
-		f = ex.route.Problems
+	if ex != nil {
+		pr.RequestID = ex.requestID
+		if ex.route != nil {
+			f = ex.route.Problems
+		}
 	}
 	if f == nil {
 		p.problems.Write(w, pr)

@@ -100,6 +100,9 @@ type Options struct {
 	// NoAccessLog turns the per-request line off (log.access: false);
 	// failures are still logged as warnings.
 	NoAccessLog bool
+	// NoLogQuery logs the access line's path without its query string
+	// (log.query: false), for APIs whose query strings carry secrets.
+	NoLogQuery bool
 	// MaxWaiters caps the requests of this Proxy that wait on a running
 	// record at once (server.max_waiters); past it a duplicate gets 409
 	// request-in-progress with Retry-After at once instead of holding a
@@ -138,6 +141,8 @@ type Proxy struct {
 	passHost     bool
 	scoping      policy.Scoping
 	access       bool
+	logQuery     bool
+	requestIDs   *requestIDs
 	problems     problem.Publisher
 	draining     atomic.Bool
 	passthrough  *httputil.ReverseProxy
@@ -181,6 +186,8 @@ func New(opts Options) (*Proxy, error) {
 		passHost:     opts.PassHost,
 		scoping:      policy.Scoping{PassHost: opts.PassHost},
 		access:       !opts.NoAccessLog,
+		logQuery:     !opts.NoLogQuery,
+		requestIDs:   newRequestIDs(),
 		problems:     opts.Problems,
 		h2c:          opts.H2C,
 	}
@@ -308,9 +315,11 @@ type exchange struct {
 	// waited is the completed record that this request's last wait
 	// ended on (wait.go), answered as the next claim's Completed answer;
 	// shared with the other waiters of this process, so read only.
-	waited  *store.Record
-	outcome string
-	status  int
+	waited *store.Record
+	// requestID is the request's X-Request-Id (requestid.go).
+	requestID string
+	outcome   string
+	status    int
 	accessFields
 	// aw is accessFields.w's storage: one allocation per request for both.
 	aw accessWriter
@@ -321,7 +330,7 @@ type exchange struct {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.policy()
 	d := pol.Decide(r)
-	ex := &exchange{start: time.Now(), route: d.Route}
+	ex := &exchange{start: time.Now(), route: d.Route, requestID: p.requestIDs.of(r)}
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
 	w = ex.w

@@ -533,6 +533,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		TrustedProxies:   cfg.TrustedPrefixes(),
 		PassHost:         cfg.Upstream.PassHost,
 		NoAccessLog:      !cfg.Log.Access,
+		NoLogQuery:       !cfg.Log.Query,
 		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
 		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
