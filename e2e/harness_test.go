@@ -313,6 +313,33 @@ func post(ctx context.Context, url, owner, key, body string) Answer {
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
 }
 
+// postHeaders sends one POST of a JSON body with the fields of h (and Host
+// host, when not "") within d, and reads the whole answer: what the
+// helpers for one kind of client (a virtual host, a bearer token, a
+// platform account) build on.
+func postHeaders(d time.Duration, url, host, body string, h http.Header) Answer {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		return Answer{Err: err}
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for name, vs := range h {
+		req.Header[name] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Answer{Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+}
+
 func mustPost(t *testing.T, url, owner, key, body string) Answer {
 	t.Helper()
 	a := post(context.Background(), url, owner, key, body)

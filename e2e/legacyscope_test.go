@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,23 +13,11 @@ import (
 // sends it.
 func postHost(t *testing.T, url, host, owner, key, body string) Answer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	a := postHeaders(20*time.Second, url, host, body, http.Header{"X-User": {owner}, "Idempotency-Key": {key}})
+	if a.Err != nil {
+		t.Fatalf("POST %s (Host %s): %v", url, host, a.Err)
 	}
-	req.Host = host
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User", owner)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s (Host %s): %v", url, host, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return a
 }
 
 // TestV1LookupIgnoresCurrentRecords: the layout 1 lookup (store.v1_lookup,

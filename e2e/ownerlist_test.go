@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,27 +11,16 @@ import (
 )
 
 // postAccount sends a keyed POST the way a platform's client library does
-// for a connected account: one credential, the account in Stripe-Account.
+// for a connected account: one credential, the account in Stripe-Account
+// (and in X-User, which the test upstream counts by).
 func postAccount(t *testing.T, u, auth, account, key, body string) Answer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", u, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	a := postHeaders(20*time.Second, u, "", body, http.Header{"Authorization": {auth}, "Stripe-Account": {account},
+		"X-User": {account}, "Idempotency-Key": {key}})
+	if a.Err != nil {
+		t.Fatalf("POST %s: %v", u, a.Err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", auth)
-	req.Header.Set("Stripe-Account", account)
-	req.Header.Set("X-User", account) // the test upstream counts by X-User
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return a
 }
 
 // TestOwnerListPlatformAccounts: with owner: authorization, one platform

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -36,23 +34,7 @@ func startGateFlags(t *testing.T, mode string, args ...string) *Gate {
 // Authorization field: the bearer token and X-User (which the test upstream
 // counts by) are both the owner's name.
 func postAsBearer(d time.Duration, url, owner, key, body string) Answer {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
-		return Answer{Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+owner)
-	req.Header.Set("X-User", owner)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return postHeaders(d, url, "", body, http.Header{"Authorization": {"Bearer " + owner}, "X-User": {owner}, "Idempotency-Key": {key}})
 }
 
 // alive reports whether g's process is still running.
