@@ -35,6 +35,8 @@ var idemgateMetrics = map[string]metric{
 	"idemgate_tls_handshake_errors_total":          {labels: []string{"reason"}},
 	"idemgate_store_waiting":                       {},
 	"idemgate_store_admission_rejected_total":      {},
+	"idemgate_stored_responses_damaged_total":      {labels: []string{"route"}},
+	"idemgate_tls_reloads_total":                   {labels: []string{"file", "result"}},
 }
 
 // labelValues are the closed value sets of labels, per metric family and
