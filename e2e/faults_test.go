@@ -548,9 +548,10 @@ func TestFaultValkeyOutageLongerThanLeaseDuringCall(t *testing.T) {
 // no longer extend its claim; a duplicate sent to another instance must not
 // take the claim over (it used to: claim.lua deleted the abandoned record
 // first, and a script that has written is not checked for memory again, so
-// the operation ran twice). Every keyed request on either instance that
-// needs a claim (the running key, new keys) is refused with 503 while
-// Valkey is full; a completed key still replays (it needs no write). Once
+// the operation ran twice). The duplicate is answered from a read as with
+// memory (409 under concurrent: conflict); every keyed request on either
+// instance that needs a claim (new keys) is refused with 503 while Valkey
+// is full; a completed key still replays (it needs no write). Once
 // memory is freed the held response is recorded and replayed, and no
 // operation ran twice.
 func TestFaultValkeyFullFailsClosed(t *testing.T) {
@@ -598,17 +599,21 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 
 	// The duplicate on the other instance comes first, before that instance
 	// has seen the store fail (it would then hold takeovers back by itself).
+	// The duplicate of the running call is answered from a read, as with
+	// memory (409 here, concurrent: conflict); new keys need a claim: 503.
 	for _, req := range []struct {
-		gate *Gate
-		name string
-		key  string
+		gate   *Gate
+		name   string
+		key    string
+		status int
+		kind   string
 	}{
-		{b, "B", "full"}, {a, "A", "full"},
-		{a, "A", "fresh-a"}, {b, "B", "fresh-b"},
+		{b, "B", "full", 409, "request-in-progress"}, {a, "A", "full", 409, "request-in-progress"},
+		{a, "A", "fresh-a", 503, "store-unavailable"}, {b, "B", "fresh-b", 503, "store-unavailable"},
 	} {
 		ans := postTimeout(15*time.Second, req.gate.URL+"/v1/orders", "alice", req.key, "{}")
-		if !ans.isProblem(503, "store-unavailable") {
-			t.Errorf("key %s on instance %s with Valkey full: %v, want 503 store-unavailable", req.key, req.name, ans)
+		if !ans.isProblem(req.status, req.kind) {
+			t.Errorf("key %s on instance %s with Valkey full: %v, want %d %s", req.key, req.name, ans, req.status, req.kind)
 		}
 	}
 	// A completed record needs no write: it replays while Valkey is full
@@ -663,8 +668,8 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 // valkey.Store.Claim), while a different request with the same key is
 // still refused as reused (422), the same key sent by another owner is
 // another record and fails closed like every new key (503, nothing
-// forwarded), and a duplicate of a call still running is refused as
-// before (TestFaultValkeyFullFailsClosed).
+// forwarded), and a duplicate of a call still running is answered as
+// with memory (TestFaultValkeyFullFailsClosed).
 func TestFaultValkeyFullReplaysCompleted(t *testing.T) {
 	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
 	up := startUpstream(t)

@@ -72,3 +72,27 @@ func TestOwnerListPlatformAccounts(t *testing.T) {
 		t.Errorf("admin lookup by owner_value: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestOwnerListNonUTF8AccountsAreTwoOwners: header values may carry
+// obs-text (bytes 0x80-0xFF, RFC 9110 section 5.5), which net/http sends
+// and accepts. Accounts "acct_\xff" and "acct_\xfe" under one credential
+// are two principals, as they are under owner: header:Stripe-Account
+// alone; the JSON join of the owner list made both "acct_\ufffd", and B
+// was replayed A's customer without reaching the upstream.
+func TestOwnerListNonUTF8AccountsAreTwoOwners(t *testing.T) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+	u := g.URL + "/v1/customers"
+	const auth, body = "Bearer sk_platform", "email=jo%40example.com"
+
+	a := postAccount(t, u, auth, "acct_\xff", "cus-1", body)
+	b := postAccount(t, u, auth, "acct_\xfe", "cus-1", body)
+	if a.Status != 201 || a.replayed() || b.Status != 201 || b.replayed() || string(a.Body) == string(b.Body) {
+		t.Fatalf("accounts \\xff and \\xfe with one key: A %v, B %v; want two executions with their own responses", a, b)
+	}
+	if up.Total() != 2 {
+		t.Errorf("upstream ran %d requests, want 2", up.Total())
+	}
+}

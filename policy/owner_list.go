@@ -1,17 +1,23 @@
 package policy
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // ownerListPrefix marks an owner made of several sources (OwnerList). No
 // single source produces it, so a list owner never equals a single one.
 const ownerListPrefix = "m:"
+
+// ownerListBytesPrefix marks, inside an OwnerList owner, a part that is not
+// valid UTF-8, given as hex (see ListOwner).
+const ownerListBytesPrefix = "b:"
 
 // ParseOwnerSources parses an `owner:` setting given as a list of sources
 // (each as ParseOwnerSource takes it). One source is that source, so
@@ -61,8 +67,25 @@ func (o OwnerSource) Uses(k OwnerKind) bool {
 // owners (each as its single source stores it: h:VALUE, sha256:HEX, j:[...],
 // cert:HEX). JSON quoting makes the join unambiguous: no two different
 // tuples of part owners give one value, whatever bytes a header carries.
+// A part that is not valid UTF-8 (a header value with obs-text, RFC 9110
+// section 5.5) enters as "b:" + the lowercase hex of its bytes, because
+// encoding/json would turn every invalid byte into U+FFFD and make
+// "h:acct_\xff" and "h:acct_\xfe" one owner
+// (TestListOwnerKeepsNonUTF8HeaderValuesApart). No single source's owner
+// starts with "b:", and UTF-8 parts enter as before, so owners stored
+// earlier keep matching.
 func ListOwner(parts []string) (string, error) {
-	b, err := json.Marshal(parts)
+	enc := parts
+	for i, p := range parts {
+		if utf8.ValidString(p) {
+			continue
+		}
+		if &enc[0] == &parts[0] {
+			enc = slices.Clone(parts)
+		}
+		enc[i] = ownerListBytesPrefix + hex.EncodeToString([]byte(p))
+	}
+	b, err := json.Marshal(enc)
 	if err != nil {
 		return "", fmt.Errorf("encoding owner parts: %w", err)
 	}

@@ -87,3 +87,45 @@ func TestListOwner(t *testing.T) {
 		t.Error("HasStoredOwnerForm does not tell the list form apart")
 	}
 }
+
+// TestListOwnerKeepsNonUTF8HeaderValuesApart: an owner header may carry
+// obs-text (RFC 9110 section 5.5: bytes 0x80-0xFF), which net/http accepts.
+// A single header:NAME owner keeps those bytes, so "acct_\xff" and
+// "acct_\xfe" are two owners; in an owner list they must stay two owners
+// too. encoding/json replaces each invalid UTF-8 byte with U+FFFD, so a
+// JSON join of the raw parts made both "h:acct_\ufffd", and one account's
+// stored response replayed to the other under the shared credential.
+func TestListOwnerKeepsNonUTF8HeaderValuesApart(t *testing.T) {
+	src, err := ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Route{Name: "charges", Owner: src}
+	owner := func(account string) string {
+		req := httptest.NewRequest("POST", "/v1/charges", nil)
+		req.Header.Set("Authorization", "Bearer sk_platform")
+		req.Header["Stripe-Account"] = []string{account}
+		o, err := r.OwnerOf(req)
+		if err != nil {
+			t.Fatalf("OwnerOf(%q): %v", account, err)
+		}
+		return o
+	}
+	values := []string{"acct_\xff", "acct_\xfe", "acct_\ufffd", "acct_\xef\xbf\xbd\xff"}
+	seen := map[string]string{}
+	for _, v := range values {
+		o := owner(v)
+		if prev, dup := seen[o]; dup {
+			t.Errorf("accounts %q and %q under one credential are one owner %q", prev, v, o)
+		}
+		seen[o] = v
+		if !r.HasStoredOwnerForm(o) {
+			t.Errorf("owner %q of %q lacks the list form", o, v)
+		}
+	}
+	// Valid UTF-8 parts keep the owner they had, so records stored before
+	// still match.
+	if got, want := owner("acct_A"), `m:["`+AuthorizationOwner("Bearer sk_platform")+`","h:acct_A"]`; got != want {
+		t.Errorf("owner = %s, want %s (unchanged for UTF-8 values)", got, want)
+	}
+}

@@ -129,7 +129,10 @@ func NewFormat(tmpl *template.Template, contentType string, headers map[string]m
 			}
 			v := View{Type: k.Type(), Slug: k.Slug, Title: k.Title, Status: k.Status,
 				Detail: "a \"sample\" detail\\ with\ncontrol\tcharacters </script>", RetryAfter: 1,
-				Extensions: map[string]any{"sample": "a \"quoted\"\nvalue"}}
+				// request_id is the client's X-Request-Id at run time,
+				// which may hold quotes and backslashes, so the probe
+				// carries one (TestFormatRequestIDCannotBreakTheJSON).
+				Extensions: map[string]any{"sample": "a \"quoted\"\nvalue", "request_id": `x"}\`}}
 			var buf bytes.Buffer
 			if err := tmpl.Execute(&buf, v); err != nil {
 				errs = append(errs, &KeyError{Key: "template", Err: fmt.Errorf("does not execute for kind %s: %w", k.Slug, err)})

@@ -132,3 +132,35 @@ func parseOrNil(t *testing.T, text string) *template.Template {
 	}
 	return tm
 }
+
+// TestFormatRequestIDCannotBreakTheJSON: the request id is the client's
+// X-Request-Id when it is a short token of visible ASCII, so it may hold
+// quotes and backslashes. A JSON template that writes it unescaped must be
+// refused at load, as one writing the detail unescaped is; otherwise a
+// client's id `x"}` made every problem body invalid JSON, and a client
+// library that cannot parse the error envelope takes it for a network
+// failure.
+func TestFormatRequestIDCannotBreakTheJSON(t *testing.T) {
+	tmpl := parseOrNil(t, `{"message":{{json .Detail}},"request_id":"{{index .Extensions "request_id"}}"}`)
+	f, err := problem.NewFormat(tmpl, "application/json", nil)
+	if err != nil {
+		if !strings.Contains(err.Error(), "template: writes invalid JSON") {
+			t.Fatalf("NewFormat: %v; want the invalid-JSON refusal", err)
+		}
+		return
+	}
+	for _, k := range problem.Catalog() {
+		if k.Outcome == "" {
+			continue
+		}
+		d := k.With("detail")
+		d.RequestID = `x"}` + "\\"
+		w := httptest.NewRecorder()
+		if err := (problem.Publisher{}).WriteFormat(w, d, f); err != nil {
+			t.Fatalf("WriteFormat: %v", err)
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("template accepted at load writes invalid JSON for request id %q: %s", d.RequestID, w.Body.Bytes())
+		}
+	}
+}

@@ -23,10 +23,11 @@ import (
 // because it may write; a completed record or a tombstone needs no write,
 // so Claim answers them from a read (get.lua, no-writes) exactly as
 // claim.lua answers them on a server with memory, fingerprint and recipe
-// included, so the caller still tells a reused key from a retry. Every
-// answer that would need a write (a fresh, running, abandoned or ended
-// record) and a record of another identity under the key stay the -OOM
-// error, and nothing is written. Both Claim paths are covered: the plain
+// included, so the caller still tells a reused key from a retry; so do a
+// record running under another token and an abandoned one not taken over.
+// Every answer that would need a write (a fresh or ended record, the
+// holder's own repeated claim, a takeover) and a record of another
+// identity under the key stay the -OOM error, and nothing is written. Both Claim paths are covered: the plain
 // script and the one sent with an acknowledgement (acks on).
 func TestFullValkeyReplaysCompleted(t *testing.T) {
 	srv := valkeytest.Start(t, valkeytest.WithAOF(), valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
@@ -161,19 +162,31 @@ func TestFullValkeyReplaysCompleted(t *testing.T) {
 			t.Errorf("%s: Claim of the damaged record on a full Valkey = %+v, %v; want ErrStoredResponseDamaged", name, res, err)
 		}
 
-		// Whatever would need a write stays refused.
+		// A running record, and an abandoned one that is not taken over,
+		// answer as claim.lua does before its first write
+		// (TestFaultValkeyFullFailOpenKeepsARunningCallOnce).
 		takeover := shortLease
 		takeover.Token = "taker-" + name
 		noTakeover := takeover
 		noTakeover.NoTakeover = true
+		otherRequest := takeover
+		otherRequest.Fingerprint = "another request"
+		if res, err := claim(params("running", "fp", "dup-"+name)); err != nil || res.State != store.Running || res.Fingerprint != "fp" || res.Recipe != "b=raw&v=hs1" || res.LeaseEnd.IsZero() {
+			t.Errorf("%s: Claim of a running record on a full Valkey = %+v, %v; want Running with its fingerprint, recipe and lease end", name, res, err)
+		}
+		for what, p := range map[string]store.ClaimParams{"NoTakeover": noTakeover, "another fingerprint": otherRequest} {
+			if res, err := claim(p); err != nil || res.State != store.Abandoned || res.Fingerprint != "fp" || !res.LeaseEnd.Equal(lapsed.LeaseEnd) {
+				t.Errorf("%s: Claim of an abandoned record (%s) on a full Valkey = %+v, %v; want Abandoned with its fingerprint and lease end %v", name, what, res, err, lapsed.LeaseEnd)
+			}
+		}
+
+		// Whatever would need a write stays refused.
 		for what, p := range map[string]store.ClaimParams{
-			"a free identity":                  params("fresh-"+name, "fp", "f"),
-			"a running record":                 params("running", "fp", "dup-"+name),
-			"the running record's own token":   params("running", "fp", "holder"),
-			"an abandoned record (takeover)":   takeover,
-			"an abandoned record (NoTakeover)": noTakeover,
-			"a record past its retention end":  params("ended", "fp", "e-"+name),
-			"another identity's record":        params("foreign", "fp", "x-"+name),
+			"a free identity":                 params("fresh-"+name, "fp", "f"),
+			"the running record's own token":  params("running", "fp", "holder"),
+			"an abandoned record (takeover)":  takeover,
+			"a record past its retention end": params("ended", "fp", "e-"+name),
+			"another identity's record":       params("foreign", "fp", "x-"+name),
 		} {
 			res, err := claim(p)
 			if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") || res.State != store.Absent {

@@ -318,7 +318,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		key := s.Key(p.Identity)
 		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
 		if err != nil {
-			return s.claimRefused(ctx, p.Identity, err)
+			return s.claimRefused(ctx, p, err)
 		}
 		out, err := parseClaim(s.codec, w.res)
 		if err != nil {
@@ -339,7 +339,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
 	if err != nil {
-		return s.claimRefused(ctx, p.Identity, err)
+		return s.claimRefused(ctx, p, err)
 	}
 	out, err := parseClaim(s.codec, res)
 	if err != nil {
@@ -351,30 +351,36 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	return out, nil
 }
 
-// claimRefused answers a Claim whose script the server refused with
+// claimRefused answers the Claim p whose script the server refused with
 // refused. When the refusal is -OOM (a full server under noeviction
 // refuses every script that may write, claim.lua included, while it still
-// runs get.lua, which declares no-writes), it reads the record, and a
-// completed record or a tombstone of id answers as claim.lua
-// would have: Completed with the record's fingerprint, recipe and
-// response, or Gone. Neither answer writes (claim.lua returns them before
-// its first write) and neither state changes but by a purge or the
-// record's end, so the read is the claim's answer at the moment it ran,
-// and the caller compares fingerprints and recipes exactly as for any
-// Completed answer (a different request with the key is still refused as
-// reused). Replays thus go on while a full Valkey refuses new claims
+// runs get.lua, which declares no-writes), it reads the record, and every
+// record for which claim.lua answers before its first write answers as
+// claim.lua would have: a completed record Completed with its
+// fingerprint, recipe and response; a tombstone Gone; a record running
+// under another token Running with its fingerprint, recipe and lease end;
+// and one whose lease has ended, held by another token, Abandoned when
+// p.NoTakeover is set or its fingerprint is not p's. Get tells running
+// from abandoned by the server's clock, as claim.lua does. The read is
+// the claim's answer at the moment it ran, and the caller acts on it as on
+// any such answer: a different request with the key is still refused as
+// reused, and a duplicate of a call still running waits or gets 409
+// instead of 503 — on a fail_open route it was forwarded unprotected, and
+// the operation ran twice (TestFaultValkeyFullFailOpenKeepsARunningCallOnce).
+// Replays thus go on while a full Valkey refuses new claims
 // (docs/durability.md, "What a full Valkey still serves";
-// TestFullValkeyReplaysCompleted). An absent, running or abandoned record,
-// a record of another identity under the same key (a SHA-256 collision,
-// or a key written by hand), a read that fails, and any refusal other than
-// -OOM answer refused itself: claiming them would need a write, so Claim
-// fails closed. A stored response that fails its integrity check answers
-// that error (store.ErrStoredResponseDamaged), as claim.lua's answer would
-// have.
-func (s *Store) claimRefused(ctx context.Context, id store.Identity, refused error) (store.ClaimResult, error) {
+// TestFullValkeyReplaysCompleted). An absent record, a repeated claim of
+// the holder's own token, a takeover, a record of another identity under
+// the same key (a SHA-256 collision, or a key written by hand), a read
+// that fails, and any refusal other than -OOM answer refused itself:
+// claiming them would need a write, so Claim fails closed. A stored
+// response that fails its integrity check answers that error
+// (store.ErrStoredResponseDamaged), as claim.lua's answer would have.
+func (s *Store) claimRefused(ctx context.Context, p store.ClaimParams, refused error) (store.ClaimResult, error) {
 	if !refusedForMemory(refused) || ctx.Err() != nil {
 		return store.ClaimResult{}, refused
 	}
+	id := p.Identity
 	r, err := s.Get(ctx, id)
 	switch {
 	case err != nil:
@@ -388,6 +394,12 @@ func (s *Store) claimRefused(ctx context.Context, id store.Identity, refused err
 		return store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, nil
 	case r.State == store.Gone:
 		return store.ClaimResult{State: store.Gone}, nil
+	case r.Token == p.Token:
+		// claim.lua repeats the holder's own claim: a write.
+	case r.State == store.Running:
+		return store.ClaimResult{State: store.Running, Fingerprint: r.Fingerprint, Recipe: r.Recipe, LeaseEnd: r.LeaseEnd}, nil
+	case r.State == store.Abandoned && (p.NoTakeover || r.Fingerprint != p.Fingerprint):
+		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.Fingerprint, Recipe: r.Recipe, LeaseEnd: r.LeaseEnd}, nil
 	}
 	return store.ClaimResult{}, refused
 }
