@@ -104,7 +104,13 @@ type phaseStats struct {
 	replayed  int // answers carrying Idempotent-Replayed: true
 	wall      time.Duration
 	latencies []time.Duration // sorted by finish
-	firstErr  string
+	// answered and refused split latencies by outcome: a 2xx, or an
+	// answer idemgate refused with a status (a 503 overloaded or
+	// store-unavailable, a 409): what an answered request waited, and how
+	// long a refusal took (issue 22's admission: refused at once, not after
+	// the store timeout). Transport errors are in neither.
+	answered, refused []time.Duration
+	firstErr          string
 }
 
 // merge adds o (another round of the same phase) to s; call finish after
@@ -118,23 +124,33 @@ func (s *phaseStats) merge(o *phaseStats) {
 	s.replayed += o.replayed
 	s.wall += o.wall
 	s.latencies = append(s.latencies, o.latencies...)
+	s.answered = append(s.answered, o.answered...)
+	s.refused = append(s.refused, o.refused...)
 	if s.firstErr == "" {
 		s.firstErr = o.firstErr
 	}
 }
 
 // finish sorts the latencies for quantile.
-func (s *phaseStats) finish() { slices.Sort(s.latencies) }
+func (s *phaseStats) finish() {
+	slices.Sort(s.latencies)
+	slices.Sort(s.answered)
+	slices.Sort(s.refused)
+}
 
 func (s *phaseStats) rps() float64 { return float64(s.requests) / s.wall.Seconds() }
 
 // quantile returns the q-quantile latency (nearest rank).
-func (s *phaseStats) quantile(q float64) time.Duration {
-	if len(s.latencies) == 0 {
+func (s *phaseStats) quantile(q float64) time.Duration { return quantileOf(s.latencies, q) }
+
+// quantileOf returns the q-quantile of sorted latencies (nearest rank), 0
+// for none.
+func quantileOf(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(q*float64(len(s.latencies))+0.5) - 1
-	return s.latencies[max(0, min(i, len(s.latencies)-1))]
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // attack runs tr for d: closed-loop at concurrency workers when rate is 0,
@@ -158,6 +174,12 @@ func attack(ctx context.Context, client *http.Client, tr vegeta.Targeter, rate, 
 	for res := range a.Attack(tr, pacer, d, "") {
 		s.requests++
 		s.latencies = append(s.latencies, res.Latency)
+		switch {
+		case res.Code >= 200 && res.Code <= 299:
+			s.answered = append(s.answered, res.Latency)
+		case res.Code != 0:
+			s.refused = append(s.refused, res.Latency)
+		}
 		s.codes[int(res.Code)]++
 		if res.Error != "" || res.Code < 200 || res.Code > 299 {
 			s.errors++

@@ -387,6 +387,11 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 			}
 			fmt.Fprintf(os.Stderr, "%-11s %-8s %s: %8.0f req/s p50 %v p99 %v errors %d replayed %d host busy %.0f%% %s\n",
 				w, mode, t.id, x.s.rps(), x.s.quantile(0.5), x.s.quantile(0.99), x.s.errors, x.s.replayed, x.hostBusy()*100, x.s.firstErr)
+			if len(x.s.refused) > 0 {
+				fmt.Fprintf(os.Stderr, "%-11s %-8s %s: answered %d p50 %v p99 %v; refused %d p50 %v p99 %v (codes %v)\n",
+					w, mode, t.id, len(x.s.answered), quantileOf(x.s.answered, 0.5), quantileOf(x.s.answered, 0.99),
+					len(x.s.refused), quantileOf(x.s.refused, 0.5), quantileOf(x.s.refused, 0.99), x.s.codes)
+			}
 		}
 	}
 	return nil
