@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,43 +15,6 @@ import (
 	"github.com/idemgate/idemgate/internal/nginxtest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
-
-// nginxSnippetMarker precedes, in docs/nginx.md, the fenced block the test
-// runs.
-const nginxSnippetMarker = "<!-- nginx-snippet:"
-
-// nginxSnippet returns the block of docs/nginx.md that follows the marker:
-// the test runs what the document shows, so the two cannot drift apart.
-func nginxSnippet(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile("../docs/nginx.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), nginxSnippetMarker)
-	if !ok {
-		t.Fatalf("docs/nginx.md has no %q marker before its configuration block", nginxSnippetMarker)
-	}
-	_, rest, ok = strings.Cut(rest, "```nginx\n")
-	if !ok {
-		t.Fatal("docs/nginx.md: no ```nginx block after the marker")
-	}
-	block, _, ok := strings.Cut(rest, "```")
-	if !ok {
-		t.Fatal("docs/nginx.md: the ```nginx block after the marker is not closed")
-	}
-	return block
-}
-
-// replaceOnce replaces the one occurrence of old in s, failing when there
-// is none or more than one (the document changed its placeholders).
-func replaceOnce(t *testing.T, s, old, new string) string {
-	t.Helper()
-	if n := strings.Count(s, old); n != 1 {
-		t.Fatalf("docs/nginx.md's block holds %q %d times, want once", old, n)
-	}
-	return strings.Replace(s, old, new, 1)
-}
 
 // requestsTotal sums idemgate_requests_total over every route and outcome
 // on the gate's /metrics, and returns the passthrough ones apart.
@@ -101,10 +63,11 @@ func TestNginxSendsOnlyKeyedWritesToIdemgate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := nginxSnippet(t)
-	conf = replaceOnce(t, conf, "server 127.0.0.1:8080;", "server "+strings.TrimPrefix(g.URL, "http://")+";")
-	conf = replaceOnce(t, conf, "server 127.0.0.1:3000;", "server "+upURL.Host+";")
-	conf = replaceOnce(t, conf, "listen 80;", "listen "+listen+";")
+	// The block docs/nginx.md shows, so the two cannot drift apart.
+	conf, err := nginxtest.DocSplit("../docs/nginx.md", strings.TrimPrefix(g.URL, "http://"), upURL.Host, listen)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := nginxtest.Start(ctx, nginxtest.Options{Bin: bin, Dir: t.TempDir(), Workers: 1, Listen: listen, HTTP: conf})

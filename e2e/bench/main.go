@@ -88,7 +88,7 @@ func main() {
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
-	flag.StringVar(&o.targets, "targets", "ABCDEN", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx")
+	flag.StringVar(&o.targets, "targets", "ABCDEN", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md)")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
@@ -233,6 +233,25 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			return nil, err
 		}
 		targets = append(targets, &target{id: "D", desc: desc, base: g.addr, proc: g, meter: valkeyMeter{vk}})
+	}
+	if strings.Contains(o.targets, "S") {
+		// Its own idemgate and Valkey, so that D's figures stay D's alone.
+		vk, err := startValkey(ctx, ps, "valkey-split", "")
+		if err != nil {
+			return nil, err
+		}
+		storeYAML := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", vk.addr)
+		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-split", upURL, storeYAML, o.logLevel)
+		if err != nil {
+			return nil, err
+		}
+		n, stopS, err := startNginxSplit(ctx, dir, root, upURL, strings.TrimPrefix(g.addr, "http://"), o.installNginx)
+		if err != nil {
+			return nil, fmt.Errorf("target S: %w", err)
+		}
+		defer stopS()
+		targets = append(targets, &target{id: "S", desc: "nginx (docs/nginx.md split) in front of idemgate+Valkey; CPU: nginx's alone",
+			base: "http://" + n.addr, proc: n, meter: valkeyMeter{vk}})
 	}
 	if strings.Contains(o.targets, "E") {
 		pg, stopPG, err := startPostgres(ctx, o.pgFsync)

@@ -42,6 +42,51 @@ func nginxHTTP(listen, upstreamHost string) string {
 `, upstreamHost, listen)
 }
 
+// startNginxSplit starts target S: nginx in front with the split of
+// docs/nginx.md (the block e2e's TestNginxSendsOnlyKeyedWritesToIdemgate
+// runs), sending keyed POSTs and PATCHes to idemgate at idemgateAddr
+// (host:port) and everything else straight to the upstream, one worker per
+// CPU. Its proc measures nginx alone: idemgate's CPU is its own process's.
+func startNginxSplit(ctx context.Context, dir, root, upURL, idemgateAddr string, install bool) (p *proc, stop func(), err error) {
+	bin, err := nginxtest.Find()
+	if err != nil && install {
+		bin, err = nginxtest.Install(ctx, os.Stderr)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := url.Parse(upURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	conf, err := nginxtest.DocSplit(filepath.Join(root, "docs", "nginx.md"), idemgateAddr, u.Host, listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	ndir := filepath.Join(dir, "nginx-split")
+	if err := os.Mkdir(ndir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	srv, err := nginxtest.Start(ctx, nginxtest.Options{Bin: bin, Dir: ndir, Workers: runtime.NumCPU(), Listen: listen,
+		HTTP: "    keepalive_requests 1000000;\n    keepalive_timeout 120s;\n" + conf})
+	if err != nil {
+		return nil, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { <-srv.Exited(); close(exited) }()
+	p = &proc{name: "nginx-split", cmd: srv.Cmd, addr: listen, log: srv.Log, exited: exited, tree: srv.PIDs}
+	if err := waitHTTP(ctx, p, "http://"+listen+"/stats"); err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	return p, srv.Stop, nil
+}
+
 // startNginx starts target N in front of upURL with one worker per CPU,
 // installing nginx with apt-get first when install is set and it is
 // missing. The returned proc measures the master and its workers; stop

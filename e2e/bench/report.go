@@ -167,7 +167,7 @@ func (r *report) ratios(p func(string, ...any), base, name string, modes []strin
 	p("### Ratios to %s (%s)\n\n", base, name)
 	p("Throughput: closed-loop req/s of a target over %[1]s's. Added p99: open-loop p99 minus %[1]s's at the same rate. CPU: target process CPU per request over %[1]s's (for N its master and workers together); with store: the target's and its store's CPU per request over %[1]s's.\n\n", base)
 	var ids, storeIDs []string
-	for _, id := range []string{"B", "N", "C", "D", "E"} {
+	for _, id := range []string{"B", "N", "C", "D", "E", "S"} {
 		if id != base && strings.Contains(r.opts.targets, id) {
 			ids = append(ids, id)
 			if id == "D" || id == "E" {

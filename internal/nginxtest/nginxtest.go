@@ -246,3 +246,44 @@ func (s *Server) Stop() {
 	_ = syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL)
 	<-s.exited
 }
+
+// DocMarker precedes, in docs/nginx.md, the fenced nginx block that the
+// split deployment runs (e2e's TestNginxSendsOnlyKeyedWritesToIdemgate and
+// the bench's target S), so what the document shows is what is measured.
+const DocMarker = "<!-- nginx-snippet:"
+
+// DocSplit returns the http-block configuration of the split deployment
+// of the document at docPath (docs/nginx.md): its block after DocMarker
+// with idemgate's and the API's addresses (host:port) and nginx's listen
+// address put in place of the document's three placeholders
+// ("server 127.0.0.1:8080;", "server 127.0.0.1:3000;", "listen 80;"). It
+// returns an error when the document has no such block or a placeholder
+// is missing or repeated (the document changed its shape).
+func DocSplit(docPath, idemgate, api, listen string) (string, error) {
+	b, err := os.ReadFile(docPath)
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := strings.Cut(string(b), DocMarker)
+	if !ok {
+		return "", fmt.Errorf("%s has no %q marker before its configuration block", docPath, DocMarker)
+	}
+	if _, rest, ok = strings.Cut(rest, "```nginx\n"); !ok {
+		return "", fmt.Errorf("%s: no ```nginx block after the marker", docPath)
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		return "", fmt.Errorf("%s: the ```nginx block after the marker is not closed", docPath)
+	}
+	for _, r := range [][2]string{
+		{"server 127.0.0.1:8080;", "server " + idemgate + ";"},
+		{"server 127.0.0.1:3000;", "server " + api + ";"},
+		{"listen 80;", "listen " + listen + ";"},
+	} {
+		if n := strings.Count(block, r[0]); n != 1 {
+			return "", fmt.Errorf("%s's block holds %q %d times, want once", docPath, r[0], n)
+		}
+		block = strings.Replace(block, r[0], r[1], 1)
+	}
+	return block, nil
+}
