@@ -67,6 +67,11 @@ type Options struct {
 	// any other check, so that load balancers stop sending requests while
 	// the proxy drains. /healthz is unaffected. nil means never draining.
 	Draining func() bool
+	// KeySets reports the JWK Sets of owner: jwt routes that hold no keys
+	// yet (policy.KeyRing.Unready): while it returns an error, those routes
+	// refuse every token, so /readyz answers 503 with the error's text
+	// (naming the routes and key sets). nil means no such check.
+	KeySets func() error
 }
 
 type handler struct {
@@ -80,7 +85,8 @@ type handler struct {
 // New returns the admin listener's handler:
 //
 //   - GET /healthz: 200 "ok" while the process serves; touches nothing.
-//   - GET /readyz: 200 "ready" when a policy is loaded and the store answers
+//   - GET /readyz: 200 "ready" when a policy is loaded, every JWK Set of
+//     its owner: jwt routes holds keys (Options.KeySets), the store answers
 //     Ping within ReadyTimeout and the process is not draining (see
 //     Options.Draining), else 503 with a problem naming the failing check.
 //     Never cached.
@@ -157,6 +163,12 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Policy == nil || h.opts.Policy() == nil {
 		problem.Write(w, problem.NotReady.With("policy check failed: no policy loaded"))
 		return
+	}
+	if h.opts.KeySets != nil {
+		if err := h.opts.KeySets(); err != nil {
+			problem.Write(w, problem.NotReady.With("jwt key check failed: "+strings.ReplaceAll(err.Error(), "\n", "; ")))
+			return
+		}
 	}
 	if h.opts.Store == nil {
 		problem.Write(w, problem.NotReady.With("store check failed: no store configured"))
