@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -92,7 +95,8 @@ type handler struct {
 //     Never cached.
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET /admin/routes: every route's effective policy, as validate prints
-//     it.
+//     it (application/yaml), or as JSON ({"routes": [...]}, the same keys
+//     and values) when Accept prefers application/json.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY: inspect or
 //     purge one idempotency record; owner is the stored form, or give
 //     owner_value=RAW for the route's source to derive it
@@ -447,8 +451,68 @@ func (h *handler) routes(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
 		return
 	}
-	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
-	_, _ = io.WriteString(w, buf.String())
+	w.Header().Set("Vary", "Accept")
+	if !wantsJSON(r.Header.Values("Accept")) {
+		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+		_, _ = io.WriteString(w, buf.String())
+		return
+	}
+	// The JSON form is the YAML one read back: the same list, keys and
+	// values, so the two can never disagree (comments are dropped).
+	var routes []map[string]any
+	if err := yaml.Unmarshal([]byte(buf.String()), &routes); err != nil {
+		h.log.Error("admin routes: the policy description is not YAML", "err", err)
+		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
+		return
+	}
+	body, err := json.Marshal(map[string]any{"routes": routes})
+	if err != nil {
+		h.log.Error("admin routes: encoding JSON", "err", err)
+		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// wantsJSON reports whether an Accept field (RFC 9110 section 12.5.1)
+// prefers application/json to application/yaml: JSON only when it is
+// acceptable with a higher weight than YAML; YAML, the default, wins a tie
+// (*/*, no Accept). Specific ranges take precedence over wildcards.
+func wantsJSON(accept []string) bool {
+	jsonQ, yamlQ := -1.0, -1.0 // -1: not matched by any range
+	jsonSpec, yamlSpec := 0, 0 // specificity of the range that set each: 0 none, 1 */*, 2 type/*, 3 exact
+	for _, field := range accept {
+		for _, part := range strings.Split(field, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if v, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+			set := func(name string, qv *float64, spec *int) {
+				sp := 0
+				switch mt {
+				case name:
+					sp = 3
+				case "application/*":
+					sp = 2
+				case "*/*":
+					sp = 1
+				}
+				if sp > *spec {
+					*qv, *spec = q, sp
+				}
+			}
+			set("application/json", &jsonQ, &jsonSpec)
+			set("application/yaml", &yamlQ, &yamlSpec)
+		}
+	}
+	return jsonQ > 0 && jsonQ > yamlQ
 }
 
 // v1Identity is where a build before layout 2 kept the record of id for
