@@ -91,7 +91,7 @@ func TestVersionCommandBinary(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "idemgate")
 		// -buildvcs=true: a GOFLAGS=-buildvcs=false in the environment
 		// (CI images set it) would leave out the revision.
-		build := exec.Command("go", append(append([]string{"build", "-buildvcs=true", "-trimpath"}, flags...), "-o", bin, "./cmd/idemgate")...)
+		build := exec.Command("go", append(append([]string{"build", "-buildvcs=true"}, flags...), "-o", bin, "./cmd/idemgate")...)
 		build.Dir = src
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("%s: go build: %v\n%s", name, err, out)
