@@ -110,6 +110,9 @@ type JWKS struct {
 	opts      JWKSOptions
 
 	keys atomic.Pointer[keySet] // nil until the first successful read
+	// lastErr is the error of the last read (nil after a successful one);
+	// atomic so that /readyz never waits for a read in flight.
+	lastErr atomic.Pointer[error]
 
 	// unknownKid joins the callers that meet an unknown kid while a read
 	// for one is in flight.
@@ -118,7 +121,6 @@ type JWKS struct {
 	mu          sync.Mutex // serializes reads; guards the fields below
 	lastAttempt time.Time
 	lastSuccess time.Time
-	lastErr     error     // of the last read; nil after a successful one
 	lastKidRead time.Time // last read caused by an unknown kid
 	lastSum     [sha256.Size]byte
 }
@@ -163,7 +165,7 @@ func (k *JWKS) refreshLocked(ctx context.Context) error {
 	now := k.opts.Now()
 	k.lastAttempt = now
 	err := k.readLocked(ctx, now)
-	k.lastErr = err
+	k.lastErr.Store(&err)
 	return err
 }
 
@@ -263,13 +265,15 @@ func (k *JWKS) logFailure(msg string, err error) {
 
 // loaded reports whether the set holds keys, and, when it does not, the
 // error of its last read (nil when none was tried yet).
+// It takes no lock, so it never waits for a read in flight.
 func (k *JWKS) loaded() (bool, error) {
 	if k.keys.Load() != nil {
 		return true, nil
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.keys.Load() != nil, k.lastErr
+	if err := k.lastErr.Load(); err != nil {
+		return false, *err
+	}
+	return false, nil
 }
 
 // needsRead reports whether the set holds no keys yet, so KeyRing.Run
@@ -310,7 +314,7 @@ func (k *JWKS) Key(ctx context.Context, kid, alg string) (crypto.PublicKey, erro
 		if !k.lastKidRead.IsZero() && now.Sub(k.lastKidRead) < k.opts.MinRefetchInterval {
 			return nil, nil
 		}
-		if k.lastErr != nil && now.Sub(k.lastAttempt) < k.opts.MinRefetchInterval {
+		if failed := k.lastErr.Load(); failed != nil && *failed != nil && now.Sub(k.lastAttempt) < k.opts.MinRefetchInterval {
 			return nil, nil
 		}
 		k.lastKidRead = now
