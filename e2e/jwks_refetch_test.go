@@ -156,7 +156,9 @@ func TestE2EJWKSUnreadableNotReady(t *testing.T) {
 	if !a.isProblem(http.StatusServiceUnavailable, "not-ready") || !strings.Contains(string(a.Body), "payments") || !strings.Contains(string(a.Body), jwksURL) {
 		t.Fatalf("/readyz with an unreadable JWKS: %d %s; want 503 naming the route and the JWKS", a.Status, a.Body)
 	}
-	if !strings.Contains(g.Logs(), "no keys were read yet") || strings.Contains(g.Logs(), "keeping the keys read before") {
+	// The failure is logged after the issuer answered: wait for the line.
+	eventually(t, 10*time.Second, "the failed read's log line", func() bool { return strings.Contains(g.Logs(), "no keys were read yet") })
+	if strings.Contains(g.Logs(), "keeping the keys read before") {
 		t.Errorf("the log claims keys were kept when none were read:\n%s", g.Logs())
 	}
 	idp.set(jwkSet(t, k1), 0)
