@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -81,6 +84,11 @@ type Options struct {
 	// the moment the answer is decided, so a gauge of the store's state
 	// (idemgate_store_up) changes together with /readyz, never after it.
 	StoreChecked func(start time.Time, err error)
+	// KeySets reports the JWK Sets of owner: jwt routes that hold no keys
+	// yet (policy.KeyRing.Unready): while it returns an error, those routes
+	// refuse every token, so /readyz answers 503 with the error's text
+	// (naming the routes and key sets). nil means no such check.
+	KeySets func() error
 }
 
 type handler struct {
@@ -94,13 +102,15 @@ type handler struct {
 // New returns the admin listener's handler:
 //
 //   - GET /healthz: 200 "ok" while the process serves; touches nothing.
-//   - GET /readyz: 200 "ready" when a policy is loaded and the store answers
+//   - GET /readyz: 200 "ready" when a policy is loaded, every JWK Set of
+//     its owner: jwt routes holds keys (Options.KeySets), the store answers
 //     Ping within ReadyTimeout and the process is not draining (see
 //     Options.Draining), else 503 with a problem naming the failing check.
 //     Never cached.
 //   - GET /metrics: the Gatherer in the Prometheus exposition formats.
 //   - GET /admin/routes: every route's effective policy, as validate prints
-//     it.
+//     it (application/yaml), or as JSON ({"routes": [...]}, the same keys
+//     and values) when Accept prefers application/json.
 //   - GET|DELETE /admin/records?route=NAME&owner=OWNER&key=KEY[&host=HOST]:
 //     inspect or purge one idempotency record; host is the Host the client
 //     sent, required on a route whose records are kept per host
@@ -174,6 +184,12 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Policy == nil || h.opts.Policy() == nil {
 		problem.Write(w, problem.NotReady.With("policy check failed: no policy loaded"))
 		return
+	}
+	if h.opts.KeySets != nil {
+		if err := h.opts.KeySets(); err != nil {
+			problem.Write(w, problem.NotReady.With("jwt key check failed: "+strings.ReplaceAll(err.Error(), "\n", "; ")))
+			return
+		}
 	}
 	if h.opts.Store == nil {
 		problem.Write(w, problem.NotReady.With("store check failed: no store configured"))
@@ -481,8 +497,68 @@ func (h *handler) routes(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
 		return
 	}
-	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
-	_, _ = io.WriteString(w, buf.String())
+	w.Header().Set("Vary", "Accept")
+	if !wantsJSON(r.Header.Values("Accept")) {
+		w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+		_, _ = io.WriteString(w, buf.String())
+		return
+	}
+	// The JSON form is the YAML one read back: the same list, keys and
+	// values, so the two can never disagree (comments are dropped).
+	var routes []map[string]any
+	if err := yaml.Unmarshal([]byte(buf.String()), &routes); err != nil {
+		h.log.Error("admin routes: the policy description is not YAML", "err", err)
+		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
+		return
+	}
+	body, err := json.Marshal(map[string]any{"routes": routes})
+	if err != nil {
+		h.log.Error("admin routes: encoding JSON", "err", err)
+		problem.Write(w, problem.AdminInternal.With("the policy could not be described"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// wantsJSON reports whether an Accept field (RFC 9110 section 12.5.1)
+// prefers application/json to application/yaml: JSON only when it is
+// acceptable with a higher weight than YAML; YAML, the default, wins a tie
+// (*/*, no Accept). Specific ranges take precedence over wildcards.
+func wantsJSON(accept []string) bool {
+	jsonQ, yamlQ := -1.0, -1.0 // -1: not matched by any range
+	jsonSpec, yamlSpec := 0, 0 // specificity of the range that set each: 0 none, 1 */*, 2 type/*, 3 exact
+	for _, field := range accept {
+		for _, part := range strings.Split(field, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if v, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+			set := func(name string, qv *float64, spec *int) {
+				sp := 0
+				switch mt {
+				case name:
+					sp = 3
+				case "application/*":
+					sp = 2
+				case "*/*":
+					sp = 1
+				}
+				if sp > *spec {
+					*qv, *spec = q, sp
+				}
+			}
+			set("application/json", &jsonQ, &jsonSpec)
+			set("application/yaml", &yamlQ, &yamlSpec)
+		}
+	}
+	return jsonQ > 0 && jsonQ > yamlQ
 }
 
 // v1Identity is where a build before layout 2 kept the record of id for

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/proxy"
 )
 
 const base = "upstream: {url: 'http://127.0.0.1:3000'}\n"
@@ -111,7 +113,10 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		leaf := k[strings.LastIndex(k, ".")+1:]
 		found := false
 		for _, line := range strings.Split(text, "\n") {
-			if strings.HasPrefix(strings.TrimLeft(strings.TrimLeft(line, " "), "- "), leaf+":") && strings.Contains(line, "#") {
+			// A key left out on purpose (its default follows the
+			// machine or another key) is shown commented out: "# key: ".
+			trimmed := strings.TrimLeft(strings.TrimLeft(line, " "), "- ")
+			if (strings.HasPrefix(trimmed, leaf+":") || strings.HasPrefix(trimmed, "# "+leaf+":")) && strings.Contains(line, "#") {
 				found = true
 			}
 		}
@@ -712,5 +717,24 @@ routes:
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "owner") {
 			t.Errorf("%s: %v, want an error at the owner key saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestExampleKeepsMachineDefaults: config.example.yaml copied as README
+// says leaves server.max_waiters and server.shutdown_timeout to their
+// rules (per CPU; upstream.timeout + ShutdownMargin) instead of fixing the
+// values one machine size gets, so raising upstream.timeout or running on
+// another CPU count keeps working.
+func TestExampleKeepsMachineDefaults(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c, err := Load("../config.example.yaml", []string{"IDEMGATE_UPSTREAM_TIMEOUT=120s"})
+	if err != nil {
+		t.Fatalf("config.example.yaml with upstream.timeout 120s: %v", err)
+	}
+	if want := 120*time.Second + ShutdownMargin; c.Server.ShutdownTimeout != want {
+		t.Errorf("shutdown_timeout = %v, want %v (upstream.timeout + margin)", c.Server.ShutdownTimeout, want)
+	}
+	if want := proxy.DefaultMaxWaiters(); c.Server.MaxWaiters != want {
+		t.Errorf("max_waiters = %d on 1 CPU, want the default %d", c.Server.MaxWaiters, want)
 	}
 }

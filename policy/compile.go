@@ -442,6 +442,9 @@ func normalize(r *Route, path string) []error {
 	if !validToken(r.Header) {
 		bad("header", "%q is not a valid field name", r.Header)
 	} else {
+		if !strings.EqualFold(r.HeaderName, r.Header) {
+			r.HeaderName = r.Header // the spelling written; kept when compiled again
+		}
 		r.Header = textproto.CanonicalMIMEHeaderKey(r.Header)
 	}
 	errs = append(errs, r.Key.check(path+".key")...)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"golang.org/x/sync/singleflight"
 )
 
 // Defaults of JWKSOptions.
@@ -33,8 +34,13 @@ const (
 	// before KeyRing.Run fetches it again.
 	DefaultJWKSRefreshInterval = 5 * time.Minute
 	// DefaultJWKSMinRefetchInterval is the least time between two reads of
-	// one key set that an unknown "kid" or a failed read may cause.
-	DefaultJWKSMinRefetchInterval = 30 * time.Second
+	// one key set that unknown "kid"s cause, and between a failed read and
+	// the next. Short enough that a key an issuer has just published is
+	// taken on its first use (an earlier periodic read does not count
+	// against it), long enough that tokens naming made-up key ids cost the
+	// issuer at most one request per interval per instance; the common JWT
+	// middlewares use a few seconds too.
+	DefaultJWKSMinRefetchInterval = 5 * time.Second
 	// DefaultJWKSPollInterval is how often KeyRing.Run looks at its key
 	// sets; a jwks_file is read again on every look.
 	DefaultJWKSPollInterval = 30 * time.Second
@@ -64,7 +70,8 @@ type JWKSOptions struct {
 	// fetches it again.
 	RefreshInterval time.Duration
 	// MinRefetchInterval is the least time between reads of one key set
-	// caused by an unknown "kid", and between retries after a failed read:
+	// caused by unknown "kid"s (shared by all requests; reads by
+	// KeyRing.Run do not count), and between a failed read and the next:
 	// tokens naming made-up key ids cannot make idemgate hammer the issuer.
 	MinRefetchInterval time.Duration
 	// PollInterval is how often KeyRing.Run checks its key sets.
@@ -93,19 +100,28 @@ func (o JWKSOptions) withDefaults() (JWKSOptions, error) {
 // JWKS is a cached JSON Web Key Set (RFC 7517 section 5) read from a file
 // or an http(s) URL: the public signing keys of a JWT issuer. Lookups read
 // the cache without locks or IO; a lookup of an unknown "kid" reads the
-// source again, at most once per MinRefetchInterval, so a rotated key is
-// picked up on its first use. A failed read keeps the keys read before.
-// Safe for concurrent use.
+// source again at once, with one read in flight for all callers and at most
+// one such read per MinRefetchInterval, so a rotated key is picked up on
+// its first use. A failed read keeps the keys read before. Safe for
+// concurrent use.
 type JWKS struct {
 	file, url string
 	shown     string // file path or redacted URL, for logs and errors
 	opts      JWKSOptions
 
 	keys atomic.Pointer[keySet] // nil until the first successful read
+	// lastErr is the error of the last read (nil after a successful one);
+	// atomic so that /readyz never waits for a read in flight.
+	lastErr atomic.Pointer[error]
+
+	// unknownKid joins the callers that meet an unknown kid while a read
+	// for one is in flight.
+	unknownKid singleflight.Group
 
 	mu          sync.Mutex // serializes reads; guards the fields below
 	lastAttempt time.Time
 	lastSuccess time.Time
+	lastKidRead time.Time // last read caused by an unknown kid
 	lastSum     [sha256.Size]byte
 }
 
@@ -148,6 +164,12 @@ func (k *JWKS) Refresh(ctx context.Context) error {
 func (k *JWKS) refreshLocked(ctx context.Context) error {
 	now := k.opts.Now()
 	k.lastAttempt = now
+	err := k.readLocked(ctx, now)
+	k.lastErr.Store(&err)
+	return err
+}
+
+func (k *JWKS) readLocked(ctx context.Context, now time.Time) error {
 	data, err := k.read(ctx)
 	if err != nil {
 		return err
@@ -226,9 +248,37 @@ func (k *JWKS) refreshIfDue(ctx context.Context) {
 		}
 	}
 	if err := k.refreshLocked(ctx); err != nil {
-		k.opts.Logger.Warn("JWKS refresh failed; keeping the keys read before", "source", k.shown, "err", err)
+		k.logFailure("JWKS refresh failed", err)
 	}
 }
+
+// logFailure logs a failed read, saying what the key set serves meanwhile:
+// the keys read before, or none (every token of its routes is refused).
+// Called with k.mu held.
+func (k *JWKS) logFailure(msg string, err error) {
+	if k.keys.Load() != nil {
+		k.opts.Logger.Warn(msg+"; keeping the keys read before", "source", k.shown, "err", err)
+		return
+	}
+	k.opts.Logger.Warn(msg+"; no keys were read yet, so every token verified by this key set is refused", "source", k.shown, "err", err)
+}
+
+// loaded reports whether the set holds keys, and, when it does not, the
+// error of its last read (nil when none was tried yet).
+// It takes no lock, so it never waits for a read in flight.
+func (k *JWKS) loaded() (bool, error) {
+	if k.keys.Load() != nil {
+		return true, nil
+	}
+	if err := k.lastErr.Load(); err != nil {
+		return false, *err
+	}
+	return false, nil
+}
+
+// needsRead reports whether the set holds no keys yet, so KeyRing.Run
+// should try again soon rather than after PollInterval.
+func (k *JWKS) needsRead() bool { return k.keys.Load() == nil }
 
 // errNoKey is why a token's key was not found; its text reaches the client.
 var errNoKey = errors.New("no signing key in the issuer's key set matches the token's kid and alg")
@@ -237,11 +287,16 @@ var errNoKey = errors.New("no signing key in the issuer's key set matches the to
 // value of JWTAlgorithms): the key with that "kid" whose type fits alg (an
 // RSA key of 2048 bits or more for RS*/PS*, the matching curve for ES*, an
 // Ed25519 key for EdDSA) and whose own "alg", if any, is alg. A token
-// without a kid gets the only key that fits, if exactly one does. When no
-// key has that kid, the source is read again first, unless it was read
-// less than MinRefetchInterval ago; concurrent callers share one read. ctx
-// bounds that read (its cancellation is ignored, so one leaving client does
-// not fail the others waiting on it; FetchTimeout still applies).
+// without a kid gets the only key that fits, if exactly one does.
+//
+// When no key has that kid, the source is read again at once, unless a read
+// caused by an unknown kid happened less than MinRefetchInterval ago or the
+// last read failed less than MinRefetchInterval ago; concurrent callers
+// share one read in flight. A read by KeyRing.Run does not count against
+// the limit, so a key published just after a periodic read still works on
+// its first use. The read runs without ctx's cancellation, so one leaving
+// client does not fail the others waiting on it (FetchTimeout applies);
+// a caller whose ctx ends stops waiting and gets an error.
 func (k *JWKS) Key(ctx context.Context, kid, alg string) (crypto.PublicKey, error) {
 	seen := k.keys.Load()
 	if seen != nil {
@@ -249,20 +304,29 @@ func (k *JWKS) Key(ctx context.Context, kid, alg string) (crypto.PublicKey, erro
 			return key, err
 		}
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if cur := k.keys.Load(); cur != seen {
-		// Another caller read the source while this one waited.
-		if key, err := cur.find(kid, alg); !errors.Is(err, errNoKey) {
-			return key, err
+	read := k.unknownKid.DoChan("", func() (any, error) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.keys.Load() != seen {
+			return nil, nil // another read finished since seen was loaded
 		}
-	}
-	if !k.lastAttempt.IsZero() && k.opts.Now().Sub(k.lastAttempt) < k.opts.MinRefetchInterval {
-		return nil, errNoKey
-	}
-	if err := k.refreshLocked(context.WithoutCancel(ctx)); err != nil {
-		k.opts.Logger.Warn("JWKS refetch for an unknown kid failed; keeping the keys read before", "source", k.shown, "err", err)
-		return nil, errNoKey
+		now := k.opts.Now()
+		if !k.lastKidRead.IsZero() && now.Sub(k.lastKidRead) < k.opts.MinRefetchInterval {
+			return nil, nil
+		}
+		if failed := k.lastErr.Load(); failed != nil && *failed != nil && now.Sub(k.lastAttempt) < k.opts.MinRefetchInterval {
+			return nil, nil
+		}
+		k.lastKidRead = now
+		if err := k.refreshLocked(context.WithoutCancel(ctx)); err != nil {
+			k.logFailure("JWKS read for an unknown kid failed", err)
+		}
+		return nil, nil
+	})
+	select {
+	case <-read:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w (the request ended while the key set was read: %w)", errNoKey, ctx.Err())
 	}
 	return k.keys.Load().find(kid, alg)
 }

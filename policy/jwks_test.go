@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -321,5 +322,74 @@ func TestJWKSFetchFailures(t *testing.T) {
 	clock.Add(DefaultJWKSMinRefetchInterval)
 	if _, err := p.Defaults().OwnerOf(bearer(tok)); err != nil {
 		t.Errorf("after recovery: %v", err)
+	}
+}
+
+// TestJWKSNewKidAfterPeriodicRead: a key published right after a periodic
+// read (KeyRing.Run) is taken on its first use; only reads caused by
+// unknown kids count against MinRefetchInterval, shared by all callers.
+func TestJWKSNewKidAfterPeriodicRead(t *testing.T) {
+	clock := newFakeClock()
+	old, next := newECKey(t, "2026-01"), newECKey(t, "2026-02")
+	srv := startJWKSServer(t, jwksOf(t, old))
+	p, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	if err := ring.Unready(); err == nil || !strings.Contains(err.Error(), "route default") || !strings.Contains(err.Error(), "not read yet") {
+		t.Fatalf("Unready before any read: %v", err)
+	}
+	for _, s := range ring.sets {
+		s.refreshIfDue(t.Context()) // what Run does at start
+	}
+	if err := ring.Unready(); err != nil {
+		t.Fatalf("Unready after a read: %v", err)
+	}
+	owner := func(k testKey) error {
+		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+		return err
+	}
+	srv.set(jwksOf(t, old, next), http.StatusOK)
+	clock.Add(time.Second)
+	if err := owner(next); err != nil {
+		t.Fatalf("key published after the periodic read refused on first use: %v", err)
+	}
+	if n := srv.fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches, want 2", n)
+	}
+	errs := make(chan error, 32)
+	for i := range cap(errs) {
+		go func() { errs <- owner(newEdKey(t, fmt.Sprintf("bogus-%d", i))) }()
+	}
+	for range cap(errs) {
+		if err := <-errs; !errors.Is(err, ErrInvalidCredentials) {
+			t.Errorf("unknown kid: %v", err)
+		}
+	}
+	if n := srv.fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches after a flood inside the interval, want 2", n)
+	}
+	clock.Add(DefaultJWKSMinRefetchInterval)
+	for i := range cap(errs) {
+		go func() { errs <- owner(newEdKey(t, fmt.Sprintf("bogus2-%d", i))) }()
+	}
+	for range cap(errs) {
+		<-errs
+	}
+	if n := srv.fetches.Load(); n != 3 {
+		t.Fatalf("%d fetches after a flood in the next interval, want 3", n)
+	}
+}
+
+// TestJWKSUnreadyNamesFailure: a URL that cannot be read leaves the ring
+// unready, naming the route and the reason.
+func TestJWKSUnreadyNamesFailure(t *testing.T) {
+	clock := newFakeClock()
+	srv := startJWKSServer(t, []byte("oops"))
+	srv.set([]byte("oops"), http.StatusNotFound)
+	_, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/jwks", Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	for _, s := range ring.sets {
+		s.refreshIfDue(t.Context())
+	}
+	err := ring.Unready()
+	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), srv.URL+"/jwks") {
+		t.Fatalf("Unready: %v", err)
 	}
 }

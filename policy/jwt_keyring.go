@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -19,8 +20,9 @@ import (
 type KeyRing struct {
 	opts JWKSOptions
 
-	mu   sync.Mutex
-	sets map[string]*JWKS // by JWTSettings.Source(): the sets of the policy bound last
+	mu     sync.Mutex
+	sets   map[string]*JWKS    // by JWTSettings.Source(): the sets of the policy bound last
+	routes map[string][]string // by JWTSettings.Source(): the routes using each set
 }
 
 // NewKeyRing returns an empty KeyRing whose key sets use opts (see
@@ -63,6 +65,7 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 		all = append(all, named{fmt.Sprintf("routes[%d]", i), r})
 	}
 	next := map[string]*JWKS{}
+	routes := map[string][]string{}
 	failed := map[string]bool{}
 	var errs []error
 	for _, n := range all {
@@ -94,12 +97,68 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 			continue
 		}
 		r.jwt = v
+		routes[src] = append(routes[src], r.Name)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	k.sets = next
+	k.sets, k.routes = next, routes
 	return nil
+}
+
+// Unready returns nil when every key set of the policy bound last holds
+// keys, else an error naming each set that holds none yet (its source, the
+// routes that use it, and why its last read failed). Those routes refuse
+// every token until the set is read, so /readyz reports it.
+func (k *KeyRing) Unready() error {
+	k.mu.Lock()
+	srcs := slices.Sorted(maps.Keys(k.sets))
+	sets, routes := k.sets, k.routes
+	k.mu.Unlock()
+	var errs []error
+	for _, src := range srcs {
+		set := sets[src]
+		ok, err := set.loaded()
+		if ok {
+			continue
+		}
+		why := "not read yet"
+		if err != nil {
+			why = err.Error()
+		}
+		errs = append(errs, fmt.Errorf("JWKS %s of route %s holds no keys: %s",
+			set.shown, strings.Join(routes[src], ", "), why))
+	}
+	return errors.Join(errs...)
+}
+
+// Check reads every key set of p that is a URL once, within timeout each,
+// without binding p or keeping what it reads, and returns an error naming
+// each set that cannot be read or holds no usable key. idemgate validate
+// uses it to warn that a jwks_url does not answer (serve would refuse every
+// token of its routes and stay not ready until it does).
+func (k *KeyRing) Check(ctx context.Context, p *Policy, timeout time.Duration) error {
+	if p == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var errs []error
+	for _, r := range p.Routes() {
+		if r.Owner.Kind != OwnerJWT || r.JWT == nil || r.JWT.JWKSURL == "" || seen[r.JWT.Source()] {
+			continue
+		}
+		seen[r.JWT.Source()] = true
+		set, err := NewJWKSURL(r.JWT.JWKSURL, k.opts)
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			err = set.Refresh(rctx)
+			cancel()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %s: jwt.jwks_url: %w", r.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // open returns the key set of s: the cached one for a URL already known, a
@@ -127,24 +186,32 @@ func (k *KeyRing) open(ctx context.Context, s *JWTSettings) (*JWKS, error) {
 // every PollInterval, until ctx is done: each jwks_file is read again (a
 // changed file takes effect without a reload), each jwks_url is fetched
 // again once its keys are RefreshInterval old, or MinRefetchInterval after
-// a failed fetch. Failures are logged and the keys read before stay.
+// a failed fetch. Failures are logged and the keys read before stay. While
+// a set holds no keys at all (its routes refuse every token and Unready
+// reports it), it is retried every MinRefetchInterval rather than every
+// PollInterval.
 func (k *KeyRing) Run(ctx context.Context) {
-	t := time.NewTicker(k.opts.PollInterval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		k.mu.Lock()
-		sets := slices.Collect(maps.Values(k.sets))
-		k.mu.Unlock()
-		for _, s := range sets {
-			if ctx.Err() != nil {
-				return
-			}
-			s.refreshIfDue(ctx)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		k.mu.Lock()
+		sets := slices.Collect(maps.Values(k.sets))
+		k.mu.Unlock()
+		wait := k.opts.PollInterval
+		for _, s := range sets {
+			if ctx.Err() != nil {
+				return
+			}
+			s.refreshIfDue(ctx)
+			if s.needsRead() {
+				wait = min(wait, k.opts.MinRefetchInterval)
+			}
+		}
+		t.Reset(wait)
 	}
 }

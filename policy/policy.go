@@ -126,6 +126,12 @@ type Route struct {
 	Scope  string
 	Mode   Mode
 	Header string // canonical name of the idempotency key field
+	// HeaderName is the key field's name as the config wrote it (say
+	// X-GitHub-Delivery, where Header is X-Github-Delivery), for what is
+	// published to clients (idemgate policy); set by New from Header when
+	// empty or naming another field. Field names are case-insensitive
+	// (RFC 9110 section 5.1), so lookups use Header.
+	HeaderName string
 	// Key says where the key is read: the Header field (the default) or a
 	// member of a JSON body (`key: {from: body, pointer: /id}`).
 	Key              KeySource

@@ -126,6 +126,17 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	// A jwks_url is fetched once to warn about one that does not answer
+	// (a placeholder copied from config.example.yaml, a typo, no network
+	// path): serve would refuse every token of its routes and /readyz would
+	// answer 503 until it does. A warning, not an error: the network where
+	// validate runs (a CI job) may not be the one serve runs in.
+	if err := keys.Check(context.Background(), cfg.Policy, jwksCheckTimeout); err != nil {
+		fmt.Fprintf(stderr, "idemgate validate: WARNING: a jwks_url cannot be read from here; its routes will refuse every token and /readyz will answer 503 until it can:\n")
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  - %s\n", line)
+		}
+	}
 	fmt.Fprintf(stdout, "%s is valid. Upstream %s, store %s.\n\n", *path, cfg.Upstream.URL, cfg.Store.Driver)
 	if err := cfg.Policy.Describe(stdout); err != nil {
 		fmt.Fprintf(stderr, "idemgate validate: %v\n", err)
@@ -570,6 +581,8 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
 			// idemgate_store_up follows every /readyz store check.
 			StoreChecked: sc.note,
+			// /readyz names jwt key sets that hold no keys yet.
+			KeySets: keys.Unready,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -680,6 +693,9 @@ func (b *byHost) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // jwksClientTimeout bounds one JWKS fetch, response body included.
 const jwksClientTimeout = 10 * time.Second
+
+// jwksCheckTimeout bounds validate's read of each jwks_url.
+const jwksCheckTimeout = 5 * time.Second
 
 // newKeyRing returns the KeyRing that keeps the JWK Sets of owner: jwt
 // routes, with its own HTTP client (no shared default transport) and the

@@ -26,6 +26,11 @@ func TestValidateExampleConfig(t *testing.T) {
 			t.Errorf("validate output lacks %q:\n%s", want, out.String())
 		}
 	}
+	// The example's jwks_url is a placeholder (.example never resolves):
+	// validate says that route would refuse every token.
+	if !strings.Contains(errOut.String(), "WARNING") || !strings.Contains(errOut.String(), "route refunds: jwt.jwks_url") {
+		t.Errorf("validate does not warn about the placeholder jwks_url:\n%s", errOut.String())
+	}
 }
 
 // TestValidateReadsJWKSFiles: validate reads every jwks_file as serve

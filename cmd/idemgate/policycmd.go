@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -45,6 +46,9 @@ type publishedRoute struct {
 	ReplayStatuses   []string         `json:"replay_statuses"`
 	MaxRequestBytes  int64            `json:"max_request_bytes"`
 	Problems         []publishedIssue `json:"problems"`
+	// AdvertiseExpiry says that first answers and replays carry
+	// Idempotency-Key-Expires (advertise_expiry).
+	AdvertiseExpiry bool `json:"advertise_expiry"`
 }
 
 type publishedKey struct {
@@ -136,7 +140,9 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		pr := publishedRoute{
 			Name:    r.Name,
 			Methods: slices.Clone(r.Methods),
-			Key: publishedKey{From: string(policy.KeyFromHeader), Header: r.Header, Required: r.Required, MaxLength: policy.MaxKeyLength,
+			// HeaderName: the spelling the operator wrote, not the
+			// canonical form (X-GitHub-Delivery, not X-Github-Delivery).
+			Key: publishedKey{From: string(policy.KeyFromHeader), Header: cmp.Or(r.HeaderName, r.Header), Required: r.Required, MaxLength: policy.MaxKeyLength,
 				Syntax: "an RFC 8941 sf-string (\"order-123\": 1-255 printable ASCII characters, spaces allowed, not all spaces) or a bare key (order-123: 1-255 characters from ! to ~ except \", , and ;), sent once; both forms of the same characters are the same key",
 				Scope:  ownerScope(r)},
 			Fingerprint: publishedFingerprint{Method: true, Path: true, Query: r.Fingerprint.Query,
@@ -146,6 +152,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 			Concurrent:       publishedConc{Behaviour: string(r.Concurrent), Status: problem.InProgress.Status},
 			ReusedKey:        "a key reused for a request with another fingerprint gets " + strconv.Itoa(problem.KeyReused.Status) + " " + problem.KeyReused.Slug + "; the same request gets the stored response again, with Idempotent-Replayed: true",
 			MaxRequestBytes:  r.MaxRequestBytes,
+			AdvertiseExpiry:  r.AdvertiseExpiry,
 		}
 		if r.Key.FromBody() {
 			pr.Key.From, pr.Key.Header, pr.Key.Pointer = string(policy.KeyFromBody), "", r.Key.Pointer
@@ -277,6 +284,9 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs gets `%d request-in-progress` at once, with `Retry-After`.\n", r.Concurrent.Status)
 		}
 		fmt.Fprintf(&b, "- **Reused keys**: %s.\n", r.ReusedKey)
+		if r.AdvertiseExpiry {
+			b.WriteString("- **Expiry**: first answers and replays carry `Idempotency-Key-Expires`, the HTTP-date until which a retry is answered from the record.\n")
+		}
 		fmt.Fprintf(&b, "- **Body size**: at most %d bytes.\n\n", r.MaxRequestBytes)
 		b.WriteString("| problem type | status | what to do |\n|---|---|---|\n")
 		for _, p := range r.Problems {
@@ -309,23 +319,34 @@ func plural(n int64, unit string) string {
 var pathParamRE = regexp.MustCompile(`\{([^}.$]+)(\.\.\.)?\}|\{\$\}`)
 
 // openAPI returns an OpenAPI 3.1 document holding, for every enforced
-// route with a path, each enforced operation with the key parameter and
-// its problem responses, to merge into an API's own spec. The defaults
+// route with a path, each enforced operation with the key parameter, its
+// problem responses (Retry-After on 409 and 503) and a 2XX response naming
+// the headers idemgate adds to the upstream's answers (Idempotent-Replayed,
+// and Idempotency-Key-Expires on advertise_expiry routes), to merge into an
+// API's own spec. The defaults
 // route, which stands for every other path, has no path to put it under:
 // its parameter is in components for use elsewhere.
 func openAPI(doc publishedPolicy) map[string]any {
 	paths := map[string]any{}
 	params := map[string]any{}
+	advertised := false
 	for _, r := range doc.Routes {
 		keyParam := "IdempotencyKey"
 		if r.Key.From == string(policy.KeyFromHeader) {
 			if r.Key.Header != "Idempotency-Key" || r.Key.Required {
 				keyParam = "IdempotencyKey_" + r.Name
 			}
+			// The key has at most MaxLength characters; the field value
+			// may be longer, as an sf-string's quotes and backslash
+			// escapes count in the field but not in the key, hence the
+			// schema's maxLength of 2*MaxLength+2 and the extension.
 			params[keyParam] = map[string]any{
 				"name": r.Key.Header, "in": "header", "required": r.Key.Required,
-				"description": "Idempotency key: " + r.Key.Syntax + ". A retry with the same key and the same request gets the original response.",
-				"schema":      map[string]any{"type": "string", "minLength": 1, "maxLength": 2*r.Key.MaxLength + 2},
+				"description": "Idempotency key: " + r.Key.Syntax + ". A retry with the same key and the same request gets the original response. " +
+					"The key itself has at most " + strconv.Itoa(r.Key.MaxLength) + " characters (x-idemgate-key-max-length, max_length in --format json); the field value may have up to " +
+					strconv.Itoa(2*r.Key.MaxLength+2) + " (maxLength), because the quotes and backslash escapes of an sf-string count in the field but not in the key.",
+				"schema":                    map[string]any{"type": "string", "minLength": 1, "maxLength": 2*r.Key.MaxLength + 2},
+				"x-idemgate-key-max-length": r.Key.MaxLength,
 			}
 		}
 		if r.Path == "" {
@@ -365,11 +386,25 @@ func openAPI(doc publishedPolicy) map[string]any {
 				examples[slug] = map[string]any{"value": map[string]any{"type": p.Type, "title": p.Title, "status": p.Status}}
 			}
 			slices.Sort(desc)
-			responses[strconv.Itoa(status)] = map[string]any{
+			resp := map[string]any{
 				"description": "Answered by idemgate: " + strings.Join(desc, "; "),
 				"content": map[string]any{"application/problem+json": map[string]any{
 					"schema": map[string]any{"$ref": "#/components/schemas/Problem"}, "examples": examples}},
 			}
+			if status == problem.InProgress.Status || status == problem.StoreUnavailable.Status {
+				resp["headers"] = map[string]any{"Retry-After": map[string]any{"$ref": "#/components/headers/RetryAfter"}}
+			}
+			responses[strconv.Itoa(status)] = resp
+		}
+		// The upstream's own answers: what idemgate adds to them.
+		success := map[string]any{"Idempotent-Replayed": map[string]any{"$ref": "#/components/headers/IdempotentReplayed"}}
+		if r.AdvertiseExpiry {
+			success["Idempotency-Key-Expires"] = map[string]any{"$ref": "#/components/headers/IdempotencyKeyExpires"}
+			advertised = true
+		}
+		responses["2XX"] = map[string]any{
+			"description": "The upstream's response; a retry with the same key and request gets the stored one again (replayed statuses: " + strings.Join(r.ReplayStatuses, ", ") + ").",
+			"headers":     success,
 		}
 		for _, m := range r.Methods {
 			item[strings.ToLower(m)] = map[string]any{
@@ -381,6 +416,22 @@ func openAPI(doc publishedPolicy) map[string]any {
 			}
 		}
 	}
+	headers := map[string]any{
+		"IdempotentReplayed": map[string]any{
+			"description": "true on a response answered from the record of an earlier request with the same key and request (a replay); absent on the answer of the request that ran.",
+			"schema":      map[string]any{"type": "string", "enum": []string{"true"}},
+		},
+		"RetryAfter": map[string]any{
+			"description": "Seconds to wait before retrying with the same key (RFC 9110 section 10.2.3).",
+			"schema":      map[string]any{"type": "integer", "minimum": 0},
+		},
+	}
+	if advertised {
+		headers["IdempotencyKeyExpires"] = map[string]any{
+			"description": "HTTP-date (RFC 9110 section 5.6.7) until which a retry with this key is answered from the record; after it the key is forgotten.",
+			"schema":      map[string]any{"type": "string"},
+		}
+	}
 	return map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "Idempotency (idemgate)", "version": publishedFormat,
@@ -388,6 +439,7 @@ func openAPI(doc publishedPolicy) map[string]any {
 		"paths": paths,
 		"components": map[string]any{
 			"parameters": params,
+			"headers":    headers,
 			"schemas": map[string]any{"Problem": map[string]any{
 				"type": "object", "required": []string{"type", "title", "status"},
 				"properties": map[string]any{

@@ -25,6 +25,7 @@ routes:
     match: "POST /v1/payments/{id}/capture"
     required: true
     retention: 48h
+    advertise_expiry: true
     concurrent: conflict
     fingerprint: {body: json, exclude: ["/client_ts"]}
   - name: stripe
@@ -94,14 +95,15 @@ func TestPolicyCommandBinary(t *testing.T) {
 		}
 		c := doc.Routes[0]
 		if c.Path != "/v1/payments/{id}/capture" || !reflect.DeepEqual(c.Methods, []string{"POST"}) || !c.Key.Required ||
-			c.Key.Header != "Idempotency-Key" || c.RetentionSeconds != 48*3600 || c.Concurrent.Behaviour != "conflict" ||
+			c.Key.Header != "Idempotency-Key" || c.RetentionSeconds != 48*3600 || c.Concurrent.Behaviour != "conflict" || !c.AdvertiseExpiry ||
 			!reflect.DeepEqual(c.Fingerprint.Exclude, []string{"/client_ts"}) || c.Fingerprint.Body != "json" {
 			t.Errorf("capture = %+v", c)
 		}
 		if s := doc.Routes[1]; s.Key.From != "body" || s.Key.Pointer != "/id" || s.Key.Header != "" {
 			t.Errorf("stripe key = %+v", s.Key)
 		}
-		if g := doc.Routes[2]; g.Key.Header != "X-Github-Delivery" || g.Key.Required {
+		// The spelling the config wrote, not the canonical X-Github-Delivery.
+		if g := doc.Routes[2]; g.Key.Header != "X-GitHub-Delivery" || g.Key.Required || g.AdvertiseExpiry {
 			t.Errorf("github key = %+v", g.Key)
 		}
 		has := func(r publishedRoute, slug string) bool {
@@ -128,7 +130,7 @@ func TestPolicyCommandBinary(t *testing.T) {
 		for _, want := range []string{
 			"## `POST` `/v1/payments/{id}/capture`", "the `Idempotency-Key` header", "**Required**", "for 2 days",
 			"except the members `/client_ts`", "gets `409 request-in-progress` at once",
-			"the JSON body member `/id`", "the `X-Github-Delivery` header", "on any other path",
+			"the JSON body member `/id`", "the `X-GitHub-Delivery` header", "on any other path", "carry `Idempotency-Key-Expires`",
 			"| [`key-reused`](https://idemgate.dev/problems/key-reused) | 422 | use a new key |",
 		} {
 			if !strings.Contains(md, want) {
@@ -174,8 +176,36 @@ func TestPolicyCommandBinary(t *testing.T) {
 		if stripe := doc.Paths.Find("/webhooks/stripe").Post; stripe == nil || len(stripe.Parameters) != 0 {
 			t.Errorf("stripe operation (key in the body, no header parameter) = %+v", stripe)
 		}
-		if gh := doc.Paths.Find("/webhooks/github").Post; gh == nil || len(gh.Parameters) != 1 || gh.Parameters[0].Value.Name != "X-Github-Delivery" {
-			t.Errorf("github operation = %+v", gh)
+		gh := doc.Paths.Find("/webhooks/github").Post
+		if gh == nil || len(gh.Parameters) != 1 || gh.Parameters[0].Value.Name != "X-GitHub-Delivery" {
+			t.Fatalf("github operation = %+v", gh)
+		}
+		// The headers a client sees: Idempotent-Replayed on the upstream's
+		// answers, Idempotency-Key-Expires where advertised, Retry-After on
+		// 409 and 503.
+		okHeaders := func(op *openapi3.Operation) openapi3.Headers {
+			r := op.Responses.Value("2XX")
+			if r == nil {
+				t.Fatalf("no 2XX response:\n%s", out)
+			}
+			return r.Value.Headers
+		}
+		if h := okHeaders(op); h["Idempotent-Replayed"] == nil || h["Idempotency-Key-Expires"] == nil {
+			t.Errorf("capture 2XX headers = %v; want Idempotent-Replayed and Idempotency-Key-Expires", h)
+		}
+		if h := okHeaders(gh); h["Idempotent-Replayed"] == nil || h["Idempotency-Key-Expires"] != nil {
+			t.Errorf("github 2XX headers = %v; want Idempotent-Replayed only (no advertise_expiry)", h)
+		}
+		for _, status := range []int{409, 503} {
+			if r := op.Responses.Status(status); r == nil || r.Value.Headers["Retry-After"] == nil || r.Value.Headers["Retry-After"].Value.Schema.Value.Type.Is("integer") == false {
+				t.Errorf("%d: no integer Retry-After header", status)
+			}
+		}
+		// The key length agrees with --format json: the key's 255
+		// characters, and the field's maxLength explained.
+		if key.Extensions["x-idemgate-key-max-length"] != float64(255) || key.Schema.Value.MaxLength == nil ||
+			*key.Schema.Value.MaxLength != 512 || !strings.Contains(key.Description, "at most 255 characters") {
+			t.Errorf("key length: extension %v, maxLength %v, description %q", key.Extensions["x-idemgate-key-max-length"], key.Schema.Value.MaxLength, key.Description)
 		}
 		if doc.Paths.Find("/v1/uploads/") != nil {
 			t.Error("openapi publishes the passthrough route")

@@ -32,7 +32,7 @@ func openPostgres(ctx context.Context, c config.PostgresConfig, log *slog.Logger
 }
 
 // migrate runs `idemgate migrate --config FILE`: it creates the Postgres
-// store's table and index when missing and does nothing else, for operators
+// store's two tables (records and resource index) when missing and does nothing else, for operators
 // whose serving role has no DDL rights. Exit 0 on success, 1 on failure, 2
 // on a usage error.
 func migrate(args []string, stdout, stderr io.Writer) int {
@@ -71,6 +71,8 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idemgate migrate: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "table %s and its index are in place\n", cfg.Store.Postgres.Table)
+	// Both tables are named: the serving role needs grants on each.
+	t := cfg.Store.Postgres.Table
+	fmt.Fprintf(stdout, "tables %s (records) and %s (resource index) are in place; the serving role needs SELECT, INSERT, UPDATE, DELETE on both\n", t, postgres.IndexTable(t))
 	return 0
 }

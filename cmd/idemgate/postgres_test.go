@@ -27,6 +27,15 @@ func TestMigrate(t *testing.T) {
 		if code := run([]string{"migrate", "--config", path}, &out, &errOut); code != 0 {
 			t.Fatalf("migrate: exit %d: %s", code, errOut.String())
 		}
+		// Both tables are named, so an operator grants on both.
+		if !strings.Contains(out.String(), "app.records (records)") || !strings.Contains(out.String(), "app.records_index (resource index)") {
+			t.Errorf("migrate output does not name both tables: %q", out.String())
+		}
+	}
+	for _, tbl := range []string{"records", "records_index"} {
+		if n, err := srv.QueryInt(db, `SELECT count(*) FROM pg_tables WHERE schemaname = 'app' AND tablename = $1`, tbl); err != nil || n != 1 {
+			t.Errorf("table app.%s: %d, %v", tbl, n, err)
+		}
 	}
 	if n, err := srv.QueryInt(db, `SELECT count(*) FROM pg_indexes WHERE schemaname = 'app' AND tablename = 'records'`); err != nil || n != 2 {
 		t.Fatalf("indexes on app.records = %d, %v; want 2 (primary key, expiry)", n, err)

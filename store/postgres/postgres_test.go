@@ -252,6 +252,16 @@ func TestRoleWithoutDDL(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "idemgate migrate") || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("New on a missing table without DDL rights: %v; want an error naming idemgate migrate", err)
 	}
+	if !strings.Contains(err.Error(), `"missing"`) || !strings.Contains(err.Error(), `"missing_index"`) {
+		t.Errorf("New on a missing table names not both tables: %v", err)
+	}
+	// Granted on the records table only (what a README once said): the
+	// error, logged while keyed requests get 503, names both tables.
+	srv.ExecIn(db, `REVOKE ALL ON app.idem_records_index FROM app_rw`)
+	_, err = New(testCtx(t), Options{DSN: dsn, Table: table})
+	if err == nil || !strings.Contains(err.Error(), `"idem_records"`) || !strings.Contains(err.Error(), `"idem_records_index"`) || !strings.Contains(err.Error(), "grant") {
+		t.Errorf("New without grants on the index table: %v; want both tables named with the grant", err)
+	}
 	_, err = New(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: "app.missing", NoCreate: true})
 	if err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
 		t.Fatalf("New with NoCreate on a missing table: %v", err)

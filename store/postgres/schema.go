@@ -76,6 +76,12 @@ func indexName(table string) string {
 // last part, e.g. "idemgate_records_index".
 func indexTableName(q string) string { return q[:len(q)-1] + `_index"` }
 
+// IndexTable returns the name of the resource index table that goes with
+// the records table named table (Options.Table's form, name or
+// schema.name): table + "_index", e.g. "idemgate_records_index". idemgate
+// needs both tables, so operators grant on both and migrate creates both.
+func IndexTable(table string) string { return table + "_index" }
+
 // indexExpiryName is the unqualified name of the expiry index of the
 // resource index table: the table's last part + "_iexp" (at most 61 bytes).
 func indexExpiryName(table string) string {
@@ -168,7 +174,8 @@ $do$`,
 	}, nil
 }
 
-// Migrate creates the table and its index when missing (Schema), in one
+// Migrate creates the records table and the resource index table
+// (IndexTable), each with its expiry index, when missing (Schema), in one
 // transaction holding pg_advisory_xact_lock so that replicas starting at
 // once do not race on CREATE TABLE IF NOT EXISTS; nothing else. It needs a
 // role allowed to create tables in the schema. Connection errors wrap
@@ -277,7 +284,7 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 		}
 		if err := migrate(ctx, s.pool, ddl); err != nil {
 			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
-				return fmt.Errorf("postgres store: table %s does not exist or lacks a column, and this role may not change it; run `idemgate migrate --config FILE` with a role that may: %w", s.table, err)
+				return fmt.Errorf("postgres store: the records table %s or the resource index table %s does not exist or lacks a column, and this role may not change them; run `idemgate migrate --config FILE` with a role that may: %w", s.table, indexTableName(s.table), err)
 			}
 			return err
 		}
@@ -292,11 +299,11 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "42P01":
-			return fmt.Errorf("postgres store: table %s or its resource index table %s does not exist; run `idemgate migrate --config FILE` with a role that may create it: %w", s.table, indexTableName(s.table), err)
+			return fmt.Errorf("postgres store: the records table %s or the resource index table %s does not exist; run `idemgate migrate --config FILE` with a role that may create them: %w", s.table, indexTableName(s.table), err)
 		case pgErr.Code == "42703":
 			return fmt.Errorf("postgres store: table %s lacks a column of layout %d (docs/protocol.md, \"Store records (Postgres)\"); run `idemgate migrate --config FILE`: %w", s.table, LayoutVersion, err)
 		case pgErr.Code == "42501":
-			return fmt.Errorf("postgres store: the role may not read table %s or %s (grant SELECT, INSERT, UPDATE, DELETE on both): %w", s.table, indexTableName(s.table), err)
+			return fmt.Errorf("postgres store: the role may not read the records table %s or the resource index table %s (grant SELECT, INSERT, UPDATE, DELETE on both tables, and USAGE on their schema): %w", s.table, indexTableName(s.table), err)
 		}
 	}
 	return unavailable("schema check", withCtx(ctx, err))
