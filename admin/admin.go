@@ -641,15 +641,15 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	if !force {
-		for _, id := range ids {
-			rec, err := h.opts.Store.Get(ctx, id)
-			if err != nil {
-				h.storeError(w, "get", id, err)
-				return
-			}
-			if rec != nil && state != store.Running {
-				state = rec.State
-			}
+		// The layout 1 record's state is already known (getV1); only the
+		// record of the request's own identity is left to read.
+		rec, err := h.opts.Store.Get(ctx, id)
+		if err != nil {
+			h.storeError(w, "get", id, err)
+			return
+		}
+		if rec != nil && state != store.Running {
+			state = rec.State
 		}
 		if state == store.Running {
 			// Purging a record whose holder is alive lets the next retry

@@ -300,9 +300,9 @@ func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyRe
 //
 // A full server (maxmemory, noeviction) refuses claim.lua with -OOM before
 // it runs, since it may write; Claim then reads the record with get.lua
-// (no-writes), and answers Completed or Gone when that is what the record
-// is: those answers write nothing, so claim.lua would have given the same
-// one (see claimRefused). Anything else stays the -OOM error: no claim is
+// (no-writes), and answers what claim.lua answers before its first write
+// (Completed, Gone, another token's Running, an Abandoned record not taken
+// over; see claimRefused). Anything else stays the -OOM error: no claim is
 // made while the server is full.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
