@@ -1,0 +1,90 @@
+package valkey_test
+
+import (
+	"os"
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// serverCPU reads used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
+func serverCPU(b *testing.B, srv *valkeytest.Server) float64 {
+	out, err := srv.CLI("INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum += f
+			}
+		}
+	}
+	return sum
+}
+
+// BenchmarkServerCPUPerFreshOp runs Claim then Complete on fresh
+// identities from many goroutines, the replay cache on as in production,
+// and reports Valkey's own CPU per pair (INFO cpu before and after) as
+// server-µs/op: it sets how many shards a rate of fresh keys needs.
+func BenchmarkServerCPUPerFreshOp(b *testing.B) {
+	srv := valkeytest.Start(b)
+	addr, own := srv.Addr(), true
+	// A server started elsewhere, e.g. under valgrind --tool=callgrind,
+	// whose instruction counts per op do not depend on the machine's load
+	// (docs/performance.md, "Hot path at a glance").
+	if a := os.Getenv("IDEMGATE_BENCH_VALKEY_ADDR"); a != "" {
+		addr, own = a, false
+	}
+	st := newStore(b, valkey.Options{Addrs: []string{addr}, KeyPrefix: randomPrefix(), CacheBytes: 32 << 20})
+	ctx := context.Background()
+	resp := store.Response{
+		Status: 201,
+		Header: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/orders/1"}},
+		Body:   []byte(strings.Repeat(`{"id":"ord_1234567890","amount":1000}`, 6)),
+	}
+	var n atomic.Int64
+	b.SetParallelism(16)
+	_, _ = srv.CLI("CONFIG", "RESETSTAT")
+	before := serverCPU(b, srv)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := store.Identity{Owner: "owner", Scope: "POST /orders", Key: "k" + strconv.FormatInt(n.Add(1), 10)}
+			tok := "tok-" + id.Key
+			res, err := st.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "v2:" + strings.Repeat("f", 43), Token: tok, Lease: time.Minute, Retention: time.Hour})
+			if err != nil || res.State != store.Claimed {
+				b.Errorf("Claim: %+v %v", res, err)
+				return
+			}
+			if ok, err := st.Complete(ctx, id, tok, resp); !ok || err != nil {
+				b.Errorf("Complete: %v %v", ok, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	after := serverCPU(b, srv)
+	if own {
+		b.ReportMetric((after-before)*1e6/float64(b.N), "server-µs/op")
+	}
+	if testing.Verbose() {
+		out, _ := srv.CLI("INFO", "commandstats")
+		b.Log(out)
+	}
+}
+
