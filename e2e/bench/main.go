@@ -72,6 +72,9 @@ type options struct {
 	// upstream that delays the slow path by waitersDelay.
 	waiters, waitersSmall int
 	waitersDelay          time.Duration
+	// hotPathScale scales the exchanges the hotpath workload profiles per
+	// path (1: enough samples for a share to be good to about a point).
+	hotPathScale float64
 }
 
 func main() {
@@ -87,8 +90,9 @@ func main() {
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
-	flag.StringVar(&workloads, "workloads", strings.Join([]string{wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
-	flag.StringVar(&o.targets, "targets", "ABCDEN", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md)")
+	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
+	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
+	flag.StringVar(&o.targets, "targets", "ABCDENS", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md)")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
@@ -141,6 +145,8 @@ func run(ctx context.Context, o options, args []string) error {
 		return err
 	}
 	text := rep.markdown()
+	fmt.Println(rep.glanceMarkdown())
+	fmt.Println()
 	fmt.Println(text)
 	if o.out != "" {
 		path := o.out
@@ -148,6 +154,9 @@ func run(ctx context.Context, o options, args []string) error {
 			path = filepath.Join(root, path)
 		}
 		if err := writeSection(path, text); err != nil {
+			return err
+		}
+		if err := writeGlance(path, rep.glanceMarkdown()); err != nil {
 			return err
 		}
 		fmt.Fprintln(os.Stderr, "wrote", path)
@@ -300,6 +309,8 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			err = runScale(ctx, o, findTarget(targets, "D"), ps, rep)
 		case wBig:
 			err = runBig(ctx, o, targets, rep)
+		case wHotPath:
+			err = runHotPath(ctx, o, root, rep)
 		case wWaiters:
 			err = runWaiters(ctx, o, waitersEnv{ps: ps, idemgateBin: bins["idemgate"], upstreamBin: bins["upstream"], valkeyAddr: vkAddr, logLevel: o.logLevel}, rep)
 		default:
@@ -333,7 +344,7 @@ func findTarget(targets []*target, id string) *target {
 // loadWorkload reports whether w is one of the load workloads that
 // runWorkload drives with vegeta (scale and waiters10k have their own
 // measurements and tables).
-func loadWorkload(w string) bool { return w != wScale && w != wWaiters }
+func loadWorkload(w string) bool { return w != wScale && w != wWaiters && w != wHotPath }
 
 // runWorkload measures one workload: closed loop on every target, then open
 // loop on every target at each of openFractions of B's closed-loop

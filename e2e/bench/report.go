@@ -41,6 +41,7 @@ type report struct {
 	idle              []idleRow
 	scale             *scaleResult   // workload scale, when run
 	waiters           *waitersResult // workload waiters10k, when run
+	hotPath           []*hotPathRun  // workload hotpath, when run
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
@@ -72,12 +73,13 @@ func (r *report) markdown() string {
 	if !r.opts.pgFsync {
 		pg = "fsync and synchronous_commit off"
 	}
-	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d); N nginx (`proxy_pass` with keep-alive to the upstream, one worker per CPU, access log off). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
+	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d); N nginx (`proxy_pass` with keep-alive to the upstream, one worker per CPU, access log off); S nginx with the docs/nginx.md split, keyed writes to its own idemgate+Valkey (CPU: nginx's alone). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
 
 	modes := []string{"closed"}
 	for _, f := range r.opts.openFractions {
 		modes = append(modes, fmt.Sprintf("open %.0f%%", f*100))
 	}
+	r.hotPathMarkdown(p)
 	loads := 0
 	for _, w := range r.opts.workloads {
 		if !loadWorkload(w) {
@@ -281,6 +283,35 @@ func writeSection(path, section string) error {
 		s = s[:i] + strings.TrimRight(section, "\n") + s[j+len(endMarker):]
 	} else {
 		s = strings.TrimRight(s, "\n") + "\n\n" + section
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// writeGlance replaces the text between the glance markers of path with
+// glance (which carries the markers), or puts it after the file's first
+// paragraph (its title and summary) when the file has none.
+func writeGlance(path, glance string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(old)
+	i, j := strings.Index(s, glanceBegin), strings.Index(s, glanceEnd)
+	switch {
+	case i >= 0 && j > i:
+		s = s[:i] + strings.TrimRight(glance, "\n") + s[j+len(glanceEnd):]
+	default:
+		// After the title and the paragraph under it.
+		k := strings.Index(s, "\n\n")
+		if k >= 0 {
+			if l := strings.Index(s[k+2:], "\n\n"); l >= 0 {
+				k += 2 + l
+			}
+		}
+		if k < 0 {
+			k = len(s)
+		}
+		s = s[:k] + "\n\n" + strings.TrimRight(glance, "\n") + s[k:]
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
 }
