@@ -41,6 +41,7 @@ type report struct {
 	idle              []idleRow
 	scale             *scaleResult   // workload scale, when run
 	waiters           *waitersResult // workload waiters10k, when run
+	inapp             *inappResult   // workload inapp, when run
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
@@ -124,6 +125,9 @@ func (r *report) markdown() string {
 	}
 	if r.waiters != nil {
 		r.waiters.markdown(p)
+	}
+	if r.inapp != nil {
+		r.inapp.markdown(p, r.opts)
 	}
 
 	if len(r.dups) > 0 {
