@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every idemgate test: installs valkey-server, the PostgreSQL server,
-# nginx (the bench's target N and the test of docs/nginx.md) and Debian's
+# nginx (the bench's target N and the test of docs/nginx.md), Node.js and
+# npm (the bench's in-app middleware comparison) and Debian's
 # prometheus (promtool and the server the deploy tests run) when missing, then unit, store-contract (standalone and Cluster Valkey,
 # PostgreSQL), e2e and deploy tests with -race (the deploy tests build Helm
 # and kustomize from deploy/tools), then each fuzz target for a bounded
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-valkey.sh
 bash scripts/install-postgres.sh
 bash scripts/install-nginx.sh
+bash scripts/install-node.sh
 # promtool and the Prometheus server for the deploy tests (Debian 12's
 # package; where systemd runs it may also start its own service on :9090,
 # which no test uses: they start their own on free loopback ports).

@@ -75,6 +75,15 @@ type options struct {
 	// hotPathScale scales the exchanges the hotpath workload profiles per
 	// path (1: enough samples for a share to be good to about a point).
 	hotPathScale float64
+	// inappStorm is the size of the in-app comparison's one-key storms,
+	// inappStorms how many it sends (a key each);
+	// inappKill runs its scenario (b), a kill mid-call and a retry (the
+	// retry through idemgate waits out the dead claim's lease, 10 s);
+	// installNode installs node and npm with apt-get when missing.
+	inappStorm  int
+	inappStorms int
+	inappKill   bool
+	installNode bool
 }
 
 func main() {
@@ -90,7 +99,7 @@ func main() {
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
-	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough}, ","), "workloads to run")
+	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
 	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
 	flag.StringVar(&o.targets, "targets", "ABCDENS", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md)")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
@@ -106,6 +115,10 @@ func main() {
 	flag.IntVar(&o.waiters, "waiters", 10000, "workload waiters10k: concurrent requests with one key, half on each of two idemgate instances")
 	flag.IntVar(&o.waitersSmall, "waiters-small", 1000, "workload waiters10k: the smaller storm its store commands are compared with (0 skips it)")
 	flag.DurationVar(&o.waitersDelay, "waiters-delay", 5*time.Second, "workload waiters10k: how long its upstream delays the one call (every other request must be waiting by then)")
+	flag.IntVar(&o.inappStorm, "inapp-storm", 50, "workload inapp: concurrent requests with one key, scenario (a)")
+	flag.IntVar(&o.inappStorms, "inapp-storms", 5, "workload inapp: storms of scenario (a), each with a key of its own")
+	flag.BoolVar(&o.inappKill, "inapp-kill", true, "workload inapp: scenario (b), the idempotency process killed mid-call, then a retry")
+	flag.BoolVar(&o.installNode, "install-node", true, "workload inapp: install node and npm with apt-get (Debian's nodejs, npm) when missing")
 	flag.StringVar(&o.out, "out", "", "markdown file whose bench section is replaced with the results (e.g. docs/performance.md)")
 	flag.Parse()
 	o.workloads = strings.Split(workloads, ",")
@@ -218,12 +231,13 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	}
 	machine := machineInfo()
 	var vkAddr string
+	var vkD *proc
 	if strings.Contains(o.targets, "D") {
 		vk, err := startValkey(ctx, ps, "valkey", "")
 		if err != nil {
 			return nil, err
 		}
-		vkAddr = vk.addr
+		vkAddr, vkD = vk.addr, vk
 		desc := "idemgate, Valkey store"
 		for i := range o.acks {
 			if _, err := startValkey(ctx, ps, fmt.Sprintf("valkey-replica-%d", i), vk.addr); err != nil {
@@ -311,6 +325,14 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			err = runBig(ctx, o, targets, rep)
 		case wHotPath:
 			err = runHotPath(ctx, o, root, rep)
+		case wInapp:
+			vk := vkD
+			if vk == nil {
+				if vk, err = startValkey(ctx, ps, "valkey-inapp", ""); err != nil {
+					return nil, err
+				}
+			}
+			err = runInapp(ctx, o, inappEnv{ps: ps, root: root, idemgateBin: bins["idemgate"], valkey: vk, logLevel: o.logLevel, install: o.installNode}, rep)
 		case wWaiters:
 			err = runWaiters(ctx, o, waitersEnv{ps: ps, idemgateBin: bins["idemgate"], upstreamBin: bins["upstream"], valkeyAddr: vkAddr, logLevel: o.logLevel}, rep)
 		default:
@@ -342,9 +364,11 @@ func findTarget(targets []*target, id string) *target {
 }
 
 // loadWorkload reports whether w is one of the load workloads that
-// runWorkload drives with vegeta (scale and waiters10k have their own
-// measurements and tables).
-func loadWorkload(w string) bool { return w != wScale && w != wWaiters && w != wHotPath }
+// runWorkload drives with vegeta (scale, waiters10k, hotpath and inapp have
+// their own measurements and tables).
+func loadWorkload(w string) bool {
+	return w != wScale && w != wWaiters && w != wHotPath && w != wInapp
+}
 
 // runWorkload measures one workload: closed loop on every target, then open
 // loop on every target at each of openFractions of B's closed-loop

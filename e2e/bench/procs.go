@@ -109,12 +109,21 @@ type procs struct {
 // start runs bin with args, output to dir/name.log. When addrFromStdout is
 // true the process prints its listen address as the first stdout line.
 func (ps *procs) start(name, bin string, args []string, addrFromStdout bool) (*proc, error) {
+	return ps.startEnv(name, bin, args, nil, addrFromStdout)
+}
+
+// startEnv is start with env (KEY=value) added to the benchmark's own
+// environment.
+func (ps *procs) startEnv(name, bin string, args, env []string, addrFromStdout bool) (*proc, error) {
 	logPath := filepath.Join(ps.dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the benchmark
 	fl := &firstLine{w: logf, line: make(chan string, 1)}

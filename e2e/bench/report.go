@@ -42,6 +42,7 @@ type report struct {
 	scale             *scaleResult   // workload scale, when run
 	waiters           *waitersResult // workload waiters10k, when run
 	hotPath           []*hotPathRun  // workload hotpath, when run
+	inapp             *inappResult   // workload inapp, when run
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
@@ -126,6 +127,9 @@ func (r *report) markdown() string {
 	}
 	if r.waiters != nil {
 		r.waiters.markdown(p)
+	}
+	if r.inapp != nil {
+		r.inapp.markdown(p, r.opts)
 	}
 
 	if len(r.dups) > 0 {

@@ -67,7 +67,7 @@ func startValkey(ctx context.Context, ps *procs, name, primary string) (*proc, e
 }
 
 // valkeyCommand sends one command in RESP and returns a simple or bulk
-// string reply.
+// string reply, or an integer reply in decimal.
 func valkeyCommand(addr string, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -90,7 +90,7 @@ func valkeyCommand(addr string, args ...string) (string, error) {
 	}
 	line = strings.TrimRight(line, "\r\n")
 	switch {
-	case strings.HasPrefix(line, "+"):
+	case strings.HasPrefix(line, "+"), strings.HasPrefix(line, ":"):
 		return line[1:], nil
 	case strings.HasPrefix(line, "$"):
 		n, err := strconv.Atoi(line[1:])
