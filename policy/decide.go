@@ -161,7 +161,9 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 	// built (mayVary, mayOverride) tell exactly which variants could change
 	// the decision, and decideVariants matches only those.
 	plain := fast && method != http.MethodConnect
-	d = p.decideVariants(r, body, haveBody, d, kind, overrides, queryOverride, plain, plain && !vary, &vs)
+	d = p.decideVariants(r, body, haveBody, d, kind, variantOpts{
+		headerOverride: overrides, queryOverride: queryOverride, plain: plain, still: plain && !vary,
+	}, &vs)
 	if vs.truncated && d.Refuse == "" {
 		// The decision saw only the first maxPathForms forms: any other
 		// could belong to a stricter route.
@@ -171,17 +173,32 @@ func (p *Policy) decide(r *http.Request, body []byte, haveBody bool) Decision {
 	return d
 }
 
+// variantOpts is what decide already knows of a request when it hands it to
+// decideVariants: which overrides it carries, and how far the rival sets
+// New built may stand in for matching its variants.
+type variantOpts struct {
+	// headerOverride: r carries a method-override field (headerOverrides).
+	headerOverride bool
+	// queryOverride: r's query may carry a _method parameter
+	// (mayHaveMethodParam).
+	queryOverride bool
+	// plain reports a canonical path and upper-case method (Decide's fast
+	// path): then a variant no rival of New's reaches (mayVary,
+	// overrideReaches) cannot change the decision, so it is not matched.
+	// With 1,000 routes in many scopes, matching every method's variants
+	// cost a keyed JSON request 5 to 8 µs of ServeMux lookups
+	// (docs/performance.md, "1,000 routes").
+	plain bool
+	// still: mayVary found no rival for the path variants, so they are not
+	// surveyed.
+	still bool
+}
+
 // decideVariants is Decide past its fast path: d is the decision for the
-// request as matched.
-//
-// plain reports a canonical path and upper-case method (Decide's fast
-// path): then a variant no rival of New's reaches (mayVary, overrideReaches)
-// cannot change the decision, so it is not matched; still says that
-// mayVary found no rival for the path variants. Issue 17: with 1,000
-// routes in many scopes, matching every method's variants cost a keyed JSON
-// request 5 to 8 µs of ServeMux lookups.
-func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d Decision, kind bodyKind, overrides, queryOverride, plain, still bool, vs *variantSet) Decision {
+// request as matched, o what decide found out about the request.
+func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d Decision, kind bodyKind, o variantOpts, vs *variantSet) Decision {
 	vs.r = r
+	plain := o.plain
 	method := r.Method
 	matched := d.Matched
 	upper := strings.ToUpper(method)
@@ -189,7 +206,7 @@ func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d D
 	// Path variants, same method: lift to a stricter route, or refuse.
 	s := matched.Strictness(method)
 	sv := surveyed{winner: matched}
-	if slices.Contains(p.enforced, method) && !still {
+	if slices.Contains(p.enforced, method) && !o.still {
 		sv = p.survey(r, method, vs.get(), matched)
 	}
 	switch {
@@ -231,7 +248,7 @@ func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d D
 		}
 		return ""
 	}
-	if overrides {
+	if o.headerOverride {
 		for _, name := range overrideFields(r.Header) {
 			for _, v := range r.Header[name] {
 				for _, m := range splitMethods(v) {
@@ -243,7 +260,7 @@ func (p *Policy) decideVariants(r *http.Request, body []byte, haveBody bool, d D
 			}
 		}
 	}
-	if queryOverride {
+	if o.queryOverride {
 		for _, m := range methodParams(r.URL.RawQuery) {
 			if why := check("the _method query parameter", m); why != "" {
 				d.Refuse = why
