@@ -309,9 +309,9 @@ type exchange struct {
 	// expiry advertised in the first answer is never later than the
 	// record's (advertise_expiry).
 	completing time.Time
-	// tombstones are the resources a 2xx answer to this request
-	// tombstones (tombstone.go); nil for almost every request.
-	tombstones []store.Resource
+	// plan is the policy's answer for this request (policy.Plan): its
+	// route, tombstones, key, owner and identity, each computed once.
+	plan policy.Plan
 	// waited is the completed record that this request's last wait
 	// ended on (wait.go), answered as the next claim's Completed answer;
 	// shared with the other waiters of this process, so read only.
@@ -328,42 +328,42 @@ type exchange struct {
 // ServeHTTP enforces the route's policy on r: decide, claim, act (see the
 // package documentation for the flow).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	pol := p.policy()
-	d := pol.Decide(r)
-	ex := &exchange{start: time.Now(), route: d.Route, requestID: p.requestIDs.of(r)}
+	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r)}
+	ex.plan = p.policy().Ask(r, p.scoping)
+	pl := &ex.plan
+	ex.route = pl.Route
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
 	w = ex.w
 	if p.refuseForm(w, r, ex) {
 		return
 	}
-	if d.NeedBody {
+	if pl.NeedBody {
 		// A form or JSON body may carry a _method override that changes
 		// the decision: read it once, within the route's limit; the same
 		// bytes go upstream. A malformed key is refused first: reading the
 		// body sends 100 Continue, and a client told to send it for a
 		// request refused anyway wastes the upload (RFC 9110 section
 		// 10.1.1).
-		if _, err := policy.ParseKey(r.Header.Values(d.Route.Header)); err != nil && !errors.Is(err, policy.ErrKeyMissing) {
+		if err := pl.KeyErr; err != nil && !errors.Is(err, policy.ErrKeyMissing) {
 			p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))
 			return
 		}
 		if !p.readBody(w, r, ex) {
 			return
 		}
-		d = pol.DecideBody(r, ex.body)
-		ex.route = d.Route
+		pl.Body(ex.body)
+		ex.route = pl.Route
 	}
 	route := ex.route
 	// The request as the server read it: trailers sent without a Trailer
 	// field land in its Trailer only, not in a copy's (refuseTrailers).
 	in := r
 	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
-	if d.Refuse != "" {
-		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
+	if pl.Refuse != "" {
+		p.fail(w, r, ex, problem.Ambiguous.With(pl.Refuse))
 		return
 	}
-	ex.tombstones = tombstoneTargets(pol, r, p.scoping)
 	if !route.Enforces(r.Method) || isUpgrade(r) {
 		p.passthroughServe(w, r, ex)
 		return
@@ -377,8 +377,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.Key.FromBody() && !p.readBody(w, r, ex) {
 		return
 	}
-	key, err := route.KeyOf(r, ex.body)
-	switch {
+	pl.Identify(ex.body)
+	switch err := pl.KeyErr; {
 	case errors.Is(err, policy.ErrKeyMissing):
 		if !route.Required {
 			p.passthroughServe(w, r, ex)
@@ -391,7 +391,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))
 		return
 	}
-	owner, err := route.OwnerOf(r)
+	err := pl.OwnerErr
 	if errors.Is(err, policy.ErrInvalidCredentials) {
 		// owner: jwt. Never anonymous: a 401, and nothing goes upstream.
 		challenge := `Bearer error="invalid_token"`
@@ -410,11 +410,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return
 	}
-	ex.id = p.scoping.Identity(route, owner, key, originOf(r))
+	ex.id = pl.Identity
 	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
 		return
 	}
-	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()
+	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), pl.Recipe
 	p.enforce(w, r, ex)
 }
 
@@ -484,10 +484,4 @@ func isUpgrade(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// originOf is where r was sent, as the record identity reads it
-// (policy.Scoping): its Host and whether it came over TLS.
-func originOf(r *http.Request) policy.Origin {
-	return policy.Origin{Host: r.Host, HTTPS: r.TLS != nil}
 }
