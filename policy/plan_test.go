@@ -2,8 +2,12 @@ package policy
 
 import (
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -84,5 +88,46 @@ func TestSameOwner(t *testing.T) {
 		if got := sameOwner(&c.a, &c.b); got != c.same {
 			t.Errorf("%s: sameOwner = %v, want %v", c.name, got, c.same)
 		}
+	}
+}
+
+// TestBindSharesVerifiers: routes whose jwt settings and key set are the
+// same get one verifier, so an owner computed for one serves the others
+// (sameOwner); routes that verify otherwise (another claim) get their own.
+func TestBindSharesVerifiers(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(file, jwksOf(t, newECKey(t, "k1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultRoute()
+	d.Owner = OwnerSource{Kind: OwnerJWT}
+	d.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: DefaultJWTClaims()}
+	same := d
+	same.Name, same.Match = "same", "POST /v1/a"
+	same.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: DefaultJWTClaims()}
+	other := d
+	other.Name, other.Match, other.Scope = "other", "POST /v1/b", "other"
+	other.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: []string{"sub"}}
+	p, err := New(d, []Route{same, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Bind(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*Route{}
+	for _, r := range append(p.routes, p.defaults) {
+		byName[r.Name] = r
+	}
+	def, a, b := byName[p.defaults.Name], byName["same"], byName["other"]
+	if def.jwt == nil || a.jwt != def.jwt || !sameOwner(def, a) {
+		t.Fatalf("routes with the same jwt settings: verifiers %p and %p, want one", def.jwt, a.jwt)
+	}
+	if b.jwt == nil || b.jwt == def.jwt || sameOwner(def, b) {
+		t.Fatalf("a route with other claims shares the defaults' verifier")
 	}
 }
