@@ -67,6 +67,7 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 	next := map[string]*JWKS{}
 	routes := map[string][]string{}
 	failed := map[string]bool{}
+	var verifiers []*JWTVerifier
 	var errs []error
 	for _, n := range all {
 		r := n.r
@@ -91,11 +92,21 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 			}
 			next[src] = set
 		}
+		// Routes with the same settings and key set share one verifier,
+		// so a request's owner computed for one of them serves the others
+		// (Plan: a JWT is verified once per request).
+		i := slices.IndexFunc(verifiers, func(v *JWTVerifier) bool { return v.keys == set && sameJWTSettings(v.settings, *r.JWT) })
+		if i >= 0 {
+			r.jwt = verifiers[i]
+			routes[src] = append(routes[src], r.Name)
+			continue
+		}
 		v, err := NewJWTVerifier(*r.JWT, set, k.opts.Now)
 		if err != nil {
 			errs = append(errs, &FieldError{Path: n.path + ".jwt", Err: err})
 			continue
 		}
+		verifiers = append(verifiers, v)
 		r.jwt = v
 		routes[src] = append(routes[src], r.Name)
 	}
@@ -214,4 +225,10 @@ func (k *KeyRing) Run(ctx context.Context) {
 		}
 		t.Reset(wait)
 	}
+}
+
+// sameJWTSettings reports whether a and b verify tokens alike.
+func sameJWTSettings(a, b JWTSettings) bool {
+	return a.JWKSFile == b.JWKSFile && a.JWKSURL == b.JWKSURL && slices.Equal(a.Issuers, b.Issuers) &&
+		slices.Equal(a.Audiences, b.Audiences) && slices.Equal(a.Claims, b.Claims)
 }

@@ -59,7 +59,7 @@ func (p *Proxy) StoreWaiting() int { return int(p.admission.n.Load()) }
 // overloaded with Retry-After: 1 at once, and enterStore returns false:
 // nothing was claimed, and a retry with the same key is safe. At most one
 // warning per warnEvery gives the number refused.
-func (p *Proxy) enterStore(w http.ResponseWriter, r *http.Request, ex *exchange, first bool) bool {
+func (p *Proxy) enterStore(w http.ResponseWriter, ex *exchange, first bool) bool {
 	if p.admission.admit(first) {
 		p.m.StoreWaiting(1)
 		return true
@@ -70,7 +70,7 @@ func (p *Proxy) enterStore(w http.ResponseWriter, r *http.Request, ex *exchange,
 		p.log.Warn("keyed requests refused: too many wait for the store (server.max_store_waiting)",
 			"max_store_waiting", p.admission.max, "refused", p.admission.refused.Swap(0))
 	}
-	p.fail(w, r, ex, withRetry(problem.Overloaded.With(detailOverloaded), 1))
+	p.fail(w, ex, withRetry(problem.Overloaded.With(detailOverloaded), 1))
 	return false
 }
 

@@ -47,9 +47,9 @@ func TestStoreAdmissionAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Proxy{m: m, admission: storeAdmission{max: 8}}
-	w, r, ex := httptest.NewRecorder(), httptest.NewRequest("POST", "/", nil), &exchange{}
+	w, ex := httptest.NewRecorder(), &exchange{}
 	if n := testing.AllocsPerRun(1000, func() {
-		if !p.enterStore(w, r, ex, true) {
+		if !p.enterStore(w, ex, true) {
 			t.Fatal("refused below the bound")
 		}
 		p.leaveStore()

@@ -22,17 +22,17 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) b
 	}
 	route := ex.route
 	if r.ContentLength > route.MaxRequestBytes {
-		p.fail(w, r, ex, problem.TooLarge.With(
+		p.fail(w, ex, problem.TooLarge.With(
 			fmt.Sprintf("the body is %d bytes; route %q accepts at most %d", r.ContentLength, route.Name, route.MaxRequestBytes)))
 		return false
 	}
 	body, err := readLimited(r.Body, r.ContentLength, route.MaxRequestBytes)
 	if err != nil {
-		p.fail(w, r, ex, problem.BadRequest.With(err.Error()))
+		p.fail(w, ex, problem.BadRequest.With(err.Error()))
 		return false
 	}
 	if int64(len(body)) > route.MaxRequestBytes {
-		p.fail(w, r, ex, problem.TooLarge.With(
+		p.fail(w, ex, problem.TooLarge.With(
 			fmt.Sprintf("route %q accepts at most %d bytes", route.Name, route.MaxRequestBytes)))
 		return false
 	}

@@ -22,9 +22,10 @@ const (
 	stepRecompute               // fingerprint the request under the record's recipe, then decide again
 	stepAnswer                  // answer with a problem
 	stepStoreFailed             // the store failed: 503, or forward unprotected on a fail_open route
+	stepClientGone              // the client left while waiting: answer nothing (statusClientClosed)
 )
 
-var stepNames = [...]string{"forward", "look-v1", "replay", "wait", "claim-again", "recompute", "answer", "store-failed"}
+var stepNames = [...]string{"forward", "look-v1", "replay", "wait", "claim-again", "recompute", "answer", "store-failed", "client-gone"}
 
 func (s step) String() string { return stepNames[s] }
 
@@ -39,10 +40,12 @@ const (
 	adoptRecord                 // completed with the layout 1 record's response (action.response), freed if that fails
 )
 
-// action is a decision: what the claim loop does with one claim result. It
-// is a value so that every reaction to a claim is computed in one place,
-// decideClaim (and decideV1 for a layout 1 record), which a table test
-// covers without a server, and executed by one short loop (enforce).
+// action is a decision: what the claim loop does with one claim result, or
+// with the end of a wait. It is a value so that every reaction to a claim
+// is computed in one place, decideClaim (and decideV1 for a layout 1
+// record), and every end of a wait in another, decideWait, which table
+// tests cover without a server, and executed by one short loop (enforce,
+// act).
 type action struct {
 	step    step
 	release release
@@ -54,6 +57,9 @@ type action struct {
 	retry int
 	// spec fingerprints the request again for stepRecompute.
 	spec policy.FingerprintSpec
+	// record is the completed record a wait ended on, for stepClaimAgain:
+	// the next claim's answer, with no round trip (claim).
+	record *store.Record
 	// takeover: the claim replaced an abandoned one; count and log it.
 	takeover bool
 	// op and err name the store failure of stepStoreFailed.
@@ -294,6 +300,60 @@ func outcomeUnknown(started, now time.Time) problem.Details {
 		" and stopped before its outcome was recorded (its proxy stopped, or the upstream's answer was lost); " +
 		"its outcome cannot be known, so it is neither replayed nor run again (on_abandoned: reject). " +
 		"An operator can check the backend and purge the key (idemgate admin purge) to let a retry run it")
+}
+
+// statusClientClosed is the status a request is logged and counted under
+// when its client left before it was answered (nginx's 499 "client closed
+// request"); nothing is written.
+const statusClientClosed = 499
+
+// waitState is what decideWait reads: how one wait of a request on a
+// running record went.
+type waitState struct {
+	// full: every waiter slot was taken (server.max_waiters), so the
+	// request did not wait.
+	full bool
+	// expired: the request's wait limit (its first wait plus
+	// wait_timeout) had passed before this wait began.
+	expired bool
+	// rec is the record the wait ended on: never running; nil when it is
+	// gone. err is the wait's error: the store's, the client's context's,
+	// or context.DeadlineExceeded at the limit (waitWhileRunning).
+	rec *store.Record
+	err error
+	// clientGone: the request's context ended (the client left).
+	clientGone bool
+	// own: the wait was on the request's own identity, not on a layout 1
+	// record (checkV1), so a completed record answers its next claim.
+	own bool
+	// retry is the Retry-After of a 409 that ends the wait.
+	retry int
+}
+
+// decideWait is the reaction to the end of a wait, as decideClaim's is to
+// a claim: claim again (with the completed record the wait ended on, when
+// it is the request's own, as the next claim's answer), 409
+// request-in-progress (every slot taken, the limit passed, the wait timed
+// out), a store failure, or, for a client that left, nothing at all. It is
+// pure: it reads s only.
+func decideWait(s waitState) action {
+	switch {
+	case s.full:
+		return answer(withRetry(problem.InProgress.With(detailTooManyWaiters), s.retry))
+	case s.expired:
+		return answer(inProgress(s.retry))
+	case s.err == nil:
+		a := action{step: stepClaimAgain}
+		if s.own && s.rec != nil && s.rec.State == store.Completed {
+			a.record = s.rec
+		}
+		return a
+	case errors.Is(s.err, store.ErrUnavailable):
+		return action{step: stepStoreFailed, op: "wait", err: s.err}
+	case s.clientGone:
+		return action{step: stepClientGone}
+	}
+	return answer(inProgress(s.retry))
 }
 
 // Waiting for a holder whose lease is about to end (decideWaitEnd).

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +241,74 @@ func TestPollDelay(t *testing.T) {
 		if got := pollDelay(c.leaseEnd, now); got != c.want {
 			t.Errorf("lease end in %v: poll in %v, want %v", c.leaseEnd.Sub(now), got, c.want)
 		}
+	}
+}
+
+// TestDecideWait covers every end of a wait without a server or a store,
+// as TestDecideClaim does for a claim: the decision is a value, act only
+// carries it out. A client that left gets nothing and is counted as 499;
+// a store failure outranks it, as it did when wait decided by hand.
+func TestDecideWait(t *testing.T) {
+	done := &store.Record{State: store.Completed, Response: &store.Response{Status: 201}}
+	released := &store.Record{State: store.Abandoned}
+	cases := []struct {
+		name   string
+		s      waitState
+		step   step
+		kind   *problem.Kind
+		detail string
+		record *store.Record
+		op     string
+	}{
+		{name: "every slot taken: 409 at once", s: waitState{full: true},
+			step: stepAnswer, kind: &problem.InProgress, detail: detailTooManyWaiters},
+		{name: "limit passed before the wait: 409", s: waitState{expired: true},
+			step: stepAnswer, kind: &problem.InProgress, detail: detailInFlight},
+		{name: "ended on the own completed record: claim with it", s: waitState{rec: done, own: true},
+			step: stepClaimAgain, record: done},
+		{name: "ended on a layout 1 record: claim afresh", s: waitState{rec: done},
+			step: stepClaimAgain},
+		{name: "ended on a record not completed: claim afresh", s: waitState{rec: released, own: true},
+			step: stepClaimAgain},
+		{name: "record gone: claim afresh", s: waitState{own: true},
+			step: stepClaimAgain},
+		{name: "timed out: 409", s: waitState{err: context.DeadlineExceeded, own: true},
+			step: stepAnswer, kind: &problem.InProgress, detail: detailInFlight},
+		{name: "client gone: nothing written", s: waitState{err: context.Canceled, clientGone: true, own: true},
+			step: stepClientGone},
+		{name: "store failed", s: waitState{err: store.ErrUnavailable},
+			step: stepStoreFailed, op: "wait"},
+		{name: "store failed as the client left: the store failure", s: waitState{err: fmt.Errorf("get: %w", store.ErrUnavailable), clientGone: true},
+			step: stepStoreFailed, op: "wait"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.s.retry = 3
+			a := decideWait(c.s)
+			if a.step != c.step {
+				t.Fatalf("step = %v, want %v", a.step, c.step)
+			}
+			if a.release != keepClaim || a.takeover {
+				t.Fatalf("release %v, takeover %v: a wait holds no claim", a.release, a.takeover)
+			}
+			if a.record != c.record {
+				t.Fatalf("record = %v, want %v", a.record, c.record)
+			}
+			if a.op != c.op {
+				t.Fatalf("op = %q, want %q", a.op, c.op)
+			}
+			if c.kind == nil {
+				if a.problem.Status != 0 {
+					t.Fatalf("answers %d, want no problem", a.problem.Status)
+				}
+				return
+			}
+			if a.problem.Type != c.kind.Type() || a.problem.Detail != c.detail || a.problem.RetryAfter != 3 {
+				t.Fatalf("problem = %s %q Retry-After %d, want %s %q 3", a.problem.Type, a.problem.Detail, a.problem.RetryAfter, c.kind.Slug, c.detail)
+			}
+		})
+	}
+	if got := clientStatus(&http.Request{Method: "POST"}, &exchange{status: statusClientClosed}); got != 499 {
+		t.Fatalf("a client that left is logged as %d, want 499", got)
 	}
 }

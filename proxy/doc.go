@@ -10,9 +10,15 @@
 //
 // # The flow of a request: decide, claim, act
 //
-//  1. Decide (proxy.go, ServeHTTP). The policy in force names the route
-//     that governs the request and its variants (policy.Policy.Decide; a
-//     form body that may carry a _method override is read first, body.go).
+//  1. Decide (serve.go, ServeHTTP). The policy in force is asked once
+//     (policy.Policy.Ask) and answers one value, a policy.Plan carried in
+//     the exchange: the route that governs the request and its variants,
+//     and the resources a 2xx answer would tombstone. A form body that may
+//     carry a _method override is read first (body.go) and handed to the
+//     plan (Plan.Body); once the hop-by-hop fields are removed, the plan
+//     gives the key, the owner and the record's identity (Plan.Identify),
+//     each computed once: an owner the tombstone rules computed is not
+//     computed again, so a JWT is verified once.
 //     Method PRI (an HTTP/2 preface read as HTTP/1.1) and a target in
 //     asterisk form are refused before anything else (target.go), never
 //     forwarded. An ambiguous form is refused (400 ambiguous-request). A
@@ -56,8 +62,17 @@
 //     wait, and a completed record it ends on is their next claim's answer
 //     (no second round trip each); otherwise the loop claims again. A wait takes one of the
 //     instance's max_waiters slots (waiters.go), and without a free slot
-//     the duplicate gets 409 at once instead of holding its connection. A store failure answers
+//     the duplicate gets 409 at once instead of holding its connection.
+//     How a wait ends is a value too (decision.go, decideWait, table
+//     tested): claim again, 409, a store failure, or, when the client
+//     left, nothing written (counted as 499). A store failure answers
 //     503, or forwards unprotected on a fail_open route.
+//
+// A request ends once: ServeHTTP defers done, which counts it, sets its
+// span's route and outcome and writes its access line, whichever way it
+// was answered, also when a broken stream aborts it with
+// http.ErrAbortHandler; every step before only sets the exchange's outcome
+// and status.
 //
 // Every error the proxy answers with is a problem of package problem's
 // catalog; the kind fixes the status, the title and the metrics outcome

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
@@ -15,37 +16,49 @@ import (
 // (decideClaim; decideV1 for a layout 1 record), until the request is
 // answered (the package documentation gives the whole flow).
 func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
-	var waitUntil time.Time // when this request stops waiting, set by its first wait
 	for first := true; ; first = false {
 		// Past server.max_store_waiting a new request is refused here, at
 		// once, before anything is claimed (admission.go).
-		if !p.enterStore(w, r, ex, first) {
+		if !p.enterStore(w, ex, first) {
 			return
 		}
-		a, token, waitOn, err := p.claimRound(r, ex)
+		t, err := p.claimRound(r, ex)
 		if err != nil {
 			p.storeFailed(w, r, ex, "complete", err)
 			return
 		}
-		if !p.act(w, r, ex, a, token, waitOn, &waitUntil) {
+		if !p.act(t) {
 			return
 		}
 	}
 }
 
+// turn is one round of the claim loop, what act carries out: the
+// decision on a claim's answer, for the request of ex, with what it acts
+// on.
+type turn struct {
+	ex *exchange
+	a  action
+	// token is the claim this request holds, "" for none.
+	token string
+	// waitOn is the record stepWait waits for: the request's own, or a
+	// layout 1 record (checkV1).
+	waitOn store.Identity
+}
+
 // claimRound is one round of enforce's store calls, the ones admission
 // bounds: a pending completion, the claim and the decision on its answer,
-// with the layout 1 lookup. It returns the action, the claim's token, the
-// record a wait would wait on, and the error of the pending completion.
-// The admission ends when it returns, before the action: a forward, a
-// wait or a completion is not a wait for the store's answer to a claim.
-func (p *Proxy) claimRound(r *http.Request, ex *exchange) (action, string, store.Identity, error) {
+// with the layout 1 lookup. It returns the turn to act on, or the error of
+// the pending completion. The admission ends when it returns, before the
+// action: a forward, a wait or a completion is not a wait for the store's
+// answer to a claim.
+func (p *Proxy) claimRound(r *http.Request, ex *exchange) (turn, error) {
 	defer p.leaveStore()
 	// A response this instance could not record yet is recorded first:
 	// the claim below would otherwise find the record past its lease and
 	// run the operation again.
 	if err := p.recordPending(r.Context(), ex.id); err != nil {
-		return action{}, "", store.Identity{}, err
+		return turn{}, err
 	}
 	s, token := p.claim(r, ex)
 	a := decideClaim(s)
@@ -58,7 +71,7 @@ func (p *Proxy) claimRound(r *http.Request, ex *exchange) (action, string, store
 	if a.step == stepLookV1 {
 		a, waitOn = p.checkV1(r, ex)
 	}
-	return a, token, waitOn, nil
+	return turn{ex: ex, a: a, token: token, waitOn: waitOn}, nil
 }
 
 // claim claims ex's identity with a new token and returns what decideClaim
@@ -155,10 +168,13 @@ func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 	return rec
 }
 
-// act carries out a: first what becomes of the claim held with token, then
-// the step. It reports whether the loop claims again; when it returns false
-// the request has been answered. waitOn is the record stepWait waits for.
-func (p *Proxy) act(w http.ResponseWriter, r *http.Request, ex *exchange, a action, token string, waitOn store.Identity, waitUntil *time.Time) bool {
+// act carries out t's action: first what becomes of the claim held with
+// t.token, then the step; a wait goes on with the action its end decides
+// (decideWait). It reports whether the loop claims again; when it returns
+// false the request has been answered, or its client has left.
+func (p *Proxy) act(t turn) bool {
+	ex, a, token := t.ex, t.a, t.token
+	w, r := http.ResponseWriter(ex.w), ex.r
 	if a.takeover {
 		p.m.Takeover(ex.route.Name)
 		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
@@ -177,17 +193,24 @@ func (p *Proxy) act(w http.ResponseWriter, r *http.Request, ex *exchange, a acti
 		}
 		cancel()
 	}
+	if a.step == stepWait {
+		a = p.wait(ex, t.waitOn, a.retry)
+	}
 	switch a.step {
 	case stepForward:
 		p.forward(w, r, ex, token)
 	case stepReplay:
 		p.replay(w, r, ex, a.response)
-	case stepWait:
-		return p.wait(w, r, ex, waitOn, a.retry, waitUntil)
 	case stepClaimAgain:
+		// The completed record a wait ended on answers the next claim.
+		ex.waited = a.record
 		return true
 	case stepAnswer:
-		p.fail(w, r, ex, a.problem)
+		p.fail(w, ex, a.problem)
+	case stepClientGone:
+		// Nothing to write: nobody reads it. The request ends as a
+		// conflict the client did not stay for.
+		ex.outcome, ex.status = metrics.OutcomeConflict, statusClientClosed
 	default: // stepStoreFailed (enforce resolves stepRecompute and stepLookV1 before acting)
 		p.storeFailed(w, r, ex, a.op, a.err)
 	}
@@ -242,7 +265,7 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 		p.m.StoredResponseDamaged(ex.route.Name)
 		p.log.Error("stored response failed its integrity check; not replayed", "op", op, "route", ex.route.Name,
 			"key_hash", LogDigest(ex.id.Key), "err", err)
-		p.fail(w, r, ex, problem.StoredResponseDamaged.With(
+		p.fail(w, ex, problem.StoredResponseDamaged.With(
 			"the response stored for this key failed its integrity check, so it was not replayed and the request was not forwarded again; an operator can inspect and purge the record"))
 		return
 	}
@@ -255,6 +278,6 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 		p.forwardUnprotected(w, r, ex)
 		return
 	}
-	p.fail(w, r, ex, withRetry(problem.StoreUnavailable.With(
+	p.fail(w, ex, withRetry(problem.StoreUnavailable.With(
 		"the idempotency store cannot be reached, so the request was not forwarded; retry later with the same key"), 1))
 }

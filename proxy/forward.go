@@ -70,7 +70,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.release(r, ex, token)
 		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 		p.copyResponse(w, r, ex, resp, nil)
-		p.done(r, ex)
 		return
 	}
 
@@ -104,7 +103,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.m.StoredResponse(route.Name, len(body))
 		p.writeStored(w, r, ex, &stored, false)
 	}
-	p.done(r, ex)
 }
 
 // complete records the response; the caller has stopped the heartbeat, so
@@ -248,7 +246,7 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	ex.cause = err
 	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
-	p.fail(w, r, ex, pr)
+	p.fail(w, ex, pr)
 }
 
 // sentBody is the body of an outbound request: it lets go of the bytes
@@ -306,9 +304,10 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 // upstream's body broke, or the client left) can no longer be answered:
 // returning would let net/http end a chunked response with a clean final
 // chunk, and the client would take a short body for a complete one. So, as
-// httputil.ReverseProxy does (golang/go#23643), the request is recorded and
-// the response aborted with http.ErrAbortHandler, which cuts the connection
-// (issue 16; TestBrokenUpstreamStreamIsCut).
+// httputil.ReverseProxy does (golang/go#23643), the response is aborted
+// with http.ErrAbortHandler, which cuts the connection, and ServeHTTP's
+// deferred completion records the request as it unwinds
+// (TestBrokenUpstreamStreamIsCut).
 func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchange, resp *http.Response, prefix []byte) {
 	h := w.Header()
 	for name, values := range resp.Header {
@@ -335,7 +334,6 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 	if err != nil {
 		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key),
 			"status", resp.StatusCode, "err", err)
-		p.done(r, ex)
 		panic(http.ErrAbortHandler)
 	}
 }
@@ -353,5 +351,4 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 	defer resp.Body.Close()
 	ex.outcome, ex.status = metrics.OutcomeFailOpen, resp.StatusCode
 	p.copyResponse(w, r, ex, resp, nil)
-	p.done(r, ex)
 }

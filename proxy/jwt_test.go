@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +139,93 @@ func TestJWTOwnerThroughTheProxy(t *testing.T) {
 	// A request without a key is not enforced, so it needs no token.
 	if r := post("", ""); r.status != http.StatusCreated {
 		t.Errorf("keyless request without a token: %d", r.status)
+	}
+}
+
+// TestJWTVerifiedOncePerRequest: on a route whose DELETE tombstones the
+// records of its creates (resource_from), the bearer token of a keyed
+// DELETE names both the request's owner and the owner whose records it
+// tombstones; it is verified once, even when the tombstoning route is
+// another route than the one the DELETE matched. Each verification reads
+// the key ring's clock once (the token's exp and nbf checks) and nothing
+// else does with a jwks_file already read, so the clock's reads count the
+// verifications.
+func TestJWTVerifiedOncePerRequest(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwksFile := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"iss": jwtIssuer, "sub": "alice", "exp": time.Now().Add(time.Hour).Unix(),
+	})
+	tok.Header["kid"] = "k1"
+	bearer, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	api := &ordersAPI{}
+	up := newUpstream(t, api.serve)
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	d := baseRoute()
+	d.Methods = []string{"POST", "DELETE"}
+	d.Owner = policy.OwnerSource{Kind: policy.OwnerJWT}
+	d.JWT = &policy.JWTSettings{JWKSFile: jwksFile, Issuers: []string{jwtIssuer}, Claims: policy.DefaultJWTClaims()}
+	d.ResourceFrom = policy.ResourceFromLocation
+	d.TombstoneMethods = []string{http.MethodDelete}
+	del := d
+	del.Name, del.Match, del.ResourceFrom, del.TombstoneMethods = "deletes", "DELETE /v1/orders/{id}", "", nil
+	pol, err := policy.New(d, []policy.Route{del})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clockReads atomic.Int64
+	ring, err := policy.NewKeyRing(policy.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second},
+		Now: func() time.Time { clockReads.Add(1); return time.Now() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Bind(t.Context(), pol); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(up.URL)
+	p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Timeout: 5 * time.Second,
+		Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	h := &harness{t: t, up: up, store: st, front: front}
+
+	if r := h.do("POST", "/v1/orders", "", "c1", `{}`, "Authorization", "Bearer "+bearer); r.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ name, path string }{
+		{"the defaults route, which also tombstones", "/v1/orders"},
+		{"route deletes, the defaults route tombstones", "/v1/orders/1"},
+	} {
+		before := clockReads.Load()
+		r := h.do("DELETE", c.path, "", "d-"+c.path, "", "Authorization", "Bearer "+bearer)
+		if r.status != http.StatusNoContent {
+			t.Fatalf("%s: DELETE = %d %s", c.name, r.status, r.body)
+		}
+		if n := clockReads.Load() - before; n != 1 {
+			t.Errorf("%s: the token was verified %d times for one DELETE, want 1", c.name, n)
+		}
+	}
+	// The DELETE tombstoned alice's create: the JWT owner it computed
+	// once served both.
+	if r := h.do("POST", "/v1/orders", "", "c1", `{}`, "Authorization", "Bearer "+bearer); r.status != http.StatusGone {
+		t.Fatalf("retry of the create after its DELETE = %d %s, want 410", r.status, r.body)
 	}
 }

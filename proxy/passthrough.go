@@ -19,13 +19,13 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 		// Nothing was sent upstream: the client's body ended early or
 		// did not come in time.
 		ex.cause = err
-		p.fail(w, r, ex, problem.BadRequest.With("the request body could not be read: "+err.Error()))
+		p.fail(w, ex, problem.BadRequest.With("the request body could not be read: "+err.Error()))
 		return
 	}
+	// ReverseProxy aborts the handler with http.ErrAbortHandler when the
+	// client leaves mid-stream; ServeHTTP's deferred completion still
+	// counts the request.
 	ex.outcome = metrics.OutcomePassthrough
-	// Deferred: ReverseProxy aborts the handler with http.ErrAbortHandler
-	// when the client leaves mid-stream, and the request still counts.
-	defer p.done(r, ex)
 	p.passthrough.ServeHTTP(w, r)
 }
 
@@ -81,7 +81,7 @@ func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	if errors.Is(err, context.Canceled) {
-		w.WriteHeader(499) // client went away; nobody reads this
+		w.WriteHeader(statusClientClosed) // client went away; nobody reads this
 		return
 	}
 	p.writeProblem(w, ex, problem.UpstreamUnreachable.With("the upstream exchange failed"))

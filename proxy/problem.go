@@ -9,12 +9,12 @@ import (
 )
 
 // fail answers with pr, a problem of the catalog (problem.Kind.With), and
-// logs the request under the outcome of pr's kind: the pair is defined once,
-// in the catalog.
-func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
+// sets the request's outcome to that of pr's kind, under which ServeHTTP's
+// completion (done) logs and counts it: the pair is defined once, in the
+// catalog.
+func (p *Proxy) fail(w http.ResponseWriter, ex *exchange, pr problem.Details) {
 	p.writeProblem(w, ex, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
-	p.done(r, ex)
 }
 
 // writeProblem answers with pr in the shape of ex's route (its

@@ -19,8 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/idemgate/idemgate/metrics"
@@ -309,13 +307,19 @@ type exchange struct {
 	// expiry advertised in the first answer is never later than the
 	// record's (advertise_expiry).
 	completing time.Time
-	// tombstones are the resources a 2xx answer to this request
-	// tombstones (tombstone.go); nil for almost every request.
-	tombstones []store.Resource
+	// plan is the policy's answer for this request (policy.Plan): its
+	// route, tombstones, key, owner and identity, each computed once.
+	plan policy.Plan
 	// waited is the completed record that this request's last wait
 	// ended on (wait.go), answered as the next claim's Completed answer;
 	// shared with the other waiters of this process, so read only.
 	waited *store.Record
+	// r is the request as ServeHTTP hands it on: once decided, with the
+	// exchange in its context (exchangeOf).
+	r *http.Request
+	// waitUntil is when this request stops waiting, set by its first wait
+	// (wait.go).
+	waitUntil time.Time
 	// requestID is the request's X-Request-Id (requestid.go).
 	requestID string
 	outcome   string
@@ -325,144 +329,10 @@ type exchange struct {
 	aw accessWriter
 }
 
-// ServeHTTP enforces the route's policy on r: decide, claim, act (see the
-// package documentation for the flow).
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	pol := p.policy()
-	d := pol.Decide(r)
-	ex := &exchange{start: time.Now(), route: d.Route, requestID: p.requestIDs.of(r)}
-	ex.aw.ResponseWriter = w
-	ex.w = &ex.aw
-	w = ex.w
-	if p.refuseForm(w, r, ex) {
-		return
-	}
-	if d.NeedBody {
-		// A form or JSON body may carry a _method override that changes
-		// the decision: read it once, within the route's limit; the same
-		// bytes go upstream. A malformed key is refused first: reading the
-		// body sends 100 Continue, and a client told to send it for a
-		// request refused anyway wastes the upload (RFC 9110 section
-		// 10.1.1).
-		if _, err := policy.ParseKey(r.Header.Values(d.Route.Header)); err != nil && !errors.Is(err, policy.ErrKeyMissing) {
-			p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))
-			return
-		}
-		if !p.readBody(w, r, ex) {
-			return
-		}
-		d = pol.DecideBody(r, ex.body)
-		ex.route = d.Route
-	}
-	route := ex.route
-	// The request as the server read it: trailers sent without a Trailer
-	// field land in its Trailer only, not in a copy's (refuseTrailers).
-	in := r
-	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
-	if d.Refuse != "" {
-		p.fail(w, r, ex, problem.Ambiguous.With(d.Refuse))
-		return
-	}
-	ex.tombstones = tombstoneTargets(pol, r, p.scoping)
-	if !route.Enforces(r.Method) || isUpgrade(r) {
-		p.passthroughServe(w, r, ex)
-		return
-	}
-	// What the upstream never gets must not decide the owner or the
-	// fingerprint: "Connection: Content-Type" would otherwise make two
-	// requests the upstream tells apart share one fingerprint.
-	removeHopByHop(r.Header)
-	// A key in the body (a webhook's event id) needs the body first; it is
-	// read within max_request_bytes, and the same bytes go upstream.
-	if route.Key.FromBody() && !p.readBody(w, r, ex) {
-		return
-	}
-	key, err := route.KeyOf(r, ex.body)
-	switch {
-	case errors.Is(err, policy.ErrKeyMissing):
-		if !route.Required {
-			p.passthroughServe(w, r, ex)
-			return
-		}
-		p.fail(w, r, ex, problem.MissingKey.With(
-			fmt.Sprintf("route %q requires %s on %s requests", route.Name, route.KeyName(), r.Method)))
-		return
-	case err != nil:
-		p.fail(w, r, ex, problem.InvalidKey.With(err.Error()))
-		return
-	}
-	owner, err := route.OwnerOf(r)
-	if errors.Is(err, policy.ErrInvalidCredentials) {
-		// owner: jwt. Never anonymous: a 401, and nothing goes upstream.
-		challenge := `Bearer error="invalid_token"`
-		if r.Header.Get("Authorization") == "" {
-			challenge = "Bearer" // RFC 6750 section 3.1: no error code without credentials
-		}
-		w.Header().Set("WWW-Authenticate", challenge)
-		p.fail(w, r, ex, problem.InvalidCredentials.With(
-			"the request carries an idempotency key, whose owner is the subject of a verified bearer token, and the token was not accepted: "+err.Error()))
-		return
-	}
-	if err != nil {
-		// The field or credential is named (issue 14, finding 5: "no owner
-		// (header)" left the client guessing which header).
-		p.fail(w, r, ex, problem.MissingOwner.With(
-			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
-		return
-	}
-	ex.id = p.scoping.Identity(route, owner, key, originOf(r))
-	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
-		return
-	}
-	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), route.Recipe()
-	p.enforce(w, r, ex)
-}
-
-// ownerMissingWhy says which owner source yielded nothing, from OwnerOf's
-// error ("header X-User is absent or empty", "no verified client
-// certificate", ...).
-func ownerMissingWhy(route *policy.Route, err error) string {
-	if why, ok := strings.CutPrefix(err.Error(), policy.ErrOwnerMissing.Error()+": "); ok {
-		return why + " (owner: " + route.Owner.String() + ")"
-	}
-	return "owner: " + route.Owner.String()
-}
-
 // storeCtx bounds one store call. It is detached from the client: a claim or
 // a record written halfway because the client left would only cost a lease.
 func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(parent), p.storeTimeout)
-}
-
-// done records one finished request: the metric, the request span's route
-// and outcome (a no-op without a recording span; see package tracing) and
-// the access log line. Neither the raw key nor the owner is logged or
-// traced, only a short hash of the key in the log.
-func (p *Proxy) done(r *http.Request, ex *exchange) {
-	p.m.Request(ex.route.Name, ex.outcome)
-	p.m.RequestDuration(ex.route.Name, r.Method, clientStatus(r, ex), time.Since(ex.start))
-	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-		// Guarded: building the attributes costs an allocation per request
-		// even for the no-op span when tracing is off.
-		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
-	}
-	p.accessLog(r, ex)
-}
-
-// clientStatus is the status the client was sent: what reached the
-// writer, else the exchange's own (a client that left: 499), else 101 for
-// a protocol switch, whose response the writer does not count, else
-// net/http's implicit 200.
-func clientStatus(r *http.Request, ex *exchange) int {
-	switch {
-	case ex.w != nil && ex.w.status != 0:
-		return ex.w.status
-	case ex.status != 0:
-		return ex.status
-	case isUpgrade(r):
-		return http.StatusSwitchingProtocols
-	}
-	return http.StatusOK
 }
 
 // isUpgrade reports whether r is a protocol switch the way a WebSocket
@@ -484,10 +354,4 @@ func isUpgrade(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// originOf is where r was sent, as the record identity reads it
-// (policy.Scoping): its Host and whether it came over TLS.
-func originOf(r *http.Request) policy.Origin {
-	return policy.Origin{Host: r.Host, HTTPS: r.TLS != nil}
 }

@@ -24,7 +24,6 @@ func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, res
 	p.index(r, ex, resp)
 	p.writeStored(w, r, ex, resp, true)
 	ex.outcome, ex.status = metrics.OutcomeReplayed, resp.Status
-	p.done(r, ex)
 }
 
 // writeStored writes a stored response: its headers as stored, the replay

@@ -36,10 +36,10 @@ func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange)
 		// net/http's HTTP/1 server closes the connection after the
 		// answer; its HTTP/2 server turns the field into a GOAWAY.
 		w.Header().Set("Connection", "close")
-		p.fail(w, r, ex, problem.HTTP2Preface.With(detail))
+		p.fail(w, ex, problem.HTTP2Preface.With(detail))
 		return true
 	case r.RequestURI == "*":
-		p.fail(w, r, ex, problem.AsteriskTarget.With(
+		p.fail(w, ex, problem.AsteriskTarget.With(
 			"the request target * names the server itself and is only valid with OPTIONS (RFC 9112 section 3.2.4); "+r.Method+" needs a path, and * is never forwarded"))
 		return true
 	}
@@ -81,7 +81,7 @@ func (p *Proxy) refuseTrailers(w http.ResponseWriter, r, in *http.Request, ex *e
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	p.fail(w, r, ex, problem.RequestTrailers.With(
+	p.fail(w, ex, problem.RequestTrailers.With(
 		"the request carries the trailer fields "+strings.Join(names, ", ")+
 			" after its body; trailers are not part of the request's fingerprint, so a retry with other values could not be told apart from this request; send them as header fields"))
 	return true

@@ -42,45 +42,14 @@ func resourcePath(base *url.URL, location string) (string, bool) {
 	return policy.CleanPath(u.Path), true
 }
 
-// tombstoneTargets returns the resources a 2xx answer to r would
-// tombstone: for each route with resource_from that lists r's method in
-// tombstone_methods, r's owner as that route computes it, the scope that
-// route's records of a request sent where r was sent have (the host joins
-// it with pass_host: policy.Scoping.Resource, as for the creates' own
-// identities) and r's cleaned path. A route for which r carries no owner
-// contributes none: nothing of anybody's can be deleted anonymously.
-func tombstoneTargets(pol *policy.Policy, r *http.Request, scoping policy.Scoping) []store.Resource {
-	routes := pol.TombstonesFor(r.Method)
-	if routes == nil {
-		return nil
-	}
-	path := policy.CleanPath(r.URL.Path)
-	var out []store.Resource
-	for _, route := range routes {
-		owner, err := route.OwnerOf(r)
-		if err != nil {
-			continue
-		}
-		res := scoping.Resource(route, owner, path, originOf(r))
-		dup := false
-		for _, o := range out {
-			dup = dup || o == res
-		}
-		if !dup {
-			out = append(out, res)
-		}
-	}
-	return out
-}
-
 // tombstone turns the records indexed at ex's targets into tombstones
 // when status is 2xx. Each target is tried up to tombstoneAttempts times;
 // a failure is logged and the client still gets the upstream's answer.
 func (p *Proxy) tombstone(ctx context.Context, ex *exchange, status int) {
-	if len(ex.tombstones) == 0 || status < 200 || status > 299 {
+	if len(ex.plan.Tombstones) == 0 || status < 200 || status > 299 {
 		return
 	}
-	for _, res := range ex.tombstones {
+	for _, res := range ex.plan.Tombstones {
 		var err error
 		for attempt := range tombstoneAttempts {
 			if attempt > 0 {

@@ -3,55 +3,38 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
 
 // wait waits while the record id (the request's own, or a layout 1
 // record) is running, up to the route's wait_timeout counted from the first
-// wait of this request (*until). It reports whether the caller should claim
-// again; when it returns false the request has been answered (409 after the
-// timeout or when every waiter slot is taken, 503 when the store failed,
-// nothing when the client left). A wait that ends on a completed record of
-// ex's own identity leaves it in ex.waited, so the claim that follows needs
-// no round trip: every waiter of a key in this process then costs one claim
-// and the shared wait, not a second claim each after the wake-up (issue
-// 17: a storm of 10,000 waiters sent 10,000 claims at once when it ended).
-func (p *Proxy) wait(w http.ResponseWriter, r *http.Request, ex *exchange, id store.Identity, retry int, until *time.Time) bool {
-	if !p.slots.take() {
-		p.fail(w, r, ex, p.tooManyWaiters(retry))
-		return false
+// wait of this request (ex.waitUntil), and returns what follows
+// (decideWait): a claim again, 409 after the timeout or when every waiter
+// slot is taken, a store failure, or nothing when the client left. A wait
+// that ends on a completed record of ex's own identity hands it to the
+// claim that follows, which then needs no round trip: every waiter of a key
+// in this process costs one claim and the shared wait, not a second claim
+// each after the wake-up (a storm of 10,000 waiters sent 10,000 claims at
+// once when it ended; docs/performance.md).
+func (p *Proxy) wait(ex *exchange, id store.Identity, retry int) action {
+	s := waitState{retry: retry, own: id == ex.id}
+	if s.full = !p.slots.take(); s.full {
+		p.warnTooManyWaiters()
+		return decideWait(s)
 	}
 	defer p.slots.put()
-	if until.IsZero() {
-		*until = time.Now().Add(ex.route.WaitTimeout)
+	if ex.waitUntil.IsZero() {
+		ex.waitUntil = time.Now().Add(ex.route.WaitTimeout)
 	}
-	if !time.Now().Before(*until) {
-		p.fail(w, r, ex, inProgress(retry))
-		return false
+	if s.expired = !time.Now().Before(ex.waitUntil); !s.expired {
+		ctx := ex.r.Context()
+		s.rec, s.err = p.waitWhileRunning(ctx, id, ex.waitUntil)
+		s.clientGone = ctx.Err() != nil
 	}
-	rec, err := p.waitWhileRunning(r.Context(), id, *until)
-	if err != nil {
-		if errors.Is(err, store.ErrUnavailable) {
-			p.storeFailed(w, r, ex, "wait", err)
-			return false
-		}
-		if r.Context().Err() != nil {
-			ex.outcome, ex.status = metrics.OutcomeConflict, 499
-			p.done(r, ex)
-			return false
-		}
-		p.fail(w, r, ex, inProgress(retry))
-		return false
-	}
-	if rec != nil && rec.State == store.Completed && id == ex.id {
-		ex.waited = rec
-	}
-	return true
+	return decideWait(s)
 }
 
 // waitWhileRunning returns once the identity's record is no longer running

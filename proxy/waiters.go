@@ -4,8 +4,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-
-	"github.com/idemgate/idemgate/problem"
 )
 
 // WaitersPerProc is the default cap on waiters per GOMAXPROCS
@@ -60,14 +58,14 @@ func (s *waiterSlots) put() { s.n.Add(-1) }
 // per-request line it already costs.
 const warnEvery = 10 * time.Second
 
-// tooManyWaiters answers a duplicate that found every waiter slot taken:
-// request-in-progress at once, with the same Retry-After a wait that timed
-// out would give, and at most one warning per warnEvery with the count.
-func (p *Proxy) tooManyWaiters(retry int) problem.Details {
+// warnTooManyWaiters notes a duplicate that found every waiter slot taken
+// (decideWait answers it request-in-progress at once, with the same
+// Retry-After a wait that timed out would give): at most one warning per
+// warnEvery with the count.
+func (p *Proxy) warnTooManyWaiters() {
 	now := time.Now().UnixNano()
 	if last := p.slots.warned.Load(); now-last >= int64(warnEvery) && p.slots.warned.CompareAndSwap(last, now) {
 		p.log.Warn("duplicates refused: too many requests wait on running calls (server.max_waiters)",
 			"max_waiters", p.slots.max, "refused", p.slots.refused.Swap(0))
 	}
-	return withRetry(problem.InProgress.With(detailTooManyWaiters), retry)
 }
