@@ -70,10 +70,10 @@ func FillCompleted(ctx context.Context, s store.Store, n, workers int) error {
 			for i := w; i < n; i += workers {
 				p, resp := BenchRecord(i)
 				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
-					return fmt.Errorf("Claim %d: %+v, %w", i, res, err)
+					return fmt.Errorf("claim %d: %+v, %w", i, res, err)
 				}
 				if ok, err := s.Complete(ctx, p.Identity, p.Token, resp); !ok || err != nil {
-					return fmt.Errorf("Complete %d: %v, %w", i, ok, err)
+					return fmt.Errorf("complete %d: %v, %w", i, ok, err)
 				}
 			}
 			return nil
