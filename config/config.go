@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
-	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/postgres"
 )
 
@@ -27,7 +26,8 @@ const (
 
 // OTLP transport protocols of tracing.protocol, named as in
 // OTEL_EXPORTER_OTLP_PROTOCOL (OpenTelemetry specification, "OTLP Exporter
-// Configuration").
+// Configuration"); the same strings as tracing.ProtocolGRPC and
+// tracing.ProtocolHTTPProtobuf, which Setup switches on.
 const (
 	ProtocolGRPC         = "grpc"
 	ProtocolHTTPProtobuf = "http/protobuf"
@@ -222,7 +222,8 @@ type ServerConfig struct {
 	TrustedProxies []string
 	// MaxWaiters caps the requests this instance holds waiting on a
 	// running record of their key (server.max_waiters; default
-	// proxy.DefaultMaxWaiters(), 1024 per GOMAXPROCS; 0 means no limit).
+	// DefaultMaxWaiters(), 1024 per GOMAXPROCS; 0 means no limit, and
+	// proxy.Options.MaxWaiters takes the value as it is).
 	// Past it a duplicate gets 409 request-in-progress with Retry-After at
 	// once, so a slow key cannot pin unbounded goroutines and connections.
 	MaxWaiters int
@@ -248,7 +249,8 @@ type ServerConfig struct {
 // OTLP. The exporter also honours the OTEL_EXPORTER_OTLP_* and
 // OTEL_EXPORTER_OTLP_TRACES_* environment variables for whatever this
 // section leaves unset (endpoint "", insecure false), as the OpenTelemetry
-// Go SDK reads them itself.
+// Go SDK reads them itself. The binary hands it to tracing.Setup converted
+// to tracing.Config, whose fields are these, name for name and type for type.
 type TracingConfig struct {
 	// Enabled turns tracing on (tracing.enabled, default false); when false
 	// no exporter is built and no span is recorded.
@@ -323,7 +325,7 @@ func Default() *Config {
 			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
 			TLS:               ServerTLSConfig{MinVersion: "1.2", ClientAuth: ClientAuthNone},
-			MaxWaiters:        proxy.DefaultMaxWaiters(),
+			MaxWaiters:        DefaultMaxWaiters(),
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
 		Policy:  p,

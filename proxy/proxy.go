@@ -106,8 +106,10 @@ type Options struct {
 	// MaxWaiters caps the requests of this Proxy that wait on a running
 	// record at once (server.max_waiters); past it a duplicate gets 409
 	// request-in-progress with Retry-After at once instead of holding a
-	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
-	// value no cap (server.max_waiters: 0).
+	// goroutine and a connection. 0 (or a negative value) means no cap, as
+	// server.max_waiters: 0 does, so the config's value is passed as it is;
+	// the default cap is config.DefaultMaxWaiters(), which config.Load puts
+	// in server.max_waiters when the file leaves it out.
 	MaxWaiters int
 	// MaxStoreWaiting bounds the keyed requests of this Proxy that wait
 	// for a store answer to their claim at once (server.max_store_waiting);
@@ -194,10 +196,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
 	}
-	switch p.slots.max = int64(opts.MaxWaiters); {
-	case p.slots.max == 0:
-		p.slots.max = int64(DefaultMaxWaiters())
-	case p.slots.max < 0:
+	if p.slots.max = int64(opts.MaxWaiters); p.slots.max <= 0 {
 		p.slots.max = math.MaxInt64
 	}
 	if p.admission.max = int64(opts.MaxStoreWaiting); p.admission.max <= 0 {
