@@ -458,8 +458,8 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 
 // recordNotFound answers a lookup or purge that found no record. When the owner
 // given is not of the stored form of the route's owner source, it says which
-// form is (issue 14, finding 5: owner=carol on a header:X-User route
-// answered 404 with no hint that the stored form is h:carol).
+// form is (owner=carol on a header:X-User route used to be answered 404
+// with no hint that the stored form is h:carol; TestAdminLookupsAndCLI).
 func (h *handler) recordNotFound(w http.ResponseWriter, r *http.Request, id store.Identity) {
 	routeName := r.URL.Query().Get("route")
 	detail := fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, routeName)

@@ -116,10 +116,11 @@ type ValkeyConfig struct {
 	// Acks is `store.valkey.acks`: replica acknowledgements of every
 	// claim, lease extension and completion (docs/durability.md).
 	Acks AcksConfig
-	// CacheBytes is `store.valkey.cache_bytes`: the bound, in bytes, of
-	// the replay cache that answers retries of records this instance has
-	// seen completed with no round trip (issue 17; valkey.Options
-	// CacheBytes says how it is split); default DefaultCacheBytes, 0 off.
+	// CacheBytes is `store.valkey.cache_bytes`: the bound, in bytes, of the
+	// replay cache that answers retries of records this instance has seen
+	// completed with no round trip (docs/performance.md, "Replay cache";
+	// valkey.Options CacheBytes says how it is split); default
+	// DefaultCacheBytes, 0 off.
 	CacheBytes int64
 }
 
@@ -427,7 +428,7 @@ func (c *Config) Validate() error {
 	}
 	// Exceeding upstream.timeout is not enough: a call that answers at the
 	// end of its timeout still writes its response to the store, bounded by
-	// the store timeout and retried (adversarial finding F5 of issue 10:
+	// the store timeout and retried (found by adversarial testing:
 	// 4.5s against a 4s upstream timeout lost the completion to a 2.5s store
 	// pause, and the retry ran again after the lease).
 	if s := c.Server.ShutdownTimeout; s > 0 && c.Upstream.Timeout > 0 && s < c.Upstream.Timeout+ShutdownMargin {

@@ -237,7 +237,7 @@ func New(opts Options) (*Proxy, error) {
 // header from a goroutine of its own while the body is being copied: a
 // goroutine and usually one more write(2) and TCP segment per request (the
 // header and the body apart), 7 % of idemgate's CPU on the passthrough
-// benchmark (docs/performance.md, "Targets of issue 17"). With a positive
+// benchmark (docs/performance.md, "Hot path targets"). With a positive
 // interval a response whose body is already there leaves in one write when
 // the handler returns, and a slow one trickles out at most this late.
 const passthroughFlushInterval = 10 * time.Millisecond
@@ -403,8 +403,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		// The field or credential is named (issue 14, finding 5: "no owner
-		// (header)" left the client guessing which header).
+		// The field or credential is named ("no owner (header)" used to
+		// leave the client guessing which header; TestAdminLookupsAndCLI).
 		p.fail(w, r, ex, problem.MissingOwner.With(
 			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return

@@ -16,8 +16,8 @@ import (
 )
 
 // BenchBody is the 227-byte JSON answer of e2e/bench's upstream: the
-// response every per-record size figure in docs/performance.md (issue 17,
-// "Smaller records") is measured with.
+// response every per-record size figure in docs/performance.md ("Record
+// memory") is measured with.
 var BenchBody = []byte(`{"id":"ord_0000000000000001","status":"created","amount":4200,"currency":"EUR",` +
 	`"customer":"cus_00000000000042","items":[{"sku":"sku-1","qty":1},{"sku":"sku-2","qty":2}],` +
 	`"created_at":"2025-01-01T00:00:00Z","pad":"xxxxxxxxxxxx"}` + "\n")
