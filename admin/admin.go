@@ -21,9 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
-	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -458,8 +458,8 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 
 // recordNotFound answers a lookup or purge that found no record. When the owner
 // given is not of the stored form of the route's owner source, it says which
-// form is (issue 14, finding 5: owner=carol on a header:X-User route
-// answered 404 with no hint that the stored form is h:carol).
+// form is (owner=carol on a header:X-User route used to be answered 404
+// with no hint that the stored form is h:carol; TestAdminLookupsAndCLI).
 func (h *handler) recordNotFound(w http.ResponseWriter, r *http.Request, id store.Identity) {
 	routeName := r.URL.Query().Get("route")
 	detail := fmt.Sprintf("no idempotency record for that owner and key in scope %q (route %q)", id.Scope, routeName)
@@ -659,7 +659,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			// abandoned can be re-claimed in between; the store has no
 			// conditional delete to close that window.
 			h.log.Warn("admin purge refused: record running", "route", r.URL.Query().Get("route"), "scope", id.Scope,
-				"owner_hash", proxy.LogDigest(id.Owner), "key_hash", proxy.LogDigest(id.Key), "remote", r.RemoteAddr)
+				"owner_hash", logdigest.Of(id.Owner), "key_hash", logdigest.Of(id.Key), "remote", r.RemoteAddr)
 			problem.Write(w, problem.AdminRecordRunning.With(
 				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true"))
 			return
@@ -676,8 +676,8 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	// Audit line: the raw key and owner may be secrets or personal data, so
 	// only short digests identify the record.
-	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_hash", proxy.LogDigest(id.Owner),
-		"key_hash", proxy.LogDigest(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
+	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_hash", logdigest.Of(id.Owner),
+		"key_hash", logdigest.Of(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
 		h.recordNotFound(w, r, id)
 		return
@@ -688,7 +688,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // storeError fails closed: a store failure is reported as such, never as an
 // absent record.
 func (h *handler) storeError(w http.ResponseWriter, op string, id store.Identity, err error) {
-	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_hash", proxy.LogDigest(id.Key), "err", err)
+	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_hash", logdigest.Of(id.Key), "err", err)
 	if errors.Is(err, store.ErrUnavailable) {
 		problem.Write(w, problem.StoreUnavailable.With(
 			"the idempotency store could not be reached"))

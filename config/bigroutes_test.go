@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// bigRoutesYAML returns a config file with 1,000 routes (issue 17), shaped
-// like policy's benchmark configuration: 25 services of 40 routes (create,
-// update, action, and a PUT, DELETE or passthrough GET per resource),
-// services 0 to 19 in scopes of their own, service 24's creates on hosts
-// of their own.
+// bigRoutesYAML returns a config file with 1,000 routes (docs/performance.md,
+// "1,000 routes"), shaped like policy's benchmark configuration: 25 services of
+// 40 routes (create, update, action, and a PUT, DELETE or passthrough GET per
+// resource), services 0 to 19 in scopes of their own, service 24's creates on
+// hosts of their own.
 func bigRoutesYAML() string {
 	var b strings.Builder
 	b.WriteString(base + "store: {driver: memory}\nroutes:\n")

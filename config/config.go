@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
-	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/postgres"
 )
 
@@ -27,7 +26,8 @@ const (
 
 // OTLP transport protocols of tracing.protocol, named as in
 // OTEL_EXPORTER_OTLP_PROTOCOL (OpenTelemetry specification, "OTLP Exporter
-// Configuration").
+// Configuration"); the same strings as tracing.ProtocolGRPC and
+// tracing.ProtocolHTTPProtobuf, which Setup switches on.
 const (
 	ProtocolGRPC         = "grpc"
 	ProtocolHTTPProtobuf = "http/protobuf"
@@ -116,10 +116,11 @@ type ValkeyConfig struct {
 	// Acks is `store.valkey.acks`: replica acknowledgements of every
 	// claim, lease extension and completion (docs/durability.md).
 	Acks AcksConfig
-	// CacheBytes is `store.valkey.cache_bytes`: the bound, in bytes, of
-	// the replay cache that answers retries of records this instance has
-	// seen completed with no round trip (issue 17; valkey.Options
-	// CacheBytes says how it is split); default DefaultCacheBytes, 0 off.
+	// CacheBytes is `store.valkey.cache_bytes`: the bound, in bytes, of the
+	// replay cache that answers retries of records this instance has seen
+	// completed with no round trip (docs/performance.md, "Replay cache";
+	// valkey.Options CacheBytes says how it is split); default
+	// DefaultCacheBytes, 0 off.
 	CacheBytes int64
 }
 
@@ -222,7 +223,8 @@ type ServerConfig struct {
 	TrustedProxies []string
 	// MaxWaiters caps the requests this instance holds waiting on a
 	// running record of their key (server.max_waiters; default
-	// proxy.DefaultMaxWaiters(), 1024 per GOMAXPROCS; 0 means no limit).
+	// DefaultMaxWaiters(), 1024 per GOMAXPROCS; 0 means no limit, and
+	// proxy.Options.MaxWaiters takes the value as it is).
 	// Past it a duplicate gets 409 request-in-progress with Retry-After at
 	// once, so a slow key cannot pin unbounded goroutines and connections.
 	MaxWaiters int
@@ -248,7 +250,8 @@ type ServerConfig struct {
 // OTLP. The exporter also honours the OTEL_EXPORTER_OTLP_* and
 // OTEL_EXPORTER_OTLP_TRACES_* environment variables for whatever this
 // section leaves unset (endpoint "", insecure false), as the OpenTelemetry
-// Go SDK reads them itself.
+// Go SDK reads them itself. The binary hands it to tracing.Setup converted
+// to tracing.Config, whose fields are these, name for name and type for type.
 type TracingConfig struct {
 	// Enabled turns tracing on (tracing.enabled, default false); when false
 	// no exporter is built and no span is recorded.
@@ -323,7 +326,7 @@ func Default() *Config {
 			ShutdownTimeout:   defaultUpstreamTimeout + ShutdownMargin,
 			MaxHeaderBytes:    1 << 20,
 			TLS:               ServerTLSConfig{MinVersion: "1.2", ClientAuth: ClientAuthNone},
-			MaxWaiters:        proxy.DefaultMaxWaiters(),
+			MaxWaiters:        DefaultMaxWaiters(),
 		},
 		Tracing: TracingConfig{Protocol: ProtocolGRPC, SampleRatio: 1, ServiceName: "idemgate"},
 		Policy:  p,
@@ -425,7 +428,7 @@ func (c *Config) Validate() error {
 	}
 	// Exceeding upstream.timeout is not enough: a call that answers at the
 	// end of its timeout still writes its response to the store, bounded by
-	// the store timeout and retried (adversarial finding F5 of issue 10:
+	// the store timeout and retried (found by adversarial testing:
 	// 4.5s against a 4s upstream timeout lost the completion to a 2.5s store
 	// pause, and the retry ran again after the lease).
 	if s := c.Server.ShutdownTimeout; s > 0 && c.Upstream.Timeout > 0 && s < c.Upstream.Timeout+ShutdownMargin {

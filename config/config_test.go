@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
-	"github.com/idemgate/idemgate/proxy"
 )
 
 const base = "upstream: {url: 'http://127.0.0.1:3000'}\n"
@@ -734,7 +733,7 @@ func TestExampleKeepsMachineDefaults(t *testing.T) {
 	if want := 120*time.Second + ShutdownMargin; c.Server.ShutdownTimeout != want {
 		t.Errorf("shutdown_timeout = %v, want %v (upstream.timeout + margin)", c.Server.ShutdownTimeout, want)
 	}
-	if want := proxy.DefaultMaxWaiters(); c.Server.MaxWaiters != want {
+	if want := DefaultMaxWaiters(); c.Server.MaxWaiters != want {
 		t.Errorf("max_waiters = %d on 1 CPU, want the default %d", c.Server.MaxWaiters, want)
 	}
 }

@@ -11,8 +11,8 @@ import (
 // "store.driver", "server.tls.cert_file") whose effective values differ
 // between old and next outside the policy: a reload applies only
 // `defaults:` and `routes:`, so these keep their old values until the
-// process restarts, and the reloader says so (issue 14, finding 4: a
-// changed upstream was silently kept). Secrets are named, never shown.
+// process restarts, and the reloader says so (a changed upstream used to
+// be kept silently; TestRestartRequiredKeys). Secrets are named, never shown.
 func RestartKeys(old, next *Config) []string {
 	if old == nil || next == nil {
 		return nil

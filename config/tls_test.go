@@ -11,7 +11,7 @@ import (
 )
 
 // TestTLSValidation: every bad combination of the TLS and forwarding keys
-// is refused at the key that needs changing (issue 14, finding 1 among
+// is refused at the key that needs changing (among
 // them: owner: client-cert without verified client certificates).
 func TestTLSValidation(t *testing.T) {
 	dir := t.TempDir()
@@ -86,7 +86,7 @@ func TestTLSValidation(t *testing.T) {
 // TestRouteUpstream: a route's own upstream is parsed like upstream.url,
 // gets a scope of its own unless it sets one, may not share a scope with a
 // route of another upstream, and one equal to upstream.url is the global
-// upstream (issue 14).
+// upstream (README, "Record identity: owner, scope, key").
 func TestRouteUpstream(t *testing.T) {
 	for _, tt := range []struct{ name, yaml, path, says string }{
 		{"relative", base + "routes: [{name: a, match: /a, upstream: /x}]\n", "routes[0].upstream", "absolute http or https"},

@@ -3,15 +3,13 @@ package config
 import (
 	"strings"
 	"testing"
-
-	"github.com/idemgate/idemgate/proxy"
 )
 
-// TestMaxWaiters: server.max_waiters defaults to proxy.DefaultMaxWaiters(),
+// TestMaxWaiters: server.max_waiters defaults to DefaultMaxWaiters(),
 // is set from the file or the environment, 0 is no limit, and a negative
 // value is refused at its path.
 func TestMaxWaiters(t *testing.T) {
-	if got, want := mustParse(t, base).Server.MaxWaiters, proxy.DefaultMaxWaiters(); got != want || want <= 0 {
+	if got, want := mustParse(t, base).Server.MaxWaiters, DefaultMaxWaiters(); got != want || want <= 0 {
 		t.Errorf("default max_waiters = %d, want %d", got, want)
 	}
 	if got := mustParse(t, base+"server: {max_waiters: 16}\n").Server.MaxWaiters; got != 16 {

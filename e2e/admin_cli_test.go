@@ -26,7 +26,8 @@ func runAdmin(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errOut.String(), code
 }
 
-// TestAdminLookupsAndCLI: finding 5 of issue 14 on the real binary. The
+// TestAdminLookupsAndCLI: admin lookups by a record's stored owner form,
+// on the real binary. The
 // missing-owner problem names the field; a record is found from the raw
 // owner value; the stored form is named when an owner in another form finds
 // nothing; idemgate admin get|purge|routes work over the admin API with the

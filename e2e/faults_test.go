@@ -722,7 +722,7 @@ func TestFaultValkeyFullReplaysCompleted(t *testing.T) {
 	}
 }
 
-// Scenario 8b (adversarial finding F4 of issue 10): Valkey stays full for
+// Scenario 8b (found by adversarial testing): Valkey stays full for
 // longer than the lease of a call in flight, and the duplicate arrives at an
 // instance that sent nothing during the outage, the moment memory is freed.
 // That instance has no reason to hold takeovers back, so the holder's lease

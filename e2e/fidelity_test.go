@@ -161,7 +161,7 @@ func TestE2EReplayDecodesForClientsWithoutTheCoding(t *testing.T) {
 // trailers (a checksum computed while streaming, a gRPC-style status) has
 // them reach the client in the first answer, in every replay (chunked,
 // announced in Trailer), and in a passed-through non-replayable answer.
-// Before issue 13 all three lost them.
+// Trailers used to be lost in all three.
 func TestE2ETrailersKeptAndReplayed(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})

@@ -45,7 +45,7 @@ func (g *Gate) reconfigure(t *testing.T, c gateConfig) {
 	})
 }
 
-// TestReloadKeepsRecords is issue 10, item 1: a reload that changes the
+// TestReloadKeepsRecords: a reload that changes the
 // routes or their fingerprint settings must leave every record reachable
 // by its retries. For each change, one operation completed before the
 // reload and one still running during it are retried after it: each must be
@@ -112,7 +112,8 @@ func TestReloadKeepsRecords(t *testing.T) {
 	}
 }
 
-// TestTwoConfigVersionsConcurrentDuplicates is issue 10, item 1: during a
+// TestTwoConfigVersionsConcurrentDuplicates: records stay reachable across
+// config versions (as TestReloadKeepsRecords) during a
 // rolling ConfigMap update two replicas run different configs (here a
 // renamed route with other fingerprint settings) while duplicates of one
 // operation reach both at the same moment. Each operation must run once.

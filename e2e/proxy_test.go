@@ -168,7 +168,7 @@ func TestE2EKeyReuseAndOwners(t *testing.T) {
 
 func TestE2EServerErrorIsNotStored(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
-		e.up.Set(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", 503) }, 0, nil)
+		e.up.Set(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) }, 0, nil)
 		if a := mustPost(t, e.gates[0].URL+"/v1/orders", "alice", "k", "{}"); a.Status != 503 {
 			t.Fatalf("got %d, want the upstream's 503", a.Status)
 		}

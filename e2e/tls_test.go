@@ -44,7 +44,7 @@ func postWith(c *http.Client, url, key string) (int, http.Header, string, error)
 }
 
 // TestTLSClientCertOwner: owner: client-cert end to end on the real
-// binary (issue 14, finding 1): the listener verifies client certificates
+// binary: the listener verifies client certificates
 // against server.tls.client_ca_file, each verified certificate is its own
 // owner, and expired, foreign and (with client_auth request) absent
 // certificates never reach the upstream. The server certificate is read

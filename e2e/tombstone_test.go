@@ -13,7 +13,8 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestTombstonesValkey runs issue 13's tombstones on the real binary with
+// TestTombstonesValkey runs tombstones (docs/protocol.md, "Resource index and
+// tombstones") on the real binary with
 // the Valkey store: a create is replayed, a DELETE the upstream refuses
 // changes nothing, a DELETE it accepts turns the create's record into a
 // tombstone (a retry gets 410 resource-deleted and the upstream never sees

@@ -159,7 +159,8 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 // covers neither the host nor the upstream, so routes of different hosts or
 // upstreams must never share records: the same key, owner and request on
 // two hosts (or sent to two services) would replay one's response on the
-// other (found by adversarial testing of issue 10, and issue 14).
+// other (found by adversarial testing; TestHostRoutesNeverShareRecords,
+// TestPerRouteUpstream).
 func derivedScope(match string, upstream *url.URL) string {
 	if h := patternHost(match); h != "" {
 		return h
@@ -192,11 +193,11 @@ func patternHost(pattern string) string {
 	return strings.ToLower(rest[:slash])
 }
 
-// checkPatternHost refuses a pattern whose host is a bare word: ServeMux
-// reads "POST v1/orders" as host "v1" and path "/orders", a route that
-// silently never matches, and almost always a forgotten leading slash
-// (issue 13). A host must hold a dot, a port or be an IP literal, or be
-// localhost.
+// checkPatternHost refuses a pattern whose host is a bare word: ServeMux reads
+// "POST v1/orders" as host "v1" and path "/orders", a route that silently never
+// matches, and almost always a forgotten leading slash
+// (TestE2EValidateRejectsBareWordHost). A host must hold a dot, a port or be an
+// IP literal, or be localhost.
 func checkPatternHost(r *Route) error {
 	host := patternHost(r.Match)
 	if host == "" || host == "localhost" || strings.ContainsAny(host, ".:[") {
@@ -291,7 +292,7 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 			continue
 		}
 		if up != f.upstream {
-			// Issue 14: one key sent to two services would replay the
+			// One key sent to two services would replay the
 			// first service's response for the second.
 			errs = append(errs, fieldErr(path+".scope", "route %q sends requests to %s but keeps its records in scope %q with %s (%s), which sends them to %s: the fingerprint does not cover the upstream, so one key would replay the other service's response; give it a scope of its own (e.g. scope: %s)",
 				r.Name, up, r.Scope, f.path, f.name, f.upstream, r.Name))
@@ -533,7 +534,7 @@ func normalize(r *Route, path string) []error {
 		if strings.EqualFold(h, "Accept-Encoding") {
 			// A retry from a client with other codecs is the same
 			// operation; the proxy decodes a stored coding the retry does
-			// not accept instead (issue 13).
+			// not accept instead (fitCoding in proxy).
 			bad("fingerprint.headers", "%q must not be fingerprinted: a retry from a client with other codecs would get 422; replays are decoded for clients that do not accept the stored coding", h)
 			continue
 		}

@@ -17,10 +17,10 @@ func exhaustivePolicy(p *Policy) *Policy {
 	return &q
 }
 
-// shapesPolicy has what the shortcuts of issue 17 reason about: routes
-// of several scopes whose patterns need segments past their literal
-// prefix, host-bound routes, a subtree, a {rest...} route and one route
-// without a method.
+// shapesPolicy has what the 1,000-route shortcuts of Decide reason about:
+// routes of several scopes whose patterns need segments past their literal
+// prefix, host-bound routes, a subtree, a {rest...} route and one route without
+// a method.
 func shapesPolicy(t testing.TB) *Policy {
 	t.Helper()
 	opt := func(name, match, scope string, methods ...string) Route {

@@ -47,7 +47,7 @@ func (r *Route) describe(w *bufio.Writer) {
 	}
 	if r.Match != "" {
 		// Apart, so that a host read out of a forgotten leading slash
-		// shows (issue 13).
+		// shows (TestE2EValidateRejectsBareWordHost).
 		host := patternHost(r.Match)
 		if host == "" {
 			host = "any"

@@ -104,7 +104,7 @@ type FingerprintSpec struct {
 	// Content-Type value in its normal form (NormalizeMediaType), so a
 	// retry that differs only by letter case, spacing, parameter order or
 	// a parameter the media type defines as default is the same request
-	// (issue 13). Off (`exact`, the default), the value enters as sent.
+	// (TestMediaTypes). Off (`exact`, the default), the value enters as sent.
 	NormalizeMediaTypes bool
 }
 
@@ -152,12 +152,14 @@ type Route struct {
 	OnAbandoned      OnAbandoned
 	// AdvertiseExpiry (`advertise_expiry`) makes first answers and replays
 	// carry the record's expiry (Idempotency-Key-Expires), so a client
-	// knows until when a retry is answered from the record (issue 13).
+	// knows until when a retry is answered from the record (README,
+	// "Expiry advertisement").
 	AdvertiseExpiry bool
 	// ResourceFrom (`resource_from`) names where a stored response says
 	// which resource it created: ResourceFromLocation indexes the record by
 	// the path of its Location field, so a later DELETE of that path turns
-	// it into a tombstone (issue 13); "" (the default) indexes nothing.
+	// it into a tombstone (docs/protocol.md, "Resource index and
+	// tombstones"); "" (the default) indexes nothing.
 	ResourceFrom string
 	// TombstoneMethods (`tombstone_methods`, default [DELETE]) are the
 	// methods that, answered 2xx by the upstream on a path where this

@@ -25,11 +25,12 @@ const MaxRecipeBytes = 1024
 // replayed nor run: the proxy refuses it rather than guess.
 var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
 
-// Recipe returns the fingerprint recipe of s: how a request was turned into
-// its fingerprint, stored with every record (store.ClaimParams.Recipe) so
-// that a retry is compared by the settings its first request was
-// fingerprinted with, even after the route's fingerprint settings changed
-// (issue 10). The form is a URL query, keys sorted (url.Values.Encode):
+// Recipe returns the fingerprint recipe of s: how a request was turned into its
+// fingerprint, stored with every record (store.ClaimParams.Recipe) so that a
+// retry is compared by the settings its first request was fingerprinted with,
+// even after the route's fingerprint settings changed (docs/protocol.md,
+// "Fingerprint recipes"; TestRecordsKeepTheirRecipe). The form is a URL query,
+// keys sorted (url.Values.Encode):
 //
 //	b=raw&h=content-type&q=1&v=hs1
 //

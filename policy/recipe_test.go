@@ -78,8 +78,8 @@ func TestFingerprintUnderRecordedRecipe(t *testing.T) {
 	}
 }
 
-// TestMediaTypes pins what a retry whose Content-Type differs only by
-// default parameters gets (issue 13): by default (media_types: exact) a
+// TestMediaTypes pins what a retry whose Content-Type differs only by default
+// parameters gets (fingerprint.media_types): by default (media_types: exact) a
 // different fingerprint, so 422; with media_types: normalize the same one,
 // recorded as m=normalize in the recipe. A record of the default recipe is
 // still compared exactly, whatever the route says now.

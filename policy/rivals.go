@@ -57,7 +57,7 @@ func tailsReach(path string, covers func(x string) bool) bool {
 // pattern could match a case, slash, extension or trailing-dot variant of
 // a canonical path: "/v1/orders/{id}" cannot match "/v1/orders", so a
 // request there, sent as PATCH, falls to the defaults route whatever
-// other PATCH routes exist (issue 17).
+// other PATCH routes exist (docs/performance.md, "1,000 routes").
 //
 // Blanket patterns (host-less, lower-case subtrees without wildcards, such
 // as "/v1/") are kept apart: below one, and near no other pattern, every
@@ -321,7 +321,7 @@ func (p *Policy) overrideReaches(route *Route, sd Strictness, m, host, path stri
 // Routes whose pattern names a host are kept apart, by host (hosted), so a
 // request to another host does not count them: with 1,000 routes, a few
 // host-bound creates would otherwise make every request below their
-// paths take the full variant match (issue 17).
+// paths take the full variant match (docs/performance.md, "1,000 routes").
 type rival struct {
 	method   string
 	set      *prefixSet // nil: no declared route without a host
@@ -341,7 +341,7 @@ type hostedSet struct {
 // to the first wildcard, without trailing slash; "" matches every path).
 // It is shared by every route of one scope and strictness (compileVariants),
 // and indexed so that a lookup costs one map probe per segment of the
-// path, whatever the number of routes (issue 17: 1,000 routes).
+// path, whatever the number of routes (docs/performance.md, "1,000 routes").
 type prefixSet struct {
 	prefixes []string            // in route order, for non-ASCII or long paths
 	index    map[string]struct{} // the same prefixes; nil: scan prefixes
@@ -422,7 +422,7 @@ func (s *prefixSet) covers(x string) bool {
 // The routes that rival one depend only on its scope, its strictness and
 // the method, so each such set is built once and shared: with 1,000 routes
 // in a few scopes this keeps New linear in the routes, not quadratic
-// (issue 17).
+// (docs/performance.md, "1,000 routes").
 func (p *Policy) compileVariants() {
 	all := append(slices.Clone(p.routes), p.defaults)
 	p.enforced = nil

@@ -6,7 +6,8 @@ import (
 )
 
 // TestScopesKeepHostsAndOwnerSourcesApart pins the rules that make a shared
-// scope safe (adversarial finding F1 of issue 10): the fingerprint does not
+// scope safe (found by adversarial testing; TestHostRoutesNeverShareRecords
+// in proxy): the fingerprint does not
 // cover the host, and owner sources of one kind produce values of one form,
 // so routes of different hosts, or with different sources of one owner kind,
 // must not keep their records in one scope.

@@ -50,7 +50,8 @@ var (
 	NotRetained        = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", metrics.OutcomeAbandoned}
 	OutcomeUnknown     = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", metrics.OutcomeAbandoned}
 	// ResourceDeleted answers a retry whose record is a tombstone: the
-	// resource its first request created was deleted since (issue 13).
+	// resource its first request created was deleted since (docs/protocol.md,
+	// "Resource index and tombstones").
 	// Counted as replayed: the answer comes from the record, and the
 	// upstream is not called.
 	ResourceDeleted  = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}

@@ -13,7 +13,7 @@ import (
 // TestCatalogMatchesREADME keeps the catalog and README.md's "Problem types"
 // tables one list: every kind has a row with its status, every row names a
 // kind with that status. Before the catalog, the admin listener and the
-// proxy each wrote their own titles and the two drifted (issue 16).
+// proxy each wrote their own titles and the two drifted.
 func TestCatalogMatchesREADME(t *testing.T) {
 	data, err := os.ReadFile("../README.md")
 	if err != nil {

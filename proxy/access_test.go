@@ -26,7 +26,7 @@ func accessLines(t *testing.T, h *harness) []map[string]any {
 
 // TestAccessLog: one line per request, enforced or not, with the fields
 // README.md lists; a keyed request whose upstream cannot be reached carries
-// the cause (issue 14, finding 3); NoAccessLog turns the lines off.
+// the cause (the err field); NoAccessLog turns the lines off.
 func TestAccessLog(t *testing.T) {
 	h := newHarness(t, created)
 	h.do("POST", "/v1/orders/%7Bx%7D", "alice", "k1", "{}")

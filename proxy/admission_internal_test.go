@@ -15,8 +15,10 @@ import (
 // returns the count to 0.
 func TestStoreAdmissionBoundsOnlyNewRequests(t *testing.T) {
 	a := storeAdmission{max: 2}
-	if !a.admit(true) || !a.admit(true) {
-		t.Fatal("the first two new requests were refused, want admitted")
+	for i := range 2 {
+		if !a.admit(true) {
+			t.Fatalf("new request %d of 2 was refused, want admitted", i+1)
+		}
 	}
 	if a.admit(true) {
 		t.Fatal("a third new request was admitted past max 2")

@@ -24,7 +24,8 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// bigBodySize is the request and response body size of issue 17: 1 MiB,
+// bigBodySize is the request and response body size of docs/performance.md,
+// "1 MiB request and response bodies": 1 MiB,
 // exactly the default max_request_bytes and max_response_bytes.
 const bigBodySize = 1 << 20
 

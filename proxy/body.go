@@ -65,7 +65,8 @@ const declaredTrust = 8
 // the bytes received would: then it grows to size+1 at once. A body of the
 // declared length ends in a buffer of its own size (one spare byte reads
 // the EOF): 1.19 times a 1 MiB body allocated in all, where io.ReadAll's
-// growth by a quarter allocated and copied over twice the body (issue 17).
+// growth by a quarter allocated and copied over twice the body
+// (docs/performance.md, "1 MiB request and response bodies").
 func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
 	// limit+1 overflows for a limit of math.MaxInt64 (a valid setting), and
 	// a negative count reads nothing: the body would silently become empty.

@@ -46,7 +46,7 @@ func TestReadLimitedError(t *testing.T) {
 // TestReadLimitedDeclaredBodyFitsOnce: a 1 MiB body of its declared
 // length ends in a buffer of its size (plus the EOF byte), and reading it
 // allocates 1.25 times the body at most, where io.ReadAll's growth
-// allocated over twice it (issue 17), however the reader splits it.
+// allocated over twice it, however the reader splits it.
 func TestReadLimitedDeclaredBodyFitsOnce(t *testing.T) {
 	const n = 1 << 20
 	data := bytes.Repeat([]byte("z"), n)

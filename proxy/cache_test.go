@@ -145,12 +145,12 @@ func (r *cacheRig) post(g *httptest.Server, user, key, body string) result {
 	return result{resp.StatusCode, resp.Header, string(b)}
 }
 
-// TestReplayCacheThroughProxy (issue 17): a fresh request costs claim +
-// complete with the cache on; the first replay on the instance that
-// completed it reads the record once; later ones send no command and are
-// byte for byte the replay a claim answers (an instance without cache);
-// a reused key with another body is refused from the cache as from a
-// claim, and another owner's same key is its own record.
+// TestReplayCacheThroughProxy (docs/performance.md, "Replay cache"): a fresh
+// request costs claim + complete with the cache on; the first replay on the
+// instance that completed it reads the record once; later ones send no command
+// and are byte for byte the replay a claim answers (an instance without cache);
+// a reused key with another body is refused from the cache as from a claim, and
+// another owner's same key is its own record.
 func TestReplayCacheThroughProxy(t *testing.T) {
 	r := newCacheRig(t, 0)
 	first := r.post(r.cached, "alice", "k1", `{"n":1}`)

@@ -30,7 +30,7 @@ import (
 // (the decoded bytes are another representation, RFC 9110 section 8.8.1),
 // and Vary stays as the upstream sent it. Accept-Encoding never enters the
 // fingerprint: two clients with different codecs sending the same request
-// are the same operation (issue 13).
+// are the same operation.
 
 // errUnknownCoding marks a content coding idemgate cannot decode; the
 // response is then written as stored.

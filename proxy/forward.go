@@ -58,7 +58,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	// The request body has gone upstream and is never sent again (no
 	// retry resends a claimed request): drop this exchange's references
 	// to it, so a large body is not held while the response is read and
-	// stored (issue 17).
+	// stored (docs/performance.md, "1 MiB request and response bodies").
 	ex.body, r.Body = nil, http.NoBody
 	// Before the client hears of the deletion, so a retry of the create
 	// it sends next finds the tombstone.
@@ -84,7 +84,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	// The body was read to its end, so resp.Trailer holds what the
-	// upstream sent after it (issue 13: trailers were lost).
+	// upstream sent after it (TestE2ETrailersKeptAndReplayed).
 	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}
 	if int64(len(body)) > route.MaxResponseBytes {
 		stored = store.Response{Status: resp.StatusCode, Omitted: true}
@@ -178,7 +178,7 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 	// The goroutine and its ticker start only once a first interval has
 	// passed: most forwards end well within lease/3, and starting both
 	// for every one of them cost about 1.3 % of the fresh-key CPU
-	// (docs/performance.md, "Targets of issue 17"). The first Extend
+	// (docs/performance.md, "Hot path targets"). The first Extend
 	// still comes at lease/3, the next ones every lease/3 after it.
 	run := func() {
 		defer close(finished)
@@ -241,8 +241,8 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 }
 
 // upstreamFailed answers a failed upstream exchange with pr; the access line
-// carries the cause too (issue 14, finding 3: it said only
-// outcome=upstream_error status=502).
+// carries the cause too (it used to say only outcome=upstream_error
+// status=502).
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	ex.cause = err
 	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
@@ -252,7 +252,8 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *excha
 // sentBody is the body of an outbound request: it lets go of the bytes
 // once they are read to the end, so that a large request body is not
 // kept alive by the outbound request (which the response refers to)
-// while the response is read and stored (issue 17).
+// while the response is read and stored (docs/performance.md, "1 MiB
+// request and response bodies").
 type sentBody struct{ b []byte }
 
 // Read implements io.Reader.
@@ -316,7 +317,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 	removeHopByHop(h)
 	if len(resp.Trailer) > 0 {
 		// Announced by the upstream: keep them, as httputil.ReverseProxy
-		// does (issue 13).
+		// does (TestE2ETrailersKeptAndReplayed).
 		announceTrailers(h, resp.Trailer)
 		h.Del("Content-Length")
 	}

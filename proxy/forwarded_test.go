@@ -12,7 +12,7 @@ import (
 
 // TestForwardingHeadersTrustedAndUntrusted: a spoofed X-Forwarded-For and
 // Forwarded from an untrusted peer are replaced by the peer's address; from
-// a trusted proxy they are appended to (issue 14, finding 2). The owner and
+// a trusted proxy they are appended to (server.trusted_proxies). The owner and
 // the fingerprint do not see any of it: the same key with another spoofed
 // chain is a replay, not a second run or a 422. Both the enforced and the
 // passthrough path send the same fields. X-Real-IP is never passed on as

@@ -23,7 +23,7 @@ import (
 // The benchmarks of this file put idemgate next to the bench's target B
 // (e2e/bench/bareproxy: a bare httputil.ReverseProxy), so that the
 // difference per request is idemgate's own work (docs/performance.md,
-// "Targets of issue 17").
+// "Hot path targets").
 
 // BenchmarkBareReverseProxy is BenchmarkProxyPassthrough's baseline: the
 // same request through a bare httputil.ReverseProxy configured as

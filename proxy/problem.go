@@ -1,10 +1,9 @@
 package proxy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -44,11 +43,7 @@ func withRetry(pr problem.Details, seconds int) problem.Details {
 }
 
 // LogDigest is what every idemgate log line shows instead of an idempotency
-// key or an owner: the first 12 hex digits (48 bits) of the value's SHA-256,
-// enough to correlate the lines of one operation, in the proxy's and the
-// admin listener's logs alike, without writing the value itself. README.md
-// documents the format.
-func LogDigest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:6])
-}
+// key or an owner: logdigest.Of, the digest the admin listener's lines carry
+// too, so one operation can be followed across both. README.md documents the
+// format.
+func LogDigest(s string) string { return logdigest.Of(s) }

@@ -104,8 +104,10 @@ type Options struct {
 	// MaxWaiters caps the requests of this Proxy that wait on a running
 	// record at once (server.max_waiters); past it a duplicate gets 409
 	// request-in-progress with Retry-After at once instead of holding a
-	// goroutine and a connection. 0 means DefaultMaxWaiters(), a negative
-	// value no cap (server.max_waiters: 0).
+	// goroutine and a connection. 0 (or a negative value) means no cap, as
+	// server.max_waiters: 0 does, so the config's value is passed as it is;
+	// the default cap is config.DefaultMaxWaiters(), which config.Load puts
+	// in server.max_waiters when the file leaves it out.
 	MaxWaiters int
 	// MaxStoreWaiting bounds the keyed requests of this Proxy that wait
 	// for a store answer to their claim at once (server.max_store_waiting);
@@ -192,10 +194,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second
 	}
-	switch p.slots.max = int64(opts.MaxWaiters); {
-	case p.slots.max == 0:
-		p.slots.max = int64(DefaultMaxWaiters())
-	case p.slots.max < 0:
+	if p.slots.max = int64(opts.MaxWaiters); p.slots.max <= 0 {
 		p.slots.max = math.MaxInt64
 	}
 	if p.admission.max = int64(opts.MaxStoreWaiting); p.admission.max <= 0 {
@@ -236,7 +235,7 @@ func New(opts Options) (*Proxy, error) {
 // header from a goroutine of its own while the body is being copied: a
 // goroutine and usually one more write(2) and TCP segment per request (the
 // header and the body apart), 7 % of idemgate's CPU on the passthrough
-// benchmark (docs/performance.md, "Targets of issue 17"). With a positive
+// benchmark (docs/performance.md, "Hot path targets"). With a positive
 // interval a response whose body is already there leaves in one write when
 // the handler returns, and a slow one trickles out at most this late.
 const passthroughFlushInterval = 10 * time.Millisecond

@@ -16,7 +16,8 @@ import (
 	"github.com/idemgate/idemgate/store/memory"
 )
 
-// TestRecordsKeepTheirRecipe pins issue 10, item 1 at the proxy: a record
+// TestRecordsKeepTheirRecipe pins at the proxy that a reload keeps records
+// reachable (TestReloadKeepsRecords on the binary): a record
 // is compared by the fingerprint recipe it was claimed with, so after the
 // route's fingerprint settings change a completed operation still
 // replays, the same key on another request is still 422, and an abandoned
@@ -94,7 +95,7 @@ func TestRecordsKeepTheirRecipe(t *testing.T) {
 	}
 }
 
-// TestHostRoutesNeverShareRecords is adversarial finding F1 of issue 10:
+// TestHostRoutesNeverShareRecords is a finding of adversarial testing:
 // with every route in one shared scope, tenant b's order on host b.example
 // was answered with tenant a's stored response (same key, owner value and
 // body; the fingerprint does not cover the host). Host routes now keep their

@@ -33,7 +33,7 @@ func (p *Proxy) replay(w http.ResponseWriter, r *http.Request, ex *exchange, res
 // chunked and the trailers follow the body (HTTP/2 sends them as a final
 // HEADERS frame). The original answer and every replay go through it, so
 // they differ only by the marker, and by the content coding when the
-// request does not accept the stored one (fitCoding; issue 13).
+// request does not accept the stored one (fitCoding).
 func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange, resp *store.Response, replayed bool) {
 	fitted, err := fitCoding(r, resp, ex.route.MaxResponseBytes)
 	if err != nil {

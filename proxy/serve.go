@@ -100,8 +100,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		// The field or credential is named (issue 14, finding 5: "no owner
-		// (header)" left the client guessing which header).
+		// The field or credential is named ("no owner (header)" used to
+		// leave the client guessing which header; TestAdminLookupsAndCLI).
 		p.fail(w, ex, problem.MissingOwner.With(
 			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
 		return

@@ -11,7 +11,7 @@ import (
 	"github.com/idemgate/idemgate/proxy"
 )
 
-// TestBrokenUpstreamStreamIsCut pins issue 16's third defect: on an
+// TestBrokenUpstreamStreamIsCut pins a defect that was: on an
 // enforced route, a chunked response that idemgate passes on without
 // storing (a status it does not store, or one over max_response_bytes)
 // and whose upstream body breaks mid-stream must reach the client as a cut

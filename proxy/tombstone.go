@@ -10,15 +10,15 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// Tombstones (issue 13): a route with `resource_from: location` indexes
-// each stored response by the path of its Location field (index), and a
-// request whose method is in such a route's tombstone_methods, answered
-// 2xx by the upstream, turns the same owner's records indexed at its path
-// into tombstones before its answer reaches the client (tombstone), so a
-// client that saw the DELETE succeed and then retries the create gets 410
-// resource-deleted, never the old 201. The tombstoning is idempotent and
-// retried; a replay of an enforced DELETE repeats it, which repairs a
-// crash between the upstream's 2xx and the tombstoning.
+// Tombstones (docs/protocol.md, "Resource index and tombstones"): a route with
+// `resource_from: location` indexes each stored response by the path of its
+// Location field (index), and a request whose method is in such a route's
+// tombstone_methods, answered 2xx by the upstream, turns the same owner's
+// records indexed at its path into tombstones before its answer reaches the
+// client (tombstone), so a client that saw the DELETE succeed and then retries
+// the create gets 410 resource-deleted, never the old 201. The tombstoning is
+// idempotent and retried; a replay of an enforced DELETE repeats it, which
+// repairs a crash between the upstream's 2xx and the tombstoning.
 
 // tombstoneAttempts bounds the tries of one tombstoning before the client
 // gets its answer anyway (the DELETE did happen upstream).

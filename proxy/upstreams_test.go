@@ -11,7 +11,7 @@ import (
 // TestPerRouteUpstream: with two backends, a route with its own upstream
 // sends its enforced and passthrough requests there, every other request
 // goes to the global upstream, and the same key on both services is two
-// operations, since the routes' records live in different scopes (issue 14).
+// operations, since the routes' records live in different scopes.
 func TestPerRouteUpstream(t *testing.T) {
 	invoices := newUpstream(t, created)
 	target, _ := url.Parse(invoices.URL)

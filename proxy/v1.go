@@ -60,7 +60,7 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 // routes that governed it under every earlier policy this process served
 // (Options.PreviousPolicies: a reload that renames a route, removes it or
 // adds a more specific one must not hide the records written under the old
-// name; adversarial finding F2 of issue 10), less the request's own layout
+// name; TestV1RecordsFoundAfterRename), less the request's own layout
 // 2 scope. Empty when v1 lookups are off.
 func (p *Proxy) v1Names(r *http.Request, ex *exchange) []string {
 	if !p.v1Lookup {

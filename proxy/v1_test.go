@@ -16,7 +16,7 @@ import (
 	"github.com/idemgate/idemgate/store/memory"
 )
 
-// TestV1RecordsFoundAfterRename is adversarial finding F2 of issue 10: a
+// TestV1RecordsFoundAfterRename is a finding of adversarial testing: a
 // record written before layout 2 sits under the name of the route that
 // governed its request then. After a reload that renames the route, the
 // lookup used only the new name and the retry ran again; it now also asks

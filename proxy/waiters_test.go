@@ -121,11 +121,11 @@ func (c *claimCounter) Claim(ctx context.Context, p store.ClaimParams) (store.Cl
 }
 
 // TestWaitersTakeTheRecordTheWaitEndedOn: n duplicates waiting on a running
-// operation in one process are answered from the record their shared wait
-// read when it ended, so each costs one claim (the one that found the
-// operation running), not a second one after the wake-up: a storm of
-// 10,000 waiters sent 10,000 claims at once when its operation completed
-// (issue 17). The replays are the stored response, and a duplicate whose
+// operation in one process are answered from the record their shared wait read
+// when it ended, so each costs one claim (the one that found the operation
+// running), not a second one after the wake-up: a storm of 10,000 waiters sent
+// 10,000 claims at once when its operation completed (docs/performance.md,
+// "Flat costs"). The replays are the stored response, and a duplicate whose
 // body differs gets 422 from its one claim without waiting.
 func TestWaitersTakeTheRecordTheWaitEndedOn(t *testing.T) {
 	const n = 20

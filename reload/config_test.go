@@ -177,8 +177,8 @@ func TestReloadAppliesOverrides(t *testing.T) {
 // TestRestartRequiredKeys: a reload that changes upstream.url, listen and
 // store.driver next to the policy applies the policy, keeps the old values,
 // and says so: a warning naming each key and
-// idemgate_config_reloads_total{result="restart_required"} (issue 14,
-// finding 4: it logged "config reloaded" and nothing else).
+// idemgate_config_reloads_total{result="restart_required"} (it used to log
+// "config reloaded" and nothing else).
 func TestRestartRequiredKeys(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "idemgate.yaml")

@@ -202,8 +202,8 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 	r.log.Info("config reloaded", "path", r.path, "trigger", trigger, "routes", len(p.Routes()), "sha256", fmt.Sprintf("%x", sum[:8]))
 	if r.restart != nil {
 		if keys := r.restart(); len(keys) > 0 {
-			// Issue 14, finding 4: a changed upstream, listen or store was
-			// kept without a word.
+			// Said aloud: a changed upstream, listen or store used to be
+			// kept without a word (TestRestartRequiredKeys).
 			r.reloads.WithLabelValues("restart_required").Inc()
 			r.log.Warn("config reloaded, but some changed keys need a restart; their old values stay in force until then",
 				"path", r.path, "keys", strings.Join(keys, ","))

@@ -2,10 +2,12 @@
 # Runs every idemgate test: installs valkey-server, the PostgreSQL server,
 # nginx (the bench's target N and the test of docs/nginx.md), Node.js and
 # npm (the bench's in-app middleware comparison) and Debian's
-# prometheus (promtool and the server the deploy tests run) when missing, then unit, store-contract (standalone and Cluster Valkey,
-# PostgreSQL), e2e and deploy tests with -race (the deploy tests build Helm
-# and kustomize from deploy/tools), then each fuzz target for a bounded
-# number of executions.
+# prometheus (promtool and the server the deploy tests run) when missing;
+# then gofmt, go vet and the lint gate (scripts/lint.sh: staticcheck and
+# govulncheck, pinned in scripts/lint/go.mod, over every module); then unit,
+# store-contract (standalone and Cluster Valkey, PostgreSQL), e2e and deploy
+# tests with -race (the deploy tests build Helm and kustomize from
+# deploy/tools), then each fuzz target for a bounded number of executions.
 #   FUZZTIME=30s scripts/test.sh    # longer fuzzing (a duration works too)
 #   SKIP_FUZZ=1 scripts/test.sh     # tests only
 set -euo pipefail
@@ -23,6 +25,8 @@ unformatted="$(gofmt -l .)"
 [ -z "$unformatted" ] || { echo "gofmt -w these files: $unformatted"; exit 1; }
 echo "== go vet"
 go vet ./...
+echo "== lint gate: staticcheck, govulncheck"
+bash scripts/lint.sh
 echo "== promtool: alert rules"
 promtool check rules deploy/prometheus/idemgate-rules.yaml
 (cd deploy/prometheus && promtool test rules idemgate-rules_test.yaml)

@@ -11,7 +11,8 @@ import (
 
 // TestAppendCompressIsCompress: AppendCompress appends exactly what
 // Compress returns, with the same verdict, after any prefix, and fits in
-// MaxCompressedLen spare bytes without growing (issue 17).
+// MaxCompressedLen spare bytes without growing (docs/performance.md, "1 MiB
+// request and response bodies").
 func TestAppendCompressIsCompress(t *testing.T) {
 	c, err := store.NewBodyCodec()
 	if err != nil {

@@ -72,7 +72,8 @@ func (c *BodyCodec) Compress(h http.Header, body []byte) ([]byte, bool) {
 // returns the extended slice. Given a dst with MaxCompressedLen(len(body))
 // bytes to spare, it allocates nothing, so a caller that writes the body
 // after a prefix needs one buffer for both, where Compress's result was
-// copied once more (issue 17: 1 MiB bodies).
+// copied once more (docs/performance.md, "1 MiB request and response
+// bodies").
 func (c *BodyCodec) AppendCompress(dst []byte, h http.Header, body []byte) ([]byte, bool) {
 	if len(body) < MinCompressBytes || hasContentEncoding(h) {
 		return append(dst, body...), false

@@ -136,12 +136,13 @@ func (r *StoredResponse) Append(b []byte) []byte {
 	return append(r.AppendHead(slices.Grow(b, r.headLen()+len(r.Body))), r.Body...)
 }
 
-// EncodeResponse returns the stored bytes of resp, its body compressed by
-// codec when that pays (BodyCodec.Compress's rules), built in one buffer:
-// the body is compressed straight after the head, where the frame used to
-// be built apart and copied in (issue 17: a 1 MiB body was allocated three
-// times over). Postgres stores these bytes as the response column; they
-// are EncodeResponseParts's head and tail joined.
+// EncodeResponse returns the stored bytes of resp, its body compressed by codec
+// when that pays (BodyCodec.Compress's rules), built in one buffer: the body is
+// compressed straight after the head, where the frame used to be built apart
+// and copied in (a 1 MiB body was allocated three times over;
+// docs/performance.md, "1 MiB request and response bodies"). Postgres stores
+// these bytes as the response column; they are EncodeResponseParts's head and
+// tail joined.
 func EncodeResponse(codec *BodyCodec, resp Response) []byte {
 	r := headOf(resp)
 	r.Flags |= RespChecked
@@ -183,7 +184,7 @@ func appendCheck(b, fields, body []byte) []byte {
 // complete.lua concatenates its ARGV[2] and ARGV[5]): the same bytes, but
 // a body the codec leaves as it is (shorter than MinCompressBytes, already
 // Content-Encoded, or incompressible) is resp.Body's own bytes instead of
-// a copy after the head (issue 17: that copy was a third 1 MiB buffer live
+// a copy after the head (that copy was a third 1 MiB buffer live
 // while Complete waited for Valkey). A compressed body is its zstd frame,
 // in a buffer of its own. tail is nil when resp has no body.
 func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {

@@ -50,11 +50,11 @@ func plainEncoding(codec *store.BodyCodec, resp store.Response) []byte {
 }
 
 // TestEncodeResponseSameBytes (TestEncodeResponseOfSameBytes of the Valkey
-// store before the encoding moved here): the one-buffer encoding
-// (issue 17) is byte for byte the plain encoding and EncodeResponseParts's
-// head and tail joined, and decodes back to the response, for bodies
-// absent, empty, small, compressible, incompressible (1 MiB each) and
-// already content-encoded, with and without header and trailer; and it
+// store before the encoding moved here): the one-buffer encoding (Complete's,
+// for large bodies) is byte for byte the plain encoding and
+// EncodeResponseParts's head and tail joined, and decodes back to the response,
+// for bodies absent, empty, small, compressible, incompressible (1 MiB each)
+// and already content-encoded, with and without header and trailer; and it
 // needs no buffer growth.
 func TestEncodeResponseSameBytes(t *testing.T) {
 	codec, err := store.NewBodyCodec()

@@ -34,11 +34,11 @@ type Response struct {
 	Header http.Header
 	// Body is the complete response body in bytes; binary safe.
 	Body []byte
-	// Trailer holds the trailer fields the upstream sent after the body
-	// (RFC 9110 section 6.5), encoded like Header; nil or empty when there
-	// were none (a store may hand back either). Replays send them again,
-	// chunked (issue 13). Records written before trailers were kept have
-	// none.
+	// Trailer holds the trailer fields the upstream sent after the body (RFC
+	// 9110 section 6.5), encoded like Header; nil or empty when there were none
+	// (a store may hand back either). Replays send them again, chunked
+	// (TestE2ETrailersKeptAndReplayed). Records written before trailers were
+	// kept have none.
 	Trailer http.Header
 	// Omitted is true when the upstream answered but the response was larger
 	// than the route's max_response_bytes, so only Status was kept; a retry
@@ -69,7 +69,8 @@ const (
 	// Gone: the record is a tombstone (Tombstoner.Tombstone): the resource
 	// its response created was deleted, so the record keeps no fingerprint
 	// and no response, cannot be claimed, and answers Gone to every Claim
-	// until its retention end (issue 13).
+	// until its retention end (docs/protocol.md, "Resource index and
+	// tombstones").
 	Gone
 )
 
@@ -339,7 +340,8 @@ type Resource struct {
 }
 
 // Tombstoner is implemented by stores that keep a resource index and
-// tombstones (issue 13; every driver of this module). Routes with
+// tombstones (docs/protocol.md, "Resource index and tombstones"; every
+// driver of this module). Routes with
 // `resource_from` are refused on a store that is not one. Check for it
 // with a type assertion.
 //
@@ -428,11 +430,11 @@ func (r CacheResult) String() string {
 }
 
 // ReplayCache is implemented by stores that keep completed records in an
-// in-process cache the backing server keeps coherent (the Valkey store
-// with store.valkey.cache_bytes > 0: server-assisted client-side caching,
-// issue 17). The proxy asks it before claiming, so a retry of a request
-// this instance has seen completed is replayed with no round trip. Check
-// for it with a type assertion, or call CachedReplayOf.
+// in-process cache the backing server keeps coherent (the Valkey store with
+// store.valkey.cache_bytes > 0: server-assisted client-side caching;
+// docs/performance.md, "Replay cache"). The proxy asks it before claiming, so a
+// retry of a request this instance has seen completed is replayed with no round
+// trip. Check for it with a type assertion, or call CachedReplayOf.
 //
 // The contract:
 //

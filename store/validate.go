@@ -17,7 +17,7 @@ const MaxFingerprintBytes = 128
 
 // Validate reports whether p may be given to Claim. Every driver calls it
 // first, so a driver may assume what it checks, and every driver rejects
-// the same parameters (issue 16: bolt used to answer Claimed to an empty
+// the same parameters (bolt used to answer Claimed to an empty
 // token, a lease under 1 ms and a negative retention that the others
 // rejected). The error wraps ErrInvalid and never ErrUnavailable:
 //

@@ -22,7 +22,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store/memory"
 	"github.com/idemgate/idemgate/tracing"
 )
@@ -100,13 +99,13 @@ func httpCollector(t *testing.T) (*collector, *httptest.Server) {
 	return c, srv
 }
 
-func enabled(protocol, endpoint string) config.TracingConfig {
-	return config.TracingConfig{Enabled: true, Protocol: protocol, Endpoint: endpoint, SampleRatio: 1, ServiceName: "idemgate-test"}
+func enabled(protocol, endpoint string) tracing.Config {
+	return tracing.Config{Enabled: true, Protocol: protocol, Endpoint: endpoint, SampleRatio: 1, ServiceName: "idemgate-test"}
 }
 
 // export runs Setup, records one span named "probe" and shuts the provider
 // down, which flushes the batch synchronously.
-func export(t *testing.T, cfg config.TracingConfig) {
+func export(t *testing.T, cfg tracing.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -137,7 +136,7 @@ func wantProbe(t *testing.T, c *collector, service string) {
 
 func TestSetupDisabledBuildsNoExporter(t *testing.T) {
 	c, srv := httpCollector(t)
-	cfg := enabled(config.ProtocolHTTPProtobuf, srv.URL)
+	cfg := enabled(tracing.ProtocolHTTPProtobuf, srv.URL)
 	cfg.Enabled = false
 	tp, shutdown, err := tracing.Setup(context.Background(), cfg, "v1.2.3")
 	if err != nil {
@@ -180,12 +179,12 @@ func TestSetupDisabledBuildsNoExporter(t *testing.T) {
 func TestSetupExportsOverHTTP(t *testing.T) {
 	t.Run("collector URL", func(t *testing.T) {
 		c, srv := httpCollector(t)
-		export(t, enabled(config.ProtocolHTTPProtobuf, srv.URL)) // no path: /v1/traces is added
+		export(t, enabled(tracing.ProtocolHTTPProtobuf, srv.URL)) // no path: /v1/traces is added
 		wantProbe(t, c, "idemgate-test")
 	})
 	t.Run("host:port insecure", func(t *testing.T) {
 		c, srv := httpCollector(t)
-		cfg := enabled(config.ProtocolHTTPProtobuf, strings.TrimPrefix(srv.URL, "http://"))
+		cfg := enabled(tracing.ProtocolHTTPProtobuf, strings.TrimPrefix(srv.URL, "http://"))
 		cfg.Insecure = true
 		export(t, cfg)
 		wantProbe(t, c, "idemgate-test")
@@ -194,7 +193,7 @@ func TestSetupExportsOverHTTP(t *testing.T) {
 		c, srv := httpCollector(t)
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", srv.URL+"/v1/traces")
 		t.Setenv("OTEL_SERVICE_NAME", "from-env")
-		export(t, enabled(config.ProtocolHTTPProtobuf, ""))
+		export(t, enabled(tracing.ProtocolHTTPProtobuf, ""))
 		wantProbe(t, c, "from-env")
 	})
 }
@@ -210,7 +209,7 @@ func TestSetupExportsOverGRPC(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 
-	cfg := enabled(config.ProtocolGRPC, ln.Addr().String())
+	cfg := enabled(tracing.ProtocolGRPC, ln.Addr().String())
 	cfg.Insecure = true
 	export(t, cfg)
 	wantProbe(t, c, "idemgate-test")
@@ -218,7 +217,7 @@ func TestSetupExportsOverGRPC(t *testing.T) {
 
 func TestSampleRatioIsParentBased(t *testing.T) {
 	_, srv := httpCollector(t)
-	cfg := enabled(config.ProtocolHTTPProtobuf, srv.URL)
+	cfg := enabled(tracing.ProtocolHTTPProtobuf, srv.URL)
 	cfg.SampleRatio = 0
 	tp, shutdown, err := tracing.Setup(context.Background(), cfg, "v1.2.3")
 	if err != nil {
@@ -250,7 +249,7 @@ func TestExportFailuresAreLoggedOncePerChange(t *testing.T) {
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))
-	tp, shutdown, err := tracing.Setup(context.Background(), enabled(config.ProtocolHTTPProtobuf, srv.URL), "v1.2.3", tracing.WithLogger(log))
+	tp, shutdown, err := tracing.Setup(context.Background(), enabled(tracing.ProtocolHTTPProtobuf, srv.URL), "v1.2.3", tracing.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/idemgate/idemgate/config"
 )
 
 // ScopeName is the instrumentation scope of the spans this package creates
@@ -91,7 +89,7 @@ func Propagator() propagation.TextMapPropagator {
 // spans still queued and stops the exporter; call it once the servers have
 // stopped, with a deadline. Errors: an exporter or resource that cannot be
 // built from cfg, wrapped.
-func Setup(ctx context.Context, cfg config.TracingConfig, version string, opts ...Option) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
+func Setup(ctx context.Context, cfg Config, version string, opts ...Option) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	if !cfg.Enabled {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}
@@ -125,10 +123,10 @@ func Setup(ctx context.Context, cfg config.TracingConfig, version string, opts .
 	return sdk, sdk.Shutdown, nil
 }
 
-func newExporter(ctx context.Context, cfg config.TracingConfig) (sdktrace.SpanExporter, error) {
+func newExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
 	isURL := strings.Contains(cfg.Endpoint, "://")
 	switch cfg.Protocol {
-	case config.ProtocolHTTPProtobuf:
+	case ProtocolHTTPProtobuf:
 		var opts []otlptracehttp.Option
 		switch {
 		case isURL:
@@ -149,7 +147,7 @@ func newExporter(ctx context.Context, cfg config.TracingConfig) (sdktrace.SpanEx
 			opts = append(opts, otlptracehttp.WithInsecure())
 		}
 		return otlptracehttp.New(ctx, opts...)
-	case config.ProtocolGRPC:
+	case ProtocolGRPC:
 		var opts []otlptracegrpc.Option
 		switch {
 		case isURL:
@@ -162,7 +160,7 @@ func newExporter(ctx context.Context, cfg config.TracingConfig) (sdktrace.SpanEx
 		}
 		return otlptracegrpc.New(ctx, opts...)
 	}
-	return nil, fmt.Errorf("unknown protocol %q (want %s or %s)", cfg.Protocol, config.ProtocolGRPC, config.ProtocolHTTPProtobuf)
+	return nil, fmt.Errorf("unknown protocol %q (want %s or %s)", cfg.Protocol, ProtocolGRPC, ProtocolHTTPProtobuf)
 }
 
 // loggingExporter logs when exporting starts failing and when it recovers,

@@ -169,8 +169,8 @@ func attr(s tracetest.SpanStub, key attribute.Key) (attribute.Value, bool) {
 func wantAttr(t *testing.T, s tracetest.SpanStub, key attribute.Key, want string) {
 	t.Helper()
 	v, ok := attr(s, key)
-	if !ok || v.Emit() != want {
-		t.Errorf("span %q: %s = %q (set %v), want %q", s.Name, key, v.Emit(), ok, want)
+	if !ok || v.String() != want {
+		t.Errorf("span %q: %s = %q (set %v), want %q", s.Name, key, v.String(), ok, want)
 	}
 }
 
@@ -243,7 +243,7 @@ func noSecrets(t *testing.T, spans tracetest.SpanStubs) {
 			kvs = append(kvs, e.Attributes...)
 		}
 		for _, kv := range kvs {
-			check(fmt.Sprintf("span %q attribute %s", s.Name, kv.Key), kv.Value.Emit())
+			check(fmt.Sprintf("span %q attribute %s", s.Name, kv.Key), kv.Value.String())
 		}
 	}
 }
@@ -262,7 +262,7 @@ func TestRequestSpansStoreChildrenAndUpstreamTraceparent(t *testing.T) {
 	wantAttr(t, server, tracing.AttrRoute, "create-order")
 	wantAttr(t, server, tracing.AttrOutcome, "forwarded")
 	if v, _ := attr(server, "http.response.status_code"); v.AsInt64() != http.StatusCreated {
-		t.Errorf("server span status code = %v", v.Emit())
+		t.Errorf("server span status code = %v", v.String())
 	}
 	if len(stores) != 2 {
 		t.Errorf("store spans = %v, want store.claim and store.complete", names(spans))

@@ -405,7 +405,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	if err != nil {
 		return err
 	}
-	tp, shutdownTracing, err := tracing.Setup(ctx, cfg.Tracing, version, tracing.WithLogger(log))
+	tp, shutdownTracing, err := tracing.Setup(ctx, tracing.Config(cfg.Tracing), version, tracing.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -546,7 +546,7 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 		NoAccessLog:      !cfg.Log.Access,
 		NoLogQuery:       !cfg.Log.Query,
 		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
-		MaxWaiters:       proxyMaxWaiters(cfg.Server.MaxWaiters),
+		MaxWaiters:       cfg.Server.MaxWaiters,
 		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
 		H2C:              cfg.Server.H2C,
 	})
@@ -742,14 +742,4 @@ func listenerProtocols(h2c bool) *http.Protocols {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	return &p
-}
-
-// proxyMaxWaiters maps server.max_waiters, where 0 means no limit as for
-// every key of the server section, to proxy.Options.MaxWaiters, where 0
-// means the default and a negative value no limit.
-func proxyMaxWaiters(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 // listenAddrs is a slog handler that hands over the addresses runServer
@@ -162,5 +163,20 @@ func TestServeExportsRequestTraces(t *testing.T) {
 		}
 	default:
 		t.Error("the upstream was not called")
+	}
+}
+
+// TestTracingProtocolsAgree: config validates tracing.protocol against its
+// own constants and tracing.Setup switches on tracing's (the two packages do
+// not import each other), so the strings must be the same, or a protocol the
+// config accepts would fail at startup.
+func TestTracingProtocolsAgree(t *testing.T) {
+	for _, p := range [][2]string{
+		{config.ProtocolGRPC, tracing.ProtocolGRPC},
+		{config.ProtocolHTTPProtobuf, tracing.ProtocolHTTPProtobuf},
+	} {
+		if p[0] != p[1] {
+			t.Errorf("config's protocol %q, tracing's %q: want the same", p[0], p[1])
+		}
 	}
 }

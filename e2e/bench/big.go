@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// wBig is the large-body workload of issue 17: POST /v1/big with a 1 MiB
+// wBig is the large-body workload (docs/performance.md, "1 MiB request and
+// response bodies"): POST /v1/big with a 1 MiB
 // body and a fresh key, which the upstream echoes (1 MiB back).
 const wBig = "big"
 

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestBigSmoke runs the big workload (issue 17) briefly on the bare proxy
+// TestBigSmoke runs the big workload (wBig) briefly on the bare proxy
 // and idemgate with the memory and Valkey stores: on idemgate every 1 MiB
 // POST is answered 201 with the whole body echoed (within the default
 // 1 MiB limits) and none is a replay, and the report takes the rows.

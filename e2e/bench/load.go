@@ -104,11 +104,11 @@ type phaseStats struct {
 	replayed  int // answers carrying Idempotent-Replayed: true
 	wall      time.Duration
 	latencies []time.Duration // sorted by finish
-	// answered and refused split latencies by outcome: a 2xx, or an
-	// answer idemgate refused with a status (a 503 overloaded or
-	// store-unavailable, a 409): what an answered request waited, and how
-	// long a refusal took (issue 22's admission: refused at once, not after
-	// the store timeout). Transport errors are in neither.
+	// answered and refused split latencies by outcome: a 2xx, or an answer
+	// idemgate refused with a status (a 503 overloaded or store-unavailable, a
+	// 409): what an answered request waited, and how long a refusal took
+	// (admission, server.max_store_waiting: refused at once, not after the
+	// store timeout). Transport errors are in neither.
 	answered, refused []time.Duration
 	firstErr          string
 }

@@ -49,7 +49,7 @@ type options struct {
 	logLevel         string
 	out              string
 	// acks > 0 gives target D's Valkey one replica per acknowledgement and
-	// runs D with store.valkey.acks.replicas = acks (issue 11).
+	// runs D with store.valkey.acks.replicas = acks (docs/durability.md).
 	acks int
 	// pgFsync runs target E's PostgreSQL with fsync, synchronous_commit
 	// and full_page_writes on (its defaults); pgConns is E's

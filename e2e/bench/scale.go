@@ -21,12 +21,12 @@ import (
 )
 
 // wScale is the workload that measures claim latency on target D's Valkey
-// at growing numbers of completed records already stored (issue 17, "Flat
-// costs as work grows").
+// at growing numbers of completed records already stored (docs/performance.md,
+// "Flat costs").
 const wScale = "scale"
 
 // scaleFlatTarget is the largest ratio of a claim latency at a size to the
-// same latency at the first size that still counts as flat (issue 17: flat
+// same latency at the first size that still counts as flat (the target: flat
 // within 10 %).
 const scaleFlatTarget = 1.10
 
@@ -730,7 +730,7 @@ func (r *scaleResult) markdown(p func(string, ...any)) {
 		p("\n")
 	}
 	last := r.largest()
-	p("\nFlat within 10 %% at %d records (issue 17; at most 1.10 above):", last.records)
+	p("\nFlat within 10 %% at %d records (the target: at most 1.10 above):", last.records)
 	for i, k := range r.kinds() {
 		for j, q := range []float64{0.5, 0.99} {
 			v := r.flat(last, q, k.f)

@@ -135,7 +135,7 @@ func readCmdStats(addr string) (cmdStats, error) {
 // every other command in commandstats ran inside a script. WAIT (acks on)
 // is not among them: it travels in one pipeline with its script, so it
 // adds a command and the replica's delay, not a round trip. A replay-cache
-// miss (issue 17) is CLIENT CACHING YES, MULTI, PTTL, HGETALL, EXEC in one
+// miss is CLIENT CACHING YES, MULTI, PTTL, HGETALL, EXEC in one
 // pipeline: its EXEC counts it once; a hit sends nothing.
 var clientCommands = map[string]bool{
 	"evalsha": true, "evalsha_ro": true, "eval": true, "eval_ro": true, "script": true,

@@ -17,14 +17,15 @@ import (
 	"time"
 )
 
-// wWaiters is the workload of many concurrent waiters on one key, spread
-// over two idemgate instances that share target D's Valkey (issue 17,
-// "Flat costs as work grows").
+// wWaiters is the workload of many concurrent waiters on one key, spread over
+// two idemgate instances that share target D's Valkey (docs/performance.md,
+// "Flat costs").
 const wWaiters = "waiters10k"
 
-// waiterMemTarget is issue 17's target for idemgate's memory per waiting
-// request: under 16 KiB of peak RSS (VmHWM) over the RSS before the storm,
-// per waiter (README, server.max_waiters, estimates "about 16 KiB").
+// waiterMemTarget is the target (docs/performance.md, "Flat costs") for
+// idemgate's memory per waiting request: under 16 KiB of peak RSS (VmHWM) over
+// the RSS before the storm, per waiter (README, server.max_waiters, estimates
+// "about 16 KiB").
 const waiterMemTarget = 16 << 10
 
 // waitersEnv is what the waiters workload needs from the bench: the process
@@ -564,7 +565,7 @@ func (r *waitersResult) markdown(p func(string, ...any)) {
 	p("Two fresh idemgate instances per storm on target D's Valkey, `server.max_waiters` twice their share, in front of an upstream of their own that delays the slow path by %v; half of the requests on each, every request on its own keep-alive connection, opened and warmed (one request without a key) before the storm. "+
 		"The leader is sent first; once it has reached the upstream the others are sent at once, so every one of them finds the key running. Open files limit (soft, inherited by idemgate): %d. "+
 		"Memory: VmRSS before the connections were opened, with them open and idle, while the requests waited (the highest VmRSS polled every 25 ms before the leader's answer came back, and the idemgate_waiters gauge at that moment), and VmHWM during the whole storm (reset when idle; the herd of replays after the completion included). "+
-		"Per waiter: peak − before (the connection included) and peak − idle (issue 17's figure: the storm over the RSS right before it, the herd of replays included), each over the instance's requests; waiting − idle over the waiters then (the wait alone). "+
+		"Per waiter: peak − before (the connection included) and peak − idle (the target's figure: the storm over the RSS right before it, the herd of replays included), each over the instance's requests; waiting − idle over the waiters then (the wait alone). "+
 		"Valkey commands per instance: CLIENT LIST tot-cmds of its connections (matched by socket; the commands its scripts ran count too), before and after; store ops from its /metrics.\n\n", r.delay, r.nofile)
 	p("| requests | instance | its requests | peak waiters (gauge) | RSS before MiB | RSS idle conns MiB | RSS waiting MiB (waiters then) | peak RSS MiB | KiB/waiter peak − before | KiB/waiter peak − idle | KiB/waiter waiting − idle | Valkey commands | per request | store ops | other than claims |\n")
 	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
@@ -589,7 +590,7 @@ func (r *waitersResult) markdown(p func(string, ...any)) {
 	}
 	big := r.storms[len(r.storms)-1]
 	answered := big.s.errors == 0 && big.s.upstreamCalls == 1 && big.s.replayed == big.n-1
-	p("Targets (issue 17), storm of %d: all answered with 1 upstream call and %d replays: %s. ", big.n, big.n-1, metStr(answered))
+	p("Targets, storm of %d: all answered with 1 upstream call and %d replays: %s. ", big.n, big.n-1, metStr(answered))
 	worst, wait := 0.0, 0.0
 	for _, in := range big.inst {
 		worst = max(worst, in.perWaiterB(in.rssIdleKB))

@@ -19,8 +19,8 @@ import (
 // Version 2 appends the fingerprint recipe to the fields of version 1;
 // version 1 records (written before recipes) are still read, with no recipe.
 // A version 2 record with flagTrailerSet carries one more field, the
-// response trailer (issue 13); records without it read as having none.
-// Version 3 (issue 17, "Smaller records") is the compact encoding of
+// response trailer; records without it read as having none.
+// Version 3 (docs/performance.md, "Record memory") is the compact encoding of
 // record3.go: varint lengths and times, an hs1 fingerprint as its 32
 // bytes, the body compressed by store.BodyCodec when that pays.
 const FormatVersion byte = 3
@@ -28,7 +28,7 @@ const FormatVersion byte = 3
 // formatV1 is the record format before recipes: seven length-prefixed fields.
 const formatV1 byte = 1
 
-// formatV2 is the record format before issue 17: fixed 8-byte times and
+// formatV2 is the record format before version 3: fixed 8-byte times and
 // 4-byte lengths (encodeRecordV2).
 const formatV2 byte = 2
 

@@ -76,7 +76,7 @@ func TestFileSizePerCompletedRecord(t *testing.T) {
 	t.Logf("%d completed records, body %d bytes: high-water mark %.0f bytes per record, file size %.0f bytes per record, one record value %d bytes, %d free pages",
 		n, len(resp.Body), perHWM, perFile, value, stats.FreePageN)
 	// Format version 2 took 1,083 bytes per record here (high-water mark,
-	// 100,000 records; docs/performance.md). Issue 17 asks for at most
+	// 100,000 records; docs/performance.md). The target is at most
 	// half, which bbolt's per-entry overhead and half-full B-tree pages
 	// keep out of reach (docs/performance.md says why); this bound keeps
 	// what version 3 won from being lost again.

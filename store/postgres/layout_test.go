@@ -13,7 +13,7 @@ import (
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
-// TestReadsLayout2Rows builds a table exactly as the build before issue 17
+// TestReadsLayout2Rows builds a table exactly as the last build before layout 3
 // left it (no response column) with rows of layout 2 written by raw SQL,
 // as that build's statements write them, then opens it with this build:
 // the migration adds the response column, the completed row replays byte
@@ -32,7 +32,7 @@ func TestReadsLayout2Rows(t *testing.T) {
 	if !strings.Contains(ddl[len(ddl)-1], "ADD COLUMN IF NOT EXISTS response bytea") {
 		t.Fatalf("last DDL statement = %q, want the response column", ddl[len(ddl)-1])
 	}
-	for _, stmt := range ddl[:len(ddl)-1] { // the DDL of the build before issue 17
+	for _, stmt := range ddl[:len(ddl)-1] { // the DDL of the last build before layout 3
 		srv.Exec(stmt)
 	}
 	q, _ := QuoteTable(table)

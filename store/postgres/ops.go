@@ -341,7 +341,7 @@ func (s *Store) claimOnce(ctx context.Context, id []byte, p store.ClaimParams) (
 
 // response is the stored response of a completed row: from the response
 // column in a row of layout 3, from the status, headers, body, omitted and
-// trailers columns in a row of layout 2 (written before issue 17, or by
+// trailers columns in a row of layout 2 (written before layout 3, or by
 // an earlier build during a rolling upgrade). A row of layout 2 may keep a
 // stale response column (an earlier build's claim does not clear it), so
 // the version column decides, never the column's presence.

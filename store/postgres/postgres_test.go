@@ -428,7 +428,7 @@ func TestAnswersFromSnapshotWriteNothing(t *testing.T) {
 }
 
 // TestTableOfEarlierBuildGainsTrailers: a table created before trailers
-// were kept (issue 13) is refused by a store that may not migrate, with a
+// were kept is refused by a store that may not migrate, with a
 // pointer to `idemgate migrate`, and extended by one that may; a record
 // completed before then (no trailers column value) still replays, and a
 // new one keeps its trailers.

@@ -20,8 +20,9 @@ import (
 // trailers columns) are still read, by their version column.
 const LayoutVersion = 3
 
-// layout2 is the version column of rows written before issue 17 ("Smaller
-// records"), and by builds from before it during a rolling upgrade.
+// layout2 is the version column of rows written before layout 3
+// (docs/protocol.md, "Layout versions"), and by builds from before it during a
+// rolling upgrade.
 const layout2 = 2
 
 // maxTablePart bounds each part of Options.Table in bytes, so that the
@@ -114,13 +115,13 @@ const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeo
 // Schema returns the DDL that Migrate runs for table (validated, unquoted
 // form as in Options.Table): the table and its partial expiry index, both
 // IF NOT EXISTS, and the columns added since the table was first defined
-// (trailers, issue 13), ADD COLUMN IF NOT EXISTS, so a table created by an
+// (trailers), ADD COLUMN IF NOT EXISTS, so a table created by an
 // earlier build gains them and its rows keep working (NULL: none). Then
-// what tombstones need (issue 13): a table created before them has its
+// what tombstones need: a table created before them has its
 // state CHECK (1, 2) replaced by one admitting 3, gone (NOT VALID: no
 // scan, old rows are 1 or 2), and the resource index table table_index
 // with its partial expiry index, IF NOT EXISTS. Last the response column
-// of layout 3 (issue 17), ADD COLUMN IF NOT EXISTS: additive, so builds of
+// of layout 3, ADD COLUMN IF NOT EXISTS: additive, so builds of
 // layout 2 keep working on the table during a rolling upgrade.
 func Schema(table string) ([]string, error) {
 	q, err := QuoteTable(table)

@@ -58,7 +58,8 @@ func TestSizePerCompletedRow(t *testing.T) {
 	// A row of layout 2 took 618 bytes here, 896 to 901 bytes of table per
 	// row after the writes (docs/performance.md). The row size is exact;
 	// the table figures move with how the concurrent updates fall on
-	// pages. Issue 17's half is out of reach for a row whose identity,
+	// pages. The target of half (docs/performance.md, "bolt and Postgres")
+	// is out of reach for a row whose identity,
 	// fingerprint, recipe and headers alone outweigh the compressed body
 	// (docs/performance.md says why); this bound keeps layout 3's gain.
 	if rowBytes > 556 {

@@ -70,7 +70,7 @@ func (s *suite) testPing(t *testing.T) {
 // reject, with an error wrapping store.ErrInvalid and not
 // store.ErrUnavailable (a caller bug, not a store failure), and changes
 // nothing; the bounds themselves are accepted. Bolt once answered Claimed
-// to an empty token, a lease under 1 ms and a negative retention (issue 16).
+// to an empty token, a lease under 1 ms and a negative retention.
 func (s *suite) testInvalidParams(t *testing.T) {
 	st := s.newStore(t)
 	wantInvalid := func(what string, err error) {

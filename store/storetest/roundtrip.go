@@ -106,7 +106,7 @@ func (s *suite) testRoundTripResponse(t *testing.T) {
 		"1 MiB binary":    {Status: 200, Body: big},
 		"empty value":     {Status: 202, Header: http.Header{"X-Empty": {""}, "X-Two": {"", ""}}},
 		"odd header name": {Status: 299, Header: http.Header{"X-\x00Odd:Name": {"v\x00\r\nx"}}},
-		// Trailers (issue 13): kept apart from the header, values in
+		// Trailers: kept apart from the header, values in
 		// order, with and without a header and a body.
 		"trailer": {Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("chunked"),
 			Trailer: http.Header{"Grpc-Status": {"0"}, "X-Checksum": {"a", "b, c", ""}, "x-raw": {"kept"}}},

@@ -16,8 +16,8 @@ import (
 )
 
 // BenchBody is the 227-byte JSON answer of e2e/bench's upstream: the
-// response every per-record size figure in docs/performance.md (issue 17,
-// "Smaller records") is measured with.
+// response every per-record size figure in docs/performance.md ("Record
+// memory") is measured with.
 var BenchBody = []byte(`{"id":"ord_0000000000000001","status":"created","amount":4200,"currency":"EUR",` +
 	`"customer":"cus_00000000000042","items":[{"sku":"sku-1","qty":1},{"sku":"sku-2","qty":2}],` +
 	`"created_at":"2025-01-01T00:00:00Z","pad":"xxxxxxxxxxxx"}` + "\n")
@@ -70,10 +70,10 @@ func FillCompleted(ctx context.Context, s store.Store, n, workers int) error {
 			for i := w; i < n; i += workers {
 				p, resp := BenchRecord(i)
 				if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
-					return fmt.Errorf("Claim %d: %+v, %w", i, res, err)
+					return fmt.Errorf("claim %d: %+v, %w", i, res, err)
 				}
 				if ok, err := s.Complete(ctx, p.Identity, p.Token, resp); !ok || err != nil {
-					return fmt.Errorf("Complete %d: %v, %w", i, ok, err)
+					return fmt.Errorf("complete %d: %v, %w", i, ok, err)
 				}
 			}
 			return nil

@@ -14,7 +14,7 @@
 //   - failures.go: done contexts and Ping (rule 5); invalid parameters
 //   - sweep.go: the optional store.Sweeper
 //   - tombstone.go: the optional store.Tombstoner (resource index and
-//     tombstones, issue 13)
+//     tombstones)
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs

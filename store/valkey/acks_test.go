@@ -50,11 +50,12 @@ func wantNotAcknowledged(t *testing.T, what string, err error) {
 	}
 }
 
-// TestAcksFollowTheWriteOnItsConnection is the test of issue 11 that fails
-// when the acknowledgement is asked on another connection than the write:
-// with the only replica frozen, WAIT on the write's connection times out,
-// while WAIT on any other connection answers at once that the replica has
-// everything (it acknowledged that connection's offset, 0, long ago).
+// TestAcksFollowTheWriteOnItsConnection is the test (docs/durability.md,
+// "Replica acknowledgements") that fails when the acknowledgement is asked on
+// another connection than the write: with the only replica frozen, WAIT on the
+// write's connection times out, while WAIT on any other connection answers at
+// once that the replica has everything (it acknowledged that connection's
+// offset, 0, long ago).
 func TestAcksFollowTheWriteOnItsConnection(t *testing.T) {
 	primary := valkeytest.Start(t)
 	replica := valkeytest.StartReplica(t, primary.Addr())

@@ -15,16 +15,16 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// Replay cache (issue 17): a completed record this instance has seen is
-// read with valkey-go's DoCache, server-assisted client-side caching. Each
-// connection runs CLIENT TRACKING ON OPTIN, and DoCache sends CLIENT
-// CACHING YES with the read, so Valkey remembers which connection cached
-// the key and pushes an invalidation on that same connection when the key
-// is written, deleted, expires or is evicted (and flushes everything on
-// FLUSHALL). A connection that breaks drops its whole cache (valkey-go
-// pipe close), so nothing read before an outage outlives it. Claims,
-// completions and every other script are not tracked (OPTIN): they never
-// fill the cache.
+// Replay cache (docs/performance.md, "Replay cache"): a completed record this
+// instance has seen is read with valkey-go's DoCache, server-assisted
+// client-side caching. Each connection runs CLIENT TRACKING ON OPTIN, and
+// DoCache sends CLIENT CACHING YES with the read, so Valkey remembers which
+// connection cached the key and pushes an invalidation on that same connection
+// when the key is written, deleted, expires or is evicted (and flushes
+// everything on FLUSHALL). A connection that breaks drops its whole cache
+// (valkey-go pipe close), so nothing read before an outage outlives it. Claims,
+// completions and every other script are not tracked (OPTIN): they never fill
+// the cache.
 //
 // The cache is only consulted for keys in seen, the record keys this
 // instance has seen completed (its own Complete, a Claim answered

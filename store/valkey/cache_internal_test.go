@@ -54,7 +54,7 @@ func cachedInternal(t *testing.T, s *Store, id store.Identity) (*store.Record, s
 	return rec, res
 }
 
-// TestCacheBrokenConnectionFlushes (issue 17, e): killing the store's
+// TestCacheBrokenConnectionFlushes: killing the store's
 // connections drops everything they cached, so a record deleted while
 // they were down (no invalidation can reach a dead connection) is read
 // from the server again, not replayed from memory.
@@ -116,7 +116,7 @@ func TestCacheBrokenConnectionFlushes(t *testing.T) {
 	}
 }
 
-// TestCacheNeverServesRunning (issue 17, f): a record that runs (purged
+// TestCacheNeverServesRunning: a record that runs (purged
 // and claimed again since it was seen completed) is never returned by the
 // cache, whether read from the server or held in the client cache, and
 // its claim answers Running as without a cache.

@@ -96,7 +96,7 @@ func cached(t *testing.T, s *valkey.Store, id store.Identity) (*store.Record, st
 	return rec, res
 }
 
-// TestCacheReplayCostsNoCommand (issue 17, a): once read, a completed
+// TestCacheReplayCostsNoCommand: once read, a completed
 // record is replayed from the cache with no command at all, and it is the
 // record Claim and Get answer, field for field.
 func TestCacheReplayCostsNoCommand(t *testing.T) {
@@ -136,7 +136,7 @@ func TestCacheReplayCostsNoCommand(t *testing.T) {
 	}
 }
 
-// TestCacheFreshKeyCostsTwoRoundTrips (issue 17, b): asking the cache for
+// TestCacheFreshKeyCostsTwoRoundTrips: asking the cache for
 // a key this instance has not seen completed sends nothing, so a fresh
 // request stays claim + complete.
 func TestCacheFreshKeyCostsTwoRoundTrips(t *testing.T) {
@@ -157,7 +157,7 @@ func TestCacheFreshKeyCostsTwoRoundTrips(t *testing.T) {
 	}
 }
 
-// TestCachePurgeReachesPeer (issue 17, c): two instances have a record
+// TestCachePurgeReachesPeer: two instances have a record
 // cached; a purge through one stops the other's cached replays within
 // 100 ms of the purge's return (Valkey's invalidation), and its own.
 func TestCachePurgeReachesPeer(t *testing.T) {
@@ -195,7 +195,7 @@ func TestCachePurgeReachesPeer(t *testing.T) {
 	}
 }
 
-// TestCacheExpiry (issue 17, d): past its retention end a record is not
+// TestCacheExpiry: past its retention end a record is not
 // replayed from the cache.
 func TestCacheExpiry(t *testing.T) {
 	srv := valkeytest.Start(t)
@@ -218,7 +218,7 @@ func TestCacheExpiry(t *testing.T) {
 	}
 }
 
-// TestCacheOff (issue 17, g): CacheBytes 0 makes no cached read: every
+// TestCacheOff: CacheBytes 0 makes no cached read: every
 // replay is a claim, and nothing tracks keys.
 func TestCacheOff(t *testing.T) {
 	srv := valkeytest.Start(t)
@@ -242,7 +242,7 @@ func TestCacheOff(t *testing.T) {
 	}
 }
 
-// TestCacheBounded (issue 17, h): many records through a small cache: what
+// TestCacheBounded: many records through a small cache: what
 // is answered from memory never exceeds CacheBytes, and every answer is
 // the right record.
 func TestCacheBounded(t *testing.T) {

@@ -18,8 +18,9 @@ import (
 // BenchmarkCompleteBigBody completes records holding a 1 MiB body on a
 // throwaway valkey-server (claim, then the timed Complete) and reports
 // "body-copies": bytes Complete allocates per call over the body's size
-// (issue 17). The body is stored compressed (base64-like JSON), as it is
-// (random bytes), or as it is because the upstream encoded it (gzip).
+// (docs/performance.md, "1 MiB request and response bodies"). The body is
+// stored compressed (base64-like JSON), as it is (random bytes), or as it is
+// because the upstream encoded it (gzip).
 func BenchmarkCompleteBigBody(b *testing.B) {
 	srv := valkeytest.Start(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

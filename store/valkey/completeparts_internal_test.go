@@ -52,13 +52,13 @@ func wantRecord(codec *store.BodyCodec, id store.Identity, fingerprint string, c
 }
 
 // TestCompleteInPartsSameRecord: Complete sends the response head and the
-// stored body as two arguments that complete.lua concatenates (issue 17),
-// and the record Valkey holds is byte for byte the one the single
-// argument of store.EncodeResponse made, read back raw: for a 1 MiB body
-// stored as it is (incompressible, and Content-Encoded), a compressed
-// one, a small one, an empty and no body. A caller sending the whole
-// response as one argument and no ARGV[5] (complete.lua's contract before)
-// gets the same record too.
+// stored body as two arguments that complete.lua concatenates (no copy of a
+// large body), and the record Valkey holds is byte for byte the one the single
+// argument of store.EncodeResponse made, read back raw: for a 1 MiB body stored
+// as it is (incompressible, and Content-Encoded), a compressed one, a small
+// one, an empty and no body. A caller sending the whole response as one
+// argument and no ARGV[5] (complete.lua's contract before) gets the same record
+// too.
 func TestCompleteInPartsSameRecord(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := internalStore(t, srv.Addr(), 0)

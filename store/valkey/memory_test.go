@@ -36,9 +36,10 @@ func usedMemory(t *testing.T, c vk.Client) int64 {
 
 // TestMemoryPerCompletedRecord writes completed records for the bench's
 // response through the store (claim.lua then complete.lua) on a fresh
-// valkey-server and reports used_memory per record, the figure issue 17
-// asks to halve. It fails when a record costs more than maxBytesPerRecord,
-// so a layout change that brings the cost back shows here.
+// valkey-server and reports used_memory per record, the figure the
+// record-memory target asks to halve (docs/performance.md, "Record memory"). It
+// fails when a record costs more than maxBytesPerRecord, so a layout change
+// that brings the cost back shows here.
 func TestMemoryPerCompletedRecord(t *testing.T) {
 	srv := valkeytest.Start(t)
 	c := raw(t, srv.Addr())
@@ -67,7 +68,7 @@ func TestMemoryPerCompletedRecord(t *testing.T) {
 	t.Logf("%d completed records, body %d bytes: used_memory %.0f bytes per record, MEMORY USAGE %d bytes, encoding %s",
 		n, len(resp.Body), per, usage, enc)
 	// Layout 2 cost 1,962 bytes per record here (docs/performance.md);
-	// issue 17 asks for at most half.
+	// the target is at most half.
 	if per > 981 {
 		t.Errorf("used_memory per completed record = %.0f bytes, want at most 981 (half of layout 2's 1,962)", per)
 	}

@@ -1,8 +1,8 @@
 package valkey_test
 
 import (
-	"os"
 	"context"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -87,4 +87,3 @@ func BenchmarkServerCPUPerFreshOp(b *testing.B) {
 		b.Log(out)
 	}
 }
-

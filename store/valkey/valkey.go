@@ -69,15 +69,15 @@ type Options struct {
 	// whether the acknowledgement came in time. It must not block. main
 	// wires it to metrics.Metrics.StoreAck.
 	OnAck func(op string, took time.Duration, acknowledged bool)
-	// CacheBytes bounds the replay cache (store.ReplayCache, issue 17), in
-	// bytes; 0 (the zero value) turns it off, negative is an error. It is
-	// split: six eighths are valkey-go's client-side cache, divided
-	// among the connections to one server (CacheSizeEachConn), so the
-	// responses cached from one standalone or Sentinel primary stay
-	// within it (in Cluster, within it per node); one eighth bounds the
-	// set of record keys seen completed (about 128 bytes a key), and one
-	// eighth the records decoded from the cache, kept so that a replay
-	// does not decode the same reply again. The sizes are estimates of
+	// CacheBytes bounds the replay cache (store.ReplayCache;
+	// docs/performance.md, "Replay cache"), in bytes; 0 (the zero value) turns
+	// it off, negative is an error. It is split: six eighths are valkey-go's
+	// client-side cache, divided among the connections to one server
+	// (CacheSizeEachConn), so the responses cached from one standalone or
+	// Sentinel primary stay within it (in Cluster, within it per node); one
+	// eighth bounds the set of record keys seen completed (about 128 bytes a
+	// key), and one eighth the records decoded from the cache, kept so that a
+	// replay does not decode the same reply again. The sizes are estimates of
 	// the entries, not heap measures.
 	CacheBytes int64
 }
@@ -440,7 +440,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	// zstd frame, or resp.Body itself when the codec leaves it), which
 	// complete.lua concatenates after the rest of the record. The strings
 	// share those bytes (never written again), so a large body is not
-	// copied on its way out (issue 17).
+	// copied on its way out.
 	head, tail := encodeResponseParts(s.codec, resp)
 	// ARGV[4], "1": a repeat by the completing token re-confirms the
 	// record (store contract, rule 3), so a completion that was not

@@ -1,0 +1,59 @@
+package deploy_test
+
+import (
+	"bufio"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// trackerRef matches a tracker reference by number ("issue" or "issues",
+// any case, then a number, with or without #): a reader of the repository
+// cannot open the tracker, so a comment or string must name the behaviour,
+// the test or a docs/ section instead. Links such as go.dev/issue/NNN are
+// not matched: they open.
+var trackerRef = regexp.MustCompile(`(?i)\bissues?\s+#?[0-9]`)
+
+// TestNoTrackerReferencesInGo: no Go file of the repository, in any module,
+// test or tool, refers to a tracker issue by its number.
+func TestNoTrackerReferencesInGo(t *testing.T) {
+	files := 0
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		files++
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for line := 1; sc.Scan(); line++ {
+			if m := trackerRef.FindString(sc.Text()); m != "" {
+				rel, _ := filepath.Rel(repoRoot, p)
+				t.Errorf("%s:%d: %q refers to a tracker issue by number; name the behaviour, the test or a docs/ section instead", rel, line, strings.TrimSpace(sc.Text()))
+			}
+		}
+		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("walked %d Go files under %s, want the whole repository", files, repoRoot)
+	}
+}
