@@ -217,6 +217,18 @@ func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 // repeated (see the contract, rule 3).
 var ErrNotAcknowledged = fmt.Errorf("%w: write not acknowledged by the required replicas in time", ErrUnavailable)
 
+// ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
+// error of a checked response whose body has another length or whose
+// bytes have another CRC-32C than the check written with them: the record
+// was cut short or damaged in the store. It is never replayed, and no
+// retry forwards its operation again: the proxy answers
+// problem.StoredResponseDamaged and counts it.
+var ErrStoredResponseDamaged = errors.New("stored response failed its integrity check")
+
+// ErrStoredResponse is wrapped by every error of a stored response that
+// does not parse: a store error, never a guess at what was meant.
+var ErrStoredResponse = errors.New("stored response of layout 3")
+
 // MaxRecipeBytes bounds ClaimParams.Recipe, in bytes.
 const MaxRecipeBytes = 1024
 

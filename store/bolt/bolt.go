@@ -15,7 +15,7 @@
 // bytes, expiry_ms as 8 bytes big-endian at offset 3, varint times and
 // status, uvarint-length fields (owner, scope, key, fingerprint, token,
 // recipe, header, trailers), then the body to the end, compressed by
-// store.BodyCodec when that pays. Versions 1 and 2 (record.go: fixed 8-byte
+// layout.BodyCodec when that pays. Versions 1 and 2 (record.go: fixed 8-byte
 // times, 4-byte lengths) are still read; a file is marked 3 when opened.
 package bolt
 
@@ -37,6 +37,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -114,7 +115,7 @@ type Store struct {
 	log         *slog.Logger
 	// codec compresses stored bodies (format version 3) and decompresses
 	// them on every read.
-	codec *store.BodyCodec
+	codec *layout.BodyCodec
 
 	// watchers are woken by Close too, and later ones start woken, so a
 	// waiter re-Claims, gets the store's error and fails closed.
@@ -158,7 +159,7 @@ func New(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("bolt store: %w: empty path", store.ErrUnavailable)
 	}
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		return nil, fmt.Errorf("bolt store: %w", err)
 	}
@@ -327,7 +328,7 @@ func buckets(tx *bbolt.Tx) (records, expiry *bbolt.Bucket, err error) {
 // load returns the record stored under key, or nil when there is none or
 // it is past its expiry (treated as absent; removal is left to writes and
 // the sweep).
-func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64, codec *store.BodyCodec) (*record, error) {
+func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64, codec *layout.BodyCodec) (*record, error) {
 	v := records.Get(key)
 	if v == nil {
 		return nil, nil
@@ -352,7 +353,7 @@ type writer struct {
 	records, expiry *bbolt.Bucket
 	key             []byte
 	id              store.Identity
-	codec           *store.BodyCodec
+	codec           *layout.BodyCodec
 	// oldExpiryMs is the expiry of the stored value (live or not), whose
 	// expiry entry a write must replace; 0 when there is none.
 	oldExpiryMs int64
@@ -360,7 +361,7 @@ type writer struct {
 
 // begin loads id's record for writing. An expired record is deleted on the
 // spot (and reported as nil) so no stale value outlives the transaction.
-func begin(tx *bbolt.Tx, id store.Identity, nowMs int64, codec *store.BodyCodec) (*writer, *record, error) {
+func begin(tx *bbolt.Tx, id store.Identity, nowMs int64, codec *layout.BodyCodec) (*writer, *record, error) {
 	records, expiry, err := buckets(tx)
 	if err != nil {
 		return nil, nil, err
@@ -777,7 +778,7 @@ func (s *Store) Len(ctx context.Context) (int, error) {
 // 8-byte big-endian length then its bytes), 32 bytes. An entry's key is
 // IndexKey(res) followed by the 32-byte record key.
 func IndexKey(res store.Resource) []byte {
-	sum := sha256.Sum256(res.Bytes())
+	sum := sha256.Sum256(layout.ResourceBytes(res))
 	return sum[:]
 }
 

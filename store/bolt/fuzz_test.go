@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
@@ -15,7 +15,7 @@ import (
 // back to the same record, so a record read and written again loses
 // nothing.
 func FuzzDecodeRecord(f *testing.F) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		f.Fatal(err)
 	}

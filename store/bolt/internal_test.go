@@ -15,6 +15,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
@@ -166,7 +167,7 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			codec, err := store.NewBodyCodec()
+			codec, err := layout.NewBodyCodec()
 			if err != nil {
 				t.Fatal(err)
 			}

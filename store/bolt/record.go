@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // FormatVersion is the first byte of every record value this build writes
@@ -22,7 +23,7 @@ import (
 // response trailer (issue 13); records without it read as having none.
 // Version 3 (issue 17, "Smaller records") is the compact encoding of
 // record3.go: varint lengths and times, an hs1 fingerprint as its 32
-// bytes, the body compressed by store.BodyCodec when that pays.
+// bytes, the body compressed by layout.BodyCodec when that pays.
 const FormatVersion byte = 3
 
 // formatV1 is the record format before recipes: seven length-prefixed fields.
@@ -64,9 +65,9 @@ const fixedLen = 1 + 1 + 1 + 5*8 + 2
 // the sweep reads it without decoding the rest (storedExpiry).
 const expiryOffset = 3 + 2*8
 
-// IdentityBytes is the encoding of id hashed into the record key: id.Bytes(),
-// the one every store shares (store.Identity.Bytes).
-func IdentityBytes(id store.Identity) []byte { return id.Bytes() }
+// IdentityBytes is the encoding of id hashed into the record key, the one
+// every store shares (docs/protocol.md, "Key layout").
+func IdentityBytes(id store.Identity) []byte { return layout.IdentityBytes(id) }
 
 // RecordKey returns the key of id's record in the records bucket: the
 // 32-byte SHA-256 of IdentityBytes(id).

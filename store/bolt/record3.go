@@ -11,12 +11,13 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // Flag bits of byte 2 of a version 3 record value beyond those of version 2
 // (flagTakeover .. flagTrailerSet keep their meaning).
 const (
-	// flagBodyZstd: the body is a zstd frame of store.BodyCodec.
+	// flagBodyZstd: the body is a zstd frame of layout.BodyCodec.
 	flagBodyZstd byte = 1 << 5
 	// flagFingerprintPacked: the fingerprint field holds the 32 bytes that
 	// fingerprintPrefix + their 64 lowercase hex digits spell.
@@ -69,8 +70,8 @@ func packFingerprint(fp string) ([]byte, bool) {
 
 // encodeRecord serializes r in format version 3 (docs/protocol.md, "Record
 // value (version 3)"), the response body compressed by codec when that
-// pays (store.BodyCodec.Compress).
-func encodeRecord(r *record, codec *store.BodyCodec) ([]byte, error) {
+// pays (layout.BodyCodec.Compress).
+func encodeRecord(r *record, codec *layout.BodyCodec) ([]byte, error) {
 	var (
 		header, trailer, body []byte
 		status                int
@@ -144,7 +145,7 @@ func encodeRecord(r *record, codec *store.BodyCodec) ([]byte, error) {
 // decodeRecord parses a record value of any version this build reads (1 to
 // 3), decompressing a version 3 body with codec; it copies everything out
 // of b, which bbolt only lends for the length of the transaction.
-func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
+func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 	if len(b) > 0 && b[0] != FormatVersion {
 		return decodeRecordV2(b)
 	}

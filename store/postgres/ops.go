@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // State values of the state column.
@@ -350,7 +351,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 		if packed == nil || storedAt == nil {
 			return nil, errors.New("completed row of layout 3 without response or stored_at")
 		}
-		return store.DecodeResponse(s.codec, packed, *storedAt)
+		return layout.DecodeResponse(s.codec, packed, *storedAt)
 	}
 	if version == nil {
 		return nil, errors.New("completed row without version")
@@ -361,7 +362,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
 	}
-	h, err := store.DecodeHeader(hdr)
+	h, err := layout.DecodeHeader(hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +371,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	}
 	resp := &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}
 	if len(trailers) > 0 {
-		if resp.Trailer, err = store.DecodeHeader(trailers); err != nil {
+		if resp.Trailer, err = layout.DecodeHeader(trailers); err != nil {
 			return nil, fmt.Errorf("trailers: %w", err)
 		}
 	}
@@ -415,7 +416,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		return false, fmt.Errorf("postgres store: complete: status %d outside 100..599", resp.Status)
 	}
 	rowID := ID(id)
-	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), store.EncodeResponse(s.codec, resp), s.now(), s.channel)
+	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), layout.EncodeResponse(s.codec, resp), s.now(), s.channel)
 }
 
 // Release implements store.Store with one DELETE ... WHERE token = $2 that
@@ -512,7 +513,7 @@ var errBadRow = errors.New("row does not follow the layout")
 // resource index table: the SHA-256 of Owner, Scope and Path in the
 // identity encoding of the Valkey store (Path in the key's place).
 func IndexDigest(res store.Resource) []byte {
-	sum := sha256.Sum256(res.Bytes())
+	sum := sha256.Sum256(layout.ResourceBytes(res))
 	return sum[:]
 }
 

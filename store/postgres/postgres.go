@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -96,7 +97,7 @@ type Store struct {
 	sql statements
 	// codec compresses the body of every response column Complete writes
 	// (layout 3) and decompresses it on every read.
-	codec *store.BodyCodec
+	codec *layout.BodyCodec
 
 	watchers watch.Set[string] // by lowercase hex record id
 
@@ -174,7 +175,7 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
@@ -230,9 +231,9 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 }
 
 // ID returns the primary key of id's row: the SHA-256 of the identity
-// encoding every store shares (store.Identity.Bytes), 32 raw bytes.
+// encoding every store shares (layout.IdentityBytes), 32 raw bytes.
 func ID(id store.Identity) []byte {
-	sum := sha256.Sum256(id.Bytes())
+	sum := sha256.Sum256(layout.IdentityBytes(id))
 	return sum[:]
 }
 

@@ -16,7 +16,7 @@ import (
 // package writes (layout 3 of docs/protocol.md: identity = owner + scope +
 // key, each row keeping its fingerprint recipe, a completed row keeping
 // its response in the one response column, the body compressed by
-// store.BodyCodec). Rows of layout 2 (status, headers, body, omitted and
+// layout.BodyCodec). Rows of layout 2 (status, headers, body, omitted and
 // trailers columns) are still read, by their version column.
 const LayoutVersion = 3
 

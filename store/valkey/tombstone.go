@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -22,9 +23,9 @@ func IndexKey(prefix string, res store.Resource) string {
 	return prefix + "index:{" + hex.EncodeToString(sum[:]) + "}"
 }
 
-// ResourceBytes is the encoding of res that IndexKey hashes: res.Bytes(),
-// the identity encoding with Path in the key's place (store.Resource.Bytes).
-func ResourceBytes(res store.Resource) []byte { return res.Bytes() }
+// ResourceBytes is the encoding of res that IndexKey hashes: the identity
+// encoding with Path in the key's place (docs/protocol.md, "Key layout").
+func ResourceBytes(res store.Resource) []byte { return layout.ResourceBytes(res) }
 
 // tag returns the hash tag of id's record key: the hex digest between its
 // braces.

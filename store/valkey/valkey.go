@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/watch"
 	"github.com/valkey-io/valkey-go"
 )
@@ -112,7 +113,7 @@ type Store struct {
 	watchers watch.Set[string] // by record key
 
 	// codec compresses stored bodies and decompresses them on replay.
-	codec *store.BodyCodec
+	codec *layout.BodyCodec
 
 	// seen is nil when the replay cache is off (Options.CacheBytes 0).
 	seen     *seen
@@ -192,7 +193,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		}
 		co.Sentinel.Dialer.Timeout = opts.DialTimeout
 	}
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		return nil, fmt.Errorf("valkey store: %w", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package layout_test
 
 import (
 	"bytes"
@@ -6,14 +6,14 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // TestAppendCompressIsCompress: AppendCompress appends exactly what
 // Compress returns, with the same verdict, after any prefix, and fits in
 // MaxCompressedLen spare bytes without growing (issue 17).
 func TestAppendCompressIsCompress(t *testing.T) {
-	c, err := store.NewBodyCodec()
+	c, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}

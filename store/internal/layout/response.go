@@ -1,4 +1,4 @@
-package store
+package layout
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // Flag bits of the first byte of a stored response (docs/protocol.md,
@@ -44,18 +46,6 @@ const maxChecked = 1<<32 - 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
-// error of a checked response whose body has another length or whose
-// bytes have another CRC-32C than the check written with them: the record
-// was cut short or damaged in the store. It is never replayed, and no
-// retry forwards its operation again: the proxy answers
-// problem.StoredResponseDamaged and counts it.
-var ErrStoredResponseDamaged = errors.New("stored response failed its integrity check")
-
-// ErrStoredResponse is wrapped by every error of a stored response that
-// does not parse: a store error, never a guess at what was meant.
-var ErrStoredResponse = errors.New("stored response of layout 3")
-
 // StoredResponse is a stored response as its bytes hold it: the flags
 // byte, the status as a uvarint, Header and Trailer each as a uvarint
 // length and EncodeHeader bytes (when their flag is set), then Body to
@@ -74,7 +64,7 @@ type StoredResponse struct {
 
 // headOf is the StoredResponse of resp without its body: flags, status,
 // header and trailer.
-func headOf(resp Response) StoredResponse {
+func headOf(resp store.Response) StoredResponse {
 	r := StoredResponse{Status: uint64(resp.Status)}
 	if resp.Omitted {
 		r.Flags |= RespOmitted
@@ -142,7 +132,7 @@ func (r *StoredResponse) Append(b []byte) []byte {
 // be built apart and copied in (issue 17: a 1 MiB body was allocated three
 // times over). Postgres stores these bytes as the response column; they
 // are EncodeResponseParts's head and tail joined.
-func EncodeResponse(codec *BodyCodec, resp Response) []byte {
+func EncodeResponse(codec *BodyCodec, resp store.Response) []byte {
 	r := headOf(resp)
 	r.Flags |= RespChecked
 	if resp.Body == nil {
@@ -186,7 +176,7 @@ func appendCheck(b, fields, body []byte) []byte {
 // a copy after the head (issue 17: that copy was a third 1 MiB buffer live
 // while Complete waited for Valkey). A compressed body is its zstd frame,
 // in a buffer of its own. tail is nil when resp has no body.
-func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
+func EncodeResponseParts(codec *BodyCodec, resp store.Response) (head, tail []byte) {
 	r := headOf(resp)
 	if resp.Body == nil {
 		r.Flags |= RespChecked
@@ -223,24 +213,24 @@ func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
 // body (Body aliases b). It accepts only the one encoding Append writes
 // for what it returns (shortest uvarints, header names in order, no empty
 // trailer field, flags this build knows), so a response read back and
-// written again is the same bytes. Every error wraps ErrStoredResponse.
+// written again is the same bytes. Every error wraps store.ErrStoredResponse.
 func ParseResponse(b []byte) (StoredResponse, error) {
 	var r StoredResponse
 	whole := b
 	if len(b) < 1 {
-		return r, fmt.Errorf("%w: empty", ErrStoredResponse)
+		return r, fmt.Errorf("%w: empty", store.ErrStoredResponse)
 	}
 	r.Flags, b = b[0], b[1:]
 	if r.Flags&^RespKnownFlags != 0 {
-		return r, fmt.Errorf("%w: unknown flags %#x", ErrStoredResponse, r.Flags)
+		return r, fmt.Errorf("%w: unknown flags %#x", store.ErrStoredResponse, r.Flags)
 	}
 	if r.Flags&RespBodyZstd != 0 && r.Flags&RespBodySet == 0 {
-		return r, fmt.Errorf("%w: compressed flag without body", ErrStoredResponse)
+		return r, fmt.Errorf("%w: compressed flag without body", store.ErrStoredResponse)
 	}
 	uvarint := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
 		if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-			return 0, fmt.Errorf("%w: bad varint", ErrStoredResponse)
+			return 0, fmt.Errorf("%w: bad varint", store.ErrStoredResponse)
 		}
 		b = b[n:]
 		return v, nil
@@ -255,16 +245,16 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 			return nil, err
 		}
 		if uint64(len(b)) < n {
-			return nil, fmt.Errorf("%w: header of %d bytes truncated", ErrStoredResponse, n)
+			return nil, fmt.Errorf("%w: header of %d bytes truncated", store.ErrStoredResponse, n)
 		}
 		h := b[:n]
 		b = b[n:]
 		dec, err := DecodeHeader(h)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 		if !bytes.Equal(EncodeHeader(dec), h) {
-			return nil, fmt.Errorf("%w: header not in canonical order", ErrStoredResponse)
+			return nil, fmt.Errorf("%w: header not in canonical order", store.ErrStoredResponse)
 		}
 		return h, nil
 	}
@@ -278,28 +268,28 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 			return r, err
 		}
 		if len(r.Trailer) == 0 {
-			return r, fmt.Errorf("%w: empty trailers flagged", ErrStoredResponse)
+			return r, fmt.Errorf("%w: empty trailers flagged", store.ErrStoredResponse)
 		}
 	}
 	if r.Flags&RespChecked != 0 {
 		fields := whole[:len(whole)-len(b)]
 		if len(b) < CheckLen {
-			return r, fmt.Errorf("%w: %w: check cut short", ErrStoredResponse, ErrStoredResponseDamaged)
+			return r, fmt.Errorf("%w: %w: check cut short", store.ErrStoredResponse, store.ErrStoredResponseDamaged)
 		}
 		n, sum := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])
 		b = b[CheckLen:]
 		if uint64(len(b)) != uint64(n) {
-			return r, fmt.Errorf("%w: %w: body of %d bytes, %d written", ErrStoredResponse, ErrStoredResponseDamaged, len(b), n)
+			return r, fmt.Errorf("%w: %w: body of %d bytes, %d written", store.ErrStoredResponse, store.ErrStoredResponseDamaged, len(b), n)
 		}
 		if got := checkSum(fields, b); got != sum {
-			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", ErrStoredResponse, ErrStoredResponseDamaged, got, sum)
+			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", store.ErrStoredResponse, store.ErrStoredResponseDamaged, got, sum)
 		}
 		r.Sum = sum
 	}
 	if r.Flags&RespBodySet != 0 {
 		r.Body = b
 	} else if len(b) != 0 {
-		return r, fmt.Errorf("%w: %d bytes after a response without body", ErrStoredResponse, len(b))
+		return r, fmt.Errorf("%w: %d bytes after a response without body", store.ErrStoredResponse, len(b))
 	}
 	return r, nil
 }
@@ -308,16 +298,16 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 // (always a copy, never aliasing r.Body), with StoredAt storedAt. A status
 // outside 100..599 (Response.Status's range, which every Complete checks),
 // a header that does not decode or a body that does not decompress is an
-// error wrapping ErrStoredResponse.
-func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Response, error) {
+// error wrapping store.ErrStoredResponse.
+func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*store.Response, error) {
 	if r.Status < 100 || r.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d", ErrStoredResponse, r.Status)
+		return nil, fmt.Errorf("%w: status %d", store.ErrStoredResponse, r.Status)
 	}
-	resp := &Response{Status: int(r.Status), Omitted: r.Flags&RespOmitted != 0, StoredAt: storedAt}
+	resp := &store.Response{Status: int(r.Status), Omitted: r.Flags&RespOmitted != 0, StoredAt: storedAt}
 	var err error
 	if r.Flags&RespHeaderSet != 0 {
 		if resp.Header, err = DecodeHeader(r.Header); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 		if resp.Header == nil {
 			resp.Header = make(http.Header)
@@ -325,13 +315,13 @@ func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Respon
 	}
 	if r.Flags&RespTrailerSet != 0 {
 		if resp.Trailer, err = DecodeHeader(r.Trailer); err != nil {
-			return nil, fmt.Errorf("%w: trailers: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: trailers: %w", store.ErrStoredResponse, err)
 		}
 	}
 	switch {
 	case r.Flags&RespBodyZstd != 0:
 		if resp.Body, err = codec.Decompress(r.Body); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 	case r.Flags&RespBodySet != 0:
 		resp.Body = append([]byte{}, r.Body...)
@@ -340,8 +330,8 @@ func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Respon
 }
 
 // DecodeResponse reverses EncodeResponse: ParseResponse, then Response.
-// Every error wraps ErrStoredResponse.
-func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*Response, error) {
+// Every error wraps store.ErrStoredResponse.
+func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*store.Response, error) {
 	r, err := ParseResponse(b)
 	if err != nil {
 		return nil, err
