@@ -158,7 +158,8 @@ type Record struct {
 	LeaseEnd time.Time
 	// RetentionEnd is when the record stops existing; zero means never. For
 	// a running record it is its expiry: the later of the lease end and
-	// claim time plus retention, or lease end plus 24 h when retention is 0
+	// claim time plus retention, or lease end plus AbandonedKeep (24 h) when
+	// retention is 0
 	// (a repeated claim computes it again from its own time, never earlier).
 	RetentionEnd time.Time
 }
@@ -231,6 +232,15 @@ var ErrStoredResponse = errors.New("stored response of layout 3")
 
 // MaxRecipeBytes bounds ClaimParams.Recipe, in bytes.
 const MaxRecipeBytes = 1024
+
+// AbandonedKeep is how long a running record whose claim had Retention 0
+// outlives its lease end (Record.RetentionEnd, contract rule 6): an
+// abandoned claim stays visible to on_abandoned: reject for a day, while
+// no record lives forever. Every driver applies this one value: memory
+// and bolt through their shared claim rules, Valkey in claim.lua and
+// extend.lua (filled in when the scripts are built), Postgres in its claim
+// and extend statements (docs/protocol.md, "Layout versions").
+const AbandonedKeep = 24 * time.Hour
 
 // SafetyPoll is the longest a waiter relies on Watch alone: it re-checks the
 // record at least this often in case a notification was lost.

@@ -41,12 +41,6 @@ import (
 	"github.com/idemgate/idemgate/store/watch"
 )
 
-// abandonedKeep is how long a running record whose claim had Retention 0
-// outlives its lease end, so an abandoned claim stays visible to
-// on_abandoned: reject while nothing lives forever (same rule as
-// store/memory and store/valkey).
-const abandonedKeep = 24 * time.Hour
-
 // DefaultSweepInterval is how often the background sweep runs by default.
 const DefaultSweepInterval = time.Minute
 
@@ -419,10 +413,11 @@ func (w *writer) remove() error {
 }
 
 // runningExpiry is when a running record stops existing: the later of lease
-// end and claim time + retention, or lease end + 24h for retention 0.
+// end and claim time + retention, or lease end +
+// store.AbandonedKeep for retention 0.
 func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
 	if retentionMs == 0 {
-		return leaseEndMs + abandonedKeep.Milliseconds()
+		return leaseEndMs + store.AbandonedKeep.Milliseconds()
 	}
 	return max(nowMs+retentionMs, leaseEndMs)
 }
@@ -578,7 +573,7 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 	return s.holding(ctx, "extend", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
 		r.leaseEndMs = nowMs + lease.Milliseconds()
 		if r.retentionMs == 0 {
-			r.expiryMs = r.leaseEndMs + abandonedKeep.Milliseconds()
+			r.expiryMs = r.leaseEndMs + store.AbandonedKeep.Milliseconds()
 		} else if r.leaseEndMs > r.expiryMs {
 			r.expiryMs = r.leaseEndMs
 		}

@@ -11,11 +11,6 @@ import (
 	"github.com/idemgate/idemgate/store/watch"
 )
 
-// abandonedKeep is how long a running record whose claim had Retention 0
-// outlives its lease end, so an abandoned claim stays visible to
-// on_abandoned: reject while nothing lives forever (same rule as store/valkey).
-const abandonedKeep = 24 * time.Hour
-
 // DefaultSweepInterval is how often the background sweep runs by default.
 const DefaultSweepInterval = time.Minute
 
@@ -133,10 +128,11 @@ func ctxErr(ctx context.Context, op string) error {
 }
 
 // runningExpiry is when a running record stops existing: the later of lease
-// end and claim time + retention, or lease end + 24h for retention 0.
+// end and claim time + retention, or lease end +
+// store.AbandonedKeep for retention 0.
 func runningExpiry(now, leaseEnd time.Time, retention time.Duration) time.Time {
 	if retention == 0 {
-		return leaseEnd.Add(abandonedKeep)
+		return leaseEnd.Add(store.AbandonedKeep)
 	}
 	if e := now.Add(retention); e.After(leaseEnd) {
 		return e
@@ -260,7 +256,7 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 	}
 	r.leaseEnd = now.Add(lease.Truncate(time.Millisecond))
 	if r.retention == 0 {
-		r.expiry = r.leaseEnd.Add(abandonedKeep)
+		r.expiry = r.leaseEnd.Add(store.AbandonedKeep)
 	} else if r.leaseEnd.After(r.expiry) {
 		r.expiry = r.leaseEnd
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,11 @@ func buildStatements(t string) statements {
 		repeat  = `(NOT ` + expired + ` AND ` + same + `)`
 	)
 	ms := func(p string) string { return p + `::bigint * interval '1 millisecond'` }
+	// keep is store.AbandonedKeep in whole hours (TestAbandonedKeepIsADay
+	// pins it at 24), so the statements keep the text docs/protocol.md
+	// quotes: a time interval, never days, which would follow daylight
+	// saving in the session time zone.
+	keep := "interval '" + strconv.FormatInt(int64(store.AbandonedKeep/time.Hour), 10) + " hours'"
 	return statements{
 		// $1 id, $2 owner, $3 scope, $4 key, $5 fingerprint, $6 token,
 		// $7 lease ms, $8 retention ms, $9 no takeover, $10 recipe, $11 now.
@@ -62,7 +68,7 @@ func buildStatements(t string) statements {
 		claim: `WITH v AS MATERIALIZED (
   SELECT n.now, n.now + ` + ms("$7") + ` AS lease_end,
     CASE WHEN $8::bigint > 0 THEN greatest(n.now + ` + ms("$7") + `, n.now + ` + ms("$8") + `)
-         ELSE n.now + ` + ms("$7") + ` + interval '24 hours' END AS expiry
+         ELSE n.now + ` + ms("$7") + ` + ` + keep + ` END AS expiry
   FROM (SELECT ` + now(11) + ` AS now) n
 ), cur AS MATERIALIZED (
   SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
@@ -120,7 +126,7 @@ SELECT pg_notify($4, encode(d.id, 'hex'))::text FROM d`,
 		extend: `WITH n AS MATERIALIZED (SELECT ` + now(4) + ` AS now)
 UPDATE ` + t + ` r SET lease_end = n.now + ` + ms("$3") + `,
   expiry = CASE WHEN r.retention_ms > 0 THEN greatest(r.expiry, n.now + ` + ms("$3") + `)
-                ELSE n.now + ` + ms("$3") + ` + interval '24 hours' END
+                ELSE n.now + ` + ms("$3") + ` + ` + keep + ` END
 FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now`,
 		// $1 id, $2 now, $3 channel.
 		del: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now), d AS (

@@ -57,7 +57,7 @@ local expiry
 if retention > 0 then
   expiry = math.max(lease_end, now + retention)
 else
-  expiry = lease_end + 86400000
+  expiry = lease_end + ABANDONED_KEEP_MS
 end
 if repeated then
   -- Lease end and expiry as a fresh claim's, the expiry never earlier.
