@@ -38,6 +38,7 @@ import (
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/rules"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -225,18 +226,6 @@ func (s *Store) Path() string { return s.db.Path() }
 
 func (s *Store) nowMs() int64 { return s.clock().Truncate(time.Millisecond).UnixMilli() }
 
-// msTime converts stored unix milliseconds to a time; 0 is the zero time.
-func msTime(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}
-
-// over reports whether an end time has been reached (end <= now); an end
-// of 0 (never) never is.
-func over(endMs, nowMs int64) bool { return endMs != 0 && endMs <= nowMs }
-
 func unavailable(op string, err error) error {
 	return &store.OpError{Store: "bolt", Op: op, Err: err}
 }
@@ -331,12 +320,12 @@ func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64, cod
 	if err != nil {
 		return nil, err
 	}
-	if r.id != id {
+	if r.ID != id {
 		// Two identities with one SHA-256: refuse rather than answer with
 		// another owner's record.
 		return nil, fmt.Errorf("%w: record key collision", errCorrupt)
 	}
-	if over(r.expiryMs, nowMs) {
+	if rules.Over(r.ExpiryMs, nowMs) {
 		return nil, nil
 	}
 	return r, nil
@@ -346,7 +335,6 @@ func load(records *bbolt.Bucket, key []byte, id store.Identity, nowMs int64, cod
 type writer struct {
 	records, expiry *bbolt.Bucket
 	key             []byte
-	id              store.Identity
 	codec           *layout.BodyCodec
 	// oldExpiryMs is the expiry of the stored value (live or not), whose
 	// expiry entry a write must replace; 0 when there is none.
@@ -360,7 +348,7 @@ func begin(tx *bbolt.Tx, id store.Identity, nowMs int64, codec *layout.BodyCodec
 	if err != nil {
 		return nil, nil, err
 	}
-	w := &writer{records: records, expiry: expiry, key: RecordKey(id), id: id, codec: codec}
+	w := &writer{records: records, expiry: expiry, key: RecordKey(id), codec: codec}
 	if ms, _, ok := storedExpiry(records.Get(w.key)); ok {
 		w.oldExpiryMs = ms
 	}
@@ -368,7 +356,7 @@ func begin(tx *bbolt.Tx, id store.Identity, nowMs int64, codec *layout.BodyCodec
 	if err != nil {
 		return nil, nil, err
 	}
-	if r == nil && w.oldExpiryMs != 0 && over(w.oldExpiryMs, nowMs) {
+	if r == nil && w.oldExpiryMs != 0 && rules.Over(w.oldExpiryMs, nowMs) {
 		if err := w.remove(); err != nil {
 			return nil, nil, err
 		}
@@ -382,14 +370,14 @@ func (w *writer) put(r *record) error {
 	if err != nil {
 		return err
 	}
-	if w.oldExpiryMs != r.expiryMs {
+	if w.oldExpiryMs != r.ExpiryMs {
 		if w.oldExpiryMs != 0 {
 			if err := w.expiry.Delete(expiryKey(w.oldExpiryMs, w.key)); err != nil {
 				return err
 			}
 		}
-		if r.expiryMs != 0 {
-			if err := w.expiry.Put(expiryKey(r.expiryMs, w.key), nil); err != nil {
+		if r.ExpiryMs != 0 {
+			if err := w.expiry.Put(expiryKey(r.ExpiryMs, w.key), nil); err != nil {
 				return err
 			}
 		}
@@ -397,7 +385,7 @@ func (w *writer) put(r *record) error {
 	if err := w.records.Put(w.key, v); err != nil {
 		return err
 	}
-	w.oldExpiryMs = r.expiryMs
+	w.oldExpiryMs = r.ExpiryMs
 	return nil
 }
 
@@ -410,37 +398,6 @@ func (w *writer) remove() error {
 	}
 	w.oldExpiryMs = 0
 	return w.records.Delete(w.key)
-}
-
-// runningExpiry is when a running record stops existing: the later of lease
-// end and claim time + retention, or lease end +
-// store.AbandonedKeep for retention 0.
-func runningExpiry(nowMs, leaseEndMs, retentionMs int64) int64 {
-	if retentionMs == 0 {
-		return leaseEndMs + store.AbandonedKeep.Milliseconds()
-	}
-	return max(nowMs+retentionMs, leaseEndMs)
-}
-
-// answer is Claim's answer for a live record that it must not replace; ok
-// is false when the claim writes: a takeover, or a repeated claim whose
-// lease restarts.
-func answer(r *record, p store.ClaimParams, nowMs int64) (res store.ClaimResult, ok bool) {
-	switch {
-	case r.gone:
-		return store.ClaimResult{State: store.Gone}, true
-	case !r.running:
-		return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: r.resp}, true
-	case r.token == p.Token:
-		// A retried claim whose first answer was lost: it holds the record,
-		// and its lease restarts (refresh, in the write transaction).
-		return store.ClaimResult{}, false
-	case !over(r.leaseEndMs, nowMs):
-		return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
-	case p.NoTakeover || r.fingerprint != p.Fingerprint:
-		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(r.leaseEndMs)}, true
-	}
-	return store.ClaimResult{}, false
 }
 
 // Claim implements store.Store. Answers that change nothing (Completed,
@@ -465,7 +422,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		if err != nil || r == nil {
 			return err
 		}
-		res, done = answer(r, p, nowMs)
+		res, done = rules.Answer(r, p, nowMs)
 		return nil
 	})
 	if err != nil || done {
@@ -476,38 +433,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		if err != nil {
 			return err
 		}
-		leaseEnd := nowMs + p.Lease.Milliseconds()
-		retention := p.Retention.Milliseconds()
-		takeover := false
-		if r != nil {
-			if r.running && r.token == p.Token {
-				// A repeated claim: its lease restarts now as a fresh
-				// claim's would, and the expiry never moves earlier.
-				r.leaseEndMs = leaseEnd
-				r.expiryMs = max(r.expiryMs, runningExpiry(nowMs, leaseEnd, retention))
-				res = store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: msTime(leaseEnd)}
-				return w.put(r)
-			}
-			if res, done = answer(r, p, nowMs); done {
-				return nil
-			}
-			takeover = true
+		var next *record
+		if res, next = rules.Claim(r, p, nowMs); next != nil {
+			return w.put(next)
 		}
-		if err := w.put(&record{
-			id:          p.Identity,
-			running:     true,
-			takeover:    takeover,
-			fingerprint: p.Fingerprint,
-			recipe:      p.Recipe,
-			token:       p.Token,
-			createdMs:   nowMs,
-			leaseEndMs:  leaseEnd,
-			expiryMs:    runningExpiry(nowMs, leaseEnd, retention),
-			retentionMs: retention,
-		}); err != nil {
-			return err
-		}
-		res = store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: msTime(leaseEnd)}
 		return nil
 	})
 	if err != nil {
@@ -526,7 +455,7 @@ func (s *Store) holding(ctx context.Context, op string, id store.Identity, token
 		if err != nil {
 			return err
 		}
-		if r == nil || !r.running || r.token != token {
+		if !rules.Holds(r, token) {
 			return nil
 		}
 		wake, err = act(w, r, nowMs)
@@ -546,13 +475,7 @@ func (s *Store) holding(ctx context.Context, op string, id store.Identity, token
 func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
 	return s.holding(ctx, "complete", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
 		stored := resp
-		stored.StoredAt = msTime(nowMs)
-		r.running, r.token, r.takeover, r.leaseEndMs = false, "", false, 0
-		r.resp, r.storedAtMs = &stored, nowMs
-		r.expiryMs = 0
-		if r.retentionMs > 0 {
-			r.expiryMs = nowMs + r.retentionMs
-		}
+		rules.Complete(r, &stored, nowMs)
 		return true, w.put(r)
 	})
 }
@@ -571,12 +494,7 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 		return false, err
 	}
 	return s.holding(ctx, "extend", id, token, func(w *writer, r *record, nowMs int64) (bool, error) {
-		r.leaseEndMs = nowMs + lease.Milliseconds()
-		if r.retentionMs == 0 {
-			r.expiryMs = r.leaseEndMs + store.AbandonedKeep.Milliseconds()
-		} else if r.leaseEndMs > r.expiryMs {
-			r.expiryMs = r.leaseEndMs
-		}
+		rules.Extend(r, lease, nowMs)
 		return false, w.put(r)
 	})
 }
@@ -594,24 +512,7 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		if err != nil || r == nil {
 			return err
 		}
-		out = &store.Record{
-			Identity:     r.id,
-			Fingerprint:  r.fingerprint,
-			Recipe:       r.recipe,
-			CreatedAt:    msTime(r.createdMs),
-			LeaseEnd:     msTime(r.leaseEndMs),
-			RetentionEnd: msTime(r.expiryMs),
-		}
-		switch {
-		case r.gone:
-			out.State = store.Gone
-		case !r.running:
-			out.State, out.Response = store.Completed, r.resp
-		case over(r.leaseEndMs, nowMs):
-			out.State, out.Token = store.Abandoned, r.token
-		default:
-			out.State, out.Token = store.Running, r.token
-		}
+		out = rules.Get(r, nowMs)
 		return nil
 	})
 	if err != nil {
@@ -731,7 +632,7 @@ func sweepOnce(tx *bbolt.Tx, nowMs int64) (removed, seen int, err error) {
 		if len(k) != 8+32 {
 			return 0, 0, fmt.Errorf("%w: expiry entry of %d bytes", errCorrupt, len(k))
 		}
-		if !over(int64(binary.BigEndian.Uint64(k)), nowMs) {
+		if !rules.Over(int64(binary.BigEndian.Uint64(k)), nowMs) {
 			break
 		}
 		due = append(due, bytes.Clone(k))
@@ -820,7 +721,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 		}
 		rkey := RecordKey(id)
 		r, err := load(records, rkey, id, nowMs, s.codec)
-		if err != nil || r == nil || r.running || r.gone || r.resp == nil {
+		if err != nil || !rules.Indexable(r) {
 			return err
 		}
 		k := append(IndexKey(store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}), rkey...)
@@ -830,10 +731,10 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 			}
 		}
 		v := make([]byte, 0, indexEntryLen)
-		v = binary.BigEndian.AppendUint64(v, uint64(r.storedAtMs))
-		v = binary.BigEndian.AppendUint64(v, uint64(r.expiryMs))
-		if r.expiryMs != 0 {
-			if err := indexExpiry.Put(expiryKey(r.expiryMs, k), nil); err != nil {
+		v = binary.BigEndian.AppendUint64(v, uint64(r.StoredAtMs))
+		v = binary.BigEndian.AppendUint64(v, uint64(r.ExpiryMs))
+		if r.ExpiryMs != 0 {
+			if err := indexExpiry.Put(expiryKey(r.ExpiryMs, k), nil); err != nil {
 				return err
 			}
 		}
@@ -882,20 +783,14 @@ func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) 
 			if err != nil {
 				return err
 			}
-			if r.id.Owner != res.Owner || r.id.Scope != res.Scope || !bytes.Equal(RecordKey(r.id), rkey) {
+			if r.ID.Owner != res.Owner || r.ID.Scope != res.Scope || !bytes.Equal(RecordKey(r.ID), rkey) {
 				return fmt.Errorf("%w: index entry names another owner's record", errCorrupt)
 			}
-			if over(r.expiryMs, nowMs) || r.running || r.gone || r.storedAtMs != int64(binary.BigEndian.Uint64(v)) {
+			if rules.Over(r.ExpiryMs, nowMs) || !rules.Tombstoned(r, int64(binary.BigEndian.Uint64(v))) {
 				continue
 			}
-			w := &writer{records: records, expiry: expiry, key: rkey, id: r.id, oldExpiryMs: r.expiryMs, codec: s.codec}
-			if err := w.put(&record{
-				id:          r.id,
-				gone:        true,
-				createdMs:   r.createdMs,
-				expiryMs:    r.expiryMs,
-				retentionMs: r.retentionMs,
-			}); err != nil {
+			w := &writer{records: records, expiry: expiry, key: rkey, oldExpiryMs: r.ExpiryMs, codec: s.codec}
+			if err := w.put(rules.Tombstone(r)); err != nil {
 				return err
 			}
 			n++
@@ -921,7 +816,7 @@ func sweepIndexOnce(tx *bbolt.Tx, nowMs int64) (seen int, err error) {
 		if len(k) != 8+64 {
 			return 0, fmt.Errorf("%w: index expiry entry of %d bytes", errCorrupt, len(k))
 		}
-		if !over(int64(binary.BigEndian.Uint64(k)), nowMs) {
+		if !rules.Over(int64(binary.BigEndian.Uint64(k)), nowMs) {
 			break
 		}
 		due = append(due, bytes.Clone(k))

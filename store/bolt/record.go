@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/rules"
 )
 
 // FormatVersion is the first byte of every record value this build writes
@@ -85,24 +86,10 @@ func expiryKey(expiryMs int64, recordKey []byte) []byte {
 	return append(b, recordKey...)
 }
 
-// record is one decoded record value. Times are unix milliseconds from the
-// store's clock; 0 means unset (lease end of a completed record) or never
-// (expiry of a completed record with retention 0).
-type record struct {
-	id          store.Identity
-	running     bool
-	gone        bool // a tombstone: neither running nor completed
-	takeover    bool
-	fingerprint string
-	recipe      string // "" for a version 1 record
-	token       string
-	createdMs   int64
-	leaseEndMs  int64
-	expiryMs    int64
-	retentionMs int64
-	resp        *store.Response // set when !running; StoredAt as given
-	storedAtMs  int64
-}
+// record is one decoded record value: the state the rule book of the
+// local stores keeps (store/internal/rules), whatever format version it
+// was read from. A version 1 record has no recipe.
+type record = rules.Record
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -150,25 +137,25 @@ func decodeRecordV2(b []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(rest))
 	}
 	r := &record{
-		id:          store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])},
-		running:     state == stateRunning,
-		gone:        state == stateGone,
-		takeover:    flags&flagTakeover != 0,
-		fingerprint: string(fields[3]),
-		token:       string(fields[4]),
-		createdMs:   times[0],
-		leaseEndMs:  times[1],
-		expiryMs:    times[2],
-		retentionMs: times[3],
-		storedAtMs:  times[4],
+		ID:          store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])},
+		Running:     state == stateRunning,
+		Gone:        state == stateGone,
+		Takeover:    flags&flagTakeover != 0,
+		Fingerprint: string(fields[3]),
+		Token:       string(fields[4]),
+		CreatedMs:   times[0],
+		LeaseEndMs:  times[1],
+		ExpiryMs:    times[2],
+		RetentionMs: times[3],
+		StoredAtMs:  times[4],
 	}
 	if nfields >= 8 {
-		r.recipe = string(fields[7])
+		r.Recipe = string(fields[7])
 	}
-	if r.running || r.gone {
+	if r.Running || r.Gone {
 		return r, nil
 	}
-	resp := &store.Response{Status: status, Omitted: flags&flagOmitted != 0, StoredAt: msTime(r.storedAtMs)}
+	resp := &store.Response{Status: status, Omitted: flags&flagOmitted != 0, StoredAt: rules.Time(r.StoredAtMs)}
 	if flags&flagHeaderSet != 0 {
 		h, err := decodeHeader(fields[5])
 		if err != nil {
@@ -189,7 +176,7 @@ func decodeRecordV2(b []byte) (*record, error) {
 			resp.Trailer = t
 		}
 	}
-	r.resp = resp
+	r.Resp = resp
 	return r, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/rules"
 )
 
 // Flag bits of byte 2 of a version 3 record value beyond those of version 2
@@ -77,47 +78,47 @@ func encodeRecord(r *record, codec *layout.BodyCodec) ([]byte, error) {
 		status                int
 		flags                 byte
 	)
-	if r.takeover {
+	if r.Takeover {
 		flags |= flagTakeover
 	}
-	fp := []byte(r.fingerprint)
-	if packed, ok := packFingerprint(r.fingerprint); ok {
+	fp := []byte(r.Fingerprint)
+	if packed, ok := packFingerprint(r.Fingerprint); ok {
 		fp = packed
 		flags |= flagFingerprintPacked
 	}
 	state := stateRunning
 	switch {
-	case r.gone:
+	case r.Gone:
 		state = stateGone
-	case !r.running:
+	case !r.Running:
 		state = stateCompleted
-		if r.resp == nil {
+		if r.Resp == nil {
 			return nil, errors.New("completed record without response")
 		}
-		if r.resp.Status < 0 || r.resp.Status > math.MaxUint16 {
-			return nil, fmt.Errorf("response status %d out of range", r.resp.Status)
+		if r.Resp.Status < 0 || r.Resp.Status > math.MaxUint16 {
+			return nil, fmt.Errorf("response status %d out of range", r.Resp.Status)
 		}
-		status = r.resp.Status
-		if r.resp.Omitted {
+		status = r.Resp.Status
+		if r.Resp.Omitted {
 			flags |= flagOmitted
 		}
-		if r.resp.Header != nil {
+		if r.Resp.Header != nil {
 			flags |= flagHeaderSet
-			header = encodeHeaderV3(r.resp.Header)
+			header = encodeHeaderV3(r.Resp.Header)
 		}
-		if len(r.resp.Trailer) > 0 {
+		if len(r.Resp.Trailer) > 0 {
 			flags |= flagTrailerSet
-			trailer = encodeHeaderV3(r.resp.Trailer)
+			trailer = encodeHeaderV3(r.Resp.Trailer)
 		}
-		if r.resp.Body != nil {
+		if r.Resp.Body != nil {
 			flags |= flagBodySet
 			var z bool
-			if body, z = codec.Compress(r.resp.Header, r.resp.Body); z {
+			if body, z = codec.Compress(r.Resp.Header, r.Resp.Body); z {
 				flags |= flagBodyZstd
 			}
 		}
 	}
-	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Scope), []byte(r.id.Key), fp, []byte(r.token), []byte(r.recipe)}
+	fields := [][]byte{[]byte(r.ID.Owner), []byte(r.ID.Scope), []byte(r.ID.Key), fp, []byte(r.Token), []byte(r.Recipe)}
 	if flags&flagHeaderSet != 0 {
 		fields = append(fields, header)
 	}
@@ -130,8 +131,8 @@ func encodeRecord(r *record, codec *layout.BodyCodec) ([]byte, error) {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, FormatVersion, state, flags)
-	b = binary.BigEndian.AppendUint64(b, uint64(r.expiryMs))
-	for _, v := range []int64{r.createdMs, r.leaseEndMs, r.retentionMs, r.storedAtMs} {
+	b = binary.BigEndian.AppendUint64(b, uint64(r.ExpiryMs))
+	for _, v := range []int64{r.CreatedMs, r.LeaseEndMs, r.RetentionMs, r.StoredAtMs} {
 		b = binary.AppendVarint(b, v)
 	}
 	b = binary.AppendUvarint(b, uint64(status))
@@ -160,13 +161,13 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 		return nil, fmt.Errorf("%w: unknown flags %#x", errCorrupt, flags)
 	}
 	r := &record{
-		running:  state == stateRunning,
-		gone:     state == stateGone,
-		takeover: flags&flagTakeover != 0,
-		expiryMs: int64(binary.BigEndian.Uint64(b[expiryOffsetV3:])),
+		Running:  state == stateRunning,
+		Gone:     state == stateGone,
+		Takeover: flags&flagTakeover != 0,
+		ExpiryMs: int64(binary.BigEndian.Uint64(b[expiryOffsetV3:])),
 	}
 	rest := b[fixedLenV3:]
-	for _, p := range []*int64{&r.createdMs, &r.leaseEndMs, &r.retentionMs, &r.storedAtMs} {
+	for _, p := range []*int64{&r.CreatedMs, &r.LeaseEndMs, &r.RetentionMs, &r.StoredAtMs} {
 		v, n := binary.Varint(rest)
 		if n <= 0 {
 			return nil, fmt.Errorf("%w: bad time varint", errCorrupt)
@@ -199,13 +200,13 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 		}
 		fields[i] = f
 	}
-	r.id = store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])}
-	r.fingerprint, r.token, r.recipe = string(fields[3]), string(fields[4]), string(fields[5])
+	r.ID = store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])}
+	r.Fingerprint, r.Token, r.Recipe = string(fields[3]), string(fields[4]), string(fields[5])
 	if flags&flagFingerprintPacked != 0 {
 		if len(fields[3]) != 32 {
 			return nil, fmt.Errorf("%w: packed fingerprint of %d bytes", errCorrupt, len(fields[3]))
 		}
-		r.fingerprint = fingerprintPrefix + hex.EncodeToString(fields[3])
+		r.Fingerprint = fingerprintPrefix + hex.EncodeToString(fields[3])
 	}
 	var header, trailer []byte
 	if flags&flagHeaderSet != 0 {
@@ -228,13 +229,13 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 	if flags&flagBodyZstd != 0 && flags&flagBodySet == 0 {
 		return nil, fmt.Errorf("%w: compressed flag without body", errCorrupt)
 	}
-	if r.running || r.gone {
+	if r.Running || r.Gone {
 		if flags&(flagOmitted|flagHeaderSet|flagBodySet|flagTrailerSet) != 0 || status != 0 {
 			return nil, fmt.Errorf("%w: response fields on a record that is not completed", errCorrupt)
 		}
 		return r, nil
 	}
-	resp := &store.Response{Status: int(status), Omitted: flags&flagOmitted != 0, StoredAt: msTime(r.storedAtMs)}
+	resp := &store.Response{Status: int(status), Omitted: flags&flagOmitted != 0, StoredAt: rules.Time(r.StoredAtMs)}
 	var err error
 	if header != nil {
 		if resp.Header, err = decodeHeaderV3(header); err != nil {
@@ -259,7 +260,7 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 			resp.Body = append([]byte{}, rest...)
 		}
 	}
-	r.resp = resp
+	r.Resp = resp
 	return r, nil
 }
 
