@@ -39,6 +39,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/internal/rules"
+	"github.com/idemgate/idemgate/store/internal/sweep"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -116,8 +117,7 @@ type Store struct {
 	// waiter re-Claims, gets the store's error and fails closed.
 	watchers watch.Set[store.Identity]
 
-	stopSweep context.CancelFunc
-	sweepDone chan struct{}
+	sweeper   *sweep.Loop
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -140,7 +140,6 @@ func New(path string, opts ...Option) (*Store, error) {
 		clock:       time.Now,
 		sweepEvery:  DefaultSweepInterval,
 		openTimeout: DefaultOpenTimeout,
-		sweepDone:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -180,13 +179,9 @@ func New(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("bolt store: %q: %w: %w", path, store.ErrUnavailable, err)
 	}
 	s.db = db
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopSweep = cancel
-	if s.sweepEvery > 0 {
-		go s.sweepLoop(ctx)
-	} else {
-		close(s.sweepDone)
-	}
+	s.sweeper = sweep.Start(s.sweepEvery, s.Sweep, func(_ int, err error) {
+		s.log.Warn("bolt store: sweeping expired records failed", "err", err)
+	})
 	return s, nil
 }
 
@@ -563,30 +558,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // to call more than once; later calls return the first call's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.stopSweep()
-		<-s.sweepDone
+		s.sweeper.Stop()
 		s.watchers.Close()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("bolt store: close: %w", err)
 		}
 	})
 	return s.closeErr
-}
-
-func (s *Store) sweepLoop(ctx context.Context) {
-	defer close(s.sweepDone)
-	t := time.NewTicker(s.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("bolt store: sweeping expired records failed", "err", err)
-			}
-		}
-	}
 }
 
 // Sweep implements store.Sweeper: it removes every record past its expiry,

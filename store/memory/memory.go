@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/rules"
+	"github.com/idemgate/idemgate/store/internal/sweep"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -44,9 +45,7 @@ type Store struct {
 	index    map[store.Resource]map[store.Identity]indexEntry
 	watchers watch.Set[store.Identity]
 
-	stopSweep chan struct{}
-	sweepDone chan struct{}
-	closeOnce sync.Once
+	sweeper *sweep.Loop
 }
 
 var (
@@ -71,17 +70,11 @@ func New(opts ...Option) *Store {
 		sweepEvery: DefaultSweepInterval,
 		records:    make(map[store.Identity]*rules.Record),
 		index:      make(map[store.Resource]map[store.Identity]indexEntry),
-		stopSweep:  make(chan struct{}),
-		sweepDone:  make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if s.sweepEvery > 0 {
-		go s.sweepLoop()
-	} else {
-		close(s.sweepDone)
-	}
+	s.sweeper = sweep.Start(s.sweepEvery, s.Sweep, nil)
 	return s
 }
 
@@ -236,25 +229,8 @@ func (s *Store) Ping(ctx context.Context) error { return ctxErr(ctx, "ping") }
 
 // Close stops the background sweep. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stopSweep)
-		<-s.sweepDone
-	})
+	s.sweeper.Stop()
 	return nil
-}
-
-func (s *Store) sweepLoop() {
-	defer close(s.sweepDone)
-	t := time.NewTicker(s.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopSweep:
-			return
-		case <-t.C:
-			_, _ = s.Sweep(context.Background())
-		}
-	}
 }
 
 // Sweep implements store.Sweeper: it removes up to 10000 records past

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/sweep"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -101,7 +102,9 @@ type Store struct {
 
 	watchers watch.Set[string] // by lowercase hex record id
 
-	stop      context.CancelFunc
+	stop context.CancelFunc
+	// sweeper is the background sweep; nil until New starts it.
+	sweeper   *sweep.Loop
 	done      sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -220,13 +223,9 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		_ = s.Close()
 		return nil, unavailable("listen", ctx.Err())
 	}
-	if s.sweepEvery > 0 {
-		s.done.Add(1)
-		go func() {
-			defer s.done.Done()
-			s.sweepLoop(bg)
-		}()
-	}
+	s.sweeper = sweep.Start(s.sweepEvery, s.Sweep, func(n int, err error) {
+		s.log.Warn("postgres store: sweeping expired rows failed", "deleted", n, "err", err)
+	})
 	return s, nil
 }
 
@@ -281,6 +280,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // pool. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.sweeper != nil {
+			s.sweeper.Stop()
+		}
 		if s.stop != nil {
 			s.stop()
 		}
