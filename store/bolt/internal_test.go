@@ -267,10 +267,7 @@ func TestReadsFormatVersion1(t *testing.T) {
 		v = binary.BigEndian.AppendUint64(v, uint64(n))
 	}
 	v = binary.BigEndian.AppendUint16(v, 201)
-	header, err := encodeHeader(http.Header{"Location": {"/v1/orders/1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	header := layout.BoltV2Header.Encode(http.Header{"Location": {"/v1/orders/1"}})
 	for _, f := range [][]byte{[]byte(id.Owner), []byte(id.Scope), []byte(id.Key), []byte("hs1:fp"), nil, header, []byte(`{"id":1}`)} {
 		v = binary.BigEndian.AppendUint32(v, uint32(len(f)))
 		v = append(v, f...)

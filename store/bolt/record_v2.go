@@ -7,11 +7,9 @@ package bolt
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
-	"net/http"
-	"slices"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/internal/rules"
 )
 
@@ -87,9 +85,9 @@ func decodeRecordV2(b []byte) (*record, error) {
 	}
 	resp := &store.Response{Status: status, Omitted: flags&flagOmitted != 0, StoredAt: rules.Time(r.StoredAtMs)}
 	if flags&flagHeaderSet != 0 {
-		h, err := decodeHeader(fields[5])
+		h, err := layout.BoltV2Header.Decode(fields[5])
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 		resp.Header = h
 	}
@@ -97,9 +95,9 @@ func decodeRecordV2(b []byte) (*record, error) {
 		resp.Body = append([]byte{}, fields[6]...)
 	}
 	if nfields == 9 {
-		t, err := decodeHeader(fields[8])
+		t, err := layout.BoltV2Header.Decode(fields[8])
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 		if len(t) > 0 {
 			// An empty trailer field is no trailers, as version 3 stores it.
@@ -108,91 +106,4 @@ func decodeRecordV2(b []byte) (*record, error) {
 	}
 	r.Resp = resp
 	return r, nil
-}
-
-// encodeHeader serializes h keeping every name exactly as in the map (not
-// canonicalized), the order of each name's values, and names with no
-// values: the name count as a 4-byte big-endian unsigned integer, then for
-// each name in byte order its length (4 bytes) and bytes, its value count
-// (4 bytes), and each value's length (4 bytes) and bytes.
-func encodeHeader(h http.Header) ([]byte, error) {
-	names := make([]string, 0, len(h))
-	size := 4
-	for name, vals := range h {
-		names = append(names, name)
-		size += 8 + len(name)
-		for _, v := range vals {
-			size += 4 + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
-	for _, name := range names {
-		vals := h[name]
-		b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
-		b = append(b, name...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(vals)))
-		for _, v := range vals {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-		}
-	}
-	if uint64(len(b)) > math.MaxUint32 {
-		return nil, fmt.Errorf("response header of %d bytes exceeds 4 GiB", len(b))
-	}
-	return b, nil
-}
-
-// decodeHeader reverses encodeHeader into a fresh map.
-func decodeHeader(b []byte) (http.Header, error) {
-	u32 := func() (uint32, error) {
-		if len(b) < 4 {
-			return 0, fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		n := binary.BigEndian.Uint32(b)
-		b = b[4:]
-		return n, nil
-	}
-	str := func() (string, error) {
-		n, err := u32()
-		if err != nil {
-			return "", err
-		}
-		if uint64(len(b)) < uint64(n) {
-			return "", fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	count, err := u32()
-	if err != nil {
-		return nil, err
-	}
-	// Every name takes at least 8 bytes, which bounds the map size hint.
-	h := make(http.Header, min(int(count), len(b)/8))
-	for range count {
-		name, err := str()
-		if err != nil {
-			return nil, err
-		}
-		nvals, err := u32()
-		if err != nil {
-			return nil, err
-		}
-		vals := make([]string, 0, min(int(nvals), len(b)/4))
-		for range nvals {
-			v, err := str()
-			if err != nil {
-				return nil, err
-			}
-			vals = append(vals, v)
-		}
-		h[name] = vals
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing header bytes", errCorrupt, len(b))
-	}
-	return h, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // encodeRecordV2 serializes r in format version 2 (docs/protocol.md,
@@ -40,10 +42,7 @@ func encodeRecordV2(r *record) ([]byte, error) {
 		}
 		if r.Resp.Header != nil {
 			flags |= flagHeaderSet
-			var err error
-			if header, err = encodeHeader(r.Resp.Header); err != nil {
-				return nil, err
-			}
+			header = layout.BoltV2Header.Encode(r.Resp.Header)
 		}
 		if r.Resp.Body != nil {
 			flags |= flagBodySet
@@ -51,10 +50,7 @@ func encodeRecordV2(r *record) ([]byte, error) {
 		}
 		if len(r.Resp.Trailer) > 0 {
 			flags |= flagTrailerSet
-			var err error
-			if trailer, err = encodeHeader(r.Resp.Trailer); err != nil {
-				return nil, err
-			}
+			trailer = layout.BoltV2Header.Encode(r.Resp.Trailer)
 		}
 	}
 	fields := [][]byte{[]byte(r.ID.Owner), []byte(r.ID.Scope), []byte(r.ID.Key), []byte(r.Fingerprint), []byte(r.Token), header, body, []byte(r.Recipe)}

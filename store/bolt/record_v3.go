@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
@@ -104,11 +102,11 @@ func encodeRecord(r *record, codec *layout.BodyCodec) ([]byte, error) {
 		}
 		if r.Resp.Header != nil {
 			flags |= flagHeaderSet
-			header = encodeHeaderV3(r.Resp.Header)
+			header = layout.BoltV3Header.Encode(r.Resp.Header)
 		}
 		if len(r.Resp.Trailer) > 0 {
 			flags |= flagTrailerSet
-			trailer = encodeHeaderV3(r.Resp.Trailer)
+			trailer = layout.BoltV3Header.Encode(r.Resp.Trailer)
 		}
 		if r.Resp.Body != nil {
 			flags |= flagBodySet
@@ -238,13 +236,13 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 	resp := &store.Response{Status: int(status), Omitted: flags&flagOmitted != 0, StoredAt: rules.Time(r.StoredAtMs)}
 	var err error
 	if header != nil {
-		if resp.Header, err = decodeHeaderV3(header); err != nil {
-			return nil, err
+		if resp.Header, err = layout.BoltV3Header.Decode(header); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 	}
 	if trailer != nil {
-		if resp.Trailer, err = decodeHeaderV3(trailer); err != nil {
-			return nil, err
+		if resp.Trailer, err = layout.BoltV3Header.Decode(trailer); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 		if len(resp.Trailer) == 0 {
 			// encodeRecord flags trailers only when there are some.
@@ -262,88 +260,4 @@ func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 	}
 	r.Resp = resp
 	return r, nil
-}
-
-// encodeHeaderV3 serializes h as version 3 stores it, keeping every name
-// exactly as in the map (not canonicalized), the order of each name's
-// values, and names with no values: the name count as a uvarint, then for
-// each name in byte order its length (uvarint) and bytes, its value count
-// (uvarint), and each value's length (uvarint) and bytes.
-func encodeHeaderV3(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := binary.MaxVarintLen64
-	for name, vals := range h {
-		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
-		for _, v := range vals {
-			size += binary.MaxVarintLen64 + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		vals := h[name]
-		b = binary.AppendUvarint(b, uint64(len(name)))
-		b = append(b, name...)
-		b = binary.AppendUvarint(b, uint64(len(vals)))
-		for _, v := range vals {
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// decodeHeaderV3 reverses encodeHeaderV3 into a fresh map.
-func decodeHeaderV3(b []byte) (http.Header, error) {
-	uv := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		b = b[n:]
-		return v, nil
-	}
-	str := func() (string, error) {
-		n, err := uv()
-		if err != nil {
-			return "", err
-		}
-		if uint64(len(b)) < n {
-			return "", fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	count, err := uv()
-	if err != nil {
-		return nil, err
-	}
-	// Every name takes at least 2 bytes, which bounds the map size hint.
-	h := make(http.Header, min(count, uint64(len(b)/2)))
-	for range count {
-		name, err := str()
-		if err != nil {
-			return nil, err
-		}
-		nvals, err := uv()
-		if err != nil {
-			return nil, err
-		}
-		vals := make([]string, 0, min(nvals, uint64(len(b))))
-		for range nvals {
-			v, err := str()
-			if err != nil {
-				return nil, err
-			}
-			vals = append(vals, v)
-		}
-		h[name] = vals
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing header bytes", errCorrupt, len(b))
-	}
-	return h, nil
 }

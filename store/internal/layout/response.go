@@ -3,7 +3,6 @@ package layout
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/http"
@@ -337,67 +336,4 @@ func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*store.Resp
 		return nil, err
 	}
 	return r.Response(codec, storedAt)
-}
-
-// EncodeHeader is the unambiguous header encoding every store shares (the
-// Valkey record's "h" field, the Postgres headers and trailers columns, a
-// stored response's header and trailer fields): for each header name in
-// byte order, for each of its values in order, the name's length as a
-// 4-byte big-endian unsigned integer, the name, the value's length
-// likewise, the value. A nil or empty h encodes to no bytes. Names are
-// kept exactly as in the map (not canonicalized).
-func EncodeHeader(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := 0
-	for name, vals := range h {
-		names = append(names, name)
-		for _, v := range vals {
-			size += 8 + len(name) + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	for _, name := range names {
-		for _, v := range h[name] {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
-			b = append(b, name...)
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
-// returns an error for truncated input.
-func DecodeHeader(b []byte) (http.Header, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	h := http.Header{}
-	next := func() (string, error) {
-		if len(b) < 4 {
-			return "", errors.New("header encoding truncated")
-		}
-		n := binary.BigEndian.Uint32(b)
-		b = b[4:]
-		if uint64(len(b)) < uint64(n) {
-			return "", errors.New("header encoding truncated")
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	for len(b) > 0 {
-		name, err := next()
-		if err != nil {
-			return nil, err
-		}
-		v, err := next()
-		if err != nil {
-			return nil, err
-		}
-		h[name] = append(h[name], v)
-	}
-	return h, nil
 }
