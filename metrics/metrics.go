@@ -525,20 +525,20 @@ func (i *instrumented) Ping(ctx context.Context) error {
 	return err
 }
 
-// Index implements store.Tombstoner for the store behind i, timed as
+// Index implements store.Store for the store behind i, timed as
 // "index"; a store that is not one fails with store.ErrUnavailable.
 func (i *instrumented) Index(ctx context.Context, path string, id store.Identity) error {
 	start := time.Now()
-	err := store.IndexOf(ctx, i.Store, path, id)
+	err := i.Store.Index(ctx, path, id)
 	i.m.storeOp("index", start, err)
 	return err
 }
 
-// Tombstone implements store.Tombstoner for the store behind i, timed as
+// Tombstone implements store.Store for the store behind i, timed as
 // "tombstone".
 func (i *instrumented) Tombstone(ctx context.Context, res store.Resource) (int, error) {
 	start := time.Now()
-	n, err := store.TombstoneOf(ctx, i.Store, res)
+	n, err := i.Store.Tombstone(ctx, res)
 	i.m.storeOp("tombstone", start, err)
 	return n, err
 }

@@ -130,21 +130,21 @@ func (t *traced) Ping(ctx context.Context) error {
 	return err
 }
 
-// Index implements store.Tombstoner for the store behind t, traced as
+// Index implements store.Store for the store behind t, traced as
 // store.index (the path is not an attribute: it names a customer's
 // resource).
 func (t *traced) Index(ctx context.Context, path string, id store.Identity) error {
 	ctx, span := t.start(ctx, "index", id.Scope)
-	err := store.IndexOf(ctx, t.Store, path, id)
+	err := t.Store.Index(ctx, path, id)
 	end(span, id, err)
 	return err
 }
 
-// Tombstone implements store.Tombstoner for the store behind t, traced as
+// Tombstone implements store.Store for the store behind t, traced as
 // store.tombstone.
 func (t *traced) Tombstone(ctx context.Context, res store.Resource) (int, error) {
 	ctx, span := t.start(ctx, "tombstone", res.Scope)
-	n, err := store.TombstoneOf(ctx, t.Store, res)
+	n, err := t.Store.Tombstone(ctx, res)
 	end(span, store.Identity{Owner: res.Owner, Scope: res.Scope}, err)
 	return n, err
 }

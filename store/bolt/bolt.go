@@ -7,7 +7,7 @@
 // empty value, one entry per record that expires, so the sweep finds expired
 // records in expiry order without reading the others. Bucket "index" maps
 // IndexKey(resource) + record key to the stored_at_ms and expiry_ms of the
-// completion indexed there (store.Tombstoner), and "index-expiry" maps
+// completion indexed there (Store.Index and Store.Tombstone), and "index-expiry" maps
 // expiry_ms + index key to an empty value for the sweep.
 //
 // A record value this build writes is format version 3 (record_v3.go;
@@ -92,9 +92,8 @@ type Store struct {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Sweeper    = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
 )
 
 // New opens or creates the bbolt file at path (mode 0600; its directory

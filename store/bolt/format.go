@@ -39,7 +39,7 @@ const formatV2 byte = 2
 const (
 	stateRunning   byte = 1
 	stateCompleted byte = 2
-	// stateGone is a tombstone (store.Tombstoner): the record keeps its
+	// stateGone is a tombstone (Store.Index and Store.Tombstone): the record keeps its
 	// identity, created, expiry and retention, and no fingerprint, recipe,
 	// token or response (status 0, no flags). A layout addition within
 	// version 2: a build from before tombstones reports such a record as

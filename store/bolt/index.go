@@ -1,4 +1,4 @@
-// The resource index and tombstones (store.Tombstoner): the index and
+// The resource index and tombstones (Store.Index and Store.Tombstone): the index and
 // index-expiry buckets.
 
 package bolt
@@ -54,7 +54,7 @@ func deleteIndexEntry(index, indexExpiry *bbolt.Bucket, k, v []byte) error {
 	return index.Delete(k)
 }
 
-// Index implements store.Tombstoner in one write transaction: it records
+// Index implements store.Store in one write transaction: it records
 // the stored-at time (and expiry) of id's completed record under the index
 // of Resource{id.Owner, id.Scope, path}; an absent, running or gone record
 // is not indexed. Errors wrap store.ErrUnavailable.
@@ -91,7 +91,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	})
 }
 
-// Tombstone implements store.Tombstoner in one write transaction: every
+// Tombstone implements store.Store in one write transaction: every
 // live completed record indexed at res whose stored-at time is the one
 // its entry saw becomes a tombstone (state gone, same identity and expiry,
 // no fingerprint, recipe or response); every entry of res is then spent

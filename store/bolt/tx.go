@@ -31,7 +31,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketRecords = []byte("records")
 	bucketExpiry  = []byte("expiry")
-	// bucketIndex is the resource index (store.Tombstoner): IndexKey(res)
+	// bucketIndex is the resource index (Store.Index and Store.Tombstone): IndexKey(res)
 	// + record key -> stored_at_ms + expiry_ms of the completion indexed.
 	bucketIndex = []byte("index")
 	// bucketIndexExpiry maps expiry_ms + index entry key to an empty value,

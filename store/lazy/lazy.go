@@ -160,22 +160,22 @@ func (l *Store) Close() error {
 	return nil
 }
 
-// Index implements store.Tombstoner for the store behind l.
+// Index implements store.Store for the store behind l.
 func (l *Store) Index(ctx context.Context, path string, id store.Identity) error {
 	s, err := l.get()
 	if err != nil {
 		return err
 	}
-	return store.IndexOf(ctx, s, path, id)
+	return s.Index(ctx, path, id)
 }
 
-// Tombstone implements store.Tombstoner for the store behind l.
+// Tombstone implements store.Store for the store behind l.
 func (l *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
 	s, err := l.get()
 	if err != nil {
 		return 0, err
 	}
-	return store.TombstoneOf(ctx, s, res)
+	return s.Tombstone(ctx, res)
 }
 
 // CachedReplay implements store.ReplayCache for the store behind l; before

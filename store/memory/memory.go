@@ -40,7 +40,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	records map[store.Identity]*rules.Record
-	// index is the resource index (store.Tombstoner): per resource, the
+	// index is the resource index (Store.Index and Store.Tombstone): per resource, the
 	// records indexed there and the completion each entry saw.
 	index    map[store.Resource]map[store.Identity]indexEntry
 	watchers watch.Set[store.Identity]
@@ -49,9 +49,8 @@ type Store struct {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Sweeper    = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
 )
 
 // indexEntry is one record in a resource's index: the completion it saw
@@ -270,7 +269,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	return removed, nil
 }
 
-// Index implements store.Tombstoner. It fails only on a done ctx.
+// Index implements store.Store. It fails only on a done ctx.
 func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
 	if err := ctxErr(ctx, "index"); err != nil {
 		return err
@@ -291,7 +290,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	return nil
 }
 
-// Tombstone implements store.Tombstoner. It fails only on a done ctx.
+// Tombstone implements store.Store. It fails only on a done ctx.
 func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
 	if err := ctxErr(ctx, "tombstone"); err != nil {
 		return 0, err

@@ -22,7 +22,7 @@ import (
 const (
 	stateRunning   = 1
 	stateCompleted = 2
-	// stateGone is a tombstone (store.Tombstoner): empty fingerprint and
+	// stateGone is a tombstone (Store.Index and Store.Tombstone): empty fingerprint and
 	// recipe, no token and no response, identity and expiry kept.
 	stateGone = 3
 )
@@ -523,7 +523,7 @@ func IndexDigest(res store.Resource) []byte {
 	return sum[:]
 }
 
-// Index implements store.Tombstoner with one INSERT ... ON CONFLICT into
+// Index implements store.Store with one INSERT ... ON CONFLICT into
 // the resource index table, which indexes id's row only while it is a live
 // completed record. Errors wrap store.ErrUnavailable.
 func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
@@ -534,7 +534,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	})
 }
 
-// Tombstone implements store.Tombstoner with one UPDATE ... FROM the
+// Tombstone implements store.Store with one UPDATE ... FROM the
 // resource index table that also deletes the resource's entries and calls
 // pg_notify for each row it turned. Errors wrap store.ErrUnavailable.
 func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {

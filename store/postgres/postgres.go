@@ -110,9 +110,8 @@ type Store struct {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Sweeper    = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
 )
 
 // New connects to PostgreSQL, creates the table when it is missing (unless

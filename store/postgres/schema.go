@@ -72,7 +72,7 @@ func indexName(table string) string {
 }
 
 // indexTableName is the quoted name of table's resource index table
-// (store.Tombstoner): the quoted table q with "_index" appended to its
+// (Store.Index and Store.Tombstone): the quoted table q with "_index" appended to its
 // last part, e.g. "idemgate_records_index".
 func indexTableName(q string) string { return q[:len(q)-1] + `_index"` }
 

@@ -34,7 +34,7 @@ func tag(id store.Identity) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Index implements store.Tombstoner: it reads the record of id (get.lua)
+// Index implements store.Store: it reads the record of id (get.lua)
 // and, when it is completed, adds tag ":" stored-at ms to the index of
 // (id.Owner, id.Scope, path) with index.lua, scored by the record's
 // expiry. Errors wrap store.ErrUnavailable.
@@ -61,7 +61,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	return err
 }
 
-// Tombstone implements store.Tombstoner: it reads the index of res
+// Tombstone implements store.Store: it reads the index of res
 // (ZRANGE), runs tombstone.lua on the record of each entry, then removes
 // the entries it read (ZREM). Each step is one key, so it works on a
 // Cluster; a failure part way returns an error wrapping

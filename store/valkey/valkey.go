@@ -91,7 +91,7 @@ type Options struct {
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
 // in unix milliseconds from the server's TIME, an expiry always set on
 // running records, and Complete/Release/Delete/Tombstone PUBLISH the
-// record key on KeyPrefix + "events". It is a store.Tombstoner: resource
+// record key on KeyPrefix + "events". It keeps the resource index and tombstones: resource
 // indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
 // (IndexKey) and tombstones are records in state "gone".
 type Store struct {
@@ -125,8 +125,7 @@ type Store struct {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
 )
 
 // New connects to Valkey, subscribes to the events channel and returns the

@@ -20,7 +20,7 @@ import (
 type Record struct {
 	ID      store.Identity
 	Running bool
-	// Gone: a tombstone (store.Tombstoner): no fingerprint, recipe, token
+	// Gone: a tombstone (Store.Index and Store.Tombstone): no fingerprint, recipe, token
 	// or response, only the identity, the times and the expiry.
 	Gone bool
 	// Takeover: the running claim took over an abandoned one.
@@ -156,7 +156,7 @@ func Indexable(r *Record) bool { return r != nil && !r.Running && !r.Gone && r.R
 
 // Tombstoned reports whether Tombstone turns the live record r, indexed
 // when its completion was stored at storedAtMs: it is still that
-// completion (store.Tombstoner, rule 1).
+// completion (store.Store, contract rule 9).
 func Tombstoned(r *Record, storedAtMs int64) bool {
 	return Indexable(r) && r.StoredAtMs == storedAtMs
 }
