@@ -228,11 +228,6 @@ func (b *builder) build(raw *rawConfig) *Config {
 		c.Policy = nil
 		return c
 	}
-	if p.Indexes() && !keepsTombstones(c.Store.Driver) {
-		// A route indexing on a store that keeps no tombstones
-		// (store.Tombstoner) would never tombstone.
-		b.bad("store.driver", "%q keeps no tombstones yet, and a route sets resource_from (no driver lacks them any more; this guards a future one)", c.Store.Driver)
-	}
 	c.Policy = p
 	return c
 }
@@ -296,16 +291,6 @@ func (b *builder) problemFormat(path string, s, inherit *rawProblems) (*problem.
 		return nil, false
 	}
 	return f, true
-}
-
-// keepsTombstones reports whether the store driver is a store.Tombstoner,
-// as routes with resource_from need.
-func keepsTombstones(driver string) bool {
-	switch driver {
-	case "", DriverMemory, DriverBolt, DriverPostgres, DriverValkey:
-		return true
-	}
-	return false
 }
 
 // routeUpstream parses a route's `upstream:`: an absolute http(s) URL with

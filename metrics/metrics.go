@@ -451,106 +451,37 @@ func (m *Metrics) StoreUp(up bool) {
 	m.storeUp.Set(v)
 }
 
-func (m *Metrics) storeOp(op string, start time.Time, err error) {
-	if m == nil {
-		return
-	}
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.storeOps.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
-}
-
 // InstrumentStore returns s with every operation timed into
-// idemgate_store_operation_duration_seconds. With a nil m it returns s.
+// idemgate_store_operation_duration_seconds (store.Observe), and every
+// replay-cache lookup that was made counted into
+// idemgate_replay_cache_total (result hit or miss; a skipped one, for a
+// key not seen completed, is not a lookup). With a nil m it returns s.
 func InstrumentStore(s store.Store, m *Metrics) store.Store {
 	if m == nil {
 		return s
 	}
-	return &instrumented{Store: s, m: m}
+	return store.Observe(s, storeObserver{m: m})
 }
 
-type instrumented struct {
-	store.Store
-	m *Metrics
+// storeObserver is the store.Observer of InstrumentStore.
+type storeObserver struct{ m *Metrics }
+
+// Start implements store.Observer: the wrapper times the call.
+func (o storeObserver) Start(ctx context.Context, _ store.Call) (context.Context, any) {
+	return ctx, nil
 }
 
-func (i *instrumented) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	start := time.Now()
-	res, err := i.Store.Claim(ctx, p)
-	i.m.storeOp("claim", start, err)
-	return res, err
-}
-
-func (i *instrumented) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
-	start := time.Now()
-	ok, err := i.Store.Complete(ctx, id, token, resp)
-	i.m.storeOp("complete", start, err)
-	return ok, err
-}
-
-func (i *instrumented) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	start := time.Now()
-	ok, err := i.Store.Release(ctx, id, token)
-	i.m.storeOp("release", start, err)
-	return ok, err
-}
-
-func (i *instrumented) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	start := time.Now()
-	ok, err := i.Store.Extend(ctx, id, token, lease)
-	i.m.storeOp("extend", start, err)
-	return ok, err
-}
-
-func (i *instrumented) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	start := time.Now()
-	rec, err := i.Store.Get(ctx, id)
-	i.m.storeOp("get", start, err)
-	return rec, err
-}
-
-func (i *instrumented) Delete(ctx context.Context, id store.Identity) (bool, error) {
-	start := time.Now()
-	ok, err := i.Store.Delete(ctx, id)
-	i.m.storeOp("delete", start, err)
-	return ok, err
-}
-
-func (i *instrumented) Ping(ctx context.Context) error {
-	start := time.Now()
-	err := i.Store.Ping(ctx)
-	i.m.storeOp("ping", start, err)
-	return err
-}
-
-// Index implements store.Tombstoner for the store behind i, timed as
-// "index"; a store that is not one fails with store.ErrUnavailable.
-func (i *instrumented) Index(ctx context.Context, path string, id store.Identity) error {
-	start := time.Now()
-	err := store.IndexOf(ctx, i.Store, path, id)
-	i.m.storeOp("index", start, err)
-	return err
-}
-
-// Tombstone implements store.Tombstoner for the store behind i, timed as
-// "tombstone".
-func (i *instrumented) Tombstone(ctx context.Context, res store.Resource) (int, error) {
-	start := time.Now()
-	n, err := store.TombstoneOf(ctx, i.Store, res)
-	i.m.storeOp("tombstone", start, err)
-	return n, err
-}
-
-// CachedReplay implements store.ReplayCache for the store behind i: it
-// counts every lookup that was made into idemgate_replay_cache_total
-// (result hit or miss; a skipped one, for a key not seen completed, is not
-// a lookup). A store that is not one answers store.CacheSkipped.
-func (i *instrumented) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
-	rec, res, err := store.CachedReplayOf(ctx, i.Store, id)
-	if res != store.CacheSkipped {
-		i.m.replayCache.WithLabelValues(res.String()).Inc()
+// End implements store.Observer.
+func (o storeObserver) End(c store.Call, _ any, out store.Outcome) {
+	if c.Op == store.OpCachedReplay {
+		if out.Cache != store.CacheSkipped {
+			o.m.replayCache.WithLabelValues(out.Cache.String()).Inc()
+		}
+		return
 	}
-	return rec, res, err
+	result := "ok"
+	if out.Err != nil {
+		result = "error"
+	}
+	o.m.storeOps.WithLabelValues(c.Op.String(), result).Observe(out.Took.Seconds())
 }

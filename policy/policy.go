@@ -208,7 +208,7 @@ func (p *Policy) TombstonesFor(method string) []*Route {
 }
 
 // Indexes reports whether some route of p sets resource_from, so the
-// store must be a store.Tombstoner.
+// proxy indexes created resources (store.Store.Index) and tombstones them.
 func (p *Policy) Indexes() bool { return p.indexes }
 
 // Recipe returns r.Fingerprint.Recipe(), computed once by New.

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -164,11 +163,6 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.Policy == nil {
 		return nil, errors.New("proxy: policy is required")
-	}
-	if pol := opts.Policy(); pol != nil && pol.Indexes() {
-		if _, ok := opts.Store.(store.Tombstoner); !ok {
-			return nil, fmt.Errorf("proxy: a route sets resource_from, and the store %T keeps no tombstones (store.Tombstoner)", opts.Store)
-		}
 	}
 	p := &Proxy{
 		upstream:     opts.Upstream,

@@ -57,7 +57,7 @@ func (p *Proxy) tombstone(ctx context.Context, ex *exchange, status int) {
 			}
 			sctx, cancel := p.storeCtx(ctx)
 			var n int
-			n, err = store.TombstoneOf(sctx, p.store, res)
+			n, err = p.store.Tombstone(sctx, res)
 			cancel()
 			if err == nil {
 				if n > 0 {
@@ -87,7 +87,7 @@ func (p *Proxy) index(r *http.Request, ex *exchange, resp *store.Response) {
 	}
 	ctx, cancel := p.storeCtx(r.Context())
 	defer cancel()
-	if err := store.IndexOf(ctx, p.store, path, ex.id); err != nil {
+	if err := p.store.Index(ctx, path, ex.id); err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not index the record by its Location; a DELETE of it will not tombstone it",
 			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)

@@ -66,7 +66,7 @@ const (
 	// not to take abandoned records over (ClaimParams.NoTakeover), or the
 	// fingerprint differs from the abandoned record's.
 	Abandoned
-	// Gone: the record is a tombstone (Tombstoner.Tombstone): the resource
+	// Gone: the record is a tombstone (Store.Tombstone): the resource
 	// its response created was deleted, so the record keeps no fingerprint
 	// and no response, cannot be claimed, and answers Gone to every Claim
 	// until its retention end (docs/protocol.md, "Resource index and
@@ -159,7 +159,8 @@ type Record struct {
 	LeaseEnd time.Time
 	// RetentionEnd is when the record stops existing; zero means never. For
 	// a running record it is its expiry: the later of the lease end and
-	// claim time plus retention, or lease end plus 24 h when retention is 0
+	// claim time plus retention, or lease end plus AbandonedKeep (24 h) when
+	// retention is 0
 	// (a repeated claim computes it again from its own time, never earlier).
 	RetentionEnd time.Time
 }
@@ -218,8 +219,29 @@ func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 // repeated (see the contract, rule 3).
 var ErrNotAcknowledged = fmt.Errorf("%w: write not acknowledged by the required replicas in time", ErrUnavailable)
 
+// ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
+// error of a checked response whose body has another length or whose
+// bytes have another CRC-32C than the check written with them: the record
+// was cut short or damaged in the store. It is never replayed, and no
+// retry forwards its operation again: the proxy answers
+// problem.StoredResponseDamaged and counts it.
+var ErrStoredResponseDamaged = errors.New("stored response failed its integrity check")
+
+// ErrStoredResponse is wrapped by every error of a stored response that
+// does not parse: a store error, never a guess at what was meant.
+var ErrStoredResponse = errors.New("stored response of layout 3")
+
 // MaxRecipeBytes bounds ClaimParams.Recipe, in bytes.
 const MaxRecipeBytes = 1024
+
+// AbandonedKeep is how long a running record whose claim had Retention 0
+// outlives its lease end (Record.RetentionEnd, contract rule 6): an
+// abandoned claim stays visible to on_abandoned: reject for a day, while
+// no record lives forever. Every driver applies this one value: memory
+// and bolt through their shared claim rules, Valkey in claim.lua and
+// extend.lua (filled in when the scripts are built), Postgres in its claim
+// and extend statements (docs/protocol.md, "Layout versions").
+const AbandonedKeep = 24 * time.Hour
 
 // SafetyPoll is the longest a waiter relies on Watch alone: it re-checks the
 // record at least this often in case a notification was lost.
@@ -275,6 +297,33 @@ const SafetyPoll = time.Second
 //     given, binary bodies included.
 //  8. Complete, Release and Delete wake the identity's watchers (Watch), in
 //     this process and in every other process sharing the backing server.
+//
+// Rules 9 to 13 are the resource index and tombstones of routes with
+// `resource_from` (store/storetest.Run, subtests Tombstone*):
+//
+//  9. Index adds the completed record of id to the index of
+//     Resource{id.Owner, id.Scope, path}, remembering which completion it
+//     saw (the record's StoredAt): a record claimed again later (after its
+//     retention, or an operator purge) is a new record and is not
+//     tombstoned by an index entry of the old one. Indexing an absent,
+//     running or gone record does nothing and is no error. Indexing the
+//     same record twice is the same as once.
+//  10. The index is bounded by the records: an entry lives no longer than
+//     its record's retention end (forever only for retention 0), and a
+//     store may drop entries whose record is gone or past its end.
+//  11. Tombstone turns every completed record indexed at res whose
+//     completion is the indexed one into a tombstone and returns how many
+//     it turned. A tombstone keeps its identity and retention end, drops
+//     fingerprint, recipe and response, and answers Gone to Claim and Get
+//     until its retention end; Complete, Release and Extend never act on
+//     it (it holds no token); Delete removes it. Records of other owners,
+//     scopes or paths are untouched.
+//  12. Tombstone is idempotent: calling it again (a retry after an error,
+//     another instance doing the same) tombstones nothing twice and never
+//     revives a record. It may act on some records and then fail (stores
+//     whose index and records live apart, e.g. Valkey Cluster): the error
+//     wraps ErrUnavailable and the caller retries the whole call.
+//  13. Errors, a done ctx included, wrap ErrUnavailable.
 type Store interface {
 	// Claim tries to take the record for p.Identity; see the contract above.
 	// Errors wrap ErrUnavailable, except for parameters that p.Validate
@@ -310,6 +359,14 @@ type Store interface {
 	// Ping checks that the backing server answers (for readiness). Errors
 	// wrap ErrUnavailable.
 	Ping(ctx context.Context) error
+	// Index adds the completed record of id to the index of the resource
+	// at path (owner and scope are id's); see rules 9 and 10 above.
+	// Errors wrap ErrUnavailable.
+	Index(ctx context.Context, path string, id Identity) error
+	// Tombstone turns the records indexed at res into tombstones and
+	// returns how many it turned; see rules 11 and 12 above. Errors wrap
+	// ErrUnavailable.
+	Tombstone(ctx context.Context, res Resource) (int, error)
 	// Close releases connections and stops background work.
 	Close() error
 }
@@ -337,67 +394,6 @@ type Resource struct {
 	Owner string
 	Scope string
 	Path  string
-}
-
-// Tombstoner is implemented by stores that keep a resource index and
-// tombstones (docs/protocol.md, "Resource index and tombstones"; every
-// driver of this module). Routes with
-// `resource_from` are refused on a store that is not one. Check for it
-// with a type assertion.
-//
-// The contract (checked by store/storetest.Run, subtests Tombstone*):
-//
-//  1. Index adds the completed record of id to the index of
-//     Resource{id.Owner, id.Scope, path}, remembering which completion it
-//     saw (the record's StoredAt): a record claimed again later (after its
-//     retention, or an operator purge) is a new record and is not
-//     tombstoned by an index entry of the old one. Indexing an absent,
-//     running or gone record does nothing and is no error. Indexing the
-//     same record twice is the same as once.
-//  2. The index is bounded by the records: an entry lives no longer than
-//     its record's retention end (forever only for retention 0), and a
-//     store may drop entries whose record is gone or past its end.
-//  3. Tombstone turns every completed record indexed at res whose
-//     completion is the indexed one into a tombstone and returns how many
-//     it turned. A tombstone keeps its identity and retention end, drops
-//     fingerprint, recipe and response, and answers Gone to Claim and Get
-//     until its retention end; Complete, Release and Extend never act on
-//     it (it holds no token); Delete removes it. Records of other owners,
-//     scopes or paths are untouched.
-//  4. Tombstone is idempotent: calling it again (a retry after an error,
-//     another instance doing the same) tombstones nothing twice and never
-//     revives a record. It may act on some records and then fail (stores
-//     whose index and records live apart, e.g. Valkey Cluster): the error
-//     wraps ErrUnavailable and the caller retries the whole call.
-//  5. Errors, a done ctx included, wrap ErrUnavailable.
-type Tombstoner interface {
-	// Index adds the completed record of id to the index of the resource
-	// at path (owner and scope are id's). Errors wrap ErrUnavailable.
-	Index(ctx context.Context, path string, id Identity) error
-	// Tombstone turns the records indexed at res into tombstones and
-	// returns how many it turned. Errors wrap ErrUnavailable.
-	Tombstone(ctx context.Context, res Resource) (int, error)
-}
-
-// IndexOf calls s's Index when s is a Tombstoner, and fails with an error
-// wrapping ErrUnavailable otherwise; store wrappers (metrics, tracing, a
-// store not connected yet) forward with it so they stay Tombstoners.
-func IndexOf(ctx context.Context, s Store, path string, id Identity) error {
-	ts, ok := s.(Tombstoner)
-	if !ok {
-		return fmt.Errorf("%T keeps no tombstones: %w", s, ErrUnavailable)
-	}
-	return ts.Index(ctx, path, id)
-}
-
-// TombstoneOf calls s's Tombstone when s is a Tombstoner, and fails with
-// an error wrapping ErrUnavailable otherwise (see IndexOf).
-func TombstoneOf(ctx context.Context, s Store, res Resource) (int, error) {
-	ts, ok := s.(Tombstoner)
-	if !ok {
-		return 0, fmt.Errorf("%T keeps no tombstones: %w", s, ErrUnavailable)
-	}
-	return ts.Tombstone(ctx, res)
 }
 
 // CacheResult says how ReplayCache.CachedReplay came by its answer.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -42,5 +43,14 @@ func TestRecordLayout1(t *testing.T) {
 		if got := c.rec.Layout1(); got != c.want {
 			t.Errorf("%s: Layout1() = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestAbandonedKeepIsADay pins store.AbandonedKeep: docs/protocol.md spells
+// it as 86400000 ms in the Valkey scripts it quotes and as 24 h in every
+// layout, and records already written carry expiries computed with it.
+func TestAbandonedKeepIsADay(t *testing.T) {
+	if store.AbandonedKeep != 24*time.Hour {
+		t.Fatalf("AbandonedKeep = %v, want 24h (docs/protocol.md)", store.AbandonedKeep)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,25 +27,47 @@ func InstrumentStore(s store.Store, tp trace.TracerProvider) store.Store {
 	if isNoop(tp) {
 		return s
 	}
-	return &traced{Store: s, tracer: tp.Tracer(ScopeName)}
+	return store.Observe(s, &storeTracer{tracer: tp.Tracer(ScopeName)})
 }
 
-type traced struct {
-	store.Store
+// storeTracer is the store.Observer of InstrumentStore.
+type storeTracer struct {
 	tracer trace.Tracer
 }
 
-// start begins the span of op, or returns a nil span when ctx belongs to no
-// trace.
-func (t *traced) start(ctx context.Context, op string, scope string) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+// Start implements store.Observer: it begins the span of c, or none when
+// ctx belongs to no trace. CachedReplay is untraced: a hit makes no store
+// call, and a miss is one read whose request span shows the replay.
+func (t *storeTracer) Start(ctx context.Context, c store.Call) (context.Context, any) {
+	if c.Op == store.OpCachedReplay || !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx, nil
 	}
 	var attrs []attribute.KeyValue
-	if scope != "" {
-		attrs = append(attrs, AttrScope.String(scope))
+	if c.Identity.Scope != "" {
+		attrs = append(attrs, AttrScope.String(c.Identity.Scope))
 	}
-	return t.tracer.Start(ctx, "store."+op, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, "store."+c.Op.String(), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return ctx, span
+}
+
+// End implements store.Observer: it records the result (AttrStoreState,
+// AttrStoreTakeover, AttrStoreActed) or the error, and ends the span. The
+// path of Index and the key of every call are never attributes.
+func (t *storeTracer) End(c store.Call, started any, o store.Outcome) {
+	span, _ := started.(trace.Span)
+	if span == nil {
+		return
+	}
+	switch c.Op {
+	case store.OpClaim:
+		end(span, c.Identity, o.Err, AttrStoreState.String(o.State.String()), AttrStoreTakeover.Bool(o.Takeover))
+	case store.OpComplete, store.OpRelease, store.OpExtend, store.OpDelete:
+		end(span, c.Identity, o.Err, AttrStoreActed.Bool(o.Acted))
+	case store.OpGet:
+		end(span, c.Identity, o.Err, AttrStoreState.String(o.State.String()))
+	default:
+		end(span, c.Identity, o.Err)
+	}
 }
 
 // end records err (redacted of id's key and owner) or attrs, and ends span.
@@ -75,83 +96,4 @@ func redact(msg string, id store.Identity) string {
 		}
 	}
 	return msg
-}
-
-func (t *traced) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	ctx, span := t.start(ctx, "claim", p.Identity.Scope)
-	res, err := t.Store.Claim(ctx, p)
-	end(span, p.Identity, err, AttrStoreState.String(res.State.String()), AttrStoreTakeover.Bool(res.Takeover))
-	return res, err
-}
-
-func (t *traced) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
-	ctx, span := t.start(ctx, "complete", id.Scope)
-	ok, err := t.Store.Complete(ctx, id, token, resp)
-	end(span, id, err, AttrStoreActed.Bool(ok))
-	return ok, err
-}
-
-func (t *traced) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	ctx, span := t.start(ctx, "release", id.Scope)
-	ok, err := t.Store.Release(ctx, id, token)
-	end(span, id, err, AttrStoreActed.Bool(ok))
-	return ok, err
-}
-
-func (t *traced) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	ctx, span := t.start(ctx, "extend", id.Scope)
-	ok, err := t.Store.Extend(ctx, id, token, lease)
-	end(span, id, err, AttrStoreActed.Bool(ok))
-	return ok, err
-}
-
-func (t *traced) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	ctx, span := t.start(ctx, "get", id.Scope)
-	rec, err := t.Store.Get(ctx, id)
-	state := store.Absent
-	if rec != nil {
-		state = rec.State
-	}
-	end(span, id, err, AttrStoreState.String(state.String()))
-	return rec, err
-}
-
-func (t *traced) Delete(ctx context.Context, id store.Identity) (bool, error) {
-	ctx, span := t.start(ctx, "delete", id.Scope)
-	ok, err := t.Store.Delete(ctx, id)
-	end(span, id, err, AttrStoreActed.Bool(ok))
-	return ok, err
-}
-
-func (t *traced) Ping(ctx context.Context) error {
-	ctx, span := t.start(ctx, "ping", "")
-	err := t.Store.Ping(ctx)
-	end(span, store.Identity{}, err)
-	return err
-}
-
-// Index implements store.Tombstoner for the store behind t, traced as
-// store.index (the path is not an attribute: it names a customer's
-// resource).
-func (t *traced) Index(ctx context.Context, path string, id store.Identity) error {
-	ctx, span := t.start(ctx, "index", id.Scope)
-	err := store.IndexOf(ctx, t.Store, path, id)
-	end(span, id, err)
-	return err
-}
-
-// Tombstone implements store.Tombstoner for the store behind t, traced as
-// store.tombstone.
-func (t *traced) Tombstone(ctx context.Context, res store.Resource) (int, error) {
-	ctx, span := t.start(ctx, "tombstone", res.Scope)
-	n, err := store.TombstoneOf(ctx, t.Store, res)
-	end(span, store.Identity{Owner: res.Owner, Scope: res.Scope}, err)
-	return n, err
-}
-
-// CachedReplay implements store.ReplayCache for the store behind t,
-// untraced: a hit makes no store call, and a miss is one read whose
-// request span shows the replay.
-func (t *traced) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
-	return store.CachedReplayOf(ctx, t.Store, id)
 }

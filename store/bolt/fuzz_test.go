@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
@@ -15,16 +15,16 @@ import (
 // back to the same record, so a record read and written again loses
 // nothing.
 func FuzzDecodeRecord(f *testing.F) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		f.Fatal(err)
 	}
 	p, resp := storetest.BenchRecord(3)
 	resp.Trailer = http.Header{"Grpc-Status": {"0"}}
 	for _, r := range []*record{
-		{id: p.Identity, fingerprint: p.Fingerprint, recipe: p.Recipe, createdMs: 1, expiryMs: 9, retentionMs: 8, storedAtMs: 2, resp: &resp},
-		{id: p.Identity, running: true, fingerprint: "fp", token: "tok", createdMs: 1, leaseEndMs: 5, expiryMs: 9},
-		{id: p.Identity, gone: true, createdMs: 1, expiryMs: 9},
+		{ID: p.Identity, Fingerprint: p.Fingerprint, Recipe: p.Recipe, CreatedMs: 1, ExpiryMs: 9, RetentionMs: 8, StoredAtMs: 2, Resp: &resp},
+		{ID: p.Identity, Running: true, Fingerprint: "fp", Token: "tok", CreatedMs: 1, LeaseEndMs: 5, ExpiryMs: 9},
+		{ID: p.Identity, Gone: true, CreatedMs: 1, ExpiryMs: 9},
 	} {
 		for _, enc := range []func(*record) ([]byte, error){
 			func(r *record) ([]byte, error) { return encodeRecord(r, codec) },
@@ -42,7 +42,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !r.running && !r.gone && r.resp == nil {
+		if !r.Running && !r.Gone && r.Resp == nil {
 			t.Fatalf("completed record without response from %x", v)
 		}
 		again, err := encodeRecord(r, codec)
@@ -55,7 +55,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decodeRecord of a re-encoded record %x: %v", again, err)
 		}
 		if !reflect.DeepEqual(back, r) {
-			t.Fatalf("round trip of %x:\n got %+v %+v\nwant %+v %+v", v, back, back.resp, r, r.resp)
+			t.Fatalf("round trip of %x:\n got %+v %+v\nwant %+v %+v", v, back, back.Resp, r, r.Resp)
 		}
 	})
 }

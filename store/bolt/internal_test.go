@@ -15,6 +15,8 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/rules"
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
@@ -129,44 +131,44 @@ func TestFormatVersionMismatchRefused(t *testing.T) {
 func TestRecordEncodingRoundTrip(t *testing.T) {
 	for name, r := range map[string]*record{
 		"running": {
-			id: store.Identity{Owner: "\x00", Scope: "", Key: "k\xff"}, running: true, takeover: true,
-			fingerprint: "fp", recipe: "b=raw&q=1&v=hs1", token: "tok", createdMs: 1, leaseEndMs: 2, expiryMs: 3, retentionMs: 4,
+			ID: store.Identity{Owner: "\x00", Scope: "", Key: "k\xff"}, Running: true, Takeover: true,
+			Fingerprint: "fp", Recipe: "b=raw&q=1&v=hs1", Token: "tok", CreatedMs: 1, LeaseEndMs: 2, ExpiryMs: 3, RetentionMs: 4,
 		},
 		"gone": {
-			id: store.Identity{Owner: "o", Scope: "s", Key: "k"}, gone: true, createdMs: 1, expiryMs: 3, retentionMs: 2,
+			ID: store.Identity{Owner: "o", Scope: "s", Key: "k"}, Gone: true, CreatedMs: 1, ExpiryMs: 3, RetentionMs: 2,
 		},
 		"completed, nil header and body": {
-			id: store.Identity{Owner: "o"}, fingerprint: "fp", createdMs: 1, retentionMs: 0, storedAtMs: 5,
-			resp: &store.Response{Status: 599, Omitted: true, StoredAt: msTime(5)},
+			ID: store.Identity{Owner: "o"}, Fingerprint: "fp", CreatedMs: 1, RetentionMs: 0, StoredAtMs: 5,
+			Resp: &store.Response{Status: 599, Omitted: true, StoredAt: rules.Time(5)},
 		},
 		"completed, empty header and body": {
-			id: store.Identity{Owner: "o"}, fingerprint: "fp", storedAtMs: 5,
-			resp: &store.Response{Status: 200, Header: http.Header{}, Body: []byte{}, StoredAt: msTime(5)},
+			ID: store.Identity{Owner: "o"}, Fingerprint: "fp", StoredAtMs: 5,
+			Resp: &store.Response{Status: 200, Header: http.Header{}, Body: []byte{}, StoredAt: rules.Time(5)},
 		},
 		"completed, full": {
-			id: store.Identity{Owner: "o"}, fingerprint: "fp", expiryMs: 99, storedAtMs: 7,
-			resp: &store.Response{
+			ID: store.Identity{Owner: "o"}, Fingerprint: "fp", ExpiryMs: 99, StoredAtMs: 7,
+			Resp: &store.Response{
 				Status: 201,
 				Header: http.Header{"Set-Cookie": {"a=1", "b=2"}, "x-raw": {"", ""}, "X-None": {}},
-				Body:   []byte("\x00\xff"), StoredAt: msTime(7), Trailer: http.Header{"Grpc-Status": {"0"}},
+				Body:   []byte("\x00\xff"), StoredAt: rules.Time(7), Trailer: http.Header{"Grpc-Status": {"0"}},
 			},
 		},
 		"completed, compressed body, packed fingerprint": {
-			id: store.Identity{Owner: "o", Scope: "s", Key: "k"}, fingerprint: "hs1:" + strings.Repeat("0123456789abcdef", 4),
-			recipe: "b=raw&q=1&v=hs1", createdMs: 1_700_000_000_000, expiryMs: 1_700_086_400_000, retentionMs: 86_400_000, storedAtMs: 1_700_000_000_050,
-			resp: &store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
-				Body: storetest.BenchBody, StoredAt: msTime(1_700_000_000_050)},
+			ID: store.Identity{Owner: "o", Scope: "s", Key: "k"}, Fingerprint: "hs1:" + strings.Repeat("0123456789abcdef", 4),
+			Recipe: "b=raw&q=1&v=hs1", CreatedMs: 1_700_000_000_000, ExpiryMs: 1_700_086_400_000, RetentionMs: 86_400_000, StoredAtMs: 1_700_000_000_050,
+			Resp: &store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: storetest.BenchBody, StoredAt: rules.Time(1_700_000_000_050)},
 		},
 		"fingerprint hs1 in upper case, kept as it is": {
-			id: store.Identity{Owner: "o"}, running: true, fingerprint: "hs1:" + strings.Repeat("0123456789ABCDEF", 4), token: "t", leaseEndMs: -5,
+			ID: store.Identity{Owner: "o"}, Running: true, Fingerprint: "hs1:" + strings.Repeat("0123456789ABCDEF", 4), Token: "t", LeaseEndMs: -5,
 		},
 		"already encoded body, kept as it is": {
-			id: store.Identity{Owner: "o"}, fingerprint: "fp", storedAtMs: 5,
-			resp: &store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: storetest.BenchBody, StoredAt: msTime(5)},
+			ID: store.Identity{Owner: "o"}, Fingerprint: "fp", StoredAtMs: 5,
+			Resp: &store.Response{Status: 200, Header: http.Header{"Content-Encoding": {"gzip"}}, Body: storetest.BenchBody, StoredAt: rules.Time(5)},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			codec, err := store.NewBodyCodec()
+			codec, err := layout.NewBodyCodec()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,13 +179,13 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 			if v[0] != FormatVersion {
 				t.Fatalf("version byte = %d", v[0])
 			}
-			if r.resp != nil && r.resp.Body != nil {
-				_, wantZ := codec.Compress(r.resp.Header, r.resp.Body)
+			if r.Resp != nil && r.Resp.Body != nil {
+				_, wantZ := codec.Compress(r.Resp.Header, r.Resp.Body)
 				if z := v[2]&flagBodyZstd != 0; z != wantZ {
 					t.Fatalf("body compressed = %v, want %v (%d-byte value)", z, wantZ, len(v))
 				}
 			}
-			if _, packed := packFingerprint(r.fingerprint); packed != (v[2]&flagFingerprintPacked != 0) {
+			if _, packed := packFingerprint(r.Fingerprint); packed != (v[2]&flagFingerprintPacked != 0) {
 				t.Fatalf("fingerprint packed = %v, want %v", !packed, packed)
 			}
 			got, err := decodeRecord(v, codec)
@@ -191,7 +193,7 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, r) {
-				t.Fatalf("round trip:\n got %+v %+v\nwant %+v %+v", got, got.resp, r, r.resp)
+				t.Fatalf("round trip:\n got %+v %+v\nwant %+v %+v", got, got.Resp, r, r.Resp)
 			}
 		})
 	}
@@ -220,7 +222,7 @@ func TestSweepSpansBatches(t *testing.T) {
 			if i >= expired {
 				end = nowMs + 1
 			}
-			if err := w.put(&record{id: id, running: true, token: "t", createdMs: nowMs - 10, leaseEndMs: end, expiryMs: end}); err != nil {
+			if err := w.put(&record{ID: id, Running: true, Token: "t", CreatedMs: nowMs - 10, LeaseEndMs: end, ExpiryMs: end}); err != nil {
 				return err
 			}
 		}
@@ -265,10 +267,7 @@ func TestReadsFormatVersion1(t *testing.T) {
 		v = binary.BigEndian.AppendUint64(v, uint64(n))
 	}
 	v = binary.BigEndian.AppendUint16(v, 201)
-	header, err := encodeHeader(http.Header{"Location": {"/v1/orders/1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	header := layout.BoltV2Header.Encode(http.Header{"Location": {"/v1/orders/1"}})
 	for _, f := range [][]byte{[]byte(id.Owner), []byte(id.Scope), []byte(id.Key), []byte("hs1:fp"), nil, header, []byte(`{"id":1}`)} {
 		v = binary.BigEndian.AppendUint32(v, uint32(len(f)))
 		v = append(v, f...)
@@ -371,7 +370,7 @@ func TestSweepPrunesIndex(t *testing.T) {
 	if err := s.db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketRecords).Get(RecordKey(ids[0]))
 		r, err := decodeRecord(v, s.codec)
-		if err != nil || v[0] != FormatVersion || v[1] != stateGone || v[2] != 0 || r.resp != nil || r.fingerprint != "" || r.recipe != "" {
+		if err != nil || v[0] != FormatVersion || v[1] != stateGone || v[2] != 0 || r.Resp != nil || r.Fingerprint != "" || r.Recipe != "" {
 			t.Fatalf("gone record %x = %+v, %v", v, r, err)
 		}
 		return nil
@@ -402,14 +401,14 @@ func TestReadsFormatVersion2(t *testing.T) {
 	nowMs := now.UnixMilli()
 	p, resp := storetest.BenchRecord(1)
 	resp.Trailer = http.Header{"Grpc-Status": {"0"}}
-	completed := &record{id: p.Identity, fingerprint: p.Fingerprint, recipe: p.Recipe, createdMs: nowMs - 2000,
-		expiryMs: nowMs + 3_600_000, retentionMs: 3_600_000, storedAtMs: nowMs - 1000, resp: &resp}
+	completed := &record{ID: p.Identity, Fingerprint: p.Fingerprint, Recipe: p.Recipe, CreatedMs: nowMs - 2000,
+		ExpiryMs: nowMs + 3_600_000, RetentionMs: 3_600_000, StoredAtMs: nowMs - 1000, Resp: &resp}
 	runningID := store.Identity{Owner: "o", Scope: "default", Key: "running"}
-	running := &record{id: runningID, running: true, fingerprint: "hs1:fp", recipe: p.Recipe, token: "tok", createdMs: nowMs - 10,
-		leaseEndMs: nowMs + 60_000, expiryMs: nowMs + 3_600_000, retentionMs: 3_600_000}
+	running := &record{ID: runningID, Running: true, Fingerprint: "hs1:fp", Recipe: p.Recipe, Token: "tok", CreatedMs: nowMs - 10,
+		LeaseEndMs: nowMs + 60_000, ExpiryMs: nowMs + 3_600_000, RetentionMs: 3_600_000}
 	expiredID := store.Identity{Owner: "o", Scope: "default", Key: "expired"}
-	expired := &record{id: expiredID, fingerprint: "hs1:fp", createdMs: nowMs - 5000, expiryMs: nowMs - 1, retentionMs: 1000,
-		storedAtMs: nowMs - 4000, resp: &store.Response{Status: 200, Body: []byte("old")}}
+	expired := &record{ID: expiredID, Fingerprint: "hs1:fp", CreatedMs: nowMs - 5000, ExpiryMs: nowMs - 1, RetentionMs: 1000,
+		StoredAtMs: nowMs - 4000, Resp: &store.Response{Status: 200, Body: []byte("old")}}
 
 	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -444,10 +443,10 @@ func TestReadsFormatVersion2(t *testing.T) {
 			if v[0] != 2 {
 				t.Fatalf("encodeRecordV2 wrote version %d", v[0])
 			}
-			if err := recs.Put(RecordKey(r.id), v); err != nil {
+			if err := recs.Put(RecordKey(r.ID), v); err != nil {
 				return err
 			}
-			if err := exp.Put(expiryKey(r.expiryMs, RecordKey(r.id)), nil); err != nil {
+			if err := exp.Put(expiryKey(r.ExpiryMs, RecordKey(r.ID)), nil); err != nil {
 				return err
 			}
 		}
@@ -471,7 +470,7 @@ func TestReadsFormatVersion2(t *testing.T) {
 		t.Fatalf("Claim on a version 2 record = %+v, %v", res, err)
 	}
 	want := resp
-	want.StoredAt = msTime(nowMs - 1000)
+	want.StoredAt = rules.Time(nowMs - 1000)
 	if !reflect.DeepEqual(*res.Response, want) {
 		t.Fatalf("replay of a version 2 record:\n got %+v\nwant %+v", *res.Response, want)
 	}

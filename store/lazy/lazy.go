@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -15,9 +14,14 @@ import (
 // Store forwards every operation to the store given to Set. Until then
 // every operation fails with an error wrapping store.ErrUnavailable that
 // names the store and the last connection error (see SetError), so callers
-// fail closed exactly as when a connected store is unreachable. Its methods
-// are safe for concurrent use.
+// fail closed exactly as when a connected store is unreachable; Watch
+// answers a channel already closed (the waiter re-reads and fails) and
+// CachedReplay store.CacheSkipped (store.Defer). Its methods are safe for
+// concurrent use.
 type Store struct {
+	// Store is the store.Defer wrapper over get that runs every
+	// operation; Close and CachedReplay are Store's own.
+	store.Store
 	name string
 
 	inner   atomic.Pointer[storeBox]
@@ -31,11 +35,18 @@ type storeBox struct{ s store.Store }
 
 type errBox struct{ err error }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.ReplayCache = (*Store)(nil)
+)
 
 // New returns a Store with nothing behind it yet; name ("valkey", "bolt")
 // appears in its errors.
-func New(name string) *Store { return &Store{name: name} }
+func New(name string) *Store {
+	l := &Store{name: name}
+	l.Store = store.Defer(l.get)
+	return l
+}
 
 // Set puts s behind the Store; every later operation goes to s. It returns
 // an error, and closes s, when the Store was closed meanwhile or already
@@ -68,83 +79,6 @@ func (l *Store) get() (store.Store, error) {
 	return nil, fmt.Errorf("the %s store is not connected yet: %w", l.name, store.ErrUnavailable)
 }
 
-// Claim implements store.Store.
-func (l *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	s, err := l.get()
-	if err != nil {
-		return store.ClaimResult{}, err
-	}
-	return s.Claim(ctx, p)
-}
-
-// Complete implements store.Store.
-func (l *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
-	s, err := l.get()
-	if err != nil {
-		return false, err
-	}
-	return s.Complete(ctx, id, token, resp)
-}
-
-// Release implements store.Store.
-func (l *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	s, err := l.get()
-	if err != nil {
-		return false, err
-	}
-	return s.Release(ctx, id, token)
-}
-
-// Extend implements store.Store.
-func (l *Store) Extend(ctx context.Context, id store.Identity, token string, lease time.Duration) (bool, error) {
-	s, err := l.get()
-	if err != nil {
-		return false, err
-	}
-	return s.Extend(ctx, id, token, lease)
-}
-
-// Get implements store.Store.
-func (l *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	s, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return s.Get(ctx, id)
-}
-
-// Delete implements store.Store.
-func (l *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
-	s, err := l.get()
-	if err != nil {
-		return false, err
-	}
-	return s.Delete(ctx, id)
-}
-
-// Watch implements store.Store. Before Set it returns a channel that is
-// already closed (a spurious wake-up the contract allows): the waiter
-// re-reads the record, which fails while nothing is connected.
-func (l *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	s, err := l.get()
-	if err != nil {
-		ch := make(chan struct{})
-		close(ch)
-		return ch, func() {}
-	}
-	return s.Watch(id)
-}
-
-// Ping implements store.Store: before Set it fails with the error that
-// names the store and the last connection error.
-func (l *Store) Ping(ctx context.Context) error {
-	s, err := l.get()
-	if err != nil {
-		return err
-	}
-	return s.Ping(ctx)
-}
-
 // Close closes the store behind, if any; a later Set closes the store it
 // is given instead of keeping it. Safe to call more than once.
 func (l *Store) Close() error {
@@ -160,31 +94,9 @@ func (l *Store) Close() error {
 	return nil
 }
 
-// Index implements store.Tombstoner for the store behind l.
-func (l *Store) Index(ctx context.Context, path string, id store.Identity) error {
-	s, err := l.get()
-	if err != nil {
-		return err
-	}
-	return store.IndexOf(ctx, s, path, id)
-}
-
-// Tombstone implements store.Tombstoner for the store behind l.
-func (l *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
-	s, err := l.get()
-	if err != nil {
-		return 0, err
-	}
-	return store.TombstoneOf(ctx, s, res)
-}
-
 // CachedReplay implements store.ReplayCache for the store behind l; before
 // it is connected there is nothing cached (store.CacheSkipped), and the
 // claim that follows fails closed.
 func (l *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
-	s, err := l.get()
-	if err != nil {
-		return nil, store.CacheSkipped, nil
-	}
-	return store.CachedReplayOf(ctx, s, id)
+	return store.CachedReplayOf(ctx, l.Store, id)
 }

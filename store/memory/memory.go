@@ -8,13 +8,10 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/rules"
+	"github.com/idemgate/idemgate/store/internal/sweep"
 	"github.com/idemgate/idemgate/store/watch"
 )
-
-// abandonedKeep is how long a running record whose claim had Retention 0
-// outlives its lease end, so an abandoned claim stays visible to
-// on_abandoned: reject while nothing lives forever (same rule as store/valkey).
-const abandonedKeep = 24 * time.Hour
 
 // DefaultSweepInterval is how often the background sweep runs by default.
 const DefaultSweepInterval = time.Minute
@@ -42,46 +39,27 @@ type Store struct {
 	sweepEvery time.Duration
 
 	mu      sync.Mutex
-	records map[store.Identity]*record
-	// index is the resource index (store.Tombstoner): per resource, the
+	records map[store.Identity]*rules.Record
+	// index is the resource index (Store.Index and Store.Tombstone): per resource, the
 	// records indexed there and the completion each entry saw.
 	index    map[store.Resource]map[store.Identity]indexEntry
 	watchers watch.Set[store.Identity]
 
-	stopSweep chan struct{}
-	sweepDone chan struct{}
-	closeOnce sync.Once
+	sweeper *sweep.Loop
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Sweeper    = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
 )
 
 // indexEntry is one record in a resource's index: the completion it saw
-// (StoredAt), so a later record of the same identity is never tombstoned
-// by it, and the record's expiry, which the entry never outlives.
+// (stored at, unix ms), so a later record of the same identity is never
+// tombstoned by it, and the record's expiry, which the entry never
+// outlives.
 type indexEntry struct {
-	storedAt time.Time
-	expiry   time.Time
-}
-
-type record struct {
-	running bool
-	// gone: a tombstone (store.Tombstoner): no fingerprint, recipe or
-	// response, only the identity and the expiry.
-	gone        bool
-	fingerprint string
-	recipe      string
-	token       string
-	takeover    bool
-	created     time.Time
-	leaseEnd    time.Time
-	// expiry is when the record stops existing; zero means never.
-	expiry    time.Time
-	retention time.Duration
-	resp      *store.Response
+	storedAtMs int64
+	expiryMs   int64
 }
 
 // New returns an empty store. Call Close to stop its background sweep.
@@ -89,36 +67,28 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		clock:      time.Now,
 		sweepEvery: DefaultSweepInterval,
-		records:    make(map[store.Identity]*record),
+		records:    make(map[store.Identity]*rules.Record),
 		index:      make(map[store.Resource]map[store.Identity]indexEntry),
-		stopSweep:  make(chan struct{}),
-		sweepDone:  make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if s.sweepEvery > 0 {
-		go s.sweepLoop()
-	} else {
-		close(s.sweepDone)
-	}
+	s.sweeper = sweep.Start(s.sweepEvery, s.Sweep, nil)
 	return s
 }
 
-func (s *Store) now() time.Time { return s.clock().Truncate(time.Millisecond) }
-
-// over reports whether an end time has been reached (end <= now); a zero
-// end never is.
-func over(end, now time.Time) bool { return !end.IsZero() && !end.After(now) }
+// nowMs reads the clock in unix milliseconds, the resolution of every
+// store.
+func (s *Store) nowMs() int64 { return s.clock().Truncate(time.Millisecond).UnixMilli() }
 
 // live returns the record for id unless it is absent or past its expiry
 // (which it removes). Caller holds s.mu.
-func (s *Store) live(id store.Identity, now time.Time) *record {
+func (s *Store) live(id store.Identity, nowMs int64) *rules.Record {
 	r := s.records[id]
 	if r == nil {
 		return nil
 	}
-	if over(r.expiry, now) {
+	if rules.Over(r.ExpiryMs, nowMs) {
 		delete(s.records, id)
 		return nil
 	}
@@ -132,18 +102,6 @@ func ctxErr(ctx context.Context, op string) error {
 	return nil
 }
 
-// runningExpiry is when a running record stops existing: the later of lease
-// end and claim time + retention, or lease end + 24h for retention 0.
-func runningExpiry(now, leaseEnd time.Time, retention time.Duration) time.Time {
-	if retention == 0 {
-		return leaseEnd.Add(abandonedKeep)
-	}
-	if e := now.Add(retention); e.After(leaseEnd) {
-		return e
-	}
-	return leaseEnd
-}
-
 // Claim implements store.Store. Errors wrap store.ErrUnavailable (only a
 // done ctx), or store.ErrInvalid for parameters p.Validate rejects.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
@@ -155,54 +113,24 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	takeover := false
-	if r := s.live(p.Identity, now); r != nil {
-		switch {
-		case r.gone:
-			return store.ClaimResult{State: store.Gone}, nil
-		case !r.running:
-			return store.ClaimResult{State: store.Completed, Fingerprint: r.fingerprint, Recipe: r.recipe, Response: copyResponse(r.resp)}, nil
-		case r.token == p.Token:
-			// A retried claim whose first answer was lost: it holds the
-			// record, and its lease restarts now as a fresh claim's would
-			// (the expiry never moves earlier).
-			r.leaseEnd = now.Add(p.Lease.Truncate(time.Millisecond))
-			if e := runningExpiry(now, r.leaseEnd, p.Retention.Truncate(time.Millisecond)); e.After(r.expiry) {
-				r.expiry = e
-			}
-			return store.ClaimResult{State: store.Claimed, Takeover: r.takeover, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
-		case !over(r.leaseEnd, now):
-			return store.ClaimResult{State: store.Running, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
-		case p.NoTakeover || r.fingerprint != p.Fingerprint:
-			return store.ClaimResult{State: store.Abandoned, Fingerprint: r.fingerprint, Recipe: r.recipe, LeaseEnd: r.leaseEnd}, nil
-		}
-		takeover = true
+	nowMs := s.nowMs()
+	res, next := rules.Claim(s.live(p.Identity, nowMs), p, nowMs)
+	if next != nil {
+		s.records[p.Identity] = next
 	}
-	leaseEnd := now.Add(p.Lease.Truncate(time.Millisecond))
-	retention := p.Retention.Truncate(time.Millisecond)
-	s.records[p.Identity] = &record{
-		running:     true,
-		fingerprint: p.Fingerprint,
-		recipe:      p.Recipe,
-		token:       p.Token,
-		takeover:    takeover,
-		created:     now,
-		leaseEnd:    leaseEnd,
-		expiry:      runningExpiry(now, leaseEnd, retention),
-		retention:   retention,
-	}
-	return store.ClaimResult{State: store.Claimed, Takeover: takeover, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: leaseEnd}, nil
+	// Callers never share a stored response's header or body with the
+	// store.
+	res.Response = copyResponse(res.Response)
+	return res, nil
 }
 
 // holder returns the live running record for id while it holds token.
 // Caller holds s.mu.
-func (s *Store) holder(id store.Identity, token string, now time.Time) *record {
-	r := s.live(id, now)
-	if r == nil || !r.running || r.token != token {
-		return nil
+func (s *Store) holder(id store.Identity, token string, nowMs int64) *rules.Record {
+	if r := s.live(id, nowMs); rules.Holds(r, token) {
+		return r
 	}
-	return r
+	return nil
 }
 
 // Complete implements store.Store.
@@ -212,18 +140,12 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	r := s.holder(id, token, now)
+	nowMs := s.nowMs()
+	r := s.holder(id, token, nowMs)
 	if r == nil {
 		return false, nil
 	}
-	stored := copyResponse(&resp)
-	stored.StoredAt = now
-	r.running, r.token, r.takeover, r.leaseEnd, r.resp = false, "", false, time.Time{}, stored
-	r.expiry = time.Time{}
-	if r.retention > 0 {
-		r.expiry = now.Add(r.retention)
-	}
+	rules.Complete(r, copyResponse(&resp), nowMs)
 	s.wakeLocked(id)
 	return true, nil
 }
@@ -235,7 +157,7 @@ func (s *Store) Release(ctx context.Context, id store.Identity, token string) (b
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.holder(id, token, s.now()) == nil {
+	if s.holder(id, token, s.nowMs()) == nil {
 		return false, nil
 	}
 	delete(s.records, id)
@@ -253,17 +175,12 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	r := s.holder(id, token, now)
+	nowMs := s.nowMs()
+	r := s.holder(id, token, nowMs)
 	if r == nil {
 		return false, nil
 	}
-	r.leaseEnd = now.Add(lease.Truncate(time.Millisecond))
-	if r.retention == 0 {
-		r.expiry = r.leaseEnd.Add(abandonedKeep)
-	} else if r.leaseEnd.After(r.expiry) {
-		r.expiry = r.leaseEnd
-	}
+	rules.Extend(r, lease, nowMs)
 	return true, nil
 }
 
@@ -274,30 +191,13 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	r := s.live(id, now)
+	nowMs := s.nowMs()
+	r := s.live(id, nowMs)
 	if r == nil {
 		return nil, nil
 	}
-	out := &store.Record{
-		Identity:     id,
-		Fingerprint:  r.fingerprint,
-		Recipe:       r.recipe,
-		CreatedAt:    r.created,
-		LeaseEnd:     r.leaseEnd,
-		RetentionEnd: r.expiry,
-	}
-	switch {
-	case r.gone:
-		out.State = store.Gone
-	case !r.running:
-		out.State = store.Completed
-		out.Response = copyResponse(r.resp)
-	case over(r.leaseEnd, now):
-		out.State, out.Token = store.Abandoned, r.token
-	default:
-		out.State, out.Token = store.Running, r.token
-	}
+	out := rules.Get(r, nowMs)
+	out.Response = copyResponse(out.Response)
 	return out, nil
 }
 
@@ -308,7 +208,7 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	existed := s.live(id, s.now()) != nil
+	existed := s.live(id, s.nowMs()) != nil
 	delete(s.records, id)
 	if existed {
 		s.wakeLocked(id)
@@ -328,25 +228,8 @@ func (s *Store) Ping(ctx context.Context) error { return ctxErr(ctx, "ping") }
 
 // Close stops the background sweep. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stopSweep)
-		<-s.sweepDone
-	})
+	s.sweeper.Stop()
 	return nil
-}
-
-func (s *Store) sweepLoop() {
-	defer close(s.sweepDone)
-	t := time.NewTicker(s.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopSweep:
-			return
-		case <-t.C:
-			_, _ = s.Sweep(context.Background())
-		}
-	}
 }
 
 // Sweep implements store.Sweeper: it removes up to 10000 records past
@@ -358,13 +241,13 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	nowMs := s.nowMs()
 	seen, removed := 0, 0
 	for id, r := range s.records {
 		if seen++; seen > sweepBatch {
 			break
 		}
-		if over(r.expiry, now) {
+		if rules.Over(r.ExpiryMs, nowMs) {
 			delete(s.records, id)
 			removed++
 		}
@@ -375,7 +258,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			if seen++; seen > sweepBatch {
 				return removed, nil
 			}
-			if over(e.expiry, now) {
+			if rules.Over(e.expiryMs, nowMs) {
 				delete(entries, id)
 			}
 		}
@@ -386,15 +269,15 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	return removed, nil
 }
 
-// Index implements store.Tombstoner. It fails only on a done ctx.
+// Index implements store.Store. It fails only on a done ctx.
 func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
 	if err := ctxErr(ctx, "index"); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.live(id, s.now())
-	if r == nil || r.running || r.gone || r.resp == nil {
+	r := s.live(id, s.nowMs())
+	if !rules.Indexable(r) {
 		return nil
 	}
 	res := store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}
@@ -403,23 +286,22 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 		entries = make(map[store.Identity]indexEntry)
 		s.index[res] = entries
 	}
-	entries[id] = indexEntry{storedAt: r.resp.StoredAt, expiry: r.expiry}
+	entries[id] = indexEntry{storedAtMs: r.StoredAtMs, expiryMs: r.ExpiryMs}
 	return nil
 }
 
-// Tombstone implements store.Tombstoner. It fails only on a done ctx.
+// Tombstone implements store.Store. It fails only on a done ctx.
 func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {
 	if err := ctxErr(ctx, "tombstone"); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	nowMs := s.nowMs()
 	n := 0
 	for id, e := range s.index[res] {
-		r := s.live(id, now)
-		if r != nil && !r.running && !r.gone && r.resp != nil && r.resp.StoredAt.Equal(e.storedAt) {
-			r.gone, r.fingerprint, r.recipe, r.resp = true, "", "", nil
+		if r := s.live(id, nowMs); rules.Tombstoned(r, e.storedAtMs) {
+			s.records[id] = rules.Tombstone(r)
 			n++
 		}
 	}

@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
-// FuzzDecodeResponse feeds store.DecodeResponse arbitrary response columns: it
+// FuzzDecodeResponse feeds layout.DecodeResponse arbitrary response columns: it
 // must never panic, and every column it accepts must encode and decode
 // back to the same response.
 func FuzzDecodeResponse(f *testing.F) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -24,15 +25,15 @@ func FuzzDecodeResponse(f *testing.F) {
 		{Status: 200, Trailer: http.Header{"Grpc-Status": {"0"}}, Body: []byte("x")},
 		{Status: 204, Omitted: true},
 	} {
-		f.Add(store.EncodeResponse(codec, r))
+		f.Add(layout.EncodeResponse(codec, r))
 	}
 	at := time.UnixMilli(1_700_000_000_000)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := store.DecodeResponse(codec, b, at)
+		r, err := layout.DecodeResponse(codec, b, at)
 		if err != nil {
 			return
 		}
-		back, err := store.DecodeResponse(codec, store.EncodeResponse(codec, *r), at)
+		back, err := layout.DecodeResponse(codec, layout.EncodeResponse(codec, *r), at)
 		if err != nil || !reflect.DeepEqual(back, r) {
 			t.Fatalf("round trip of %x: %+v, %v; want %+v", b, back, err, r)
 		}

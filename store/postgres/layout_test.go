@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/postgres/pgtest"
 	"github.com/idemgate/idemgate/store/storetest"
 )
@@ -42,7 +43,7 @@ func TestReadsLayout2Rows(t *testing.T) {
   status, headers, body, omitted, stored_at, version, trailers)
 VALUES ($1, $2, $3, $4, 2, $5, $6, now(), now() + interval '1 hour', 3600000, 201, $7, $8, false, now(), 2, $9)`,
 		ID(p.Identity), []byte(p.Identity.Owner), []byte(p.Identity.Scope), []byte(p.Identity.Key), []byte(p.Fingerprint), []byte(p.Recipe),
-		store.EncodeHeader(resp.Header), resp.Body, store.EncodeHeader(resp.Trailer))
+		layout.EncodeHeader(resp.Header), resp.Body, layout.EncodeHeader(resp.Trailer))
 	running := store.Identity{Owner: "o", Scope: "default", Key: "running"}
 	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, token, created, lease_end, expiry, retention_ms, version)
 VALUES ($1, 'o', 'default', 'running', 1, 'fp', '', 'tok', now(), now() + interval '1 minute', now() + interval '1 hour', 3600000, 2)`, ID(running))
@@ -80,7 +81,7 @@ VALUES ($1, 'o', 'default', 'running', 1, 'fp', '', 'tok', now(), now() + interv
 	}
 	if n, err := srv.QueryInt("postgres", `SELECT count(*) FROM `+q+` WHERE id = $1 AND version = 3 AND status IS NULL
   AND headers IS NULL AND body IS NULL AND omitted IS NULL AND trailers IS NULL AND get_byte(response, 0) & $2 <> 0`,
-		ID(running), int(store.RespBodyZstd)); err != nil || n != 1 {
+		ID(running), int(layout.RespBodyZstd)); err != nil || n != 1 {
 		t.Fatalf("row completed by this build: %d rows of layout 3 with a compressed response, %v; want 1", n, err)
 	}
 
@@ -90,7 +91,7 @@ VALUES ($1, 'o', 'default', 'running', 1, 'fp', '', 'tok', now(), now() + interv
 	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms,
   status, headers, body, omitted, stored_at, version, response)
 VALUES ($1, 'o', 'default', 'stale', 2, 'fp', '', now(), now() + interval '1 hour', 3600000, 200, ''::bytea, 'second', false, now(), 2, $2)`,
-		ID(stale), store.EncodeResponse(s.codec, store.Response{Status: 201, Body: []byte("first")}))
+		ID(stale), layout.EncodeResponse(s.codec, store.Response{Status: 201, Body: []byte("first")}))
 	r, err = s.Get(ctx, stale)
 	if err != nil || r == nil || r.Response == nil || r.Response.Status != 200 || string(r.Response.Body) != "second" {
 		t.Fatalf("Get of a layout 2 row with a stale response column = %+v, %v; want 200 second", r, err)
@@ -102,7 +103,7 @@ VALUES ($1, 'o', 'default', 'stale', 2, 'fp', '', now(), now() + interval '1 hou
 	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms,
   stored_at, version, response)
 VALUES ($1, 'o', 'default', 'future', 2, 'fp', '', now(), now() + interval '1 hour', 3600000, now(), 4, $2)`,
-		ID(future), store.EncodeResponse(s.codec, store.Response{Status: 201, Body: []byte("x")}))
+		ID(future), layout.EncodeResponse(s.codec, store.Response{Status: 201, Body: []byte("x")}))
 	if r, err := s.Get(ctx, future); !errors.Is(err, store.ErrUnavailable) || r != nil {
 		t.Fatalf("Get of a layout 4 row = %+v, %v; want an error wrapping ErrUnavailable", r, err)
 	}
@@ -111,10 +112,10 @@ VALUES ($1, 'o', 'default', 'future', 2, 'fp', '', now(), now() + interval '1 ho
 	}
 }
 
-// TestResponseColumnRoundTrip checks store.EncodeResponse and DecodeResponse on
+// TestResponseColumnRoundTrip checks layout.EncodeResponse and DecodeResponse on
 // the shapes a response takes, and that a corrupt column is an error.
 func TestResponseColumnRoundTrip(t *testing.T) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,27 +128,27 @@ func TestResponseColumnRoundTrip(t *testing.T) {
 		"trailers":           {Status: 200, Body: []byte("x"), Trailer: http.Header{"Grpc-Status": {"0"}}},
 	} {
 		resp.StoredAt = at
-		b := store.EncodeResponse(codec, resp)
+		b := layout.EncodeResponse(codec, resp)
 		_, z := codec.Compress(resp.Header, resp.Body)
-		if resp.Body != nil && (b[0]&store.RespBodyZstd != 0) != z {
-			t.Errorf("%s: compressed flag %v, want %v", name, b[0]&store.RespBodyZstd != 0, z)
+		if resp.Body != nil && (b[0]&layout.RespBodyZstd != 0) != z {
+			t.Errorf("%s: compressed flag %v, want %v", name, b[0]&layout.RespBodyZstd != 0, z)
 		}
-		got, err := store.DecodeResponse(codec, b, at)
+		got, err := layout.DecodeResponse(codec, b, at)
 		if err != nil || !reflect.DeepEqual(*got, resp) {
 			t.Errorf("%s: round trip = %+v, %v; want %+v", name, got, err, resp)
 		}
 	}
-	good := store.EncodeResponse(codec, store.Response{Status: 201, Header: http.Header{"A": {"b"}}, Body: storetest.BenchBody})
+	good := layout.EncodeResponse(codec, store.Response{Status: 201, Header: http.Header{"A": {"b"}}, Body: storetest.BenchBody})
 	for name, b := range map[string][]byte{
 		"empty":          {},
 		"unknown flag":   append([]byte{good[0] | 0x80}, good[1:]...),
-		"bad status":     {store.RespBodySet, 0x05},
+		"bad status":     {layout.RespBodySet, 0x05},
 		"truncated":      good[:4],
 		"corrupt frame":  append(append([]byte{}, good[:len(good)-20]...), make([]byte, 20)...),
-		"zstd, no body":  {store.RespBodyZstd, 0xc8, 1},
+		"zstd, no body":  {layout.RespBodyZstd, 0xc8, 1},
 		"bytes, no body": {0, 200, 1, 'x'},
 	} {
-		if r, err := store.DecodeResponse(codec, b, at); err == nil {
+		if r, err := layout.DecodeResponse(codec, b, at); err == nil {
 			t.Errorf("%s: decodeResponse = %+v, want an error", name, r)
 		}
 	}

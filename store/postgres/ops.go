@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,13 +15,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // State values of the state column.
 const (
 	stateRunning   = 1
 	stateCompleted = 2
-	// stateGone is a tombstone (store.Tombstoner): empty fingerprint and
+	// stateGone is a tombstone (Store.Index and Store.Tombstone): empty fingerprint and
 	// recipe, no token and no response, identity and expiry kept.
 	stateGone = 3
 )
@@ -50,6 +52,11 @@ func buildStatements(t string) statements {
 		repeat  = `(NOT ` + expired + ` AND ` + same + `)`
 	)
 	ms := func(p string) string { return p + `::bigint * interval '1 millisecond'` }
+	// keep is store.AbandonedKeep in whole hours (TestAbandonedKeepIsADay
+	// pins it at 24), so the statements keep the text docs/protocol.md
+	// quotes: a time interval, never days, which would follow daylight
+	// saving in the session time zone.
+	keep := "interval '" + strconv.FormatInt(int64(store.AbandonedKeep/time.Hour), 10) + " hours'"
 	return statements{
 		// $1 id, $2 owner, $3 scope, $4 key, $5 fingerprint, $6 token,
 		// $7 lease ms, $8 retention ms, $9 no takeover, $10 recipe, $11 now.
@@ -61,7 +68,7 @@ func buildStatements(t string) statements {
 		claim: `WITH v AS MATERIALIZED (
   SELECT n.now, n.now + ` + ms("$7") + ` AS lease_end,
     CASE WHEN $8::bigint > 0 THEN greatest(n.now + ` + ms("$7") + `, n.now + ` + ms("$8") + `)
-         ELSE n.now + ` + ms("$7") + ` + interval '24 hours' END AS expiry
+         ELSE n.now + ` + ms("$7") + ` + ` + keep + ` END AS expiry
   FROM (SELECT ` + now(11) + ` AS now) n
 ), cur AS MATERIALIZED (
   SELECT r.fingerprint, r.recipe, r.lease_end, r.takeover, r.state, r.token, r.expiry, r.status,
@@ -119,7 +126,7 @@ SELECT pg_notify($4, encode(d.id, 'hex'))::text FROM d`,
 		extend: `WITH n AS MATERIALIZED (SELECT ` + now(4) + ` AS now)
 UPDATE ` + t + ` r SET lease_end = n.now + ` + ms("$3") + `,
   expiry = CASE WHEN r.retention_ms > 0 THEN greatest(r.expiry, n.now + ` + ms("$3") + `)
-                ELSE n.now + ` + ms("$3") + ` + interval '24 hours' END
+                ELSE n.now + ` + ms("$3") + ` + ` + keep + ` END
 FROM n WHERE r.id = $1 AND r.state = 1 AND r.token = $2 AND r.expiry > n.now`,
 		// $1 id, $2 now, $3 channel.
 		del: `WITH n AS MATERIALIZED (SELECT ` + now(2) + ` AS now), d AS (
@@ -350,7 +357,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 		if packed == nil || storedAt == nil {
 			return nil, errors.New("completed row of layout 3 without response or stored_at")
 		}
-		return store.DecodeResponse(s.codec, packed, *storedAt)
+		return layout.DecodeResponse(s.codec, packed, *storedAt)
 	}
 	if version == nil {
 		return nil, errors.New("completed row without version")
@@ -361,7 +368,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	if status == nil || storedAt == nil || omitted == nil {
 		return nil, errors.New("completed row without status, omitted or stored_at")
 	}
-	h, err := store.DecodeHeader(hdr)
+	h, err := layout.DecodeHeader(hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +377,7 @@ func (s *Store) response(version *int16, packed []byte, status *int16, hdr, body
 	}
 	resp := &store.Response{Status: int(*status), Header: h, Body: body, Omitted: *omitted, StoredAt: *storedAt}
 	if len(trailers) > 0 {
-		if resp.Trailer, err = store.DecodeHeader(trailers); err != nil {
+		if resp.Trailer, err = layout.DecodeHeader(trailers); err != nil {
 			return nil, fmt.Errorf("trailers: %w", err)
 		}
 	}
@@ -415,7 +422,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		return false, fmt.Errorf("postgres store: complete: status %d outside 100..599", resp.Status)
 	}
 	rowID := ID(id)
-	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), store.EncodeResponse(s.codec, resp), s.now(), s.channel)
+	return s.notifyOp(ctx, "complete", rowID, s.sql.complete, rowID, bs(token), layout.EncodeResponse(s.codec, resp), s.now(), s.channel)
 }
 
 // Release implements store.Store with one DELETE ... WHERE token = $2 that
@@ -512,11 +519,11 @@ var errBadRow = errors.New("row does not follow the layout")
 // resource index table: the SHA-256 of Owner, Scope and Path in the
 // identity encoding of the Valkey store (Path in the key's place).
 func IndexDigest(res store.Resource) []byte {
-	sum := sha256.Sum256(res.Bytes())
+	sum := sha256.Sum256(layout.ResourceBytes(res))
 	return sum[:]
 }
 
-// Index implements store.Tombstoner with one INSERT ... ON CONFLICT into
+// Index implements store.Store with one INSERT ... ON CONFLICT into
 // the resource index table, which indexes id's row only while it is a live
 // completed record. Errors wrap store.ErrUnavailable.
 func (s *Store) Index(ctx context.Context, path string, id store.Identity) error {
@@ -527,7 +534,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	})
 }
 
-// Tombstone implements store.Tombstoner with one UPDATE ... FROM the
+// Tombstone implements store.Store with one UPDATE ... FROM the
 // resource index table that also deletes the resource's entries and calls
 // pg_notify for each row it turned. Errors wrap store.ErrUnavailable.
 func (s *Store) Tombstone(ctx context.Context, res store.Resource) (int, error) {

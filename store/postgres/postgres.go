@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/sweep"
 	"github.com/idemgate/idemgate/store/watch"
 )
 
@@ -96,19 +98,20 @@ type Store struct {
 	sql statements
 	// codec compresses the body of every response column Complete writes
 	// (layout 3) and decompresses it on every read.
-	codec *store.BodyCodec
+	codec *layout.BodyCodec
 
 	watchers watch.Set[string] // by lowercase hex record id
 
-	stop      context.CancelFunc
+	stop context.CancelFunc
+	// sweeper is the background sweep; nil until New starts it.
+	sweeper   *sweep.Loop
 	done      sync.WaitGroup
 	closeOnce sync.Once
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Sweeper    = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Sweeper = (*Store)(nil)
 )
 
 // New connects to PostgreSQL, creates the table when it is missing (unless
@@ -174,7 +177,7 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
@@ -219,20 +222,16 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		_ = s.Close()
 		return nil, unavailable("listen", ctx.Err())
 	}
-	if s.sweepEvery > 0 {
-		s.done.Add(1)
-		go func() {
-			defer s.done.Done()
-			s.sweepLoop(bg)
-		}()
-	}
+	s.sweeper = sweep.Start(s.sweepEvery, s.Sweep, func(n int, err error) {
+		s.log.Warn("postgres store: sweeping expired rows failed", "deleted", n, "err", err)
+	})
 	return s, nil
 }
 
 // ID returns the primary key of id's row: the SHA-256 of the identity
-// encoding every store shares (store.Identity.Bytes), 32 raw bytes.
+// encoding every store shares (layout.IdentityBytes), 32 raw bytes.
 func ID(id store.Identity) []byte {
-	sum := sha256.Sum256(id.Bytes())
+	sum := sha256.Sum256(layout.IdentityBytes(id))
 	return sum[:]
 }
 
@@ -280,6 +279,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // pool. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.sweeper != nil {
+			s.sweeper.Stop()
+		}
 		if s.stop != nil {
 			s.stop()
 		}

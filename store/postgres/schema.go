@@ -16,7 +16,7 @@ import (
 // package writes (layout 3 of docs/protocol.md: identity = owner + scope +
 // key, each row keeping its fingerprint recipe, a completed row keeping
 // its response in the one response column, the body compressed by
-// store.BodyCodec). Rows of layout 2 (status, headers, body, omitted and
+// layout.BodyCodec). Rows of layout 2 (status, headers, body, omitted and
 // trailers columns) are still read, by their version column.
 const LayoutVersion = 3
 
@@ -73,7 +73,7 @@ func indexName(table string) string {
 }
 
 // indexTableName is the quoted name of table's resource index table
-// (store.Tombstoner): the quoted table q with "_index" appended to its
+// (Store.Index and Store.Tombstone): the quoted table q with "_index" appended to its
 // last part, e.g. "idemgate_records_index".
 func indexTableName(q string) string { return q[:len(q)-1] + `_index"` }
 

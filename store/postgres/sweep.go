@@ -13,22 +13,6 @@ const (
 	maxSweepBatches = 100
 )
 
-// sweepLoop runs Sweep every sweepEvery until ctx ends.
-func (s *Store) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(s.sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("postgres store: sweeping expired rows failed", "deleted", n, "err", err)
-			}
-		}
-	}
-}
-
 // Sweep implements store.Sweeper: it deletes rows whose expiry has passed (expiry <= now on the database
 // clock), then the expired rows of the resource index table (not counted), in statements of at most Options.SweepBatch rows each, skipping
 // rows locked by a concurrent operation, until a statement deletes fewer

@@ -173,7 +173,7 @@ func (s *suite) testRepeatedClaimRefreshesLease(t *testing.T) {
 				}
 				wantEnd := now.Add(max(lease, tc.retention))
 				if tc.retention == 0 {
-					wantEnd = again.LeaseEnd.Add(24 * time.Hour)
+					wantEnd = again.LeaseEnd.Add(store.AbandonedKeep)
 				}
 				wantEnd = latest(wantEnd, before.RetentionEnd)
 				r := s.mustGet(t, st, id)

@@ -13,8 +13,7 @@
 //   - watch.go: Watch, in this process and from a peer (rule 8)
 //   - failures.go: done contexts and Ping (rule 5); invalid parameters
 //   - sweep.go: the optional store.Sweeper
-//   - tombstone.go: the optional store.Tombstoner (resource index and
-//     tombstones)
+//   - tombstone.go: the resource index and tombstones (rules 9 to 13)
 //   - helpers.go: the calls and checks every subtest shares
 //   - clock.go: the injectable Clock
 //   - bench.go: benchmarks every driver runs
@@ -59,9 +58,6 @@ type Harness struct {
 	// Context, when set, derives the context of every store call the suite
 	// makes, e.g. to give it a span so a tracing wrapper traces the call.
 	Context func(context.Context) context.Context
-	// NoTombstones says the store is deliberately not a store.Tombstoner:
-	// the Tombstone subtests then skip with a message instead of failing.
-	NoTombstones bool
 }
 
 // Run checks newStore's stores against the whole contract with a real clock

@@ -61,7 +61,7 @@ func (s *suite) testSweep(t *testing.T) {
 	if s.clock != nil {
 		// A day later the crashed claim with retention 0 and the running
 		// record past claim time + retention go; retention 0 stays.
-		s.clock.Advance(24 * time.Hour)
+		s.clock.Advance(store.AbandonedKeep)
 		sweep("a day later", 2)
 		if r := s.mustGet(t, st, forever); r == nil || r.State != store.Completed {
 			t.Fatalf("completed record with retention 0 after Sweep = %+v, want kept", r)

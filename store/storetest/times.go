@@ -164,8 +164,8 @@ func (s *suite) testRunningAlwaysExpires(t *testing.T) {
 			if r == nil || r.RetentionEnd.IsZero() || r.RetentionEnd.Before(r.LeaseEnd) {
 				t.Fatalf("retention %v, %s: running record %+v must expire, not before its lease end", retention, when, r)
 			}
-			if retention == 0 && !r.RetentionEnd.Equal(r.LeaseEnd.Add(24*time.Hour)) {
-				t.Fatalf("retention 0, %s: RetentionEnd = %v, want lease end + 24h = %v", when, r.RetentionEnd, r.LeaseEnd.Add(24*time.Hour))
+			if retention == 0 && !r.RetentionEnd.Equal(r.LeaseEnd.Add(store.AbandonedKeep)) {
+				t.Fatalf("retention 0, %s: RetentionEnd = %v, want lease end + store.AbandonedKeep = %v", when, r.RetentionEnd, r.LeaseEnd.Add(store.AbandonedKeep))
 			}
 		}
 		check("after Claim")
@@ -179,7 +179,7 @@ func (s *suite) testRunningAlwaysExpires(t *testing.T) {
 		// A crashed holder's record with retention 0 is gone a day after its lease.
 		id := newID()
 		s.mustClaim(t, st, params(id, "fp", time.Second, 0), store.Claimed)
-		s.clock.Advance(time.Second + 24*time.Hour)
+		s.clock.Advance(time.Second + store.AbandonedKeep)
 		if r := s.mustGet(t, st, id); r != nil {
 			t.Fatalf("abandoned record with retention 0 a day past its lease = %+v, want nil", r)
 		}

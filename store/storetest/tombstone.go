@@ -10,38 +10,23 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// tombstoner returns st as a store.Tombstoner. Every driver of this module
-// is one, so a store that is not fails the subtest (a harness over a store
-// without tombstones sets Harness.NoTombstones, and the subtests say so).
-func (s *suite) tombstoner(t *testing.T, st store.Store) store.Tombstoner {
-	t.Helper()
-	ts, ok := st.(store.Tombstoner)
-	if !ok {
-		if s.h.NoTombstones {
-			t.Skip("storetest: Harness.NoTombstones: the store keeps no tombstones")
-		}
-		t.Fatalf("storetest: %T is not a store.Tombstoner (set Harness.NoTombstones if that is intended)", st)
-	}
-	return ts
-}
-
 // created claims and completes a fresh record of id with a 201 naming
 // path in Location, and indexes it there.
-func (s *suite) created(t *testing.T, st store.Store, ts store.Tombstoner, id store.Identity, path string, retention time.Duration) {
+func (s *suite) created(t *testing.T, st store.Store, id store.Identity, path string, retention time.Duration) {
 	t.Helper()
 	p := params(id, "fp-create", longLease, retention)
 	p.Recipe = "recipe"
 	s.mustClaim(t, st, p, store.Claimed)
 	resp := store.Response{Status: http.StatusCreated, Header: http.Header{"Location": {path}}, Body: []byte(`{"id":1}`)}
 	s.mustBool(t, "Complete", complete(st, id, p.Token, resp), true)
-	if err := ts.Index(s.ctx(t), path, id); err != nil {
+	if err := st.Index(s.ctx(t), path, id); err != nil {
 		t.Fatalf("Index(%q): %v", path, err)
 	}
 }
 
-func (s *suite) mustTombstone(t *testing.T, ts store.Tombstoner, res store.Resource, want int) {
+func (s *suite) mustTombstone(t *testing.T, st store.Store, res store.Resource, want int) {
 	t.Helper()
-	n, err := ts.Tombstone(s.ctx(t), res)
+	n, err := st.Tombstone(s.ctx(t), res)
 	if err != nil {
 		t.Fatalf("Tombstone(%+v): %v", res, err)
 	}
@@ -50,19 +35,18 @@ func (s *suite) mustTombstone(t *testing.T, ts store.Tombstoner, res store.Resou
 	}
 }
 
-// testTombstone checks Tombstoner rules 1, 3 and 4: a tombstoned record
+// testTombstone checks contract rules 9, 11 and 12: a tombstoned record
 // answers Gone to any claim (whatever its fingerprint) and to Get, keeps
 // its retention end but no fingerprint, recipe or response, is not acted
 // on by an old token, and a second Tombstone turns nothing.
 func (s *suite) testTombstone(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	id := newID()
 	path := "/v1/orders/" + random(4)
-	s.created(t, st, ts, id, path, time.Hour)
+	s.created(t, st, id, path, time.Hour)
 	before := s.mustGet(t, st, id)
 	res := store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}
-	s.mustTombstone(t, ts, res, 1)
+	s.mustTombstone(t, st, res, 1)
 
 	for _, fp := range []string{"fp-create", "fp-other"} {
 		got := s.mustClaim(t, st, params(id, fp, longLease, time.Hour), store.Gone)
@@ -85,11 +69,11 @@ func (s *suite) testTombstone(t *testing.T) {
 	s.mustBool(t, "Extend on a tombstone", extend(st, id, "tok-any", longLease), false)
 
 	// Idempotent: again, and after indexing the tombstone, nothing more.
-	s.mustTombstone(t, ts, res, 0)
-	if err := ts.Index(s.ctx(t), path, id); err != nil {
+	s.mustTombstone(t, st, res, 0)
+	if err := st.Index(s.ctx(t), path, id); err != nil {
 		t.Fatalf("Index of a tombstone: %v", err)
 	}
-	s.mustTombstone(t, ts, res, 0)
+	s.mustTombstone(t, st, res, 0)
 	s.mustClaim(t, st, params(id, "fp-create", longLease, time.Hour), store.Gone)
 
 	// An operator purge removes it like any record.
@@ -102,7 +86,6 @@ func (s *suite) testTombstone(t *testing.T) {
 // one path all are.
 func (s *suite) testTombstoneIsolation(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	path := "/v1/orders/" + random(4)
 	a1, a2 := newID(), newID()
 	a2.Owner = a1.Owner
@@ -110,11 +93,11 @@ func (s *suite) testTombstoneIsolation(t *testing.T) {
 	otherScope := store.Identity{Owner: a1.Owner, Scope: "payments", Key: "key-" + random(8)}
 	otherPath := store.Identity{Owner: a1.Owner, Scope: a1.Scope, Key: "key-" + random(8)}
 	for _, id := range []store.Identity{a1, a2, otherOwner, otherScope} {
-		s.created(t, st, ts, id, path, time.Hour)
+		s.created(t, st, id, path, time.Hour)
 	}
-	s.created(t, st, ts, otherPath, path+"/items", time.Hour)
-	s.mustTombstone(t, ts, store.Resource{Owner: a1.Owner, Scope: a1.Scope, Path: "/v1/never-indexed"}, 0)
-	s.mustTombstone(t, ts, store.Resource{Owner: a1.Owner, Scope: a1.Scope, Path: path}, 2)
+	s.created(t, st, otherPath, path+"/items", time.Hour)
+	s.mustTombstone(t, st, store.Resource{Owner: a1.Owner, Scope: a1.Scope, Path: "/v1/never-indexed"}, 0)
+	s.mustTombstone(t, st, store.Resource{Owner: a1.Owner, Scope: a1.Scope, Path: path}, 2)
 	for _, id := range []store.Identity{a1, a2} {
 		s.mustClaim(t, st, params(id, "fp-create", longLease, time.Hour), store.Gone)
 	}
@@ -131,18 +114,17 @@ func (s *suite) testTombstoneIsolation(t *testing.T) {
 // of the same identity (claimed again after a purge).
 func (s *suite) testTombstoneNotIndexed(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	path := "/v1/orders/" + random(4)
 	absent, running, reborn := newID(), newID(), newID()
 	running.Owner, reborn.Owner = absent.Owner, absent.Owner
-	if err := ts.Index(s.ctx(t), path, absent); err != nil {
+	if err := st.Index(s.ctx(t), path, absent); err != nil {
 		t.Fatalf("Index of an absent record: %v", err)
 	}
 	s.mustClaim(t, st, params(running, "fp", longLease, time.Hour), store.Claimed)
-	if err := ts.Index(s.ctx(t), path, running); err != nil {
+	if err := st.Index(s.ctx(t), path, running); err != nil {
 		t.Fatalf("Index of a running record: %v", err)
 	}
-	s.created(t, st, ts, reborn, path, time.Hour)
+	s.created(t, st, reborn, path, time.Hour)
 	s.mustBool(t, "Delete", del(st, reborn), true)
 	// A later completion of the same identity: a later StoredAt.
 	s.elapse(5 * time.Millisecond)
@@ -150,7 +132,7 @@ func (s *suite) testTombstoneNotIndexed(t *testing.T) {
 	s.mustClaim(t, st, p, store.Claimed)
 	s.mustBool(t, "Complete", complete(st, reborn, p.Token, sampleResponse()), true)
 
-	s.mustTombstone(t, ts, store.Resource{Owner: absent.Owner, Scope: absent.Scope, Path: path}, 0)
+	s.mustTombstone(t, st, store.Resource{Owner: absent.Owner, Scope: absent.Scope, Path: path}, 0)
 	s.mustClaim(t, st, params(absent, "fp", longLease, time.Hour), store.Claimed)
 	s.mustClaim(t, st, params(running, "fp", longLease, time.Hour), store.Running)
 	s.mustClaim(t, st, params(reborn, "fp-second", longLease, time.Hour), store.Completed)
@@ -160,46 +142,42 @@ func (s *suite) testTombstoneNotIndexed(t *testing.T) {
 // record's retention, and then the key is free.
 func (s *suite) testTombstoneExpires(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	id := newID()
 	path := "/v1/orders/" + random(4)
 	retention := 400 * time.Millisecond
-	s.created(t, st, ts, id, path, retention)
-	s.mustTombstone(t, ts, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 1)
+	s.created(t, st, id, path, retention)
+	s.mustTombstone(t, st, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 1)
 	s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Gone)
 	s.elapse(retention)
 	if r := s.mustGet(t, st, id); r != nil {
 		t.Fatalf("Get past the tombstone's retention end = %+v, want absent", r)
 	}
 	s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Claimed)
-	s.mustTombstone(t, ts, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 0)
+	s.mustTombstone(t, st, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 0)
 }
 
 // testTombstonePeer checks that a tombstone made by one instance is seen
 // by another sharing the backing server.
 func (s *suite) testTombstonePeer(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	peer := s.peer(t, st)
-	pts := s.tombstoner(t, peer)
 	id := newID()
 	path := "/v1/orders/" + random(4)
-	s.created(t, st, ts, id, path, time.Hour)
-	s.mustTombstone(t, pts, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 1)
+	s.created(t, st, id, path, time.Hour)
+	s.mustTombstone(t, peer, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 1)
 	s.mustClaim(t, st, params(id, "fp-create", longLease, time.Hour), store.Gone)
 }
 
 // testTombstoneDoneContext checks rule 5.
 func (s *suite) testTombstoneDoneContext(t *testing.T) {
 	st := s.newStore(t)
-	ts := s.tombstoner(t, st)
 	ctx, cancel := context.WithCancel(s.background())
 	cancel()
 	id := newID()
-	if err := ts.Index(ctx, "/x", id); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+	if err := st.Index(ctx, "/x", id); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Index with a done ctx = %v, want ErrUnavailable and context.Canceled", err)
 	}
-	if _, err := ts.Tombstone(ctx, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: "/x"}); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+	if _, err := st.Tombstone(ctx, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: "/x"}); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Tombstone with a done ctx = %v, want ErrUnavailable and context.Canceled", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // errCompact is wrapped by every error of a layout 3 record that does not
@@ -16,12 +17,12 @@ var errCompact = errors.New("layout 3 record")
 // compactRecord is a completed record of layout 3 as its p fields hold it
 // (docs/protocol.md, "Completed record (layout 3)"): the netstrings, then
 // the response part, shared with the Postgres response column and kept as
-// stored (store.StoredResponse), so that decoding and encoding are exact
+// stored (layout.StoredResponse), so that decoding and encoding are exact
 // inverses.
 type compactRecord struct {
 	owner, scope, key, fingerprint, recipe string
 	createdMs, storedAtMs                  int64
-	resp                                   store.StoredResponse
+	resp                                   layout.StoredResponse
 }
 
 // appendNetstring appends s as complete.lua's ns() writes it: its length
@@ -32,10 +33,10 @@ func appendNetstring(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// encodeResponseParts is store.EncodeResponseParts, the name Complete
+// encodeResponseParts is layout.EncodeResponseParts, the name Complete
 // (valkey.go) calls.
-func encodeResponseParts(codec *store.BodyCodec, resp store.Response) (head, tail []byte) {
-	return store.EncodeResponseParts(codec, resp)
+func encodeResponseParts(codec *layout.BodyCodec, resp store.Response) (head, tail []byte) {
+	return layout.EncodeResponseParts(codec, resp)
 }
 
 // encode returns the whole layout 3 record, as complete.lua assembles it
@@ -88,7 +89,7 @@ func decodeCompact(b []byte) (*compactRecord, error) {
 		}
 	}
 	var err error
-	if c.resp, err = store.ParseResponse(b); err != nil {
+	if c.resp, err = layout.ParseResponse(b); err != nil {
 		return nil, fmt.Errorf("%w: %w", errCompact, err)
 	}
 	return &c, nil
@@ -105,7 +106,7 @@ func canonicalInt(d []byte) (int64, error) {
 }
 
 // response returns the stored response of c, its body decompressed.
-func (c *compactRecord) response(codec *store.BodyCodec) (*store.Response, error) {
+func (c *compactRecord) response(codec *layout.BodyCodec) (*store.Response, error) {
 	resp, err := c.resp.Response(codec, msOrZero(c.storedAtMs))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCompact, err)

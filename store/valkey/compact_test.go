@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // FuzzDecodeRecord: any bytes decode to an error or to a layout 3 record
@@ -12,8 +12,8 @@ import (
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte("5:alice12:POST /orders2:k12:fp15:b=raw&q=1&v=hs113:179612549882413:1796125498825\x07\xc9\x01\x00body"))
 	f.Add([]byte("0:0:0:0:0:1:01:0\x00\x00"))
-	f.Add((&compactRecord{owner: "o", resp: store.StoredResponse{Flags: store.RespHeaderSet | store.RespTrailerSet | store.RespBodySet | store.RespBodyZstd, Status: 200,
-		Header: store.EncodeHeader(map[string][]string{"A": {"1"}}), Trailer: store.EncodeHeader(map[string][]string{"T": {"x"}}), Body: []byte{0x28, 0xb5}}}).encode())
+	f.Add((&compactRecord{owner: "o", resp: layout.StoredResponse{Flags: layout.RespHeaderSet | layout.RespTrailerSet | layout.RespBodySet | layout.RespBodyZstd, Status: 200,
+		Header: layout.EncodeHeader(map[string][]string{"A": {"1"}}), Trailer: layout.EncodeHeader(map[string][]string{"T": {"x"}}), Body: []byte{0x28, 0xb5}}}).encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeCompact(b)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 	vk "github.com/valkey-io/valkey-go"
 )
@@ -40,25 +41,26 @@ func storedRecord(t *testing.T, c vk.Client, key string) []byte {
 }
 
 // wantRecord is the layout 3 record complete.lua writes for id completed
-// at storedAtMs with resp: the netstrings, then store.EncodeResponse's bytes
+// at storedAtMs with resp: the netstrings, then layout.EncodeResponse's bytes
 // (the one-buffer encoding Complete sent as a single argument before).
-func wantRecord(codec *store.BodyCodec, id store.Identity, fingerprint string, createdMs, storedAtMs int64, resp store.Response) []byte {
+func wantRecord(codec *layout.BodyCodec, id store.Identity, fingerprint string, createdMs, storedAtMs int64, resp store.Response) []byte {
 	var b []byte
 	for _, s := range []string{id.Owner, id.Scope, id.Key, fingerprint, "",
 		strconv.FormatInt(createdMs, 10), strconv.FormatInt(storedAtMs, 10)} {
 		b = appendNetstring(b, s)
 	}
-	return append(b, store.EncodeResponse(codec, resp)...)
+	return append(b, layout.EncodeResponse(codec, resp)...)
 }
 
 // TestCompleteInPartsSameRecord: Complete sends the response head and the
-// stored body as two arguments that complete.lua concatenates (no copy of a
-// large body), and the record Valkey holds is byte for byte the one the single
-// argument of store.EncodeResponse made, read back raw: for a 1 MiB body stored
-// as it is (incompressible, and Content-Encoded), a compressed one, a small
-// one, an empty and no body. A caller sending the whole response as one
-// argument and no ARGV[5] (complete.lua's contract before) gets the same record
-// too.
+// stored body as two arguments that complete.lua concatenates (no copy of
+// a large body),
+// and the record Valkey holds is byte for byte the one the single
+// argument of layout.EncodeResponse made, read back raw: for a 1 MiB body
+// stored as it is (incompressible, and Content-Encoded), a compressed
+// one, a small one, an empty and no body. A caller sending the whole
+// response as one argument and no ARGV[5] (complete.lua's contract before)
+// gets the same record too.
 func TestCompleteInPartsSameRecord(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := internalStore(t, srv.Addr(), 0)
@@ -95,13 +97,13 @@ func TestCompleteInPartsSameRecord(t *testing.T) {
 				t.Fatalf("%s: created: %v", tc.name, err)
 			}
 			if oneArg {
-				enc := vk.BinaryString(store.EncodeResponse(s.codec, tc.resp))
+				enc := vk.BinaryString(layout.EncodeResponse(s.codec, tc.resp))
 				n, err := c.Do(t.Context(), c.B().Eval().Script(completeLua).Numkeys(1).Key(key).Arg(token, enc, s.channel, "0").Build()).AsInt64()
 				if err != nil || n != 1 {
 					t.Fatalf("%s: complete.lua with one argument: %d %v", tc.name, n, err)
 				}
 			} else {
-				head, tail := store.EncodeResponseParts(s.codec, tc.resp)
+				head, tail := layout.EncodeResponseParts(s.codec, tc.resp)
 				if tc.raw && len(tc.resp.Body) > 0 && &tail[0] != &tc.resp.Body[0] {
 					t.Errorf("%s: the body stored as it is was copied, not sent as the response's own bytes", tc.name)
 				}
@@ -118,7 +120,7 @@ func TestCompleteInPartsSameRecord(t *testing.T) {
 				t.Fatalf("%s: stored record does not decode: %v", tc.name, err)
 			}
 			if want := wantRecord(s.codec, id, "fp", created, dec.storedAtMs, tc.resp); !bytes.Equal(got, want) {
-				t.Fatalf("%s (one argument %v): stored record of %d bytes differs from the %d bytes of store.EncodeResponse's record", tc.name, oneArg, len(got), len(want))
+				t.Fatalf("%s (one argument %v): stored record of %d bytes differs from the %d bytes of layout.EncodeResponse's record", tc.name, oneArg, len(got), len(want))
 			}
 			rec, err := s.Get(t.Context(), id)
 			if err != nil || rec == nil || rec.Response == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -20,9 +21,9 @@ func Key(prefix string, id store.Identity) string {
 	return prefix + "{" + hex.EncodeToString(sum[:]) + "}"
 }
 
-// IdentityBytes is the encoding of id that Key hashes: id.Bytes(), the
-// one every store shares (store.Identity.Bytes).
-func IdentityBytes(id store.Identity) []byte { return id.Bytes() }
+// IdentityBytes is the encoding of id that Key hashes, the one every
+// store shares (docs/protocol.md, "Key layout").
+func IdentityBytes(id store.Identity) []byte { return layout.IdentityBytes(id) }
 
 // Key returns the record key of id in this store (see the package func Key).
 func (s *Store) Key(id store.Identity) string { return Key(s.prefix, id) }
@@ -64,7 +65,7 @@ func replyStrings(res valkey.ValkeyResult) ([]string, error) {
 	return out, nil
 }
 
-func parseClaim(codec *store.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, error) {
+func parseClaim(codec *layout.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, error) {
 	v, err := replyStrings(res)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
@@ -132,7 +133,7 @@ func parseClaim(codec *store.BodyCodec, res valkey.ValkeyResult) (store.ClaimRes
 	return store.ClaimResult{}, bad()
 }
 
-func parseRecord(codec *store.BodyCodec, v []string) (*store.Record, error) {
+func parseRecord(codec *layout.BodyCodec, v []string) (*store.Record, error) {
 	now, err := strconv.ParseInt(v[0], 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("bad time %q: %w", v[0], err)
@@ -146,7 +147,7 @@ func parseRecord(codec *store.BodyCodec, v []string) (*store.Record, error) {
 
 // parseFields reads a record from its hash fields f; nowMs (server time,
 // unix ms) tells a running record from an abandoned one.
-func parseFields(codec *store.BodyCodec, nowMs int64, f map[string]string) (*store.Record, error) {
+func parseFields(codec *layout.BodyCodec, nowMs int64, f map[string]string) (*store.Record, error) {
 	now := time.UnixMilli(nowMs)
 	var err error
 	if pn, ok := f["pn"]; ok && f["s"] == "completed" {
@@ -192,7 +193,7 @@ func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*s
 	if err != nil {
 		return nil, fmt.Errorf("bad status %q: %w", status, err)
 	}
-	h, err := store.DecodeHeader([]byte(header))
+	h, err := layout.DecodeHeader([]byte(header))
 	if err != nil {
 		return nil, err
 	}
@@ -202,25 +203,25 @@ func decodeResponse(status, header, body, omitted, storedAt, trailer string) (*s
 	}
 	resp := &store.Response{Status: code, Header: h, Body: []byte(body), Omitted: omitted == "1", StoredAt: at}
 	if trailer != "" {
-		if resp.Trailer, err = store.DecodeHeader([]byte(trailer)); err != nil {
+		if resp.Trailer, err = layout.DecodeHeader([]byte(trailer)); err != nil {
 			return nil, fmt.Errorf("trailers: %w", err)
 		}
 	}
 	return resp, nil
 }
 
-// EncodeHeader is store.EncodeHeader, the encoding of the record's "h"
+// EncodeHeader is layout.EncodeHeader, the encoding of the record's "h"
 // and "tr" fields, kept under this name for callers outside the store
 // packages that build records by hand (the e2e tests).
-func EncodeHeader(h http.Header) []byte { return store.EncodeHeader(h) }
+func EncodeHeader(h http.Header) []byte { return layout.EncodeHeader(h) }
 
-// DecodeHeader is store.DecodeHeader: it reverses EncodeHeader, no bytes
+// DecodeHeader is layout.DecodeHeader: it reverses EncodeHeader, no bytes
 // decode to a nil header, and truncated input is an error.
-func DecodeHeader(b []byte) (http.Header, error) { return store.DecodeHeader(b) }
+func DecodeHeader(b []byte) (http.Header, error) { return layout.DecodeHeader(b) }
 
 // parseCompactRecord reads a completed record of layout 3 from its fields:
 // the record is p0 .. p(pn-1) joined, its end is x.
-func parseCompactRecord(codec *store.BodyCodec, f map[string]string, pn string) (*store.Record, error) {
+func parseCompactRecord(codec *layout.BodyCodec, f map[string]string, pn string) (*store.Record, error) {
 	n, err := strconv.Atoi(pn)
 	if err != nil || n < 1 {
 		return nil, fmt.Errorf("%w: pn %q", errCompact, pn)

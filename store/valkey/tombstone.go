@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -22,9 +23,9 @@ func IndexKey(prefix string, res store.Resource) string {
 	return prefix + "index:{" + hex.EncodeToString(sum[:]) + "}"
 }
 
-// ResourceBytes is the encoding of res that IndexKey hashes: res.Bytes(),
-// the identity encoding with Path in the key's place (store.Resource.Bytes).
-func ResourceBytes(res store.Resource) []byte { return res.Bytes() }
+// ResourceBytes is the encoding of res that IndexKey hashes: the identity
+// encoding with Path in the key's place (docs/protocol.md, "Key layout").
+func ResourceBytes(res store.Resource) []byte { return layout.ResourceBytes(res) }
 
 // tag returns the hash tag of id's record key: the hex digest between its
 // braces.
@@ -33,7 +34,7 @@ func tag(id store.Identity) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Index implements store.Tombstoner: it reads the record of id (get.lua)
+// Index implements store.Store: it reads the record of id (get.lua)
 // and, when it is completed, adds tag ":" stored-at ms to the index of
 // (id.Owner, id.Scope, path) with index.lua, scored by the record's
 // expiry. Errors wrap store.ErrUnavailable.
@@ -60,7 +61,7 @@ func (s *Store) Index(ctx context.Context, path string, id store.Identity) error
 	return err
 }
 
-// Tombstone implements store.Tombstoner: it reads the index of res
+// Tombstone implements store.Store: it reads the index of res
 // (ZRANGE), runs tombstone.lua on the record of each entry, then removes
 // the entries it read (ZREM). Each step is one key, so it works on a
 // Cluster; a failure part way returns an error wrapping

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 	"github.com/idemgate/idemgate/store/watch"
 	"github.com/valkey-io/valkey-go"
 )
@@ -90,7 +91,7 @@ type Options struct {
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
 // in unix milliseconds from the server's TIME, an expiry always set on
 // running records, and Complete/Release/Delete/Tombstone PUBLISH the
-// record key on KeyPrefix + "events". It is a store.Tombstoner: resource
+// record key on KeyPrefix + "events". It keeps the resource index and tombstones: resource
 // indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
 // (IndexKey) and tombstones are records in state "gone".
 type Store struct {
@@ -112,7 +113,7 @@ type Store struct {
 	watchers watch.Set[string] // by record key
 
 	// codec compresses stored bodies and decompresses them on replay.
-	codec *store.BodyCodec
+	codec *layout.BodyCodec
 
 	// seen is nil when the replay cache is off (Options.CacheBytes 0).
 	seen     *seen
@@ -124,8 +125,7 @@ type Store struct {
 }
 
 var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Tombstoner = (*Store)(nil)
+	_ store.Store = (*Store)(nil)
 )
 
 // New connects to Valkey, subscribes to the events channel and returns the
@@ -192,7 +192,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		}
 		co.Sentinel.Dialer.Timeout = opts.DialTimeout
 	}
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		return nil, fmt.Errorf("valkey store: %w", err)
 	}

@@ -6,7 +6,7 @@
 -- ARGV[9] fingerprint recipe.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
--- {"gone"} for a tombstone (store.Tombstoner; never claimable until its end) |
+-- {"gone"} for a tombstone (Store.Tombstone; never claimable until its end) |
 -- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}
 -- for a record completed in layout 1 or 2 | {"completed", record} for one
 -- completed in layout 3, record being its fields p0 .. p(pn-1) joined.
@@ -61,7 +61,7 @@ local expiry
 if retention > 0 then
   expiry = math.max(lease_end, now + retention)
 else
-  expiry = lease_end + 86400000
+  expiry = lease_end + ABANDONED_KEEP_MS
 end
 if repeated then
   -- Lease end and expiry as a fresh claim's, the expiry never earlier.

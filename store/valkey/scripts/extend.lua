@@ -25,7 +25,7 @@ local lease_end = now + tonumber(ARGV[2])
 if tonumber(rec[4]) > 0 then
   expiry = math.max(expiry, lease_end)
 else
-  expiry = lease_end + 86400000
+  expiry = lease_end + ABANDONED_KEEP_MS
 end
 redis.call('HSET', key, 'l', string.format('%.0f', lease_end), 'x', string.format('%.0f', expiry))
 redis.call('PEXPIREAT', key, string.format('%.0f', expiry))

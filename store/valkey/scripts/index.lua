@@ -1,5 +1,5 @@
 #!lua
--- index.lua: remember a completed record at a resource (store.Tombstoner.Index).
+-- index.lua: remember a completed record at a resource (store.Store.Index).
 -- KEYS[1] index key. ARGV[1] member: the record key's hash tag (64 hex digits)
 -- ':' the stored-at ms of the completion indexed, ARGV[2] the record's expiry
 -- ms (0 = never).

@@ -1,5 +1,5 @@
 #!lua
--- tombstone.lua: turn one completed record into a tombstone (store.Tombstoner.Tombstone).
+-- tombstone.lua: turn one completed record into a tombstone (store.Store.Tombstone).
 -- KEYS[1] record key. ARGV[1] stored-at ms of the completion the index entry
 -- saw, ARGV[2] events channel.
 -- Returns 1 when the record became a tombstone, 0 when it is absent, past its

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // encodeRecordV2 serializes r in format version 2 (docs/protocol.md,
@@ -19,45 +21,39 @@ func encodeRecordV2(r *record) ([]byte, error) {
 		status  int
 		flags   byte
 	)
-	if r.takeover {
+	if r.Takeover {
 		flags |= flagTakeover
 	}
 	state := stateRunning
 	switch {
-	case r.gone:
+	case r.Gone:
 		state = stateGone
-	case !r.running:
+	case !r.Running:
 		state = stateCompleted
-		if r.resp == nil {
+		if r.Resp == nil {
 			return nil, errors.New("completed record without response")
 		}
-		if r.resp.Status < 0 || r.resp.Status > math.MaxUint16 {
-			return nil, fmt.Errorf("response status %d out of range", r.resp.Status)
+		if r.Resp.Status < 0 || r.Resp.Status > math.MaxUint16 {
+			return nil, fmt.Errorf("response status %d out of range", r.Resp.Status)
 		}
-		status = r.resp.Status
-		if r.resp.Omitted {
+		status = r.Resp.Status
+		if r.Resp.Omitted {
 			flags |= flagOmitted
 		}
-		if r.resp.Header != nil {
+		if r.Resp.Header != nil {
 			flags |= flagHeaderSet
-			var err error
-			if header, err = encodeHeader(r.resp.Header); err != nil {
-				return nil, err
-			}
+			header = layout.BoltV2Header.Encode(r.Resp.Header)
 		}
-		if r.resp.Body != nil {
+		if r.Resp.Body != nil {
 			flags |= flagBodySet
-			body = r.resp.Body
+			body = r.Resp.Body
 		}
-		if len(r.resp.Trailer) > 0 {
+		if len(r.Resp.Trailer) > 0 {
 			flags |= flagTrailerSet
-			var err error
-			if trailer, err = encodeHeader(r.resp.Trailer); err != nil {
-				return nil, err
-			}
+			trailer = layout.BoltV2Header.Encode(r.Resp.Trailer)
 		}
 	}
-	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Scope), []byte(r.id.Key), []byte(r.fingerprint), []byte(r.token), header, body, []byte(r.recipe)}
+	fields := [][]byte{[]byte(r.ID.Owner), []byte(r.ID.Scope), []byte(r.ID.Key), []byte(r.Fingerprint), []byte(r.Token), header, body, []byte(r.Recipe)}
 	if flags&flagTrailerSet != 0 {
 		fields = append(fields, trailer)
 	}
@@ -70,7 +66,7 @@ func encodeRecordV2(r *record) ([]byte, error) {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, formatV2, state, flags)
-	for _, v := range []int64{r.createdMs, r.leaseEndMs, r.expiryMs, r.retentionMs, r.storedAtMs} {
+	for _, v := range []int64{r.CreatedMs, r.LeaseEndMs, r.ExpiryMs, r.RetentionMs, r.StoredAtMs} {
 		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(status))

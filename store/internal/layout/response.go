@@ -1,14 +1,15 @@
-package store
+package layout
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // Flag bits of the first byte of a stored response (docs/protocol.md,
@@ -44,18 +45,6 @@ const maxChecked = 1<<32 - 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
-// error of a checked response whose body has another length or whose
-// bytes have another CRC-32C than the check written with them: the record
-// was cut short or damaged in the store. It is never replayed, and no
-// retry forwards its operation again: the proxy answers
-// problem.StoredResponseDamaged and counts it.
-var ErrStoredResponseDamaged = errors.New("stored response failed its integrity check")
-
-// ErrStoredResponse is wrapped by every error of a stored response that
-// does not parse: a store error, never a guess at what was meant.
-var ErrStoredResponse = errors.New("stored response of layout 3")
-
 // StoredResponse is a stored response as its bytes hold it: the flags
 // byte, the status as a uvarint, Header and Trailer each as a uvarint
 // length and EncodeHeader bytes (when their flag is set), then Body to
@@ -74,7 +63,7 @@ type StoredResponse struct {
 
 // headOf is the StoredResponse of resp without its body: flags, status,
 // header and trailer.
-func headOf(resp Response) StoredResponse {
+func headOf(resp store.Response) StoredResponse {
 	r := StoredResponse{Status: uint64(resp.Status)}
 	if resp.Omitted {
 		r.Flags |= RespOmitted
@@ -136,14 +125,13 @@ func (r *StoredResponse) Append(b []byte) []byte {
 	return append(r.AppendHead(slices.Grow(b, r.headLen()+len(r.Body))), r.Body...)
 }
 
-// EncodeResponse returns the stored bytes of resp, its body compressed by codec
-// when that pays (BodyCodec.Compress's rules), built in one buffer: the body is
-// compressed straight after the head, where the frame used to be built apart
-// and copied in (a 1 MiB body was allocated three times over;
-// docs/performance.md, "1 MiB request and response bodies"). Postgres stores
-// these bytes as the response column; they are EncodeResponseParts's head and
-// tail joined.
-func EncodeResponse(codec *BodyCodec, resp Response) []byte {
+// EncodeResponse returns the stored bytes of resp, its body compressed by
+// codec when that pays (BodyCodec.Compress's rules), built in one buffer:
+// the body is compressed straight after the head, where the frame used to
+// be built apart and copied in (a 1 MiB body was allocated three times
+// over; docs/performance.md, "1 MiB request and response bodies"). Postgres stores these bytes as the response column; they
+// are EncodeResponseParts's head and tail joined.
+func EncodeResponse(codec *BodyCodec, resp store.Response) []byte {
 	r := headOf(resp)
 	r.Flags |= RespChecked
 	if resp.Body == nil {
@@ -187,7 +175,7 @@ func appendCheck(b, fields, body []byte) []byte {
 // a copy after the head (that copy was a third 1 MiB buffer live
 // while Complete waited for Valkey). A compressed body is its zstd frame,
 // in a buffer of its own. tail is nil when resp has no body.
-func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
+func EncodeResponseParts(codec *BodyCodec, resp store.Response) (head, tail []byte) {
 	r := headOf(resp)
 	if resp.Body == nil {
 		r.Flags |= RespChecked
@@ -224,24 +212,24 @@ func EncodeResponseParts(codec *BodyCodec, resp Response) (head, tail []byte) {
 // body (Body aliases b). It accepts only the one encoding Append writes
 // for what it returns (shortest uvarints, header names in order, no empty
 // trailer field, flags this build knows), so a response read back and
-// written again is the same bytes. Every error wraps ErrStoredResponse.
+// written again is the same bytes. Every error wraps store.ErrStoredResponse.
 func ParseResponse(b []byte) (StoredResponse, error) {
 	var r StoredResponse
 	whole := b
 	if len(b) < 1 {
-		return r, fmt.Errorf("%w: empty", ErrStoredResponse)
+		return r, fmt.Errorf("%w: empty", store.ErrStoredResponse)
 	}
 	r.Flags, b = b[0], b[1:]
 	if r.Flags&^RespKnownFlags != 0 {
-		return r, fmt.Errorf("%w: unknown flags %#x", ErrStoredResponse, r.Flags)
+		return r, fmt.Errorf("%w: unknown flags %#x", store.ErrStoredResponse, r.Flags)
 	}
 	if r.Flags&RespBodyZstd != 0 && r.Flags&RespBodySet == 0 {
-		return r, fmt.Errorf("%w: compressed flag without body", ErrStoredResponse)
+		return r, fmt.Errorf("%w: compressed flag without body", store.ErrStoredResponse)
 	}
 	uvarint := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
 		if n <= 0 || n != len(binary.AppendUvarint(nil, v)) {
-			return 0, fmt.Errorf("%w: bad varint", ErrStoredResponse)
+			return 0, fmt.Errorf("%w: bad varint", store.ErrStoredResponse)
 		}
 		b = b[n:]
 		return v, nil
@@ -256,16 +244,16 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 			return nil, err
 		}
 		if uint64(len(b)) < n {
-			return nil, fmt.Errorf("%w: header of %d bytes truncated", ErrStoredResponse, n)
+			return nil, fmt.Errorf("%w: header of %d bytes truncated", store.ErrStoredResponse, n)
 		}
 		h := b[:n]
 		b = b[n:]
 		dec, err := DecodeHeader(h)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 		if !bytes.Equal(EncodeHeader(dec), h) {
-			return nil, fmt.Errorf("%w: header not in canonical order", ErrStoredResponse)
+			return nil, fmt.Errorf("%w: header not in canonical order", store.ErrStoredResponse)
 		}
 		return h, nil
 	}
@@ -279,28 +267,28 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 			return r, err
 		}
 		if len(r.Trailer) == 0 {
-			return r, fmt.Errorf("%w: empty trailers flagged", ErrStoredResponse)
+			return r, fmt.Errorf("%w: empty trailers flagged", store.ErrStoredResponse)
 		}
 	}
 	if r.Flags&RespChecked != 0 {
 		fields := whole[:len(whole)-len(b)]
 		if len(b) < CheckLen {
-			return r, fmt.Errorf("%w: %w: check cut short", ErrStoredResponse, ErrStoredResponseDamaged)
+			return r, fmt.Errorf("%w: %w: check cut short", store.ErrStoredResponse, store.ErrStoredResponseDamaged)
 		}
 		n, sum := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:])
 		b = b[CheckLen:]
 		if uint64(len(b)) != uint64(n) {
-			return r, fmt.Errorf("%w: %w: body of %d bytes, %d written", ErrStoredResponse, ErrStoredResponseDamaged, len(b), n)
+			return r, fmt.Errorf("%w: %w: body of %d bytes, %d written", store.ErrStoredResponse, store.ErrStoredResponseDamaged, len(b), n)
 		}
 		if got := checkSum(fields, b); got != sum {
-			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", ErrStoredResponse, ErrStoredResponseDamaged, got, sum)
+			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", store.ErrStoredResponse, store.ErrStoredResponseDamaged, got, sum)
 		}
 		r.Sum = sum
 	}
 	if r.Flags&RespBodySet != 0 {
 		r.Body = b
 	} else if len(b) != 0 {
-		return r, fmt.Errorf("%w: %d bytes after a response without body", ErrStoredResponse, len(b))
+		return r, fmt.Errorf("%w: %d bytes after a response without body", store.ErrStoredResponse, len(b))
 	}
 	return r, nil
 }
@@ -309,16 +297,16 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 // (always a copy, never aliasing r.Body), with StoredAt storedAt. A status
 // outside 100..599 (Response.Status's range, which every Complete checks),
 // a header that does not decode or a body that does not decompress is an
-// error wrapping ErrStoredResponse.
-func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Response, error) {
+// error wrapping store.ErrStoredResponse.
+func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*store.Response, error) {
 	if r.Status < 100 || r.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d", ErrStoredResponse, r.Status)
+		return nil, fmt.Errorf("%w: status %d", store.ErrStoredResponse, r.Status)
 	}
-	resp := &Response{Status: int(r.Status), Omitted: r.Flags&RespOmitted != 0, StoredAt: storedAt}
+	resp := &store.Response{Status: int(r.Status), Omitted: r.Flags&RespOmitted != 0, StoredAt: storedAt}
 	var err error
 	if r.Flags&RespHeaderSet != 0 {
 		if resp.Header, err = DecodeHeader(r.Header); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 		if resp.Header == nil {
 			resp.Header = make(http.Header)
@@ -326,13 +314,13 @@ func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Respon
 	}
 	if r.Flags&RespTrailerSet != 0 {
 		if resp.Trailer, err = DecodeHeader(r.Trailer); err != nil {
-			return nil, fmt.Errorf("%w: trailers: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: trailers: %w", store.ErrStoredResponse, err)
 		}
 	}
 	switch {
 	case r.Flags&RespBodyZstd != 0:
 		if resp.Body, err = codec.Decompress(r.Body); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStoredResponse, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrStoredResponse, err)
 		}
 	case r.Flags&RespBodySet != 0:
 		resp.Body = append([]byte{}, r.Body...)
@@ -341,74 +329,11 @@ func (r *StoredResponse) Response(codec *BodyCodec, storedAt time.Time) (*Respon
 }
 
 // DecodeResponse reverses EncodeResponse: ParseResponse, then Response.
-// Every error wraps ErrStoredResponse.
-func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*Response, error) {
+// Every error wraps store.ErrStoredResponse.
+func DecodeResponse(codec *BodyCodec, b []byte, storedAt time.Time) (*store.Response, error) {
 	r, err := ParseResponse(b)
 	if err != nil {
 		return nil, err
 	}
 	return r.Response(codec, storedAt)
-}
-
-// EncodeHeader is the unambiguous header encoding every store shares (the
-// Valkey record's "h" field, the Postgres headers and trailers columns, a
-// stored response's header and trailer fields): for each header name in
-// byte order, for each of its values in order, the name's length as a
-// 4-byte big-endian unsigned integer, the name, the value's length
-// likewise, the value. A nil or empty h encodes to no bytes. Names are
-// kept exactly as in the map (not canonicalized).
-func EncodeHeader(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := 0
-	for name, vals := range h {
-		names = append(names, name)
-		for _, v := range vals {
-			size += 8 + len(name) + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	for _, name := range names {
-		for _, v := range h[name] {
-			b = binary.BigEndian.AppendUint32(b, uint32(len(name)))
-			b = append(b, name...)
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// DecodeHeader reverses EncodeHeader; no bytes decode to a nil header. It
-// returns an error for truncated input.
-func DecodeHeader(b []byte) (http.Header, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	h := http.Header{}
-	next := func() (string, error) {
-		if len(b) < 4 {
-			return "", errors.New("header encoding truncated")
-		}
-		n := binary.BigEndian.Uint32(b)
-		b = b[4:]
-		if uint64(len(b)) < uint64(n) {
-			return "", errors.New("header encoding truncated")
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	for len(b) > 0 {
-		name, err := next()
-		if err != nil {
-			return nil, err
-		}
-		v, err := next()
-		if err != nil {
-			return nil, err
-		}
-		h[name] = append(h[name], v)
-	}
-	return h, nil
 }

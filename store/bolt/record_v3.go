@@ -6,17 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
+	"github.com/idemgate/idemgate/store/internal/rules"
 )
 
 // Flag bits of byte 2 of a version 3 record value beyond those of version 2
 // (flagTakeover .. flagTrailerSet keep their meaning).
 const (
-	// flagBodyZstd: the body is a zstd frame of store.BodyCodec.
+	// flagBodyZstd: the body is a zstd frame of layout.BodyCodec.
 	flagBodyZstd byte = 1 << 5
 	// flagFingerprintPacked: the fingerprint field holds the 32 bytes that
 	// fingerprintPrefix + their 64 lowercase hex digits spell.
@@ -69,54 +69,54 @@ func packFingerprint(fp string) ([]byte, bool) {
 
 // encodeRecord serializes r in format version 3 (docs/protocol.md, "Record
 // value (version 3)"), the response body compressed by codec when that
-// pays (store.BodyCodec.Compress).
-func encodeRecord(r *record, codec *store.BodyCodec) ([]byte, error) {
+// pays (layout.BodyCodec.Compress).
+func encodeRecord(r *record, codec *layout.BodyCodec) ([]byte, error) {
 	var (
 		header, trailer, body []byte
 		status                int
 		flags                 byte
 	)
-	if r.takeover {
+	if r.Takeover {
 		flags |= flagTakeover
 	}
-	fp := []byte(r.fingerprint)
-	if packed, ok := packFingerprint(r.fingerprint); ok {
+	fp := []byte(r.Fingerprint)
+	if packed, ok := packFingerprint(r.Fingerprint); ok {
 		fp = packed
 		flags |= flagFingerprintPacked
 	}
 	state := stateRunning
 	switch {
-	case r.gone:
+	case r.Gone:
 		state = stateGone
-	case !r.running:
+	case !r.Running:
 		state = stateCompleted
-		if r.resp == nil {
+		if r.Resp == nil {
 			return nil, errors.New("completed record without response")
 		}
-		if r.resp.Status < 0 || r.resp.Status > math.MaxUint16 {
-			return nil, fmt.Errorf("response status %d out of range", r.resp.Status)
+		if r.Resp.Status < 0 || r.Resp.Status > math.MaxUint16 {
+			return nil, fmt.Errorf("response status %d out of range", r.Resp.Status)
 		}
-		status = r.resp.Status
-		if r.resp.Omitted {
+		status = r.Resp.Status
+		if r.Resp.Omitted {
 			flags |= flagOmitted
 		}
-		if r.resp.Header != nil {
+		if r.Resp.Header != nil {
 			flags |= flagHeaderSet
-			header = encodeHeaderV3(r.resp.Header)
+			header = layout.BoltV3Header.Encode(r.Resp.Header)
 		}
-		if len(r.resp.Trailer) > 0 {
+		if len(r.Resp.Trailer) > 0 {
 			flags |= flagTrailerSet
-			trailer = encodeHeaderV3(r.resp.Trailer)
+			trailer = layout.BoltV3Header.Encode(r.Resp.Trailer)
 		}
-		if r.resp.Body != nil {
+		if r.Resp.Body != nil {
 			flags |= flagBodySet
 			var z bool
-			if body, z = codec.Compress(r.resp.Header, r.resp.Body); z {
+			if body, z = codec.Compress(r.Resp.Header, r.Resp.Body); z {
 				flags |= flagBodyZstd
 			}
 		}
 	}
-	fields := [][]byte{[]byte(r.id.Owner), []byte(r.id.Scope), []byte(r.id.Key), fp, []byte(r.token), []byte(r.recipe)}
+	fields := [][]byte{[]byte(r.ID.Owner), []byte(r.ID.Scope), []byte(r.ID.Key), fp, []byte(r.Token), []byte(r.Recipe)}
 	if flags&flagHeaderSet != 0 {
 		fields = append(fields, header)
 	}
@@ -129,8 +129,8 @@ func encodeRecord(r *record, codec *store.BodyCodec) ([]byte, error) {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, FormatVersion, state, flags)
-	b = binary.BigEndian.AppendUint64(b, uint64(r.expiryMs))
-	for _, v := range []int64{r.createdMs, r.leaseEndMs, r.retentionMs, r.storedAtMs} {
+	b = binary.BigEndian.AppendUint64(b, uint64(r.ExpiryMs))
+	for _, v := range []int64{r.CreatedMs, r.LeaseEndMs, r.RetentionMs, r.StoredAtMs} {
 		b = binary.AppendVarint(b, v)
 	}
 	b = binary.AppendUvarint(b, uint64(status))
@@ -144,7 +144,7 @@ func encodeRecord(r *record, codec *store.BodyCodec) ([]byte, error) {
 // decodeRecord parses a record value of any version this build reads (1 to
 // 3), decompressing a version 3 body with codec; it copies everything out
 // of b, which bbolt only lends for the length of the transaction.
-func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
+func decodeRecord(b []byte, codec *layout.BodyCodec) (*record, error) {
 	if len(b) > 0 && b[0] != FormatVersion {
 		return decodeRecordV2(b)
 	}
@@ -159,13 +159,13 @@ func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
 		return nil, fmt.Errorf("%w: unknown flags %#x", errCorrupt, flags)
 	}
 	r := &record{
-		running:  state == stateRunning,
-		gone:     state == stateGone,
-		takeover: flags&flagTakeover != 0,
-		expiryMs: int64(binary.BigEndian.Uint64(b[expiryOffsetV3:])),
+		Running:  state == stateRunning,
+		Gone:     state == stateGone,
+		Takeover: flags&flagTakeover != 0,
+		ExpiryMs: int64(binary.BigEndian.Uint64(b[expiryOffsetV3:])),
 	}
 	rest := b[fixedLenV3:]
-	for _, p := range []*int64{&r.createdMs, &r.leaseEndMs, &r.retentionMs, &r.storedAtMs} {
+	for _, p := range []*int64{&r.CreatedMs, &r.LeaseEndMs, &r.RetentionMs, &r.StoredAtMs} {
 		v, n := binary.Varint(rest)
 		if n <= 0 {
 			return nil, fmt.Errorf("%w: bad time varint", errCorrupt)
@@ -198,13 +198,13 @@ func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
 		}
 		fields[i] = f
 	}
-	r.id = store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])}
-	r.fingerprint, r.token, r.recipe = string(fields[3]), string(fields[4]), string(fields[5])
+	r.ID = store.Identity{Owner: string(fields[0]), Scope: string(fields[1]), Key: string(fields[2])}
+	r.Fingerprint, r.Token, r.Recipe = string(fields[3]), string(fields[4]), string(fields[5])
 	if flags&flagFingerprintPacked != 0 {
 		if len(fields[3]) != 32 {
 			return nil, fmt.Errorf("%w: packed fingerprint of %d bytes", errCorrupt, len(fields[3]))
 		}
-		r.fingerprint = fingerprintPrefix + hex.EncodeToString(fields[3])
+		r.Fingerprint = fingerprintPrefix + hex.EncodeToString(fields[3])
 	}
 	var header, trailer []byte
 	if flags&flagHeaderSet != 0 {
@@ -227,22 +227,22 @@ func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
 	if flags&flagBodyZstd != 0 && flags&flagBodySet == 0 {
 		return nil, fmt.Errorf("%w: compressed flag without body", errCorrupt)
 	}
-	if r.running || r.gone {
+	if r.Running || r.Gone {
 		if flags&(flagOmitted|flagHeaderSet|flagBodySet|flagTrailerSet) != 0 || status != 0 {
 			return nil, fmt.Errorf("%w: response fields on a record that is not completed", errCorrupt)
 		}
 		return r, nil
 	}
-	resp := &store.Response{Status: int(status), Omitted: flags&flagOmitted != 0, StoredAt: msTime(r.storedAtMs)}
+	resp := &store.Response{Status: int(status), Omitted: flags&flagOmitted != 0, StoredAt: rules.Time(r.StoredAtMs)}
 	var err error
 	if header != nil {
-		if resp.Header, err = decodeHeaderV3(header); err != nil {
-			return nil, err
+		if resp.Header, err = layout.BoltV3Header.Decode(header); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 	}
 	if trailer != nil {
-		if resp.Trailer, err = decodeHeaderV3(trailer); err != nil {
-			return nil, err
+		if resp.Trailer, err = layout.BoltV3Header.Decode(trailer); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 		}
 		if len(resp.Trailer) == 0 {
 			// encodeRecord flags trailers only when there are some.
@@ -258,90 +258,6 @@ func decodeRecord(b []byte, codec *store.BodyCodec) (*record, error) {
 			resp.Body = append([]byte{}, rest...)
 		}
 	}
-	r.resp = resp
+	r.Resp = resp
 	return r, nil
-}
-
-// encodeHeaderV3 serializes h as version 3 stores it, keeping every name
-// exactly as in the map (not canonicalized), the order of each name's
-// values, and names with no values: the name count as a uvarint, then for
-// each name in byte order its length (uvarint) and bytes, its value count
-// (uvarint), and each value's length (uvarint) and bytes.
-func encodeHeaderV3(h http.Header) []byte {
-	names := make([]string, 0, len(h))
-	size := binary.MaxVarintLen64
-	for name, vals := range h {
-		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
-		for _, v := range vals {
-			size += binary.MaxVarintLen64 + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		vals := h[name]
-		b = binary.AppendUvarint(b, uint64(len(name)))
-		b = append(b, name...)
-		b = binary.AppendUvarint(b, uint64(len(vals)))
-		for _, v := range vals {
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-// decodeHeaderV3 reverses encodeHeaderV3 into a fresh map.
-func decodeHeaderV3(b []byte) (http.Header, error) {
-	uv := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		b = b[n:]
-		return v, nil
-	}
-	str := func() (string, error) {
-		n, err := uv()
-		if err != nil {
-			return "", err
-		}
-		if uint64(len(b)) < n {
-			return "", fmt.Errorf("%w: header truncated", errCorrupt)
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, nil
-	}
-	count, err := uv()
-	if err != nil {
-		return nil, err
-	}
-	// Every name takes at least 2 bytes, which bounds the map size hint.
-	h := make(http.Header, min(count, uint64(len(b)/2)))
-	for range count {
-		name, err := str()
-		if err != nil {
-			return nil, err
-		}
-		nvals, err := uv()
-		if err != nil {
-			return nil, err
-		}
-		vals := make([]string, 0, min(nvals, uint64(len(b))))
-		for range nvals {
-			v, err := str()
-			if err != nil {
-				return nil, err
-			}
-			vals = append(vals, v)
-		}
-		h[name] = vals
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing header bytes", errCorrupt, len(b))
-	}
-	return h, nil
 }

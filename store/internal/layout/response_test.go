@@ -1,4 +1,4 @@
-package store_test
+package layout_test
 
 import (
 	"bytes"
@@ -13,35 +13,36 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // plainEncoding is the stored response of resp built the plain way, as
 // docs/protocol.md states it: the fields (flags, status, header,
 // trailer), then the check (the stored body's length and the CRC-32C of
 // the fields and the stored body), then Compress's result, flagged.
-func plainEncoding(codec *store.BodyCodec, resp store.Response) []byte {
-	r := store.StoredResponse{Status: uint64(resp.Status)}
+func plainEncoding(codec *layout.BodyCodec, resp store.Response) []byte {
+	r := layout.StoredResponse{Status: uint64(resp.Status)}
 	if resp.Omitted {
-		r.Flags |= store.RespOmitted
+		r.Flags |= layout.RespOmitted
 	}
 	if resp.Header != nil {
-		r.Flags |= store.RespHeaderSet
-		r.Header = store.EncodeHeader(resp.Header)
+		r.Flags |= layout.RespHeaderSet
+		r.Header = layout.EncodeHeader(resp.Header)
 	}
-	if t := store.EncodeHeader(resp.Trailer); len(t) > 0 {
-		r.Flags |= store.RespTrailerSet
+	if t := layout.EncodeHeader(resp.Trailer); len(t) > 0 {
+		r.Flags |= layout.RespTrailerSet
 		r.Trailer = t
 	}
 	var body []byte
 	if resp.Body != nil {
-		r.Flags |= store.RespBodySet
+		r.Flags |= layout.RespBodySet
 		var z bool
 		if body, z = codec.Compress(resp.Header, resp.Body); z {
-			r.Flags |= store.RespBodyZstd
+			r.Flags |= layout.RespBodyZstd
 		}
 	}
 	fields := r.AppendHead(nil) // unchecked: the fields alone
-	fields[0] |= store.RespChecked
+	fields[0] |= layout.RespChecked
 	table := crc32.MakeTable(crc32.Castagnoli)
 	sum := crc32.Update(crc32.Checksum(fields, table), table, body)
 	b := binary.BigEndian.AppendUint32(append([]byte{}, fields...), uint32(len(body)))
@@ -57,7 +58,7 @@ func plainEncoding(codec *store.BodyCodec, resp store.Response) []byte {
 // and already content-encoded, with and without header and trailer; and it
 // needs no buffer growth.
 func TestEncodeResponseSameBytes(t *testing.T) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,21 +85,21 @@ func TestEncodeResponseSameBytes(t *testing.T) {
 			for _, trailer := range []http.Header{nil, {"Grpc-Status": {"0"}}} {
 				resp := store.Response{Status: 201, Header: h, Body: body, Trailer: trailer, StoredAt: at}
 				want := plainEncoding(codec, resp)
-				got := store.EncodeResponse(codec, resp)
+				got := layout.EncodeResponse(codec, resp)
 				if !bytes.Equal(got, want) {
 					t.Fatalf("%s body, %s, trailer %v: %d bytes, want the %d bytes of the plain encoding", bn, hn, trailer, len(got), len(want))
 				}
-				head, tail := store.EncodeResponseParts(codec, resp)
+				head, tail := layout.EncodeResponseParts(codec, resp)
 				if joined := append(append([]byte{}, head...), tail...); !bytes.Equal(joined, want) {
 					t.Fatalf("%s body, %s, trailer %v: parts join to %d bytes, want the %d bytes of EncodeResponse", bn, hn, trailer, len(joined), len(want))
 				}
 				if body == nil && tail != nil {
 					t.Fatalf("%s, trailer %v: tail of %d bytes for no body, want nil", hn, trailer, len(tail))
 				}
-				if body != nil && cap(got) > 1+3*10+len(store.EncodeHeader(h))+len(store.EncodeHeader(trailer))+store.CheckLen+codec.MaxCompressedLen(len(body)) {
+				if body != nil && cap(got) > 1+3*10+len(layout.EncodeHeader(h))+len(layout.EncodeHeader(trailer))+layout.CheckLen+codec.MaxCompressedLen(len(body)) {
 					t.Errorf("%s body, %s: buffer of %d bytes grew past its first size", bn, hn, cap(got))
 				}
-				back, err := store.DecodeResponse(codec, got, at)
+				back, err := layout.DecodeResponse(codec, got, at)
 				if err != nil || !reflect.DeepEqual(*back, resp) {
 					t.Fatalf("%s body, %s, trailer %v: decodes to %v, %v; want the response back", bn, hn, trailer, back != nil, err)
 				}
@@ -106,7 +107,7 @@ func TestEncodeResponseSameBytes(t *testing.T) {
 		}
 	}
 	omitted := store.Response{Status: 201, Omitted: true}
-	if got, want := store.EncodeResponse(codec, omitted), plainEncoding(codec, omitted); !bytes.Equal(got, want) {
+	if got, want := layout.EncodeResponse(codec, omitted), plainEncoding(codec, omitted); !bytes.Equal(got, want) {
 		t.Fatalf("omitted: %x, want %x", got, want)
 	}
 }
@@ -138,15 +139,15 @@ var pinnedResponses = []struct {
 // (docs/protocol.md, "response"), as EncodeResponse and
 // EncodeResponseParts write them since the check was added.
 func TestEncodeResponsePinnedBytes(t *testing.T) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range pinnedResponses {
-		if got := hex.EncodeToString(store.EncodeResponse(codec, tc.resp)); got != tc.now {
+		if got := hex.EncodeToString(layout.EncodeResponse(codec, tc.resp)); got != tc.now {
 			t.Errorf("EncodeResponse(%+v) = %s, want %s", tc.resp, got, tc.now)
 		}
-		head, tail := store.EncodeResponseParts(codec, tc.resp)
+		head, tail := layout.EncodeResponseParts(codec, tc.resp)
 		if got := hex.EncodeToString(head) + hex.EncodeToString(tail); got != tc.now {
 			t.Errorf("EncodeResponseParts(%+v) = %s, want %s", tc.resp, got, tc.now)
 		}
@@ -158,21 +159,21 @@ func TestEncodeResponsePinnedBytes(t *testing.T) {
 // read back and written again are the same bytes: records stored before
 // the upgrade keep replaying.
 func TestDecodeResponseWrittenBeforeTheCheck(t *testing.T) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range pinnedResponses {
 		b, _ := hex.DecodeString(tc.before)
-		got, err := store.DecodeResponse(codec, b, time.Time{})
+		got, err := layout.DecodeResponse(codec, b, time.Time{})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.before, err)
 		}
-		want, err := store.DecodeResponse(codec, store.EncodeResponse(codec, tc.resp), time.Time{})
+		want, err := layout.DecodeResponse(codec, layout.EncodeResponse(codec, tc.resp), time.Time{})
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s decodes to %+v, want %+v (%v)", tc.before, got, want, err)
 		}
-		parsed, err := store.ParseResponse(b)
+		parsed, err := layout.ParseResponse(b)
 		if err != nil || !bytes.Equal(parsed.Append(nil), b) {
 			t.Errorf("%s: parsed and written again: %x, %v", tc.before, parsed.Append(nil), err)
 		}
@@ -184,27 +185,27 @@ func TestDecodeResponseWrittenBeforeTheCheck(t *testing.T) {
 // ErrStoredResponse), never decoded into a shorter or other response. An
 // uncompressed body cut short used to replay shorter with no error.
 func TestParseResponseRejectsDamage(t *testing.T) {
-	codec, err := store.NewBodyCodec()
+	codec, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := store.EncodeResponse(codec, store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ord_1","amount":500}`)})
-	if _, err := store.DecodeResponse(codec, good, time.Time{}); err != nil {
+	good := layout.EncodeResponse(codec, store.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ord_1","amount":500}`)})
+	if _, err := layout.DecodeResponse(codec, good, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	for n := 1; n < len(good); n++ {
-		if _, err := store.DecodeResponse(codec, good[:n], time.Time{}); !errors.Is(err, store.ErrStoredResponse) {
+		if _, err := layout.DecodeResponse(codec, good[:n], time.Time{}); !errors.Is(err, store.ErrStoredResponse) {
 			t.Fatalf("cut to %d of %d bytes: %v, want a refusal", n, len(good), err)
 		}
 	}
 	cut := good[:len(good)-5]
-	if _, err := store.ParseResponse(cut); !errors.Is(err, store.ErrStoredResponseDamaged) {
+	if _, err := layout.ParseResponse(cut); !errors.Is(err, store.ErrStoredResponseDamaged) {
 		t.Errorf("body cut short: %v, want ErrStoredResponseDamaged", err)
 	}
 	for i := range good {
 		bad := append([]byte{}, good...)
 		bad[i] ^= 0x01
-		if _, err := store.DecodeResponse(codec, bad, time.Time{}); err == nil {
+		if _, err := layout.DecodeResponse(codec, bad, time.Time{}); err == nil {
 			t.Errorf("byte %d flipped: decoded without error", i)
 		}
 	}
@@ -227,17 +228,17 @@ func TestParseResponseOneEncoding(t *testing.T) {
 	unordered := hdr("B", "A")
 	for name, b := range map[string][]byte{
 		"long status uvarint":   {0, 0xc8, 0x81, 0x00},
-		"header out of order":   append([]byte{store.RespHeaderSet, 0xc8, 1, byte(len(unordered))}, unordered...),
-		"empty trailer flagged": {store.RespTrailerSet, 0xc8, 1, 0},
+		"header out of order":   append([]byte{layout.RespHeaderSet, 0xc8, 1, byte(len(unordered))}, unordered...),
+		"empty trailer flagged": {layout.RespTrailerSet, 0xc8, 1, 0},
 	} {
-		if r, err := store.ParseResponse(b); !errors.Is(err, store.ErrStoredResponse) {
+		if r, err := layout.ParseResponse(b); !errors.Is(err, store.ErrStoredResponse) {
 			t.Errorf("%s: ParseResponse = %+v, %v; want an error wrapping ErrStoredResponse", name, r, err)
 		}
 	}
 	ordered := hdr("A", "B")
-	b := append([]byte{store.RespHeaderSet | store.RespBodySet, 0xc8, 1, byte(len(ordered))}, ordered...)
+	b := append([]byte{layout.RespHeaderSet | layout.RespBodySet, 0xc8, 1, byte(len(ordered))}, ordered...)
 	b = append(b, "body"...)
-	r, err := store.ParseResponse(b)
+	r, err := layout.ParseResponse(b)
 	if err != nil || !bytes.Equal(r.Append(nil), b) || string(r.Body) != "body" {
 		t.Fatalf("ParseResponse(%x) = %+v, %v; want it to append back to the same bytes", b, r, err)
 	}

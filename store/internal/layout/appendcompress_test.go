@@ -1,4 +1,4 @@
-package store_test
+package layout_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 // TestAppendCompressIsCompress: AppendCompress appends exactly what
@@ -14,7 +14,7 @@ import (
 // MaxCompressedLen spare bytes without growing (docs/performance.md, "1 MiB
 // request and response bodies").
 func TestAppendCompressIsCompress(t *testing.T) {
-	c, err := store.NewBodyCodec()
+	c, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package layout_test
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/internal/layout"
 )
 
 func TestBodyCodec(t *testing.T) {
-	c, err := store.NewBodyCodec()
+	c, err := layout.NewBodyCodec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestBodyCodec(t *testing.T) {
 		want bool
 	}{
 		{"json", http.Header{"Content-Type": {"application/json"}}, json, true},
-		{"small", nil, json[:store.MinCompressBytes-1], false},
+		{"small", nil, json[:layout.MinCompressBytes-1], false},
 		{"already encoded", http.Header{"content-encoding": {"gzip"}}, json, false},
 		{"incompressible", nil, noise, false},
 	} {
@@ -55,7 +55,7 @@ func TestBodyCodec(t *testing.T) {
 // BenchmarkCompressParallel compresses the bench's ~200-byte JSON response
 // from every P at once, as concurrent Completes do.
 func BenchmarkCompressParallel(b *testing.B) {
-	c, err := store.NewBodyCodec()
+	c, err := layout.NewBodyCodec()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func jsonBody(n int) []byte {
 // when Compress leaves it as it is). docs/performance.md, "Hot path
 // budget", weighs the two for MinCompressBytes.
 func BenchmarkCompressBySize(b *testing.B) {
-	c, err := store.NewBodyCodec()
+	c, err := layout.NewBodyCodec()
 	if err != nil {
 		b.Fatal(err)
 	}
