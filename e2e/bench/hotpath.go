@@ -43,14 +43,14 @@ type hotPathStage struct {
 // hotPathStages are the rows of "Hot path budget", by function.
 var hotPathStages = []hotPathStage{
 	{name: "accept and parse (net/http readRequest)", funcs: []string{"net/http.(*conn).readRequest"}},
-	{name: "decide (policy)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
-	{name: "owner", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).OwnerOf"}},
+	{name: "decide (policy.Ask)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Ask", "github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
+	{name: "key, owner and identity (Plan.Identify)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).Identify", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf"}},
 	{name: "body read", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).readBody"}},
 	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy.Fingerprint"}},
 	{name: "claim (store call included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).claim"}},
 	{name: "forward (complete included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).forward"}},
 	{name: "upstream round trip", nested: true, funcs: []string{"github.com/idemgate/idemgate/proxy.timedTransport.RoundTrip"}},
-	{name: "record encoding", nested: true, funcs: []string{"github.com/idemgate/idemgate/store.EncodeResponseParts"}},
+	{name: "record encoding", nested: true, funcs: []string{"github.com/idemgate/idemgate/store/internal/layout.EncodeResponseParts", "github.com/idemgate/idemgate/store.EncodeResponseParts"}},
 	{name: "zstd", nested: true, funcs: []string{"github.com/klauspost/compress/zstd.(*Encoder).EncodeAll"}},
 	{name: "complete", nested: true, funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).complete"}},
 	{name: "valkey-go pipe goroutines", funcs: []string{"github.com/valkey-io/valkey-go.(*pipe)._background"}},
