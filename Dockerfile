@@ -9,7 +9,7 @@
 # (CGO_ENABLED=0) so the runtime image needs no libc, shell or curl: the
 # container HEALTHCHECK uses the binary's own `healthcheck` subcommand.
 
-ARG GO_VERSION=1.26
+ARG GO_VERSION=1.27
 
 # ---- build: compiles both binaries' shared module cache once -------------
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build

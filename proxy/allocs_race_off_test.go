@@ -5,14 +5,16 @@ package proxy_test
 // hotPathCeilings are the allocation ceilings of
 // TestHotPathAllocationCeilings, per exchange (client, idemgate and
 // upstream together), without the race detector: exact figures, the same
-// on every run and machine. A change that adds allocations to one of
+// on every run and machine for one Go release: Go 1.27.3's, the Go
+// scripts/test.sh builds with (1.26.8 made one fewer for a 422 and one
+// more for a passthrough). A change that adds allocations to one of
 // these paths raises its ceiling here, and in allocs_race_on_test.go, in
 // the same commit, and says why in the message.
 var hotPathCeilings = []ceiling{
 	{path: "fresh", memory: 267, valkey: 300},
 	{path: "replay", memory: 128, valkey: 124},
-	{path: "passthrough", memory: 221, valkey: 221},
-	{path: "mismatch422", memory: 133, valkey: 129},
+	{path: "passthrough", memory: 220, valkey: 220},
+	{path: "mismatch422", memory: 134, valkey: 130},
 	{path: "waitReplay", memory: 444, valkey: 623},
 }
 
