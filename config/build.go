@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/proxy"
 )
 
 // builder turns a rawConfig into a Config. A value that does not parse is
@@ -318,8 +319,8 @@ func (b *builder) routeUpstream(path, raw string, global *url.URL) *url.URL {
 	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	switch {
-	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https"):
-		b.bad(path, "%s is not an absolute http or https URL", shown)
+	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != proxy.SchemeH2C):
+		b.bad(path, "%s is not an absolute http, https or h2c URL", shown)
 		return nil
 	case u.Host == "":
 		b.bad(path, "%s has no host", shown)

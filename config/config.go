@@ -58,7 +58,9 @@ type Config struct {
 
 // UpstreamConfig is the `upstream:` section.
 type UpstreamConfig struct {
-	// URL is the absolute http or https URL of the backend (upstream.url).
+	// URL is the absolute http, https or h2c URL of the backend
+	// (upstream.url); h2c:// speaks HTTP/2 with prior knowledge without
+	// TLS (proxy.SchemeH2C), as a gRPC server usually does in a cluster.
 	URL *url.URL
 	// Timeout bounds one upstream exchange; past it the client gets 504
 	// (upstream.timeout, default 60s).
@@ -343,9 +345,9 @@ func (c *Config) Validate() error {
 	}
 	switch u := c.Upstream.URL; {
 	case u == nil:
-		bad("upstream.url", "is required (an absolute http or https URL)")
-	case u.Scheme != "http" && u.Scheme != "https":
-		bad("upstream.url", "%s must be an absolute http or https URL", showURL(u))
+		bad("upstream.url", "is required (an absolute http, https or h2c URL)")
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != proxy.SchemeH2C:
+		bad("upstream.url", "%s must be an absolute http, https or h2c URL", showURL(u))
 	case u.Host == "":
 		bad("upstream.url", "%s has no host", showURL(u))
 	case u.RawQuery != "" || u.Fragment != "":

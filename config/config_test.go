@@ -332,7 +332,7 @@ func TestValidationErrors(t *testing.T) {
 		{"name in defaults", base + "defaults: {name: x}\n", "defaults.name", "unknown key"},
 		{"wrong type", base + "defaults: {required: maybe}\n", "defaults.required", "bool"},
 		{"listen", base + "listen: 8080\n", "listen", "host:port"},
-		{"upstream scheme", "upstream: {url: 'ftp://x'}\n", "upstream.url", "http or https"},
+		{"upstream scheme", "upstream: {url: 'ftp://x'}\n", "upstream.url", "http, https or h2c"},
 		{"upstream relative", "upstream: {url: '/x'}\n", "upstream.url", "absolute"},
 		{"upstream unparsable", "upstream: {url: 'http://[::1'}\n", "upstream.url", "absolute"},
 		{"upstream timeout", "upstream: {url: 'http://x:1', timeout: -1s}\n", "upstream.timeout", "> 0"},
