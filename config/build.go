@@ -415,6 +415,18 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 			r.ReplayStatuses = st
 		}
 	}
+	if s.ReplayGRPCCodes != nil {
+		codes := []int{}
+		for _, v := range *s.ReplayGRPCCodes {
+			c, err := policy.ParseGRPCCode(v)
+			if err != nil {
+				b.bad(path+".replay_grpc_codes", "%v", err)
+				continue
+			}
+			codes = append(codes, c)
+		}
+		r.ReplayGRPCCodes = codes
+	}
 	b.size(path+".max_request_bytes", &r.MaxRequestBytes, s.MaxRequestBytes)
 	b.size(path+".max_response_bytes", &r.MaxResponseBytes, s.MaxResponseBytes)
 	if s.OnStoreError != nil {

@@ -223,6 +223,7 @@ type rawSettings struct {
 	Concurrent       *string         `mapstructure:"concurrent"`
 	WaitTimeout      *string         `mapstructure:"wait_timeout"`
 	ReplayStatuses   *[]string       `mapstructure:"replay_statuses"`
+	ReplayGRPCCodes  *[]string       `mapstructure:"replay_grpc_codes"`
 	MaxRequestBytes  *string         `mapstructure:"max_request_bytes"`
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
 	OnStoreError     *string         `mapstructure:"on_store_error"`
@@ -299,6 +300,7 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("concurrent", s.Concurrent != nil)
 	add("wait_timeout", s.WaitTimeout != nil)
 	add("replay_statuses", s.ReplayStatuses != nil)
+	add("replay_grpc_codes", s.ReplayGRPCCodes != nil)
 	add("max_request_bytes", s.MaxRequestBytes != nil)
 	add("max_response_bytes", s.MaxResponseBytes != nil)
 	add("on_store_error", s.OnStoreError != nil)

@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestH2CUpstreamURL: h2c:// is an upstream scheme, globally and per
 // route (HTTP/2 with prior knowledge without TLS, proxy.SchemeH2C).
@@ -16,6 +19,28 @@ func TestH2CUpstreamURL(t *testing.T) {
 	for _, r := range c.Policy.Routes() {
 		if r.Name == "billing" && (r.Upstream == nil || r.Upstream.Scheme != "h2c") {
 			t.Fatalf("route upstream %v", r.Upstream)
+		}
+	}
+}
+
+// TestReplayGRPCCodes: replay_grpc_codes takes names in any case and
+// numbers, and refuses CANCELLED and DEADLINE_EXCEEDED, whose outcome is
+// unknown.
+func TestReplayGRPCCodes(t *testing.T) {
+	c, err := Load(writeFile(t, base+"routes: [{name: a, match: 'POST /a.v1.A/Create', replay_grpc_codes: [OK, not_found, 14]}]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := route(t, c, "a").ReplayGRPCCodes; len(got) != 3 || got[0] != 0 || got[1] != 5 || got[2] != 14 {
+		t.Fatalf("replay_grpc_codes = %v", got)
+	}
+	if got := route(t, c, "default").GRPCCodeNames(); len(got) != 9 || got[1] != "INVALID_ARGUMENT" {
+		t.Fatalf("default codes = %v", got)
+	}
+	for _, bad := range []string{"DEADLINE_EXCEEDED", "1", "17", "NOPE"} {
+		_, err := Load(writeFile(t, base+"routes: [{name: a, match: /a, replay_grpc_codes: ["+bad+"]}]\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), "routes[0].replay_grpc_codes") {
+			t.Errorf("%s: %v, want an error naming routes[0].replay_grpc_codes", bad, err)
 		}
 	}
 }

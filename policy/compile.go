@@ -416,6 +416,7 @@ func cloneRoute(r Route) *Route {
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
 	r.Fingerprint.Exclude = slices.Clone(r.Fingerprint.Exclude)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	r.ReplayGRPCCodes = slices.Clone(r.ReplayGRPCCodes)
 	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
 	r.JWT = r.JWT.clone()
 	r.jwt = nil
@@ -600,6 +601,7 @@ func normalize(r *Route, path string) []error {
 			bad("replay_statuses", "%s: informational (1xx) responses are not final and cannot be replayed", s)
 		}
 	}
+	checkGRPCCodes(r, bad)
 	if r.MaxRequestBytes <= 0 {
 		bad("max_request_bytes", "%d must be > 0", r.MaxRequestBytes)
 	}

@@ -108,6 +108,7 @@ func (r *Route) describe(w *bufio.Writer) {
 		st[i] = strconv.Quote(s.String())
 	}
 	kv("replay_statuses", "["+strings.Join(st, ", ")+"]")
+	kv("replay_grpc_codes", "["+strings.Join(r.GRPCCodeNames(), ", ")+"] # for gRPC calls, by grpc-status")
 	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
 	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))
 	kv("on_store_error", string(r.OnStoreError))

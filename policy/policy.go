@@ -176,6 +176,12 @@ type Route struct {
 
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
+
+	// ReplayGRPCCodes (`replay_grpc_codes`) are the grpc-status codes
+	// stored and replayed for a gRPC call (Content-Type application/grpc)
+	// answered with a replayable HTTP status; nil means
+	// DefaultReplayGRPCCodes (GRPCVerdictOf).
+	ReplayGRPCCodes []int
 }
 
 // DefaultScope is the key scope that every route shares unless it sets

@@ -85,6 +85,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
+	if p.grpcNotStored(w, r, ex, token, resp, body, stopHeartbeat) {
+		return
+	}
 	// The body was read to its end, so resp.Trailer holds what the
 	// upstream sent after it (issue 13: trailers were lost).
 	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}

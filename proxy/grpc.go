@@ -4,6 +4,9 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
 )
 
 // isGRPC reports whether h is the header of a gRPC call: a Content-Type
@@ -29,4 +32,48 @@ func (p *Proxy) grpcOutbound(out *http.Request) {
 		return
 	}
 	out.Header["Te"] = []string{"trailers"}
+}
+
+// grpcStatus returns a gRPC response's grpc-status: from its trailers, or
+// from its headers in a trailers-only response (gRPC over HTTP/2,
+// "Responses").
+func grpcStatus(resp *http.Response) (string, bool) {
+	if v, ok := resp.Trailer["Grpc-Status"]; ok && len(v) > 0 {
+		return v[0], true
+	}
+	if v, ok := resp.Header["Grpc-Status"]; ok && len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// grpcNotStored decides an enforced gRPC call answered with a replayable
+// HTTP status by its grpc-status (policy.Route.GRPCVerdictOf), once its
+// body (max_response_bytes at most) and trailers are read: HTTP 200 says
+// nothing of a gRPC call's outcome. A transient code is passed on and the
+// key released; CANCELLED, DEADLINE_EXCEEDED or no status are passed on
+// with the claim kept until its lease ends (outcome unknown). It reports
+// whether it answered; false leaves the response to be stored. A body
+// over max_response_bytes (trailers not read yet) is left to the
+// not-retained path.
+func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, stopHeartbeat func()) bool {
+	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
+		return false
+	}
+	st, ok := grpcStatus(resp)
+	v := ex.route.GRPCVerdictOf(st, ok)
+	if v == policy.GRPCStore {
+		return false
+	}
+	stopHeartbeat()
+	if v == policy.GRPCRelease {
+		p.release(r, ex, token)
+	} else {
+		p.log.Warn("gRPC call ended with a status that leaves its outcome unknown; not stored, the key stays claimed until its lease ends",
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "grpc_status", st)
+	}
+	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+	p.copyResponse(w, r, ex, resp, body)
+	p.done(r, ex)
+	return true
 }

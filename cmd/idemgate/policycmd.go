@@ -49,6 +49,9 @@ type publishedRoute struct {
 	// AdvertiseExpiry says that first answers and replays carry
 	// Idempotency-Key-Expires (advertise_expiry).
 	AdvertiseExpiry bool `json:"advertise_expiry"`
+	// ReplayGRPCCodes are the grpc-status codes stored for a gRPC call
+	// (replay_grpc_codes, by name); other codes are not stored.
+	ReplayGRPCCodes []string `json:"replay_grpc_codes"`
 }
 
 type publishedKey struct {
@@ -169,6 +172,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		for _, s := range r.ReplayStatuses {
 			pr.ReplayStatuses = append(pr.ReplayStatuses, s.String())
 		}
+		pr.ReplayGRPCCodes = r.GRPCCodeNames()
 		for _, k := range problem.Catalog() {
 			if applies(r, k) {
 				pr.Problems = append(pr.Problems, publishedIssue{Slug: k.Slug, Type: typeURI(k, typeBase), Status: k.Status, Title: k.Title, Action: k.Advice()})
@@ -278,6 +282,7 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
 		}
 		fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
+		fmt.Fprintf(&b, "- **gRPC calls** (`Content-Type: application/grpc`): stored by `grpc-status`, for %s; `CANCELLED` and `DEADLINE_EXCEEDED` leave the outcome unknown, any other code is not stored and a retry is performed again.\n", strings.Join(r.ReplayGRPCCodes, ", "))
 		if r.Concurrent.Behaviour == string(policy.ConcurrentWait) {
 			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs waits up to %s for its response, then gets `%d request-in-progress` with `Retry-After`.\n", humanSeconds(r.Concurrent.WaitTimeoutSeconds), r.Concurrent.Status)
 		} else {
