@@ -3,7 +3,9 @@ package proxy
 import (
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
@@ -27,11 +29,34 @@ func isGRPC(h http.Header) bool {
 // hop-by-hop removal took it off, and a gRPC server may refuse a call
 // without it; it is the one TE value HTTP/2 allows (RFC 9113 section
 // 8.2.2).
+//
+// grpc-timeout is replaced by what is left of the upstream call's own
+// deadline (upstream.timeout, set on out's context by forward): the call
+// is detached from the client, so that a client that gives up does not
+// cut it short and its answer is recorded for the retry. Forwarding the
+// client's deadline instead made a handler slower than it answer
+// DEADLINE_EXCEEDED, which a retry with a longer deadline could then
+// never get past while the claim was held.
 func (p *Proxy) grpcOutbound(out *http.Request) {
 	if !isGRPC(out.Header) {
 		return
 	}
 	out.Header["Te"] = []string{"trailers"}
+	if dl, ok := out.Context().Deadline(); ok {
+		out.Header["Grpc-Timeout"] = []string{grpcTimeout(time.Until(dl))}
+	}
+}
+
+// grpcTimeout renders d as a grpc-timeout value (gRPC over HTTP/2,
+// "Requests": at most 8 digits and a unit), rounded down to the
+// millisecond, or to the second past 8 digits of milliseconds; at least
+// 1m.
+func grpcTimeout(d time.Duration) string {
+	ms := max(d.Milliseconds(), 1)
+	if ms < 1e8 {
+		return strconv.FormatInt(ms, 10) + "m"
+	}
+	return strconv.FormatInt(min(ms/1000, 99999999), 10) + "S"
 }
 
 // grpcStatus returns a gRPC response's grpc-status: from its trailers, or
