@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // isGRPC reports whether h is the header of a gRPC call: a Content-Type
@@ -101,4 +102,20 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 	p.copyResponse(w, r, ex, resp, body)
 	p.done(r, ex)
 	return true
+}
+
+// answerProblem writes pr as writeProblem does, or, to a gRPC call, as a
+// trailers-only gRPC response (problem.Publisher.WriteGRPC): a gRPC
+// client reads no body from an answer without grpc-status, and took
+// every problem for UNKNOWN or INTERNAL, key reuse and a transient
+// failure alike. The gRPC form replaces the route's problems template.
+func (p *Proxy) answerProblem(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
+	if r == nil || !isGRPC(r.Header) {
+		p.writeProblem(w, ex, pr)
+		return
+	}
+	if ex != nil {
+		pr.RequestID = ex.requestID
+	}
+	p.problems.WriteGRPC(w, pr, r.Header.Get("Content-Type"))
 }

@@ -1,12 +1,15 @@
 package proxy_test
 
 import (
+	"encoding/base64"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // grpcAnswer answers HTTP 200 with grpc-status code, in the trailers or,
@@ -37,15 +40,15 @@ func TestGRPCStatusDecidesWhatIsStored(t *testing.T) {
 		trailersOnly bool
 		codes        []int
 		wantCalls    int
-		wantSecond   int // status of the retry
+		wantSecond   int // HTTP status of the retry; 0: in progress, as gRPC
 	}{
 		{"OK stored", "0", false, nil, 1, 200},
 		{"NOT_FOUND stored", "5", false, nil, 1, 200},
 		{"UNAVAILABLE released", "14", false, nil, 2, 200},
 		{"UNAVAILABLE trailers-only released", "14", true, nil, 2, 200},
 		{"INTERNAL released", "13", false, nil, 2, 200},
-		{"DEADLINE_EXCEEDED unknown", "4", false, nil, 1, 409},
-		{"CANCELLED unknown", "1", true, nil, 1, 409},
+		{"DEADLINE_EXCEEDED unknown", "4", false, nil, 1, 0},
+		{"CANCELLED unknown", "1", true, nil, 1, 0},
 		{"NOT_FOUND released by replay_grpc_codes", "5", false, []int{0}, 2, 200},
 		{"UNAVAILABLE stored by replay_grpc_codes", "14", false, []int{0, 14}, 1, 200},
 	} {
@@ -59,7 +62,13 @@ func TestGRPCStatusDecidesWhatIsStored(t *testing.T) {
 				t.Fatalf("first: %d %v", first.status, first.header)
 			}
 			second := doGRPC(t, h, "/orders.v1.Orders/Create", "alice", "k1", "x")
-			if second.status != c.wantSecond {
+			if c.wantSecond == 0 {
+				// The claim is held: the retry is told the call is in
+				// progress, as a gRPC status (UNAVAILABLE with a pushback).
+				if second.status != 200 || second.header.Get("Grpc-Status") != "14" || second.header.Get("Grpc-Retry-Pushback-Ms") != "1000" {
+					t.Fatalf("retry: %d %v, want grpc-status 14 with a pushback", second.status, second.header)
+				}
+			} else if second.status != c.wantSecond {
 				t.Fatalf("retry: %d %s, want %d", second.status, second.body, c.wantSecond)
 			}
 			if got := h.up.count("/orders.v1.Orders/Create"); got != c.wantCalls {
@@ -68,9 +77,55 @@ func TestGRPCStatusDecidesWhatIsStored(t *testing.T) {
 			if c.wantCalls == 1 && c.wantSecond == 200 && second.header.Get("Idempotent-Replayed") != "true" {
 				t.Fatalf("retry not a replay: %v", second.header)
 			}
-			if c.wantSecond == 409 && !strings.Contains(second.body, "request-in-progress") && second.header.Get("Grpc-Status") == "" {
-				t.Fatalf("retry: %s", second.body)
-			}
 		})
 	}
+}
+
+// TestGRPCProblemsAsStatuses: idemgate's own answers to a gRPC call are
+// trailers-only gRPC responses a client can act on: key reuse is
+// FAILED_PRECONDITION, a missing key INVALID_ARGUMENT, a missing owner
+// UNAUTHENTICATED, each with the problem's slug as ErrorInfo reason.
+func TestGRPCProblemsAsStatuses(t *testing.T) {
+	h := newHarness(t, grpcAnswer("0", false), func(_ *proxy.Options, d *policy.Route, _ *[]policy.Route) { d.Required = true })
+	if r := doGRPC(t, h, "/orders.v1.Orders/Create", "alice", "k1", "x"); r.header.Get("Grpc-Status") != "0" {
+		t.Fatalf("first: %d %v", r.status, r.header)
+	}
+	for _, c := range []struct {
+		name, user, key, body, code, reason string
+	}{
+		{"key reused", "alice", "k1", "y", "9", "key-reused"},
+		{"missing key", "alice", "", "y", "3", "missing-key"},
+		{"missing owner", "", "k2", "y", "16", "missing-owner"},
+	} {
+		r := doGRPC(t, h, "/orders.v1.Orders/Create", c.user, c.key, c.body)
+		if r.status != 200 || r.header.Get("Grpc-Status") != c.code || r.body != "" {
+			t.Errorf("%s: HTTP %d grpc-status %q body %q, want 200 grpc-status %s and no body", c.name, r.status, r.header.Get("Grpc-Status"), r.body, c.code)
+			continue
+		}
+		if reason := errorInfoReason(t, r.header.Get("Grpc-Status-Details-Bin")); reason != c.reason {
+			t.Errorf("%s: ErrorInfo reason %q, want %q", c.name, reason, c.reason)
+		}
+	}
+}
+
+// errorInfoReason decodes grpc-status-details-bin and returns its
+// ErrorInfo's reason.
+func errorInfoReason(t *testing.T, bin string) string {
+	t.Helper()
+	b, err := base64.RawStdEncoding.DecodeString(bin)
+	if err != nil {
+		t.Fatalf("grpc-status-details-bin %q: %v", bin, err)
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(b, &st); err != nil || len(st.Details) != 1 {
+		t.Fatalf("google.rpc.Status: %v %v", &st, err)
+	}
+	var info errdetails.ErrorInfo
+	if err := st.Details[0].UnmarshalTo(&info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Domain != "idemgate" {
+		t.Errorf("ErrorInfo domain %q", info.Domain)
+	}
+	return info.Reason
 }

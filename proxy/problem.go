@@ -12,7 +12,7 @@ import (
 // logs the request under the outcome of pr's kind: the pair is defined once,
 // in the catalog.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
-	p.writeProblem(w, ex, pr)
+	p.answerProblem(w, r, ex, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
 	p.done(r, ex)
 }
