@@ -209,6 +209,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 		if rr.Match != nil {
 			r.Match = *rr.Match
+			if pattern, ok, err := policy.GRPCMatch(r.Match); err != nil {
+				b.bad(path+".match", "%v", err)
+			} else if ok {
+				r.Match = pattern
+			}
 		}
 		r.Upstream = nil
 		if rr.Upstream != nil {

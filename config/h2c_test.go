@@ -44,3 +44,26 @@ func TestReplayGRPCCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCMatch: `match: "grpc package.Service/Method"` is the POST route
+// of that call; `grpc package.Service` covers its every method; a
+// malformed one names the key.
+func TestGRPCMatch(t *testing.T) {
+	c, err := Load(writeFile(t, base+`routes:
+  - {name: a, match: "grpc orders.v1.Orders/Create"}
+  - {name: b, match: "grpc orders.v1.Billing"}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := route(t, c, "a").Match; m != "POST /orders.v1.Orders/Create" {
+		t.Errorf("a: %q", m)
+	}
+	if m := route(t, c, "b").Match; m != "POST /orders.v1.Billing/" {
+		t.Errorf("b: %q", m)
+	}
+	_, err = Load(writeFile(t, base+"routes: [{name: a, match: 'grpc /orders.v1.Orders/Create'}]\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "routes[0].match") {
+		t.Errorf("malformed grpc match: %v", err)
+	}
+}

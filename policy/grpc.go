@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,3 +124,49 @@ func grpcCodeList(codes []int) []string {
 
 // GRPCCodeNames returns the route's stored gRPC codes by name.
 func (r *Route) GRPCCodeNames() []string { return grpcCodeList(r.GRPCCodes()) }
+
+// grpcName matches a gRPC service's full name (package.Service) and an
+// optional method, as in the :path of a call, /package.Service/Method.
+var grpcName = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:/([A-Za-z_][A-Za-z0-9_]*))?$`)
+
+// GRPCMatch turns a route's `match: "grpc orders.v1.Orders/Create"` into
+// the ServeMux pattern of that call, "POST /orders.v1.Orders/Create" (a
+// gRPC unary call is an HTTP/2 POST to /package.Service/Method), and
+// `match: "grpc orders.v1.Orders"` into "POST /orders.v1.Orders/", every
+// method of the service. ok is false for a match that does not start with
+// "grpc "; err says why a grpc match is malformed.
+func GRPCMatch(match string) (pattern string, ok bool, err error) {
+	rest, ok := strings.CutPrefix(match, "grpc ")
+	if !ok {
+		return "", false, nil
+	}
+	rest = strings.TrimSpace(rest)
+	m := grpcName.FindStringSubmatch(rest)
+	if m == nil {
+		return "", true, fmt.Errorf("%q is not a gRPC service (package.Service) or method (package.Service/Method)", rest)
+	}
+	if m[2] == "" {
+		return "POST /" + m[1] + "/", true, nil
+	}
+	return "POST /" + m[1] + "/" + m[2], true, nil
+}
+
+// GRPCMethodOf returns the gRPC service or method a ServeMux path names,
+// "orders.v1.Orders/Create", or "orders.v1.Orders/*" for a service's
+// prefix; "" for a path that names none (idemgate policy lists it).
+func GRPCMethodOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/")
+	if !ok {
+		return ""
+	}
+	if svc, ok := strings.CutSuffix(rest, "/"); ok {
+		if m := grpcName.FindStringSubmatch(svc); m != nil && m[2] == "" && strings.Contains(svc, ".") {
+			return svc + "/*"
+		}
+		return ""
+	}
+	if m := grpcName.FindStringSubmatch(rest); m != nil && m[2] != "" && strings.Contains(m[1], ".") {
+		return rest
+	}
+	return ""
+}

@@ -3,6 +3,9 @@ package problem
 import (
 	"encoding/base64"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -63,4 +66,44 @@ func TestWriteGRPC(t *testing.T) {
 	if info.Reason != "key-reused" || info.Domain != "idemgate" || info.Metadata["type"] != "https://api.example/problems/key-reused" || info.Metadata["request_id"] != "req-1" {
 		t.Errorf("error info %v", &info)
 	}
+}
+
+// TestGRPCMappingMatchesREADME keeps README.md's gRPC status table and
+// grpcCodes one list.
+func TestGRPCMappingMatchesREADME(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start := strings.Index(text, "\n## gRPC\n")
+	if start < 0 {
+		t.Fatal(`README.md has no "## gRPC" section`)
+	}
+	section := text[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\| `([A-Z_]+)` \\|$")
+	documented := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = m[2]
+	}
+	for slug, code := range grpcCodes {
+		if got := documented[slug]; got != grpcName(code) {
+			t.Errorf("README gives %s as %q, the code is %s", slug, got, grpcName(code))
+		}
+		delete(documented, slug)
+	}
+	for slug := range documented {
+		t.Errorf("README maps %s, which has no gRPC code", slug)
+	}
+}
+
+// grpcName is a code's name as gRPC's status code list spells it.
+func grpcName(c codes.Code) string {
+	names := map[codes.Code]string{codes.InvalidArgument: "INVALID_ARGUMENT", codes.Unauthenticated: "UNAUTHENTICATED",
+		codes.ResourceExhausted: "RESOURCE_EXHAUSTED", codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Unavailable: "UNAVAILABLE",
+		codes.DataLoss: "DATA_LOSS", codes.Unknown: "UNKNOWN", codes.DeadlineExceeded: "DEADLINE_EXCEEDED"}
+	return names[c]
 }

@@ -52,6 +52,11 @@ type publishedRoute struct {
 	// ReplayGRPCCodes are the grpc-status codes stored for a gRPC call
 	// (replay_grpc_codes, by name); other codes are not stored.
 	ReplayGRPCCodes []string `json:"replay_grpc_codes"`
+	// GRPCMethod is the gRPC method the route's path names,
+	// "orders.v1.Orders/Create" ("orders.v1.Orders/*" for every method of
+	// a service), when it names one; a client sends the key as
+	// idempotency-key metadata.
+	GRPCMethod string `json:"grpc_method,omitempty"`
 }
 
 type publishedKey struct {
@@ -164,6 +169,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		if r.Match != "" {
 			method, host, path := splitPattern(r.Match)
 			pr.Host, pr.Path = host, path
+			pr.GRPCMethod = policy.GRPCMethodOf(path)
 			_ = method // already narrowed into Methods by policy.New
 		}
 		if r.Concurrent == policy.ConcurrentWait {
@@ -244,6 +250,9 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			title += "on any other path"
 		} else {
 			title += "`" + r.Host + r.Path + "`"
+		}
+		if r.GRPCMethod != "" {
+			title += " (gRPC `" + r.GRPCMethod + "`)"
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n", title)
 		if r.Key.From == string(policy.KeyFromBody) {
