@@ -39,7 +39,7 @@ type grpcBackend struct {
 	handle grpcHandler
 }
 
-func startGRPCBackend(t *testing.T, handle grpcHandler) *grpcBackend {
+func startGRPCBackend(t testing.TB, handle grpcHandler) *grpcBackend {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
