@@ -387,6 +387,17 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Exclude != nil {
 			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
 		}
+		if f.Descriptors != nil {
+			r.Fingerprint.Proto = nil
+			if *f.Descriptors != "" {
+				schema, err := policy.LoadProtoSchema(*f.Descriptors)
+				if err != nil {
+					b.bad(path+".fingerprint.descriptors", "%v", err)
+				} else {
+					r.Fingerprint.Proto = schema
+				}
+			}
+		}
 		if m := f.MediaTypes; m != nil {
 			switch *m {
 			case policy.MediaTypesExact:

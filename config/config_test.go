@@ -377,7 +377,7 @@ func TestValidationErrors(t *testing.T) {
 		{"owner none in defaults", base + "defaults: {owner: none}\n", "defaults.owner", "allow_global_keys"},
 		{"allow withdrawn", base + "defaults: {owner: none, allow_global_keys: true}\nroutes: [{name: a, match: /a, allow_global_keys: false}]\n", "routes[0].owner", "allow_global_keys"},
 		{"fingerprint headers", base + "defaults: {fingerprint: {headers: ['a b']}}\n", "defaults.fingerprint.headers", "valid field name"},
-		{"fingerprint body", base + "routes: [{name: a, match: /a, fingerprint: {body: xml}}]\n", "routes[0].fingerprint.body", "raw, json or ignore"},
+		{"fingerprint body", base + "routes: [{name: a, match: /a, fingerprint: {body: xml}}]\n", "routes[0].fingerprint.body", "raw, json, protobuf or ignore"},
 		{"problems docs url", base + "problems: {docs_url: 'docs/idempotency'}\n", "problems.docs_url", "absolute http or https URL"},
 		{"problems type base slash", base + "problems: {type_base: 'https://api.example.com/problems'}\n", "problems.type_base", "must end in / or #"},
 		{"fingerprint media types", base + "routes: [{name: a, match: /a, fingerprint: {media_types: loose}}]\n", "routes[0].fingerprint.media_types", "exact or normalize"},

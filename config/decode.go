@@ -257,6 +257,9 @@ type rawFingerprint struct {
 	Body       *string   `mapstructure:"body"`
 	Exclude    *[]string `mapstructure:"exclude"`
 	MediaTypes *string   `mapstructure:"media_types"`
+	// Descriptors is fingerprint.descriptors: a FileDescriptorSet file
+	// for body: protobuf (policy.LoadProtoSchema).
+	Descriptors *string `mapstructure:"descriptors"`
 }
 
 // setFields returns the key names (relative to the route, e.g. "lease",
@@ -294,6 +297,7 @@ func (s *rawSettings) setFields() map[string]bool {
 		add("fingerprint.body", f.Body != nil)
 		add("fingerprint.exclude", f.Exclude != nil)
 		add("fingerprint.media_types", f.MediaTypes != nil)
+		add("fingerprint.descriptors", f.Descriptors != nil)
 	}
 	add("lease", s.Lease != nil)
 	add("retention", s.Retention != nil)

@@ -67,3 +67,20 @@ func TestGRPCMatch(t *testing.T) {
 		t.Errorf("malformed grpc match: %v", err)
 	}
 }
+
+// TestProtobufFingerprintConfig: fingerprint.body: protobuf loads
+// fingerprint.descriptors, whose digest enters the recipe; protobuf
+// without descriptors, and descriptors that do not load, name the key.
+func TestProtobufFingerprintConfig(t *testing.T) {
+	set := writeFile(t, "not a descriptor set \xff\xff")
+	for _, c := range []struct{ yaml, path string }{
+		{"routes: [{name: a, match: /a, fingerprint: {body: protobuf}}]\n", "routes[0].fingerprint.descriptors"},
+		{"routes: [{name: a, match: /a, fingerprint: {body: protobuf, descriptors: '" + set + "'}}]\n", "routes[0].fingerprint.descriptors"},
+		{"routes: [{name: a, match: /a, fingerprint: {body: protobuf, descriptors: '/nonexistent.binpb'}}]\n", "routes[0].fingerprint.descriptors"},
+	} {
+		_, err := Load(writeFile(t, base+c.yaml), nil)
+		if err == nil || !strings.Contains(err.Error(), c.path) {
+			t.Errorf("%s: %v, want an error naming %s", c.yaml, err, c.path)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -50,7 +56,7 @@ func startGRPCBackend(t testing.TB, handle grpcHandler) *grpcBackend {
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "orders.v1.Orders",
 		HandlerType: (*any)(nil),
-		Methods:     []grpc.MethodDesc{{MethodName: "Create", Handler: b.create}},
+		Methods:     []grpc.MethodDesc{{MethodName: "Create", Handler: b.create}, {MethodName: "Tag", Handler: b.tag}},
 	}, b)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
@@ -70,6 +76,21 @@ func (b *grpcBackend) create(_ any, ctx context.Context, dec func(any) error, _ 
 	b.mu.Unlock()
 	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-order-id", fmt.Sprintf("ord-%s-%d", key, n)))
 	return b.handle(ctx, key, n, in)
+}
+
+// tag is orders.v1.Orders/Tag: a google.protobuf.Struct in, the same
+// out; a message with a map field (Struct.fields), counted as Create.
+func (b *grpcBackend) tag(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	in := new(structpb.Struct)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	key := strings.Join(md.Get("idempotency-key"), ",")
+	b.mu.Lock()
+	b.calls[key]++
+	b.mu.Unlock()
+	return in, nil
 }
 
 // executions returns how many times key was executed.
@@ -388,4 +409,71 @@ func TestE2EGRPCReplayAcrossInstances(t *testing.T) {
 	if n := b.executions("x1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
+}
+
+// writeTagDescriptors writes a FileDescriptorSet with
+// google/protobuf/struct.proto and orders.v1.Orders/Tag(Struct) returns
+// (Struct), as protoc --include_imports --descriptor_set_out would.
+func writeTagDescriptors(t *testing.T) string {
+	t.Helper()
+	orders := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("orders_tag.proto"), Package: proto.String("orders.v1"), Syntax: proto.String("proto3"),
+		Dependency: []string{"google/protobuf/struct.proto"},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name: proto.String("Orders"),
+			Method: []*descriptorpb.MethodDescriptorProto{{Name: proto.String("Tag"),
+				InputType: proto.String(".google.protobuf.Struct"), OutputType: proto.String(".google.protobuf.Struct")}},
+		}},
+	}
+	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders}}
+	b, err := proto.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "orders.binpb")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestE2EGRPCMapFieldResends: a message with a map field (a Struct of 12
+// fields) resent ten times with one key. grpc-go marshals map entries in
+// Go's random map order, so the bytes differ between resends; with
+// fingerprint.body: protobuf every resend is the same request: one
+// execution, ten OKs. (Before, body: raw: 7 of 10 resends got
+// key-reused.)
+func TestE2EGRPCMapFieldResends(t *testing.T) {
+	b := startGRPCBackend(t, echo)
+	c := grpcGateConfig(b.addr)
+	c.Routes += "  - name: tag\n    match: \"grpc orders.v1.Orders/Tag\"\n    required: true\n" +
+		"    fingerprint: {body: protobuf, descriptors: \"" + writeTagDescriptors(t) + "\"}\n"
+	g := startGate(t, c)
+	conn := grpcClient(t, g)
+	fields := map[string]any{}
+	for i := range 12 {
+		fields[fmt.Sprintf("sku-%02d", i)] = float64(i)
+	}
+	msg, err := structpb.NewStruct(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[string]bool{}
+	for i := range 10 {
+		if enc, err := proto.Marshal(msg); err == nil {
+			distinct[string(enc)] = true
+		}
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice", "idempotency-key", "map-1"), 10*time.Second)
+		out := new(structpb.Struct)
+		err := conn.Invoke(ctx, "/orders.v1.Orders/Tag", msg, out)
+		cancel()
+		if err != nil || len(out.GetFields()) != 12 {
+			t.Fatalf("resend %d: %v (%d fields)", i+1, err, len(out.GetFields()))
+		}
+	}
+	if n := b.executions("map-1"); n != 1 {
+		t.Fatalf("executions %d, want 1", n)
+	}
+	t.Logf("%d distinct encodings of the message among 10 marshals", len(distinct))
 }

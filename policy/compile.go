@@ -545,16 +545,17 @@ func normalize(r *Route, path string) []error {
 	slices.Sort(fh)
 	r.Fingerprint.Headers = fh
 	switch r.Fingerprint.Body {
-	case BodyRaw, BodyJSON, BodyIgnore:
+	case BodyRaw, BodyJSON, BodyIgnore, BodyProtobuf:
 	default:
-		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
+		bad("fingerprint.body", "%q must be raw, json, protobuf or ignore", r.Fingerprint.Body)
 	}
+	checkProtobuf(r, bad)
 	ex, exErrs := normalizeExclude(r.Fingerprint.Exclude)
 	for _, err := range exErrs {
 		bad("fingerprint.exclude", "%v", err)
 	}
 	r.Fingerprint.Exclude = ex
-	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON {
+	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON && r.Fingerprint.Body != BodyProtobuf {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()

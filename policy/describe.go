@@ -88,6 +88,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	if len(r.Fingerprint.Exclude) > 0 {
 		exclude = ", exclude: [" + quoteList(r.Fingerprint.Exclude) + "]"
 	}
+	if r.Fingerprint.Proto != nil {
+		exclude += ", descriptors: " + strconv.Quote(r.Fingerprint.Proto.Path)
+	}
 	media := MediaTypesExact
 	if r.Fingerprint.NormalizeMediaTypes {
 		media = MediaTypesNormalize

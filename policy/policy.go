@@ -106,6 +106,9 @@ type FingerprintSpec struct {
 	// a parameter the media type defines as default is the same request
 	// (issue 13). Off (`exact`, the default), the value enters as sent.
 	NormalizeMediaTypes bool
+	// Proto (`fingerprint.descriptors`, a FileDescriptorSet file) decodes
+	// the request messages of Body protobuf; set exactly with it.
+	Proto *ProtoSchema
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.

@@ -278,6 +278,8 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fp += " and the body byte for byte"
 		case "json":
 			fp += " and the JSON body (member order and whitespace do not matter)"
+		case "protobuf":
+			fp += " and the protobuf message (the order of map entries and of fields does not matter)"
 		case "ignore":
 			fp += "; not the body"
 		}
