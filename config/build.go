@@ -208,6 +208,11 @@ func (b *builder) build(raw *rawConfig) *Config {
 		}
 		if rr.Match != nil {
 			r.Match = *rr.Match
+			if pattern, ok, err := policy.GRPCMatch(r.Match); err != nil {
+				b.bad(path+".match", "%v", err)
+			} else if ok {
+				r.Match = pattern
+			}
 		}
 		r.Upstream = nil
 		if rr.Upstream != nil {
@@ -303,8 +308,8 @@ func (b *builder) routeUpstream(path, raw string, global *url.URL) *url.URL {
 	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	switch {
-	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https"):
-		b.bad(path, "%s is not an absolute http or https URL", shown)
+	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != SchemeH2C):
+		b.bad(path, "%s is not an absolute http, https or h2c URL", shown)
 		return nil
 	case u.Host == "":
 		b.bad(path, "%s has no host", shown)
@@ -366,6 +371,17 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Exclude != nil {
 			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
 		}
+		if f.Descriptors != nil {
+			r.Fingerprint.Proto = nil
+			if *f.Descriptors != "" {
+				schema, err := policy.LoadProtoSchema(*f.Descriptors)
+				if err != nil {
+					b.bad(path+".fingerprint.descriptors", "%v", err)
+				} else {
+					r.Fingerprint.Proto = schema
+				}
+			}
+		}
 		if m := f.MediaTypes; m != nil {
 			switch *m {
 			case policy.MediaTypesExact:
@@ -398,6 +414,18 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if ok {
 			r.ReplayStatuses = st
 		}
+	}
+	if s.ReplayGRPCCodes != nil {
+		codes := []int{}
+		for _, v := range *s.ReplayGRPCCodes {
+			c, err := policy.ParseGRPCCode(v)
+			if err != nil {
+				b.bad(path+".replay_grpc_codes", "%v", err)
+				continue
+			}
+			codes = append(codes, c)
+		}
+		r.ReplayGRPCCodes = codes
 	}
 	b.size(path+".max_request_bytes", &r.MaxRequestBytes, s.MaxRequestBytes)
 	b.size(path+".max_response_bytes", &r.MaxResponseBytes, s.MaxResponseBytes)

@@ -223,6 +223,7 @@ type rawSettings struct {
 	Concurrent       *string         `mapstructure:"concurrent"`
 	WaitTimeout      *string         `mapstructure:"wait_timeout"`
 	ReplayStatuses   *[]string       `mapstructure:"replay_statuses"`
+	ReplayGRPCCodes  *[]string       `mapstructure:"replay_grpc_codes"`
 	MaxRequestBytes  *string         `mapstructure:"max_request_bytes"`
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
 	OnStoreError     *string         `mapstructure:"on_store_error"`
@@ -256,6 +257,9 @@ type rawFingerprint struct {
 	Body       *string   `mapstructure:"body"`
 	Exclude    *[]string `mapstructure:"exclude"`
 	MediaTypes *string   `mapstructure:"media_types"`
+	// Descriptors is fingerprint.descriptors: a FileDescriptorSet file
+	// for body: protobuf (policy.LoadProtoSchema).
+	Descriptors *string `mapstructure:"descriptors"`
 }
 
 // setFields returns the key names (relative to the route, e.g. "lease",
@@ -293,12 +297,14 @@ func (s *rawSettings) setFields() map[string]bool {
 		add("fingerprint.body", f.Body != nil)
 		add("fingerprint.exclude", f.Exclude != nil)
 		add("fingerprint.media_types", f.MediaTypes != nil)
+		add("fingerprint.descriptors", f.Descriptors != nil)
 	}
 	add("lease", s.Lease != nil)
 	add("retention", s.Retention != nil)
 	add("concurrent", s.Concurrent != nil)
 	add("wait_timeout", s.WaitTimeout != nil)
 	add("replay_statuses", s.ReplayStatuses != nil)
+	add("replay_grpc_codes", s.ReplayGRPCCodes != nil)
 	add("max_request_bytes", s.MaxRequestBytes != nil)
 	add("max_response_bytes", s.MaxResponseBytes != nil)
 	add("on_store_error", s.OnStoreError != nil)

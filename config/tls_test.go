@@ -89,7 +89,7 @@ func TestTLSValidation(t *testing.T) {
 // upstream (README, "Record identity: owner, scope, key").
 func TestRouteUpstream(t *testing.T) {
 	for _, tt := range []struct{ name, yaml, path, says string }{
-		{"relative", base + "routes: [{name: a, match: /a, upstream: /x}]\n", "routes[0].upstream", "absolute http or https"},
+		{"relative", base + "routes: [{name: a, match: /a, upstream: /x}]\n", "routes[0].upstream", "absolute http, https or h2c"},
 		{"query", base + "routes: [{name: a, match: /a, upstream: 'http://b:1/?q=1'}]\n", "routes[0].upstream", "query"},
 		{"shared scope", base + "routes: [{name: a, match: /a, upstream: 'http://b:1', scope: shop}, {name: c, match: /c, scope: shop}]\n", "routes[1].scope", "does not cover the upstream"},
 		{"default scope", base + "routes: [{name: a, match: /a, upstream: 'http://b:1', scope: default}]\n", "routes[0].scope", "sends requests to http://b:1"},

@@ -417,6 +417,7 @@ func cloneRoute(r Route) *Route {
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
 	r.Fingerprint.Exclude = slices.Clone(r.Fingerprint.Exclude)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	r.ReplayGRPCCodes = slices.Clone(r.ReplayGRPCCodes)
 	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
 	r.JWT = r.JWT.clone()
 	r.jwt = nil
@@ -545,16 +546,17 @@ func normalize(r *Route, path string) []error {
 	slices.Sort(fh)
 	r.Fingerprint.Headers = fh
 	switch r.Fingerprint.Body {
-	case BodyRaw, BodyJSON, BodyIgnore:
+	case BodyRaw, BodyJSON, BodyIgnore, BodyProtobuf:
 	default:
-		bad("fingerprint.body", "%q must be raw, json or ignore", r.Fingerprint.Body)
+		bad("fingerprint.body", "%q must be raw, json, protobuf or ignore", r.Fingerprint.Body)
 	}
+	checkProtobuf(r, bad)
 	ex, exErrs := normalizeExclude(r.Fingerprint.Exclude)
 	for _, err := range exErrs {
 		bad("fingerprint.exclude", "%v", err)
 	}
 	r.Fingerprint.Exclude = ex
-	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON {
+	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON && r.Fingerprint.Body != BodyProtobuf {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
@@ -601,6 +603,7 @@ func normalize(r *Route, path string) []error {
 			bad("replay_statuses", "%s: informational (1xx) responses are not final and cannot be replayed", s)
 		}
 	}
+	checkGRPCCodes(r, bad)
 	if r.MaxRequestBytes <= 0 {
 		bad("max_request_bytes", "%d must be > 0", r.MaxRequestBytes)
 	}

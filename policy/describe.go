@@ -88,6 +88,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	if len(r.Fingerprint.Exclude) > 0 {
 		exclude = ", exclude: [" + quoteList(r.Fingerprint.Exclude) + "]"
 	}
+	if r.Fingerprint.Proto != nil {
+		exclude += ", descriptors: " + strconv.Quote(r.Fingerprint.Proto.Path)
+	}
 	media := MediaTypesExact
 	if r.Fingerprint.NormalizeMediaTypes {
 		media = MediaTypesNormalize
@@ -108,6 +111,7 @@ func (r *Route) describe(w *bufio.Writer) {
 		st[i] = strconv.Quote(s.String())
 	}
 	kv("replay_statuses", "["+strings.Join(st, ", ")+"]")
+	kv("replay_grpc_codes", "["+strings.Join(r.GRPCCodeNames(), ", ")+"] # for gRPC calls, by grpc-status")
 	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
 	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))
 	kv("on_store_error", string(r.OnStoreError))

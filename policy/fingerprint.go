@@ -75,7 +75,12 @@ type FingerprintInput struct {
 	// Fingerprint sorts them and drops duplicates. It only applies with
 	// BodyMode json, and then adds records that no input without exclusions
 	// has (docs/protocol.md, "Exclusions"); otherwise it is ignored.
+	// With BodyMode protobuf the pointers name fields (one field name per
+	// segment) cleared before the message is encoded again.
 	Exclude []string
+	// Proto are the descriptors a BodyMode protobuf body is decoded with
+	// (the method is the one Path names); nil enters the body as bytes.
+	Proto *ProtoSchema
 }
 
 // Fingerprint returns the hs1 fingerprint of in: "hs1:" + 64 lowercase hex
@@ -113,6 +118,7 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 		BodyMode:     s.Body,
 		Body:         body,
 		Exclude:      s.Exclude,
+		Proto:        s.Proto,
 	}
 	if req.URL != nil {
 		in.Path = req.URL.EscapedPath()
@@ -227,6 +233,11 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 	switch in.BodyMode {
 	case BodyIgnore:
 		put(tagBodyIgnored, nil)
+	case BodyProtobuf:
+		for _, x := range sortedExclude(in.Exclude) {
+			put(tagExclude, []byte(x))
+		}
+		put(protoBody(in))
 	case BodyJSON:
 		if len(in.Exclude) > 0 {
 			encodeExcluded(put, in)

@@ -165,7 +165,7 @@ func TestNewErrors(t *testing.T) {
 		{"bare-word host", []Route{mod("orders", "POST v1/orders", nil)}, "routes[0].match", `route "orders": pattern "POST v1/orders" reads as host "v1" and path "/orders", and no request carries a host without a dot: if "v1" is part of the path, write "POST /v1/orders"`},
 		{"bare-word host without method", []Route{mod("orders", "api/v1/orders", nil)}, "routes[0].match", `write "/api/v1/orders"`},
 		{"fingerprint accept-encoding", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Headers = []string{"Accept-Encoding"} })}, "routes[0].fingerprint.headers", "must not be fingerprinted"},
-		{"fingerprint body", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Body = "xml" })}, "routes[0].fingerprint.body", "raw, json or ignore"},
+		{"fingerprint body", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Body = "xml" })}, "routes[0].fingerprint.body", "raw, json, protobuf or ignore"},
 		{"lease", []Route{mod("a", "/a", func(r *Route) { r.Lease = 0 })}, "routes[0].lease", "> 0"},
 		{"retention", []Route{mod("a", "/a", func(r *Route) { r.Retention = -1 })}, "routes[0].retention", ">= 0"},
 		{"concurrent", []Route{mod("a", "/a", func(r *Route) { r.Concurrent = "queue" })}, "routes[0].concurrent", "wait or conflict"},

@@ -106,6 +106,9 @@ type FingerprintSpec struct {
 	// a parameter the media type defines as default is the same request
 	// (TestMediaTypes). Off (`exact`, the default), the value enters as sent.
 	NormalizeMediaTypes bool
+	// Proto (`fingerprint.descriptors`, a FileDescriptorSet file) decodes
+	// the request messages of Body protobuf; set exactly with it.
+	Proto *ProtoSchema
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
@@ -178,6 +181,12 @@ type Route struct {
 
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
+
+	// ReplayGRPCCodes (`replay_grpc_codes`) are the grpc-status codes
+	// stored and replayed for a gRPC call (Content-Type application/grpc)
+	// answered with a replayable HTTP status; nil means
+	// DefaultReplayGRPCCodes (GRPCVerdictOf).
+	ReplayGRPCCodes []int
 }
 
 // DefaultScope is the key scope that every route shares unless it sets

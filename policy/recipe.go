@@ -61,6 +61,12 @@ func (s FingerprintSpec) Recipe() string {
 	if len(s.Exclude) > 0 {
 		v["x"] = slices.Compact(slices.Sorted(slices.Values(s.Exclude)))
 	}
+	if s.Body == BodyProtobuf && s.Proto != nil {
+		// Which descriptors: a record fingerprinted under others is not
+		// compared under these (ParseRecipe refuses b=protobuf, as it
+		// cannot load them).
+		v["d"] = []string{s.Proto.Digest}
+	}
 	return v.Encode()
 }
 

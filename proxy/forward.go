@@ -44,9 +44,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
-		if !connected.Load() && ctx.Err() == nil {
-			// No connection was made, so no byte reached the upstream: the
-			// key is free again.
+		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {
+			// No connection was made, so no byte reached the upstream, or
+			// an h2c upstream did not speak HTTP/2 (ErrProtocolMismatch):
+			// the key is free again.
 			p.release(r, ex, token)
 			p.upstreamFailed(w, r, ex, problem.UpstreamUnreachable.With("the upstream could not be reached; the request was not sent and the key was released"), err)
 			return
@@ -81,6 +82,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		// never free the key at once.
 		stopHeartbeat()
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
+		return
+	}
+	if p.grpcNotStored(w, r, ex, token, resp, body, stopHeartbeat) {
 		return
 	}
 	// The body was read to its end, so resp.Trailer holds what the
@@ -287,6 +291,7 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 	out.RequestURI = ""
 	out.Close = false
 	removeHopByHop(out.Header)
+	p.grpcOutbound(out)
 	// The body is already here; asking the upstream for 100 Continue would
 	// only add a round trip.
 	out.Header.Del("Expect")

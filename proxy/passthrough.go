@@ -77,12 +77,12 @@ func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err err
 		ex.cause = err
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		p.writeProblem(w, ex, problem.UpstreamTimeout.With("the upstream did not answer in time"))
+		p.answerProblem(w, r, ex, problem.UpstreamTimeout.With("the upstream did not answer in time"))
 		return
 	}
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(statusClientClosed) // client went away; nobody reads this
 		return
 	}
-	p.writeProblem(w, ex, problem.UpstreamUnreachable.With("the upstream exchange failed"))
+	p.answerProblem(w, r, ex, problem.UpstreamUnreachable.With("the upstream exchange failed"))
 }

@@ -10,9 +10,9 @@ import (
 // fail answers with pr, a problem of the catalog (problem.Kind.With), and
 // sets the request's outcome to that of pr's kind, under which ServeHTTP's
 // completion (done) logs and counts it: the pair is defined once, in the
-// catalog.
+// catalog. A gRPC call gets it as a gRPC status (answerProblem).
 func (p *Proxy) fail(w http.ResponseWriter, ex *exchange, pr problem.Details) {
-	p.writeProblem(w, ex, pr)
+	p.answerProblem(w, ex.r, ex, pr)
 	ex.outcome, ex.status = pr.Outcome, pr.Status
 }
 

@@ -155,8 +155,8 @@ type Proxy struct {
 // New returns a Proxy for opts. It returns an error when Upstream, Store or
 // Policy is missing or Upstream is not an absolute http(s) URL.
 func New(opts Options) (*Proxy, error) {
-	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
-		return nil, errors.New("proxy: upstream must be an absolute http or https URL")
+	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {
+		return nil, errors.New("proxy: upstream must be an absolute http, https or h2c URL")
 	}
 	if opts.Store == nil {
 		return nil, errors.New("proxy: store is required")
@@ -250,6 +250,7 @@ func NewTransport(timeout time.Duration) *http.Transport {
 	// host keeps at most MaxIdleConnsPerHost.
 	t.MaxIdleConns = 0
 	t.ResponseHeaderTimeout = timeout
+	registerH2C(t)
 	return t
 }
 

@@ -49,6 +49,14 @@ type publishedRoute struct {
 	// AdvertiseExpiry says that first answers and replays carry
 	// Idempotency-Key-Expires (advertise_expiry).
 	AdvertiseExpiry bool `json:"advertise_expiry"`
+	// ReplayGRPCCodes are the grpc-status codes stored for a gRPC call
+	// (replay_grpc_codes, by name); other codes are not stored.
+	ReplayGRPCCodes []string `json:"replay_grpc_codes"`
+	// GRPCMethod is the gRPC method the route's path names,
+	// "orders.v1.Orders/Create" ("orders.v1.Orders/*" for every method of
+	// a service), when it names one; a client sends the key as
+	// idempotency-key metadata.
+	GRPCMethod string `json:"grpc_method,omitempty"`
 }
 
 type publishedKey struct {
@@ -161,6 +169,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		if r.Match != "" {
 			method, host, path := splitPattern(r.Match)
 			pr.Host, pr.Path = host, path
+			pr.GRPCMethod = policy.GRPCMethodOf(path)
 			_ = method // already narrowed into Methods by policy.New
 		}
 		if r.Concurrent == policy.ConcurrentWait {
@@ -169,6 +178,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		for _, s := range r.ReplayStatuses {
 			pr.ReplayStatuses = append(pr.ReplayStatuses, s.String())
 		}
+		pr.ReplayGRPCCodes = r.GRPCCodeNames()
 		for _, k := range problem.Catalog() {
 			if applies(r, k) {
 				pr.Problems = append(pr.Problems, publishedIssue{Slug: k.Slug, Type: typeURI(k, typeBase), Status: k.Status, Title: k.Title, Action: k.Advice()})
@@ -241,6 +251,9 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 		} else {
 			title += "`" + r.Host + r.Path + "`"
 		}
+		if r.GRPCMethod != "" {
+			title += " (gRPC `" + r.GRPCMethod + "`)"
+		}
 		fmt.Fprintf(&b, "\n## %s\n\n", title)
 		if r.Key.From == string(policy.KeyFromBody) {
 			fmt.Fprintf(&b, "- **Key**: the JSON body member `%s`: %s.", r.Key.Pointer, r.Key.Syntax)
@@ -265,6 +278,8 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fp += " and the body byte for byte"
 		case "json":
 			fp += " and the JSON body (member order and whitespace do not matter)"
+		case "protobuf":
+			fp += " and the protobuf message (the order of map entries and of fields does not matter)"
 		case "ignore":
 			fp += "; not the body"
 		}
@@ -278,6 +293,7 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
 		}
 		fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
+		fmt.Fprintf(&b, "- **gRPC calls** (`Content-Type: application/grpc`): stored by `grpc-status`, for %s; `CANCELLED` and `DEADLINE_EXCEEDED` leave the outcome unknown, any other code is not stored and a retry is performed again.\n", strings.Join(r.ReplayGRPCCodes, ", "))
 		if r.Concurrent.Behaviour == string(policy.ConcurrentWait) {
 			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs waits up to %s for its response, then gets `%d request-in-progress` with `Retry-After`.\n", humanSeconds(r.Concurrent.WaitTimeoutSeconds), r.Concurrent.Status)
 		} else {

@@ -1,0 +1,120 @@
+package proxy
+
+import (
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
+)
+
+// isGRPC reports whether h is the header of a gRPC call: a Content-Type
+// of application/grpc, or application/grpc+proto, +json or any other
+// +suffix (gRPC over HTTP/2, "Requests").
+func isGRPC(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	if !strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/grpc" || strings.HasPrefix(mt, "application/grpc+"))
+}
+
+// grpcOutbound adjusts an enforced gRPC call's outbound request (no-op
+// for any other request). TE: trailers goes on: the client sent it (the
+// gRPC protocol requires it, to detect proxies that drop trailers), the
+// hop-by-hop removal took it off, and a gRPC server may refuse a call
+// without it; it is the one TE value HTTP/2 allows (RFC 9113 section
+// 8.2.2).
+//
+// grpc-timeout is replaced by what is left of the upstream call's own
+// deadline (upstream.timeout, set on out's context by forward): the call
+// is detached from the client, so that a client that gives up does not
+// cut it short and its answer is recorded for the retry. Forwarding the
+// client's deadline instead made a handler slower than it answer
+// DEADLINE_EXCEEDED, which a retry with a longer deadline could then
+// never get past while the claim was held.
+func (p *Proxy) grpcOutbound(out *http.Request) {
+	if !isGRPC(out.Header) {
+		return
+	}
+	out.Header["Te"] = []string{"trailers"}
+	if dl, ok := out.Context().Deadline(); ok {
+		out.Header["Grpc-Timeout"] = []string{grpcTimeout(time.Until(dl))}
+	}
+}
+
+// grpcTimeout renders d as a grpc-timeout value (gRPC over HTTP/2,
+// "Requests": at most 8 digits and a unit), rounded down to the
+// millisecond, or to the second past 8 digits of milliseconds; at least
+// 1m.
+func grpcTimeout(d time.Duration) string {
+	ms := max(d.Milliseconds(), 1)
+	if ms < 1e8 {
+		return strconv.FormatInt(ms, 10) + "m"
+	}
+	return strconv.FormatInt(min(ms/1000, 99999999), 10) + "S"
+}
+
+// grpcStatus returns a gRPC response's grpc-status: from its trailers, or
+// from its headers in a trailers-only response (gRPC over HTTP/2,
+// "Responses").
+func grpcStatus(resp *http.Response) (string, bool) {
+	if v, ok := resp.Trailer["Grpc-Status"]; ok && len(v) > 0 {
+		return v[0], true
+	}
+	if v, ok := resp.Header["Grpc-Status"]; ok && len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// grpcNotStored decides an enforced gRPC call answered with a replayable
+// HTTP status by its grpc-status (policy.Route.GRPCVerdictOf), once its
+// body (max_response_bytes at most) and trailers are read: HTTP 200 says
+// nothing of a gRPC call's outcome. A transient code is passed on and the
+// key released; CANCELLED, DEADLINE_EXCEEDED or no status are passed on
+// with the claim kept until its lease ends (outcome unknown). It reports
+// whether it answered; false leaves the response to be stored. A body
+// over max_response_bytes (trailers not read yet) is left to the
+// not-retained path.
+func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, stopHeartbeat func()) bool {
+	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
+		return false
+	}
+	st, ok := grpcStatus(resp)
+	v := ex.route.GRPCVerdictOf(st, ok)
+	if v == policy.GRPCStore {
+		return false
+	}
+	stopHeartbeat()
+	if v == policy.GRPCRelease {
+		p.release(r, ex, token)
+	} else {
+		p.log.Warn("gRPC call ended with a status that leaves its outcome unknown; not stored, the key stays claimed until its lease ends",
+			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "grpc_status", st)
+	}
+	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+	p.copyResponse(w, r, ex, resp, body)
+	return true
+}
+
+// answerProblem writes pr as writeProblem does, or, to a gRPC call, as a
+// trailers-only gRPC response (problem.Publisher.WriteGRPC): a gRPC
+// client reads no body from an answer without grpc-status, and took
+// every problem for UNKNOWN or INTERNAL, key reuse and a transient
+// failure alike. The gRPC form replaces the route's problems template.
+func (p *Proxy) answerProblem(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details) {
+	if r == nil || !isGRPC(r.Header) {
+		p.writeProblem(w, ex, pr)
+		return
+	}
+	if ex != nil {
+		pr.RequestID = ex.requestID
+	}
+	p.problems.WriteGRPC(w, pr, r.Header.Get("Content-Type"))
+}

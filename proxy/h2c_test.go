@@ -1,0 +1,130 @@
+package proxy_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/proxy"
+)
+
+// h2cOnly starts a backend that speaks only HTTP/2 without TLS (prior
+// knowledge), as a gRPC server in a cluster does.
+func h2cOnly(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	s := httptest.NewUnstartedServer(h)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	s.Config.Protocols = &p
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// routeTo adds the route "grpc" for /orders.v1.Orders/ with its own
+// upstream rawURL.
+func routeTo(rawURL string) option {
+	return func(_ *proxy.Options, _ *policy.Route, routes *[]policy.Route) {
+		u, _ := url.Parse(rawURL)
+		r := baseRoute()
+		r.Name, r.Match, r.Upstream = "grpc", "/orders.v1.Orders/", u
+		*routes = append(*routes, r)
+	}
+}
+
+// TestH2CUpstream: an h2c:// upstream is spoken to in HTTP/2 with prior
+// knowledge, TE: trailers reaches it, and its answer is stored and
+// replayed.
+func TestH2CUpstream(t *testing.T) {
+	var mu sync.Mutex
+	var protos, tes []string
+	up := h2cOnly(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos, tes = append(protos, r.Proto), append(tes, r.Header.Get("Te"))
+		mu.Unlock()
+		grpcAnswer("0", false)(w, r)
+	})
+	h := newHarness(t, created, routeTo("h2c://"+strings.TrimPrefix(up.URL, "http://")))
+	r := doGRPC(t, h, "/orders.v1.Orders/Create", "alice", "k1", "{}")
+	if r.status != 200 || r.header.Get("Grpc-Status") != "0" {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if r := doGRPC(t, h, "/orders.v1.Orders/Create", "alice", "k1", "{}"); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry not replayed: %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(protos) != 1 || protos[0] != "HTTP/2.0" || tes[0] != "trailers" {
+		t.Fatalf("upstream saw protos %q, TE %q; want one HTTP/2.0 request with TE: trailers", protos, tes)
+	}
+}
+
+// TestH2CProtocolMismatchReleasesKey: an h2c:// upstream that speaks
+// HTTP/1.1 only never processes the request, so the key is released and
+// the answer is upstream-unreachable, not upstream-failed; the retry is
+// not refused as in progress.
+func TestH2CProtocolMismatchReleasesKey(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The HTTP/2 preface reaches an HTTP/1.1 handler as a PRI
+		// request; only a real one would be an execution.
+		if r.Method != "PRI" {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+		}
+		w.WriteHeader(201)
+	}))
+	t.Cleanup(up.Close)
+	h := newHarness(t, created, routeTo("h2c://"+strings.TrimPrefix(up.URL, "http://")))
+	for i := range 2 {
+		r := h.do("POST", "/orders.v1.Orders/Create", "alice", "k1", "{}")
+		if r.status != 502 || !strings.Contains(r.body, "upstream-unreachable") {
+			t.Fatalf("attempt %d: %d %s, want 502 upstream-unreachable", i, r.status, r.body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 0 {
+		t.Fatalf("HTTP/1.1 upstream handled %d requests, want 0", calls)
+	}
+}
+
+// doGRPC sends a POST as a gRPC client would: Content-Type
+// application/grpc and TE: trailers (over HTTP/1.1 here, which the
+// proxy's front accepts).
+func doGRPC(t *testing.T, h *harness, path, user, key, body string, extra ...string) result {
+	t.Helper()
+	req, err := http.NewRequest("POST", h.front.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	// Trailers join the header here: a gRPC status is in one or the
+	// other (trailers-only), and the tests read it from one place.
+	for name, v := range resp.Trailer {
+		resp.Header[name] = v
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
