@@ -52,6 +52,7 @@ type LoadOption func(*loadOptions)
 
 type loadOptions struct {
 	overrides map[string]string
+	inProcess bool
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -72,6 +73,15 @@ func newLoadOptions(opts []LoadOption) loadOptions {
 // kept or changed. A later WithOverrides replaces an earlier one.
 func WithOverrides(overrides map[string]string) LoadOption {
 	return func(o *loadOptions) { o.overrides = overrides }
+}
+
+// InProcess loads the configuration of the engine in process (package
+// middleware, the Caddy module): the handler it wraps takes the place of
+// the upstream, so upstream.url is not required (one that is set is
+// checked, and not used). upstream.timeout still bounds one call of that
+// handler.
+func InProcess() LoadOption {
+	return func(o *loadOptions) { o.inProcess = true }
 }
 
 // load is the one merge of Load and Parse, in stages, each in its own file:
@@ -128,8 +138,8 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 			if fe.Path == "routes" && c.Policy == nil {
 				continue // the policy errors say why
 			}
-			if fe.Path == "upstream.url" && !fromFile && c.Upstream.URL == nil {
-				continue // the caller sets it and calls Validate
+			if fe.Path == "upstream.url" && (!fromFile || o.inProcess) && c.Upstream.URL == nil {
+				continue // the caller sets it and calls Validate, or there is none (InProcess)
 			}
 		}
 		errs = append(errs, e)
