@@ -35,10 +35,8 @@ import (
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/bolt"
+	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/lazy"
-	"github.com/idemgate/idemgate/store/memory"
-	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/tracing"
 )
 
@@ -349,47 +347,6 @@ func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {
 	return srv, nil
 }
 
-// openStore builds the configured store driver.
-// onDisruption is called by the store when it may have been unreachable
-// without any request noticing (see proxy.Proxy.NoteStoreFailure).
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
-	switch cfg.Store.Driver {
-	case config.DriverMemory:
-		log.Warn("using the in-memory store: records are lost on restart and not shared between instances; use store.driver: valkey in production")
-		return memory.New(), nil
-	case config.DriverValkey:
-		v := cfg.Store.Valkey
-		var tlsConfig *tls.Config
-		if v.TLS {
-			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		return valkey.New(ctx, valkey.Options{
-			Addrs:          v.Addrs,
-			Username:       v.Username,
-			Password:       v.Password,
-			TLS:            tlsConfig,
-			KeyPrefix:      v.KeyPrefix,
-			SentinelMaster: v.SentinelMaster,
-			Logger:         log,
-			OnDisruption:   onDisruption,
-			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
-			OnAck:          m.StoreAck,
-			CacheBytes:     v.CacheBytes,
-		})
-	case config.DriverPostgres:
-		return openPostgres(ctx, cfg.Store.Postgres, log, onDisruption)
-	case config.DriverBolt:
-		b, err := bolt.New(cfg.Store.Bolt.Path, bolt.WithLogger(log))
-		if err != nil {
-			return nil, err
-		}
-		log.Warn("using the bolt store: records survive restarts on this machine, but only one process can open the file, so run a single instance; use store.driver: valkey to share records between instances",
-			"path", cfg.Store.Bolt.Path)
-		return b, nil
-	}
-	return nil, fmt.Errorf("store driver %q is not available in this build", cfg.Store.Driver)
-}
-
 // runServer wires the store, metrics, policy reloader, proxy and admin
 // listener, serves until ctx ends, then shuts down gracefully (see drain).
 // load is how cfg was loaded; every policy reload of configPath goes
@@ -424,10 +381,14 @@ func runServer(ctx context.Context, cfg *config.Config, configPath string, load 
 	defer lz.Close()
 	sc := &storeConnector{
 		open: func(ctx context.Context) (store.Store, error) {
-			return openStore(ctx, cfg, log, m, func() {
-				if p := gate.Load(); p != nil {
-					p.NoteStoreFailure()
-				}
+			return drivers.Open(ctx, cfg.Store, drivers.Options{
+				Logger: log,
+				OnDisruption: func() {
+					if p := gate.Load(); p != nil {
+						p.NoteStoreFailure()
+					}
+				},
+				OnAck: m.StoreAck,
 			})
 		},
 		lazy: lz, driver: cfg.Store.Driver, log: log, m: m,

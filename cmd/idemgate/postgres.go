@@ -5,31 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/postgres"
 )
 
 // migrateTimeout bounds `idemgate migrate`, waiting for the advisory lock
 // another replica may hold included.
 const migrateTimeout = time.Minute
-
-// postgresOptions maps the store.postgres section to the store's options.
-func postgresOptions(c config.PostgresConfig) postgres.Options {
-	return postgres.Options{DSN: c.DSN, Table: c.Table, MaxConns: int32(c.MaxConns)}
-}
-
-// openPostgres opens the Postgres store, creating its table when missing.
-func openPostgres(ctx context.Context, c config.PostgresConfig, log *slog.Logger, onDisruption func()) (store.Store, error) {
-	opts := postgresOptions(c)
-	opts.Logger, opts.OnDisruption = log, onDisruption
-	return postgres.New(ctx, opts)
-}
 
 // migrate runs `idemgate migrate --config FILE`: it creates the Postgres
 // store's two tables (records and resource index) when missing and does nothing else, for operators
@@ -67,7 +54,7 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
-	if err := postgres.Migrate(ctx, postgresOptions(cfg.Store.Postgres)); err != nil {
+	if err := postgres.Migrate(ctx, drivers.PostgresOptions(cfg.Store.Postgres)); err != nil {
 		fmt.Fprintf(stderr, "idemgate migrate: %v\n", err)
 		return 1
 	}
