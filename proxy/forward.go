@@ -44,6 +44,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
+		if hp, ok := err.(*handlerPanic); ok {
+			// In process (Options.Next): a handler that panicked recorded
+			// nothing; the key is free again and the panic goes on.
+			p.release(r, ex, token)
+			panic(hp.value)
+		}
 		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {
 			// No connection was made, so no byte reached the upstream, or
 			// an h2c upstream did not speak HTTP/2 (ErrProtocolMismatch):
@@ -283,6 +289,9 @@ func (s *sentBody) Close() error { return nil }
 // non-rewindable reader with GetBody unset, so net/http's transport never
 // re-sends it on its own (it would for a request carrying Idempotency-Key).
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	if p.next != nil {
+		return inProcessRequest(ctx, r, body)
+	}
 	out := r.Clone(ctx)
 	out.Body = &sentBody{b: body}
 	out.GetBody = nil
@@ -350,6 +359,9 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
 	resp, err := p.transport.RoundTrip(p.outbound(ctx, r, ex.body))
+	if hp, ok := err.(*handlerPanic); ok {
+		panic(hp.value) // in process: nothing was claimed, the panic goes on
+	}
 	if err != nil {
 		p.upstreamFailed(w, r, ex, problem.UpstreamFailed.With("the upstream exchange failed"), err)
 		return

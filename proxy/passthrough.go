@@ -26,6 +26,10 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 	// client leaves mid-stream; ServeHTTP's deferred completion still
 	// counts the request.
 	ex.outcome = metrics.OutcomePassthrough
+	if p.next != nil {
+		p.next.ServeHTTP(w, r)
+		return
+	}
 	p.passthrough.ServeHTTP(w, r)
 }
 

@@ -116,6 +116,15 @@ type Options struct {
 	// config derives the default from the store's pool
 	// (config.DefaultMaxStoreWaiting).
 	MaxStoreWaiting int
+	// Next, when set, takes the place of the upstream: the engine in
+	// process (package middleware), whose contract with Next is the
+	// proxy's with an upstream (see next.go): a claimed request runs it
+	// once, on the request's goroutine, detached from the client and
+	// bounded by Timeout; its response is captured and decided as an
+	// upstream's; a panic releases the claim and goes on. Requests no route
+	// enforces go to it as they came. Upstream, Transport and PassHost are
+	// then not used.
+	Next http.Handler
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
 	// only words the answer to an HTTP/2 preface read as a request
 	// (refuseForm).
@@ -150,12 +159,17 @@ type Proxy struct {
 	slots        waiterSlots
 	admission    storeAdmission
 	h2c          bool
+	// next is Options.Next: nil for the standalone proxy.
+	next http.Handler
 }
 
-// New returns a Proxy for opts. It returns an error when Upstream, Store or
-// Policy is missing or Upstream is not an absolute http(s) URL.
+// New returns a Proxy for opts. It returns an error when Upstream (unless
+// Next is set), Store or Policy is missing or Upstream is not an absolute
+// http(s) or h2c URL.
 func New(opts Options) (*Proxy, error) {
-	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {
+	if opts.Next != nil {
+		opts.Upstream, opts.Transport, opts.PassHost = nil, handlerTransport{next: opts.Next}, false
+	} else if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {
 		return nil, errors.New("proxy: upstream must be an absolute http, https or h2c URL")
 	}
 	if opts.Store == nil {
@@ -170,6 +184,7 @@ func New(opts Options) (*Proxy, error) {
 		store:        opts.Store,
 		policy:       opts.Policy,
 		transport:    opts.Transport,
+		next:         opts.Next,
 		storeTimeout: opts.StoreTimeout,
 		log:          opts.Logger,
 		m:            opts.Metrics,

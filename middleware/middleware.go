@@ -1,0 +1,174 @@
+// Package middleware is idemgate's engine inside a Go service: the same
+// policy decision, owner, fingerprint, claim, wait, record and replay as
+// the standalone proxy, on the same stores and with the same records, around
+// any http.Handler instead of in front of an upstream.
+//
+//	cfg, err := config.Load("idemgate.yaml", os.Environ(), config.InProcess())
+//	...
+//	idem, err := middleware.New(ctx, middleware.Options{Config: cfg, Registerer: prometheus.DefaultRegisterer})
+//	...
+//	http.ListenAndServe(":8080", idem(mux))
+//
+// A record written here is one the proxy replays, and the other way round,
+// when both read the same configuration (routes, scopes, owners) from the
+// same store: a team can move from in-app to the edge without losing a key.
+//
+// What differs in process, and how (the engine's contract with the handler
+// is the proxy's with an upstream):
+//
+//   - A claimed request runs the handler once, on the request's goroutine,
+//     with a context detached from the client (a client that leaves does
+//     not cancel it) and bounded by upstream.timeout; a heartbeat extends
+//     the claim while it runs.
+//   - The handler's response is captured and reaches the client when the
+//     handler returns, since what is stored is decided from the whole
+//     response (status, header, body, declared trailers; grpc-status for
+//     gRPC calls). Flush does nothing on a keyed route; a body longer than
+//     max_response_bytes is delivered once and not retained, as the proxy
+//     does with a response too large to store. Streams without end belong on
+//     routes that do not enforce: those requests reach the handler as they
+//     came, with the client's own ResponseWriter.
+//   - A handler that panics has its claim released (nothing is recorded, a
+//     retry runs it again) and the panic goes on up the stack.
+//   - upstream.url, listen, admin and server.tls are not used; the
+//     configuration is read once (no reload: build a new middleware).
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/drivers"
+)
+
+// Options configure New.
+type Options struct {
+	// Config is idemgate's configuration: routes (policy), store, problems,
+	// log (access lines), server.max_waiters and server.max_store_waiting,
+	// upstream.timeout (the bound of one call of the handler). Load it with
+	// config.Load or config.Parse and config.InProcess(), which does not
+	// ask for an upstream.url; build it in Go with config.Default and
+	// policy.New. Required.
+	Config *config.Config
+	// Logger receives the access lines (log.access) and warnings; nil
+	// discards them.
+	Logger *slog.Logger
+	// Registerer receives idemgate's metrics (README, "Metrics"); nil keeps
+	// them unexported. Two middlewares on one Registerer collide: give each
+	// its own (prometheus.WrapRegistererWith).
+	Registerer prometheus.Registerer
+	// Store, when set, is used instead of opening the store Config names;
+	// New does not close it. Tests pass store/memory here.
+	Store store.Store
+}
+
+// New opens the store opts.Config names and returns the middleware: a
+// function that wraps a handler in the engine. Every handler it wraps
+// shares the store, the metrics and the JWT key sets. The store is closed,
+// and JWKS refreshes stop, when ctx ends (a store passed in Options.Store
+// is left open).
+//
+// It returns an error, and opens nothing, when Config is nil, the metrics
+// cannot be registered, a jwks_file cannot be read, or the store cannot be
+// reached (wrapping store.ErrUnavailable): unlike the standalone proxy,
+// which listens while it connects, a service starts with its store there.
+func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, error) {
+	cfg := opts.Config
+	if cfg == nil || cfg.Policy == nil {
+		return nil, errors.New("middleware: Options.Config (with its compiled policy) is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := metrics.New(reg, version())
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	keys, err := policy.NewKeyRing(policy.JWKSOptions{
+		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		Now:    time.Now,
+		Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	if err := keys.Bind(ctx, cfg.Policy); err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	st := opts.Store
+	if st == nil {
+		if st, err = drivers.Open(ctx, cfg.Store, drivers.Options{Logger: log, OnAck: m.StoreAck}); err != nil {
+			return nil, fmt.Errorf("middleware: %w", err)
+		}
+		go func() {
+			<-ctx.Done()
+			_ = st.Close()
+		}()
+	}
+	m.StoreUp(true)
+	go keys.Run(ctx)
+	st = metrics.InstrumentStore(st, m)
+	routes := make([]string, 0, len(cfg.Policy.Routes()))
+	for _, r := range cfg.Policy.Routes() {
+		routes = append(routes, r.Name)
+	}
+	m.InitRoutes(routes...)
+	pol := cfg.Policy
+	return func(next http.Handler) http.Handler {
+		p, err := proxy.New(proxy.Options{
+			Next:            next,
+			Timeout:         cfg.Upstream.Timeout,
+			Store:           st,
+			Policy:          func() *policy.Policy { return pol },
+			Logger:          log,
+			Metrics:         m,
+			V1Lookup:        cfg.Store.V1Lookup,
+			TrustedProxies:  cfg.TrustedPrefixes(),
+			NoAccessLog:     !cfg.Log.Access,
+			NoLogQuery:      !cfg.Log.Query,
+			Problems:        problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
+			MaxWaiters:      cfg.Server.MaxWaiters,
+			MaxStoreWaiting: cfg.Server.MaxStoreWaiting,
+		})
+		if err != nil {
+			// Only a missing store or policy fails proxy.New, and New has
+			// both: a broken invariant, not a configuration problem.
+			panic(fmt.Sprintf("middleware: %v", err))
+		}
+		return p
+	}, nil
+}
+
+// version is this module's version as the binary records it (the metrics'
+// build info), "dev" when unknown.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/idemgate/idemgate" {
+				return d.Version
+			}
+		}
+		if bi.Main.Path == "github.com/idemgate/idemgate" && bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+	}
+	return "dev"
+}

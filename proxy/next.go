@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The engine in process: with Options.Next the handler takes the place of
+// the upstream, and the engine's contract with it is the proxy's with an
+// upstream, in these terms:
+//
+//   - A claimed request runs the handler once, on the request's goroutine,
+//     with a context detached from the client and bounded by Timeout, as an
+//     upstream call is; the body it reads is the bytes the fingerprint
+//     covered. A heartbeat extends the claim while it runs.
+//   - What the handler writes is captured: status, header, body and the
+//     trailers it declared (a "Trailer" field, or http.TrailerPrefix), and
+//     decided as an upstream's answer is (a replayable status is stored and
+//     sent; any other releases the key and is sent; gRPC by grpc-status).
+//   - The response reaches the client when the handler returns: the engine
+//     decides what to store from the whole response. Flush is accepted and
+//     does nothing; a body longer than the route's max_response_bytes is
+//     delivered once and not retained, as the proxy does with a response
+//     too large to store. A stream without end (server-sent events) belongs
+//     on a route that does not enforce, where the handler writes to the
+//     client directly.
+//   - A handler that panics has the claim released (nothing is recorded),
+//     and the panic goes on up the stack, as net/http expects of a handler.
+//   - Requests a route does not enforce go to the handler as they came.
+
+// handlerTransport is the http.RoundTripper of a Proxy with Options.Next:
+// it runs the handler on the caller's goroutine and returns what it wrote
+// as a response.
+type handlerTransport struct{ next http.Handler }
+
+// handlerPanic is the error of a handler that panicked: forward releases
+// the claim and panics again with value.
+type handlerPanic struct{ value any }
+
+func (e *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+// RoundTrip runs the handler for req. The request counts as sent the
+// moment the handler starts (httptrace GotConn), so a handler that fails
+// in any way but a panic leaves the outcome to what it wrote.
+func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
+	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotConn != nil {
+		tr.GotConn(httptrace.GotConnInfo{})
+	}
+	c := capturePool.Get().(*capture)
+	defer func() {
+		if v := recover(); v != nil {
+			c.reset()
+			capturePool.Put(c)
+			resp, err = nil, &handlerPanic{value: v}
+		}
+	}()
+	t.next.ServeHTTP(c, req)
+	resp = c.response(req)
+	c.reset()
+	capturePool.Put(c)
+	return resp, nil
+}
+
+var capturePool = sync.Pool{New: func() any { return &capture{header: make(http.Header)} }}
+
+// capture is the http.ResponseWriter a handler writes to in process.
+type capture struct {
+	header      http.Header
+	sent        http.Header // header as it was at WriteHeader
+	status      int
+	wroteHeader bool
+	body        bytes.Buffer
+}
+
+func (c *capture) reset() {
+	c.header = make(http.Header)
+	c.sent, c.status, c.wroteHeader = nil, 0, false
+	c.body = bytes.Buffer{}
+}
+
+// Header returns the header the handler sets; changes after WriteHeader
+// count only for declared trailers, as with net/http.
+func (c *capture) Header() http.Header { return c.header }
+
+// WriteHeader records the status once; informational statuses (1xx but
+// 101) are dropped, as the proxy drops an upstream's.
+func (c *capture) WriteHeader(code int) {
+	if c.wroteHeader || (code >= 100 && code < 200 && code != http.StatusSwitchingProtocols) {
+		return
+	}
+	c.status, c.wroteHeader = code, true
+	c.sent = c.header.Clone()
+}
+
+// Write appends to the body, sending an implicit 200 first as net/http
+// does.
+func (c *capture) Write(b []byte) (int, error) {
+	if !c.wroteHeader {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.body.Write(b)
+}
+
+// Flush does nothing: the response reaches the client when the handler
+// returns (see the contract above).
+func (c *capture) Flush() {}
+
+// response is what the handler wrote as an upstream response: net/http's
+// implicit 200 and sniffed Content-Type included, so that a record written
+// in process and one written by the proxy in front of the same handler
+// hold the same fields.
+func (c *capture) response(req *http.Request) *http.Response {
+	if !c.wroteHeader {
+		c.WriteHeader(http.StatusOK)
+	}
+	h := c.sent
+	body := bytes.Clone(c.body.Bytes())
+	if _, set := h["Content-Type"]; !set && len(body) > 0 {
+		h.Set("Content-Type", http.DetectContentType(body))
+	}
+	var trailer http.Header
+	for _, v := range h.Values("Trailer") {
+		for _, name := range strings.Split(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if values, ok := c.header[name]; ok && name != "" {
+				if trailer == nil {
+					trailer = make(http.Header)
+				}
+				trailer[name] = values
+			}
+		}
+	}
+	for name, values := range c.header {
+		if after, ok := strings.CutPrefix(name, http.TrailerPrefix); ok {
+			if trailer == nil {
+				trailer = make(http.Header)
+			}
+			trailer[http.CanonicalHeaderKey(after)] = values
+			delete(h, name)
+		}
+	}
+	if len(trailer) > 0 {
+		// The trailer's names go with it, as a response read off the wire
+		// announces them.
+		h.Del("Trailer")
+	}
+	return &http.Response{
+		Status:        strconv.Itoa(c.status) + " " + http.StatusText(c.status),
+		StatusCode:    c.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Trailer:       trailer,
+		Request:       req,
+	}
+}
+
+// inProcessRequest is the request a handler in process runs: r as the
+// server read it (URL, Host, RequestURI and header, but for what the
+// engine removed as hop-by-hop), under ctx, with body (the bytes the
+// fingerprint covered) as its body.
+func inProcessRequest(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	out := r.Clone(ctx)
+	out.Body = &sentBody{b: body}
+	out.GetBody = nil
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	return out
+}
