@@ -1,0 +1,498 @@
+// Package e2e runs idemgate's scenarios through a real Caddy built with
+// the http.handlers.idempotency module, as xcaddy builds it (go build of
+// ../cmd/caddy with this module's pinned versions), on a real
+// valkey-server, in front of a real upstream behind Caddy's reverse_proxy.
+//
+// The tests are in their own package, which does not import Caddy, so that
+// go test -race builds the test binary without Caddy; the Caddy binary is
+// built once, without -race, in TestMain.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// caddyBinary is the Caddy TestMain builds.
+var caddyBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idemgate-caddy-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	caddyBinary = filepath.Join(dir, "caddy")
+	start := time.Now()
+	build := exec.Command("go", "build", "-o", caddyBinary, "../cmd/caddy")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "caddy e2e: building Caddy with the idempotency module:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "caddy e2e: built Caddy with the idempotency module in %v\n", time.Since(start).Round(100*time.Millisecond))
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// upstream is the backend behind Caddy's reverse_proxy: it counts the POSTs
+// it executes and answers 201 with a body that names the execution.
+type upstream struct {
+	URL   string // http://127.0.0.1:port
+	execs atomic.Int64
+	hold  chan struct{} // when set, each POST waits for it to close
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{}
+	srv := httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(srv.Close)
+	u.URL = srv.URL
+	return u
+}
+
+// serveOn starts the upstream on a listener of the caller's (a port
+// reserved earlier).
+func serveOn(t *testing.T, port int) *upstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("listen on reserved port %d: %v", port, err)
+	}
+	u := &upstream{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u.URL = srv.URL
+	return u
+}
+
+func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	n := u.execs.Add(1)
+	if u.hold != nil {
+		<-u.hold
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Execution", strconv.FormatInt(n, 10))
+	w.Header().Set("Location", "/orders/"+strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"execution":%d,"user":%q,"body":%q}`, n, r.Header.Get("X-User"), body)
+}
+
+// idemgateYAML is the configuration every Caddy here loads: the Valkey
+// store (its address and key prefix come from the directive's inline
+// options), owners by X-User, a short lease.
+const idemgateYAML = `
+store:
+  driver: valkey
+upstream:
+  timeout: 10s
+log:
+  access: false
+defaults:
+  owner: "header:X-User"
+  lease: 5s
+  wait_timeout: 10s
+`
+
+// caddyProc is one running Caddy.
+type caddyProc struct {
+	URL      string // http://127.0.0.1:port
+	AdminURL string
+	cmd      *exec.Cmd
+	out      *lockedBuffer
+	exited   chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startCaddy runs Caddy with a Caddyfile that puts idempotency (its inline
+// options: store_addrs, key_prefix) before reverse_proxy to up, on a free
+// 127.0.0.1 port, its admin endpoint on another; it returns once Caddy
+// answers and stops it in t.Cleanup.
+func startCaddy(t *testing.T, valkeyAddr, keyPrefix, up string) *caddyProc {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "idemgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(idemgateYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, adminPort := valkeytest.FreePort(t), valkeytest.FreePort(t)
+	caddyfile := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+	storage file_system %s
+}
+
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	idempotency {
+		config %s
+		store_addrs %s
+		key_prefix %s
+	}
+	reverse_proxy %s
+}
+`, adminPort, filepath.Join(dir, "data"), port, cfgPath, valkeyAddr, keyPrefix, strings.TrimPrefix(up, "http://"))
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &caddyProc{
+		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
+		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		out:      &lockedBuffer{},
+		exited:   make(chan struct{}),
+	}
+	c.cmd = exec.Command(caddyBinary, "run", "--config", path, "--adapter", "caddyfile")
+	c.cmd.Dir = dir
+	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("start caddy: %v", err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(c.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(c.URL + "/")
+		if err == nil {
+			resp.Body.Close()
+			return c
+		}
+		select {
+		case <-c.exited:
+			t.Fatalf("caddy exited during start:\n%s", c.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy did not answer on %s within 30s: %v\n%s", c.URL, err, c.out.String())
+		}
+	}
+}
+
+// stop ends Caddy (SIGTERM, SIGKILL after 10s) and waits for it.
+func (c *caddyProc) stop() {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// answer is a response as the client read it.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+func (a answer) replayed() bool { return a.Header.Get("Idempotent-Replayed") == "true" }
+
+func post(t *testing.T, url, user, key, body string) answer {
+	t.Helper()
+	a, err := tryPost(url, user, key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func tryPost(url, user, key, body string) (answer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/orders", strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{}, fmt.Errorf("POST %s key %s: %w", url, key, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, fmt.Errorf("POST %s key %s: reading body: %w", url, key, err)
+	}
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
+}
+
+// sameResponse fails unless replay is first replayed byte for byte: status,
+// body and the upstream's fields.
+func sameResponse(t *testing.T, first, replay answer) {
+	t.Helper()
+	if !replay.replayed() {
+		t.Fatalf("retry not replayed (Idempotent-Replayed %q): %d %s", replay.Header.Get("Idempotent-Replayed"), replay.Status, replay.Body)
+	}
+	if first.replayed() {
+		t.Fatalf("first response says Idempotent-Replayed: true")
+	}
+	if replay.Status != first.Status || replay.Body != first.Body {
+		t.Fatalf("replay %d %q, first %d %q", replay.Status, replay.Body, first.Status, first.Body)
+	}
+	for _, h := range []string{"Content-Type", "X-Execution", "Location", "Content-Length"} {
+		if replay.Header.Get(h) != first.Header.Get(h) {
+			t.Fatalf("replay %s %q, first %q", h, replay.Header.Get(h), first.Header.Get(h))
+		}
+	}
+}
+
+func problemType(a answer) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal([]byte(a.Body), &p)
+	return p.Type
+}
+
+// TestCaddyForwardOnceThenReplay: the first request of a key reaches the
+// upstream through Caddy once; its retry is the stored response, byte for
+// byte, with Idempotent-Replayed: true. Caddy's metrics registry has the
+// module's metrics.
+func TestCaddyForwardOnceThenReplay(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	c := startCaddy(t, vk.Addr(), "caddy-replay:", up.URL)
+
+	first := post(t, c.URL, "alice", "k-1", `{"amount":100}`)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s\n%s", first.Status, first.Body, c.out.String())
+	}
+	retry := post(t, c.URL, "alice", "k-1", `{"amount":100}`)
+	sameResponse(t, first, retry)
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+
+	resp, err := http.Get(c.AdminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(metrics), "idemgate_requests_total{") {
+		t.Fatalf("Caddy's /metrics has no idemgate_requests_total:\n%.2000s", metrics)
+	}
+}
+
+// TestCaddyKeyReusedOnAnotherRequest: the same key with another body is
+// 422 key-reused, and the upstream is not called again.
+func TestCaddyKeyReusedOnAnotherRequest(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	c := startCaddy(t, vk.Addr(), "caddy-422:", up.URL)
+
+	if a := post(t, c.URL, "alice", "k-1", `{"amount":100}`); a.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s", a.Status, a.Body)
+	}
+	a := post(t, c.URL, "alice", "k-1", `{"amount":999}`)
+	if a.Status != http.StatusUnprocessableEntity || !strings.HasSuffix(problemType(a), "key-reused") {
+		t.Fatalf("same key, other body: %d %s, want 422 key-reused", a.Status, a.Body)
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
+// TestCaddyOwnersNeverShare: two owners (X-User) sending the same key and
+// body each get their own execution and their own replay.
+func TestCaddyOwnersNeverShare(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	c := startCaddy(t, vk.Addr(), "caddy-owners:", up.URL)
+
+	alice := post(t, c.URL, "alice", "shared", `{"amount":1}`)
+	bob := post(t, c.URL, "bob", "shared", `{"amount":1}`)
+	if alice.Status != http.StatusCreated || bob.Status != http.StatusCreated || bob.replayed() {
+		t.Fatalf("alice %d %s, bob %d replayed=%v %s: want two fresh 201s", alice.Status, alice.Body, bob.Status, bob.replayed(), bob.Body)
+	}
+	if !strings.Contains(alice.Body, `"user":"alice"`) || !strings.Contains(bob.Body, `"user":"bob"`) {
+		t.Fatalf("bodies crossed owners: alice %s, bob %s", alice.Body, bob.Body)
+	}
+	sameResponse(t, alice, post(t, c.URL, "alice", "shared", `{"amount":1}`))
+	sameResponse(t, bob, post(t, c.URL, "bob", "shared", `{"amount":1}`))
+	if n := up.execs.Load(); n != 2 {
+		t.Fatalf("upstream executed %d times, want 2 (one per owner)", n)
+	}
+}
+
+// TestCaddyConcurrentDuplicates: 50 copies of one request at once reach
+// the upstream once, and every client gets that one response.
+func TestCaddyConcurrentDuplicates(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	c := startCaddy(t, vk.Addr(), "caddy-dups:", up.URL)
+
+	const n = 50
+	answers := make([]answer, n)
+	errs := make([]error, n)
+	var sent, done sync.WaitGroup
+	sent.Add(n)
+	done.Add(n)
+	for i := range n {
+		go func() {
+			defer done.Done()
+			sent.Done()
+			answers[i], errs[i] = tryPost(c.URL, "alice", "dup", `{"amount":5}`)
+		}()
+	}
+	// The upstream holds the one execution until every client has started
+	// sending, so that most duplicates arrive while it runs; the outcome
+	// asserted below is the same for any that arrive after it.
+	sent.Wait()
+	close(up.hold)
+	done.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if answers[i].Status != http.StatusCreated || answers[i].Body != answers[0].Body {
+			t.Fatalf("client %d: %d %s, client 0: %d %s", i, answers[i].Status, answers[i].Body, answers[0].Status, answers[0].Body)
+		}
+	}
+	if got := up.execs.Load(); got != 1 {
+		t.Fatalf("upstream executed %d times for %d concurrent duplicates, want 1", got, n)
+	}
+}
+
+// TestCaddyStoreDownFailsClosed: with Valkey gone, a keyed request is 503
+// store-unavailable and nothing reaches the upstream.
+func TestCaddyStoreDownFailsClosed(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	c := startCaddy(t, vk.Addr(), "caddy-down:", up.URL)
+	if a := post(t, c.URL, "alice", "before", `{}`); a.Status != http.StatusCreated {
+		t.Fatalf("with the store up: %d %s", a.Status, a.Body)
+	}
+	vk.Kill()
+	a := post(t, c.URL, "alice", "after", `{}`)
+	if a.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(a), "store-unavailable") {
+		t.Fatalf("store down: %d %s, want 503 store-unavailable", a.Status, a.Body)
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1 (nothing forwarded with the store down)", n)
+	}
+}
+
+// TestCaddyTwoInstancesOneValkey: a key sent to one Caddy is replayed by
+// another Caddy on the same Valkey, and the upstream runs once.
+func TestCaddyTwoInstancesOneValkey(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	a := startCaddy(t, vk.Addr(), "caddy-two:", up.URL)
+	b := startCaddy(t, vk.Addr(), "caddy-two:", up.URL)
+
+	first := post(t, a.URL, "alice", "k-2", `{"amount":7}`)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first on Caddy A: %d %s", first.Status, first.Body)
+	}
+	sameResponse(t, first, post(t, b.URL, "alice", "k-2", `{"amount":7}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times across two Caddy instances, want 1", n)
+	}
+}
+
+// TestCaddyNextErrorReleasesKey: reverse_proxy's dial error (an error
+// returned with nothing written) reaches the client as 502 and is not
+// stored: the retry, once the upstream is up, runs and gets the upstream's
+// answer.
+func TestCaddyNextErrorReleasesKey(t *testing.T) {
+	vk := valkeytest.Start(t)
+	port := valkeytest.FreePort(t) // nothing listens there yet
+	c := startCaddy(t, vk.Addr(), "caddy-502:", fmt.Sprintf("http://127.0.0.1:%d", port))
+
+	a := post(t, c.URL, "alice", "k-3", `{"amount":3}`)
+	if a.Status != http.StatusBadGateway || a.replayed() {
+		t.Fatalf("upstream down: %d %s (replayed %v), want 502", a.Status, a.Body, a.replayed())
+	}
+	up := serveOn(t, port)
+	retry := post(t, c.URL, "alice", "k-3", `{"amount":3}`)
+	if retry.Status != http.StatusCreated || retry.replayed() {
+		t.Fatalf("retry with the upstream up: %d %s (replayed %v), want a fresh 201", retry.Status, retry.Body, retry.replayed())
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
+// TestCaddyfileExampleAdapts: the Caddyfile example adapts, with the
+// idempotency handler before reverse_proxy (the directive's order) and its
+// inline options as overrides.
+func TestCaddyfileExampleAdapts(t *testing.T) {
+	out, err := exec.Command(caddyBinary, "adapt", "--config", "../Caddyfile.example", "--adapter", "caddyfile").CombinedOutput()
+	if err != nil {
+		t.Fatalf("caddy adapt: %v\n%s", err, out)
+	}
+	s := string(out)
+	idem, rp := strings.Index(s, `"handler":"idempotency"`), strings.Index(s, `"handler":"reverse_proxy"`)
+	if idem < 0 || rp < 0 || idem > rp {
+		t.Fatalf("want the idempotency handler before reverse_proxy:\n%s", s)
+	}
+	for _, want := range []string{
+		`"config":"/etc/idemgate/idemgate.yaml"`,
+		`"store.valkey.addrs":"10.0.0.5:6379,10.0.0.6:6379"`,
+		`"store.valkey.key_prefix":"idemgate:"`,
+		`"store.valkey.username":"caddy"`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("adapted JSON lacks %s:\n%s", want, s)
+		}
+	}
+}

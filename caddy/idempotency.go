@@ -1,0 +1,312 @@
+// Package caddyidem is idemgate's engine as a Caddy v2 HTTP handler,
+// http.handlers.idempotency, with the Caddyfile directive idempotency
+// (ordered before reverse_proxy). It enforces HTTP idempotency
+// (draft-ietf-httpapi-idempotency-key-header) on the handlers after it in
+// the route: the first request of a key reaches them once, its replayable
+// response is stored and replayed to retries, a key reused on another
+// request is 422, and keyed requests are refused (503 store-unavailable)
+// when the store cannot be reached. It is package middleware of
+// github.com/idemgate/idemgate around Caddy's next handler, so it reads
+// idemgate's configuration file (routes, owners, store) and writes the
+// records the standalone proxy and the Go middleware replay, and the other
+// way round.
+//
+// Build Caddy with it:
+//
+//	xcaddy build --with github.com/idemgate/idemgate/caddy
+//
+// Caddyfile:
+//
+//	example.com {
+//		idempotency {
+//			config /etc/idemgate/idemgate.yaml
+//		}
+//		reverse_proxy 127.0.0.1:3000
+//	}
+//
+// The engine's contract with the handlers after it is package middleware's
+// (its package documentation): on a keyed request they run once, with a
+// context detached from the client and bounded by upstream.timeout, and
+// what they write is captured and decided on (stored and sent, or the key
+// released and sent) when they return.
+//
+// Errors of the handlers after it: a Caddy handler may return an error
+// having written nothing (reverse_proxy's dial error is a
+// caddyhttp.HandlerError with status 502). On a request the engine
+// enforces, nothing written would read as net/http's implicit 200 and be
+// stored as a success, so the adapter writes the error as Caddy itself
+// does when no handle_errors route is set: the HandlerError's status (500
+// for any other error) with an empty body. The engine sees a status that
+// is not replayable, releases the key (a retry runs again) and sends that
+// status; the error is logged at error level, and Caddy's handle_errors
+// routes do not see it (the response is already decided). A request the
+// engine does not enforce (another method, no key on a route that does
+// not require one) reaches the next handler with Caddy's own
+// ResponseWriter, and its error goes back to Caddy as it was, to
+// handle_errors and the access log.
+package caddyidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/middleware"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("idempotency", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// Handler is the http.handlers.idempotency module: idemgate's engine
+// around the rest of the route. Its JSON form:
+//
+//	{"handler": "idempotency", "config": "/etc/idemgate/idemgate.yaml",
+//	 "overrides": {"store.valkey.addrs": "10.0.0.5:6379"}, "name": "orders"}
+type Handler struct {
+	// Config is the path of idemgate's YAML configuration (README,
+	// "Configuration"); "" means the built-in defaults (memory store, POST
+	// and PATCH enforced, owner authorization). The IDEMGATE_* environment
+	// variables of Caddy's process override it as they do for the proxy;
+	// upstream.url is not needed (the next handler is the upstream), and
+	// listen, admin, server.tls are not used.
+	Config string `json:"config,omitempty"`
+	// Overrides set configuration keys over the file and the environment:
+	// key path (e.g. "store.valkey.addrs", "store.valkey.key_prefix",
+	// "store.driver", "upstream.timeout") to its value written as in an
+	// environment variable (lists comma-separated). Only the keys the
+	// environment may set are accepted (config.WithOverrides): the policy
+	// (defaults, routes) comes from the file.
+	Overrides map[string]string `json:"overrides,omitempty"`
+	// Name labels this handler's metrics (idemgate_handler="<name>") on
+	// Caddy's metrics registry. Needed only when one Caddy configuration
+	// has several idempotency handlers: unlabelled, the second one's
+	// metrics collide with the first's and it fails to provision.
+	Name string `json:"name,omitempty"`
+
+	engine http.Handler
+	logger *zap.Logger
+}
+
+// CaddyModule returns the module's information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.idempotency",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision loads the configuration, opens its store and builds the
+// engine. The store is closed when ctx ends, that is when this Caddy
+// configuration is unloaded (a reload provisions a new one first). The
+// metrics go to Caddy's metrics registry of this configuration (served by
+// Caddy's metrics handler and admin /metrics), labelled with Name when it
+// is set. It fails when the configuration is invalid or the store cannot be
+// reached, so Caddy does not start (or keeps its previous configuration)
+// rather than serve keyed requests without a store.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	opts := []config.LoadOption{config.InProcess()}
+	if len(h.Overrides) > 0 {
+		opts = append(opts, config.WithOverrides(h.Overrides))
+	}
+	cfg, err := config.Load(h.Config, os.Environ(), opts...)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	var reg prometheus.Registerer = ctx.GetMetricsRegistry()
+	if h.Name != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
+	}
+	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: reg})
+	if err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return fmt.Errorf("idempotency: %w (several idempotency handlers in one configuration: give each its own name)", err)
+		}
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	h.engine = mw(http.HandlerFunc(h.callNext))
+	return nil
+}
+
+// nextKey is the request context key of the call in progress.
+type nextKey struct{}
+
+// call is one request's way through the engine to Caddy's next handler.
+type call struct {
+	next caddyhttp.Handler
+	w    http.ResponseWriter // the writer ServeHTTP gave the engine
+	err  error               // next's error on a request the engine did not enforce
+}
+
+// ServeHTTP runs the request through the engine, whose handler is the rest
+// of the route (callNext).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	c := &call{next: next, w: w}
+	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
+	return c.err
+}
+
+// callNext is the handler the engine wraps: Caddy's next handler of the
+// request's call. A request the engine does not enforce arrives with the
+// writer ServeHTTP passed (the client's), and next's error goes back to
+// Caddy. On a request it enforces the writer is the engine's capture, and
+// an error with nothing written becomes its status (see the package
+// documentation), so that nothing is stored as a success.
+func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
+	c, _ := r.Context().Value(nextKey{}).(*call)
+	if c == nil {
+		// Only ServeHTTP calls the engine, and the context keeps its values
+		// (the engine detaches from the client's cancellation only).
+		http.Error(w, "idempotency: request without its Caddy handler chain", http.StatusInternalServerError)
+		return
+	}
+	if w == c.w {
+		c.err = c.next.ServeHTTP(w, r)
+		return
+	}
+	rec := &wroteWriter{ResponseWriter: w}
+	err := c.next.ServeHTTP(rec, r)
+	if err == nil {
+		return
+	}
+	status := http.StatusInternalServerError
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode >= 400 {
+		status = he.StatusCode
+	}
+	h.logger.Error("next handler failed on a keyed request: key released",
+		zap.Int("status", status), zap.Bool("wrote", rec.wrote), zap.Error(err))
+	if !rec.wrote {
+		w.WriteHeader(status)
+	}
+}
+
+// wroteWriter tells whether the handler wrote a status or body.
+type wroteWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *wroteWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *wroteWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the engine's writer (Flush).
+func (w *wroteWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush passes a flush on (the engine's is a no-op on keyed requests).
+func (w *wroteWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// UnmarshalCaddyfile reads the directive:
+//
+//	idempotency [<config path>] {
+//		config       <path>            # idemgate's YAML configuration
+//		store        <driver>          # store.driver: memory | valkey | bolt | postgres
+//		store_addrs  <host:port>...    # store.valkey.addrs
+//		key_prefix   <prefix>          # store.valkey.key_prefix
+//		timeout      <duration>        # upstream.timeout: the bound of one call of the next handlers
+//		set          <key> <value>     # any other key the environment may set (config.WithOverrides)
+//		name         <label>           # metrics label, for several handlers in one configuration
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		h.Config = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	override := func(key, value string) {
+		if h.Overrides == nil {
+			h.Overrides = make(map[string]string)
+		}
+		h.Overrides[key] = value
+	}
+	one := func() (string, error) {
+		if !d.NextArg() {
+			return "", d.ArgErr()
+		}
+		v := d.Val()
+		if d.NextArg() {
+			return "", d.ArgErr()
+		}
+		return v, nil
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "config", "name", "store", "key_prefix", "timeout":
+			v, err := one()
+			if err != nil {
+				return err
+			}
+			switch opt {
+			case "config":
+				h.Config = v
+			case "name":
+				h.Name = v
+			case "store":
+				override("store.driver", v)
+			case "key_prefix":
+				override("store.valkey.key_prefix", v)
+			case "timeout":
+				override("upstream.timeout", v)
+			}
+		case "store_addrs":
+			addrs := d.RemainingArgs()
+			if len(addrs) == 0 {
+				return d.ArgErr()
+			}
+			override("store.valkey.addrs", strings.Join(addrs, ","))
+		case "set":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("set takes a key path and a value, e.g. set store.valkey.username caddy")
+			}
+			override(args[0], args[1])
+		default:
+			return d.Errf("unknown idempotency option %q", opt)
+		}
+	}
+	return nil
+}
+
+// parseCaddyfile builds the handler from the idempotency directive.
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var m Handler
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return &m, err
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)
