@@ -7,7 +7,9 @@
 # govulncheck, pinned in scripts/lint/go.mod, over every module); then unit,
 # store-contract (standalone and Cluster Valkey, PostgreSQL), e2e and deploy
 # tests with -race (the deploy tests build Helm and kustomize from
-# deploy/tools), then each fuzz target for a bounded number of executions.
+# deploy/tools), the Caddy module's tests (caddy/: a real Caddy built
+# with the module), then each fuzz target for a bounded number of
+# executions.
 #   FUZZTIME=30s scripts/test.sh    # longer fuzzing (a duration works too)
 #   SKIP_FUZZ=1 scripts/test.sh     # tests only
 set -euo pipefail
@@ -40,6 +42,11 @@ promtool check rules deploy/prometheus/idemgate-rules.yaml
 (cd deploy/prometheus && promtool test rules idemgate-rules_test.yaml)
 echo "== go test -race ./..."
 go test -race -count=1 -timeout 20m ./...
+# The Caddy module (its own Go module, so Caddy stays out of idemgate's
+# binary): its tests build Caddy with the module and run the scenarios
+# through it on a real valkey-server.
+echo "== caddy: go test -race ./..."
+(cd caddy && go vet ./... && go test -race -count=1 -timeout 10m ./...)
 if [ "${SKIP_FUZZ:-}" != 1 ]; then
   # A count, not a duration: Go 1.26's fuzz coordinator can report a bare
   # "context deadline exceeded" when a worker is mid-call at the -fuzztime
