@@ -44,6 +44,14 @@
 // not require one) reaches the next handler with Caddy's own
 // ResponseWriter, and its error goes back to Caddy as it was, to
 // handle_errors and the access log.
+//
+// A handler after it that returns an error having written a status (a
+// reverse_proxy whose upstream broke off in the middle of the body) has
+// its response decided on as written, since the engine cannot tell a
+// handler in process that failed after acting from one that finished: a
+// replayable status is stored with the body it got. Releasing the key
+// instead would let a retry run an operation that did take place; the
+// error is logged at error level, with wrote=true.
 package caddyidem
 
 import (
@@ -52,6 +60,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -175,7 +184,10 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "idempotency: request without its Caddy handler chain", http.StatusInternalServerError)
 		return
 	}
-	if w == c.w {
+	// Caddy's writers are pointers; a writer of a type that cannot be
+	// compared is taken for the engine's, which only costs Caddy's
+	// handle_errors that request's error.
+	if reflect.TypeOf(w).Comparable() && w == c.w {
 		c.err = c.next.ServeHTTP(w, r)
 		return
 	}
