@@ -476,4 +476,25 @@ func TestE2EGRPCMapFieldResends(t *testing.T) {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	t.Logf("%d distinct encodings of the message among 10 marshals", len(distinct))
+
+	// A body that is not a message of the method's input type cannot be
+	// fingerprinted canonically: INVALID_ARGUMENT, nothing claimed or run.
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice", "idempotency-key", "map-garbage"), 10*time.Second)
+	defer cancel()
+	var out []byte
+	err = conn.Invoke(ctx, "/orders.v1.Orders/Tag", []byte{0x0a, 0xff}, &out, grpc.ForceCodec(rawCodec{}))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("undecodable message: %v, want InvalidArgument", err)
+	}
+	if n := b.executions("map-garbage"); n != 0 {
+		t.Fatalf("undecodable message ran %d times, want 0", n)
+	}
 }
+
+// rawCodec sends and receives message bytes as they are, for requests no
+// message type describes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return v.([]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
