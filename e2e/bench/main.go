@@ -99,7 +99,7 @@ func main() {
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
-	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
+	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wGRPC, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
 	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
 	flag.StringVar(&o.targets, "targets", "ABCDENSG", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md), G the upstream's handler with idemgate's Go middleware+valkey")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
@@ -347,6 +347,8 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			err = runBig(ctx, o, targets, rep)
 		case wHotPath:
 			err = runHotPath(ctx, o, root, rep)
+		case wGRPC:
+			err = runGRPC(ctx, o, ps, root, bins["idemgate"], o.logLevel, rep)
 		case wInapp:
 			vk := vkD
 			if vk == nil {
@@ -386,10 +388,10 @@ func findTarget(targets []*target, id string) *target {
 }
 
 // loadWorkload reports whether w is one of the load workloads that
-// runWorkload drives with vegeta (scale, waiters10k, hotpath and inapp have
-// their own measurements and tables).
+// runWorkload drives with vegeta (scale, waiters10k, hotpath, grpc and inapp
+// have their own measurements and tables).
 func loadWorkload(w string) bool {
-	return w != wScale && w != wWaiters && w != wHotPath && w != wInapp
+	return w != wScale && w != wWaiters && w != wHotPath && w != wInapp && w != wGRPC
 }
 
 // runWorkload measures one workload: closed loop on every target, then open

@@ -42,6 +42,7 @@ type report struct {
 	scale             *scaleResult   // workload scale, when run
 	waiters           *waitersResult // workload waiters10k, when run
 	hotPath           []*hotPathRun  // workload hotpath, when run
+	grpc              []grpcRow      // workload grpc, when run
 	inapp             *inappResult   // workload inapp, when run
 }
 
@@ -123,6 +124,7 @@ func (r *report) markdown() string {
 		r.ratios(p, "N", "nginx", modes)
 	}
 	r.inProcess(p)
+	r.grpcMarkdown(p)
 	if r.scale != nil {
 		r.scale.markdown(p)
 	}
