@@ -28,8 +28,11 @@
 //     does with a response too large to store. Streams without end belong on
 //     routes that do not enforce: those requests reach the handler as they
 //     came, with the client's own ResponseWriter.
-//   - A handler that panics has its claim released (nothing is recorded, a
-//     retry runs it again) and the panic goes on up the stack.
+//   - A handler that panics before it writes anything has its claim
+//     released (nothing is recorded, a retry runs it again); one that
+//     panics after it wrote a status or body, or with
+//     http.ErrAbortHandler, may have acted, and its claim is kept until
+//     the lease ends. The panic goes on up the stack either way.
 //   - upstream.url, listen, admin and server.tls are not used; the
 //     configuration is read once (no reload: build a new middleware).
 package middleware

@@ -46,8 +46,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		stopHeartbeat()
 		if hp, ok := err.(*handlerPanic); ok {
 			// In process (Options.Next): a handler that panicked recorded
-			// nothing; the key is free again and the panic goes on.
-			p.release(r, ex, token)
+			// nothing. Before it began its answer the key is free again;
+			// after, it may have acted, and the claim runs out with its
+			// lease. The panic goes on either way.
+			if hp.answering {
+				p.log.Warn("handler panicked after it began its answer; it may have acted, so the key stays claimed until its lease ends",
+					"route", route.Name, "key_hash", LogDigest(ex.id.Key), "panic", fmt.Sprint(hp.value))
+			} else {
+				p.release(r, ex, token)
+			}
 			panic(hp.value)
 		}
 		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {

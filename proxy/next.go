@@ -31,8 +31,15 @@ import (
 //     too large to store. A stream without end (server-sent events) belongs
 //     on a route that does not enforce, where the handler writes to the
 //     client directly.
-//   - A handler that panics has the claim released (nothing is recorded),
-//     and the panic goes on up the stack, as net/http expects of a handler.
+//   - A handler that panics before it begins its answer has the claim
+//     released (nothing is recorded), and the panic goes on up the stack,
+//     as net/http expects of a handler. One that panics after it wrote a
+//     status or body, or with http.ErrAbortHandler (which
+//     httputil.ReverseProxy raises when its upstream's answer breaks
+//     after the upstream acted), got past what it does before answering:
+//     it may have acted, so the claim is kept until its lease ends, as
+//     for an upstream that cut its answer short
+//     (TestPanicAfterAnswerBegunKeepsTheClaim).
 //   - Requests a route does not enforce go to the handler as they came.
 
 // handlerTransport is the http.RoundTripper of a Proxy with Options.Next:
@@ -41,8 +48,13 @@ import (
 type handlerTransport struct{ next http.Handler }
 
 // handlerPanic is the error of a handler that panicked: forward releases
-// the claim and panics again with value.
-type handlerPanic struct{ value any }
+// the claim, or keeps it when answering is true (the handler had begun
+// its answer, or aborted it with http.ErrAbortHandler: it may have acted),
+// and panics again with value.
+type handlerPanic struct {
+	value     any
+	answering bool
+}
 
 func (e *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
 
@@ -56,9 +68,10 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 	c := capturePool.Get().(*capture)
 	defer func() {
 		if v := recover(); v != nil {
+			answering := c.wroteHeader || v == http.ErrAbortHandler
 			c.reset()
 			capturePool.Put(c)
-			resp, err = nil, &handlerPanic{value: v}
+			resp, err = nil, &handlerPanic{value: v, answering: answering}
 		}
 	}()
 	t.next.ServeHTTP(c, req)
