@@ -297,7 +297,12 @@ func (s *sentBody) Close() error { return nil }
 // re-sends it on its own (it would for a request carrying Idempotency-Key).
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
 	if p.next != nil {
-		return inProcessRequest(ctx, r, body)
+		// A gRPC handler in process (grpc-go's ServeHTTP) bounds its call
+		// by grpc-timeout as a gRPC server does: it gets the detached
+		// call's deadline too (TestGRPCTimeoutReplacedInProcess).
+		out := inProcessRequest(ctx, r, body)
+		p.grpcOutbound(out)
+		return out
 	}
 	out := r.Clone(ctx)
 	out.Body = &sentBody{b: body}
