@@ -19,7 +19,9 @@
 //   - A claimed request runs the handler once, on the request's goroutine,
 //     with a context detached from the client (a client that leaves does
 //     not cancel it) and bounded by upstream.timeout; a heartbeat extends
-//     the claim while it runs.
+//     the claim while it runs. A failure the handler answers after
+//     upstream.timeout ended its context is an unknown outcome (504
+//     upstream-timeout, claim kept until the lease ends), not a release.
 //   - The handler's response is captured and reaches the client when the
 //     handler returns, since what is stored is decided from the whole
 //     response (status, header, body, declared trailers; grpc-status for

@@ -69,6 +69,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	// In process the engine's own deadline reaches the handler as its
+	// context's end and cuts it short wherever it was: a failure it then
+	// answers says nothing of what it did before, and the proxy in front
+	// of the same handler would have answered upstream-timeout at the
+	// deadline with the claim kept (TestInProcessDeadlineFailureKeepsTheClaim).
+	cutShort := p.next != nil && ctx.Err() != nil
+	if cutShort && !route.Replayable(resp.StatusCode) {
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the handler answered %d after upstream.timeout ended its context", resp.StatusCode))
+		return
+	}
 	// The request body has gone upstream and is never sent again (no
 	// retry resends a claimed request): drop this exchange's references
 	// to it, so a large body is not held while the response is read and
@@ -97,7 +109,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
-	if p.grpcNotStored(w, r, ex, token, resp, body, stopHeartbeat) {
+	if p.grpcNotStored(w, r, ex, token, resp, body, cutShort, stopHeartbeat) {
 		return
 	}
 	// The body was read to its end, so resp.Trailer holds what the

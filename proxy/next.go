@@ -19,7 +19,11 @@ import (
 //   - A claimed request runs the handler once, on the request's goroutine,
 //     with a context detached from the client and bounded by Timeout, as an
 //     upstream call is; the body it reads is the bytes the fingerprint
-//     covered. A heartbeat extends the claim while it runs.
+//     covered. A heartbeat extends the claim while it runs. A failure it
+//     answers once that deadline has ended its context (a status that is
+//     not replayable, a transient grpc-status) leaves the outcome unknown,
+//     as the proxy's upstream-timeout does: the claim is kept until its
+//     lease ends.
 //   - What the handler writes is captured: status, header, body and the
 //     trailers it declared (a "Trailer" field, or http.TrailerPrefix), and
 //     decided as an upstream's answer is (a replayable status is stored and
