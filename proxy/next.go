@@ -9,7 +9,6 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // The engine in process: with Options.Next the handler takes the place of
@@ -69,23 +68,19 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotConn != nil {
 		tr.GotConn(httptrace.GotConnInfo{})
 	}
-	c := capturePool.Get().(*capture)
+	// A writer of its own for each call, never pooled: a handler that
+	// keeps it past its return (a goroutine that writes later) must not
+	// write into another request's response, which may be another
+	// principal's and is stored (TestInProcessLateWriteNeverReachesAnotherRequest).
+	c := &capture{header: make(http.Header)}
 	defer func() {
 		if v := recover(); v != nil {
-			answering := c.wroteHeader || v == http.ErrAbortHandler
-			c.reset()
-			capturePool.Put(c)
-			resp, err = nil, &handlerPanic{value: v, answering: answering}
+			resp, err = nil, &handlerPanic{value: v, answering: c.wroteHeader || v == http.ErrAbortHandler}
 		}
 	}()
 	t.next.ServeHTTP(c, req)
-	resp = c.response(req)
-	c.reset()
-	capturePool.Put(c)
-	return resp, nil
+	return c.response(req), nil
 }
-
-var capturePool = sync.Pool{New: func() any { return &capture{header: make(http.Header)} }}
 
 // capture is the http.ResponseWriter a handler writes to in process.
 type capture struct {
@@ -94,12 +89,6 @@ type capture struct {
 	status      int
 	wroteHeader bool
 	body        bytes.Buffer
-}
-
-func (c *capture) reset() {
-	c.header = make(http.Header)
-	c.sent, c.status, c.wroteHeader = nil, 0, false
-	c.body = bytes.Buffer{}
 }
 
 // Header returns the header the handler sets; changes after WriteHeader
