@@ -47,8 +47,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		stopHeartbeat()
 		if hp, ok := err.(*handlerPanic); ok {
 			// In process (Options.Next): a handler that panicked recorded
-			// nothing; the key is free again and the panic goes on.
-			p.release(r, ex, token)
+			// nothing. Before it began its answer the key is free again;
+			// after, it may have acted, and the claim runs out with its
+			// lease. The panic goes on either way.
+			if hp.answering {
+				p.log.Warn("handler panicked after it began its answer; it may have acted, so the key stays claimed until its lease ends",
+					"route", route.Name, "key_hash", LogDigest(ex.id.Key), "panic", fmt.Sprint(hp.value))
+			} else {
+				p.release(r, ex, token)
+			}
 			panic(hp.value)
 		}
 		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {
@@ -63,6 +70,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	// In process the engine's own deadline reaches the handler as its
+	// context's end and cuts it short wherever it was: a failure it then
+	// answers says nothing of what it did before, and the proxy in front
+	// of the same handler would have answered upstream-timeout at the
+	// deadline with the claim kept (TestInProcessDeadlineFailureKeepsTheClaim).
+	cutShort := p.next != nil && ctx.Err() != nil
+	if cutShort && !route.Replayable(resp.StatusCode) {
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the handler answered %d after upstream.timeout ended its context", resp.StatusCode))
+		return
+	}
 	// The request body has gone upstream and is never sent again (no
 	// retry resends a claimed request): drop this exchange's references
 	// to it, so a large body is not held while the response is read and
@@ -91,7 +110,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
-	if p.grpcNotStored(w, r, ex, token, resp, body, stopHeartbeat) {
+	if p.grpcNotStored(w, r, ex, token, resp, body, cutShort, stopHeartbeat) {
 		return
 	}
 	// The body was read to its end, so resp.Trailer holds what the
@@ -291,7 +310,12 @@ func (s *sentBody) Close() error { return nil }
 // re-sends it on its own (it would for a request carrying Idempotency-Key).
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
 	if p.next != nil {
-		return inProcessRequest(ctx, r, body)
+		// A gRPC handler in process (grpc-go's ServeHTTP) bounds its call
+		// by grpc-timeout as a gRPC server does: it gets the detached
+		// call's deadline too (TestGRPCTimeoutReplacedInProcess).
+		out := inProcessRequest(ctx, r, body)
+		p.grpcOutbound(out)
+		return out
 	}
 	out := r.Clone(ctx)
 	out.Body = &sentBody{b: body}

@@ -82,13 +82,18 @@ func grpcStatus(resp *http.Response) (string, bool) {
 // with the claim kept until its lease ends (outcome unknown). It reports
 // whether it answered; false leaves the response to be stored. A body
 // over max_response_bytes (trailers not read yet) is left to the
-// not-retained path.
-func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, stopHeartbeat func()) bool {
+// not-retained path. cutShort says the call's deadline ended before the
+// answer (in process: the handler's context ended under it): a transient
+// code then leaves the outcome unknown too.
+func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, cutShort bool, stopHeartbeat func()) bool {
 	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
 		return false
 	}
 	st, ok := grpcStatus(resp)
 	v := ex.route.GRPCVerdictOf(st, ok)
+	if v == policy.GRPCRelease && cutShort {
+		v = policy.GRPCUnknown
+	}
 	if v == policy.GRPCStore {
 		return false
 	}
