@@ -52,7 +52,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 			// lease. The panic goes on either way.
 			if hp.answering {
 				p.log.Warn("handler panicked after it began its answer; it may have acted, so the key stays claimed until its lease ends",
-					"route", route.Name, "key_hash", LogDigest(ex.id.Key), "panic", fmt.Sprint(hp.value))
+					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
 			} else {
 				p.release(r, ex, token)
 			}
