@@ -50,15 +50,19 @@ func (p *Proxy) grpcOutbound(out *http.Request) {
 }
 
 // grpcTimeout renders d as a grpc-timeout value (gRPC over HTTP/2,
-// "Requests": at most 8 digits and a unit), rounded down to the
+// "Requests": at most 8 digits and a unit), rounded up to the
 // millisecond, or to the second past 8 digits of milliseconds; at least
-// 1m.
+// 1m. Up, so that the server's deadline never comes before the detached
+// call's own: a server cut off first may turn its deadline into a
+// transient code (INTERNAL, UNAVAILABLE), which would release the key of
+// a call that may have acted, where the proxy's own deadline keeps it
+// (outcome unknown).
 func grpcTimeout(d time.Duration) string {
-	ms := max(d.Milliseconds(), 1)
+	ms := max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 	if ms < 1e8 {
 		return strconv.FormatInt(ms, 10) + "m"
 	}
-	return strconv.FormatInt(min(ms/1000, 99999999), 10) + "S"
+	return strconv.FormatInt(min((ms+999)/1000, 99999999), 10) + "S"
 }
 
 // grpcStatus returns a gRPC response's grpc-status: from its trailers, or

@@ -98,6 +98,10 @@ func (c *capture) Header() http.Header { return c.header }
 // WriteHeader records the status once; informational statuses (1xx but
 // 101) are dropped, as the proxy drops an upstream's.
 func (c *capture) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		// As net/http's own writer: a handler bug, not a status to decide on.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
 	if c.wroteHeader || (code >= 100 && code < 200 && code != http.StatusSwitchingProtocols) {
 		return
 	}
