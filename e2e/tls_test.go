@@ -205,7 +205,8 @@ defaults: {owner: "header:X-User"}
 
 // startGateYAML starts idemgate on free loopback ports with body as the
 // rest of its config file (everything but listen and admin), for configs
-// the gateConfig template cannot express; stopped in t.Cleanup.
+// the gateConfig template cannot express, and waits for its store as
+// startGate does (--wait-store); stopped in t.Cleanup.
 func startGateYAML(t *testing.T, body string) *Gate {
 	t.Helper()
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
@@ -216,7 +217,7 @@ func startGateYAML(t *testing.T, body string) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &lockedBuffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -19,7 +19,9 @@
 //   - A claimed request runs the handler once, on the request's goroutine,
 //     with a context detached from the client (a client that leaves does
 //     not cancel it) and bounded by upstream.timeout; a heartbeat extends
-//     the claim while it runs.
+//     the claim while it runs. A failure the handler answers after
+//     upstream.timeout ended its context is an unknown outcome (504
+//     upstream-timeout, claim kept until the lease ends), not a release.
 //   - The handler's response is captured and reaches the client when the
 //     handler returns, since what is stored is decided from the whole
 //     response (status, header, body, declared trailers; grpc-status for
@@ -28,8 +30,11 @@
 //     does with a response too large to store. Streams without end belong on
 //     routes that do not enforce: those requests reach the handler as they
 //     came, with the client's own ResponseWriter.
-//   - A handler that panics has its claim released (nothing is recorded, a
-//     retry runs it again) and the panic goes on up the stack.
+//   - A handler that panics before it writes anything has its claim
+//     released (nothing is recorded, a retry runs it again); one that
+//     panics after it wrote a status or body, or with
+//     http.ErrAbortHandler, may have acted, and its claim is kept until
+//     the lease ends. The panic goes on up the stack either way.
 //   - upstream.url, listen, admin and server.tls are not used; the
 //     configuration is read once (no reload: build a new middleware).
 package middleware

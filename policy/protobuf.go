@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -130,6 +131,27 @@ func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([
 		body = body[5+n:]
 	}
 	return out, nil
+}
+
+// CheckBody returns why body cannot be fingerprinted under s, nil when it
+// can. Only the protobuf body mode refuses anything: a body that is not
+// uncompressed length-prefixed messages of the input type of the method
+// req's path names (a method the descriptors lack included). The proxy
+// answers it 400 bad-request before anything is claimed: fingerprinted by
+// its raw bytes instead, two encodings of one message would be two
+// requests again, and a key reused with them 422.
+func (s FingerprintSpec) CheckBody(req *http.Request, body []byte) error {
+	if s.Body != BodyProtobuf || s.Proto == nil {
+		return nil
+	}
+	path := ""
+	if req.URL != nil {
+		path = req.URL.EscapedPath()
+	}
+	if _, err := s.Proto.canonical(path, body, nil); err != nil {
+		return fmt.Errorf("fingerprint.body is protobuf and the request body does not decode: %w", err)
+	}
+	return nil
 }
 
 // clearField clears the field path names in m, through singular message

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
@@ -78,7 +79,7 @@ const AccessLogMessage = "request"
 
 // accessLog writes the one line per request, enforced or not (README.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
-// sent, durations, the key's LogDigest and the cause of a failure. It is
+// sent, durations, the key's logdigest.Of and the cause of a failure. It is
 // off with Options.AccessLog false, or below the info level.
 func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	if !p.access || !p.log.Enabled(r.Context(), slog.LevelInfo) {
@@ -109,7 +110,7 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 		attrs = append(attrs, slog.Int64("upstream_ms", time.Duration(up).Milliseconds()))
 	}
 	if ex.id.Key != "" {
-		attrs = append(attrs, slog.String("key_hash", LogDigest(ex.id.Key)))
+		attrs = append(attrs, slog.String("key_hash", logdigest.Of(ex.id.Key)))
 	}
 	attrs = append(attrs, slog.String("request_id", ex.requestID), slog.String("remote_addr", p.clientAddr(r)))
 	if ex.cause != nil {

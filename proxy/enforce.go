@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -177,7 +178,7 @@ func (p *Proxy) act(t turn) bool {
 	w, r := http.ResponseWriter(ex.w), ex.r
 	if a.takeover {
 		p.m.Takeover(ex.route.Name)
-		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
+		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
 	}
 	switch a.release {
 	case releaseNow:
@@ -235,7 +236,7 @@ func (p *Proxy) releaseLater(ex *exchange, token string) {
 			cancel()
 			if err == nil {
 				if released {
-					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", LogDigest(id.Key))
+					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", logdigest.Of(id.Key))
 				}
 				return
 			}
@@ -264,7 +265,7 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 		ex.cause = err
 		p.m.StoredResponseDamaged(ex.route.Name)
 		p.log.Error("stored response failed its integrity check; not replayed", "op", op, "route", ex.route.Name,
-			"key_hash", LogDigest(ex.id.Key), "err", err)
+			"key_hash", logdigest.Of(ex.id.Key), "err", err)
 		p.fail(w, ex, problem.StoredResponseDamaged.With(
 			"the response stored for this key failed its integrity check, so it was not replayed and the request was not forwarded again; an operator can inspect and purge the record"))
 		return

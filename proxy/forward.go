@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
@@ -46,8 +47,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		stopHeartbeat()
 		if hp, ok := err.(*handlerPanic); ok {
 			// In process (Options.Next): a handler that panicked recorded
-			// nothing; the key is free again and the panic goes on.
-			p.release(r, ex, token)
+			// nothing. Before it began its answer the key is free again;
+			// after, it may have acted, and the claim runs out with its
+			// lease. The panic goes on either way.
+			if hp.answering {
+				p.log.Warn("handler panicked after it began its answer; it may have acted, so the key stays claimed until its lease ends",
+					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
+			} else {
+				p.release(r, ex, token)
+			}
 			panic(hp.value)
 		}
 		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {
@@ -62,6 +70,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	// In process the engine's own deadline reaches the handler as its
+	// context's end and cuts it short wherever it was: a failure it then
+	// answers says nothing of what it did before, and the proxy in front
+	// of the same handler would have answered upstream-timeout at the
+	// deadline with the claim kept (TestInProcessDeadlineFailureKeepsTheClaim).
+	cutShort := p.next != nil && ctx.Err() != nil
+	if cutShort && !route.Replayable(resp.StatusCode) {
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the handler answered %d after upstream.timeout ended its context", resp.StatusCode))
+		return
+	}
 	// The request body has gone upstream and is never sent again (no
 	// retry resends a claimed request): drop this exchange's references
 	// to it, so a large body is not held while the response is read and
@@ -90,7 +110,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
-	if p.grpcNotStored(w, r, ex, token, resp, body, stopHeartbeat) {
+	if p.grpcNotStored(w, r, ex, token, resp, body, cutShort, stopHeartbeat) {
 		return
 	}
 	// The body was read to its end, so resp.Trailer holds what the
@@ -107,7 +127,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
-			"route", route.Name, "key_hash", LogDigest(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
+			"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
 		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
@@ -134,7 +154,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
-			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err,
+			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
 		p.completeLater(r, ex, token, resp)
 		return false
@@ -149,7 +169,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 // token (taken over, or purged by an operator). Records are kept by scope,
 // not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", LogDigest(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", logdigest.Of(id.Key))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
@@ -159,7 +179,7 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.
 		p.log.Warn("release failed; the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
 	}
 }
 
@@ -208,10 +228,10 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			}
 			if err == nil && !ok && keepOnLost {
 				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
-					"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
+					"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
 			} else if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
-				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "lost", err == nil, "err", err)
+				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "lost", err == nil, "err", err)
 				if err == nil {
 					return // the claim is gone; extending again cannot help
 				}
@@ -255,7 +275,7 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 // status=502).
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	ex.cause = err
-	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
+	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
 	p.fail(w, ex, pr)
 }
 
@@ -290,7 +310,12 @@ func (s *sentBody) Close() error { return nil }
 // re-sends it on its own (it would for a request carrying Idempotency-Key).
 func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *http.Request {
 	if p.next != nil {
-		return inProcessRequest(ctx, r, body)
+		// A gRPC handler in process (grpc-go's ServeHTTP) bounds its call
+		// by grpc-timeout as a gRPC server does: it gets the detached
+		// call's deadline too (TestGRPCTimeoutReplacedInProcess).
+		out := inProcessRequest(ctx, r, body)
+		p.grpcOutbound(out)
+		return out
 	}
 	out := r.Clone(ctx)
 	out.Body = &sentBody{b: body}
@@ -347,7 +372,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 		sendTrailers(h, StoredTrailer(resp.Trailer))
 	}
 	if err != nil {
-		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key),
+		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key),
 			"status", resp.StatusCode, "err", err)
 		panic(http.ErrAbortHandler)
 	}

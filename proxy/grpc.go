@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -49,15 +50,19 @@ func (p *Proxy) grpcOutbound(out *http.Request) {
 }
 
 // grpcTimeout renders d as a grpc-timeout value (gRPC over HTTP/2,
-// "Requests": at most 8 digits and a unit), rounded down to the
+// "Requests": at most 8 digits and a unit), rounded up to the
 // millisecond, or to the second past 8 digits of milliseconds; at least
-// 1m.
+// 1m. Up, so that the server's deadline never comes before the detached
+// call's own: a server cut off first may turn its deadline into a
+// transient code (INTERNAL, UNAVAILABLE), which would release the key of
+// a call that may have acted, where the proxy's own deadline keeps it
+// (outcome unknown).
 func grpcTimeout(d time.Duration) string {
-	ms := max(d.Milliseconds(), 1)
+	ms := max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 	if ms < 1e8 {
 		return strconv.FormatInt(ms, 10) + "m"
 	}
-	return strconv.FormatInt(min(ms/1000, 99999999), 10) + "S"
+	return strconv.FormatInt(min((ms+999)/1000, 99999999), 10) + "S"
 }
 
 // grpcStatus returns a gRPC response's grpc-status: from its trailers, or
@@ -81,13 +86,18 @@ func grpcStatus(resp *http.Response) (string, bool) {
 // with the claim kept until its lease ends (outcome unknown). It reports
 // whether it answered; false leaves the response to be stored. A body
 // over max_response_bytes (trailers not read yet) is left to the
-// not-retained path.
-func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, stopHeartbeat func()) bool {
+// not-retained path. cutShort says the call's deadline ended before the
+// answer (in process: the handler's context ended under it): a transient
+// code then leaves the outcome unknown too.
+func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, cutShort bool, stopHeartbeat func()) bool {
 	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
 		return false
 	}
 	st, ok := grpcStatus(resp)
 	v := ex.route.GRPCVerdictOf(st, ok)
+	if v == policy.GRPCRelease && cutShort {
+		v = policy.GRPCUnknown
+	}
 	if v == policy.GRPCStore {
 		return false
 	}
@@ -96,7 +106,7 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 		p.release(r, ex, token)
 	} else {
 		p.log.Warn("gRPC call ended with a status that leaves its outcome unknown; not stored, the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "grpc_status", st)
+			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "grpc_status", st)
 	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.copyResponse(w, r, ex, resp, body)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -20,12 +19,16 @@ import (
 const SchemeH2C = "h2c"
 
 // ErrProtocolMismatch is wrapped by the error of an exchange with an h2c
-// upstream that never sent the HTTP/2 server connection preface (a
-// SETTINGS frame first, RFC 9113 section 3.4): it does not speak HTTP/2
-// on that port (an HTTP/1.1 server answered "HTTP/1.1 400", or it closed
-// the connection). A server processes no stream before its preface, so
-// nothing was sent as far as the upstream is concerned: forward releases
-// the key and answers upstream-unreachable.
+// upstream whose first bytes were not the HTTP/2 server connection
+// preface (a SETTINGS frame first, RFC 9113 section 3.4): it does not
+// speak HTTP/2 on that port (an HTTP/1.1 server answered "HTTP/1.1 400").
+// Such a server took the client preface for a bad request and processed
+// no stream, so nothing was sent as far as the upstream is concerned:
+// forward releases the key and answers upstream-unreachable. An upstream
+// that sent nothing at all (slow to send its SETTINGS, hung, or closed the
+// connection after reading) is not a mismatch: it read the request and
+// may have acted, so the outcome is unknown
+// (TestH2CSilentServerKeepsTheClaim).
 var ErrProtocolMismatch = errors.New("the upstream did not answer in HTTP/2 (no server connection preface), so the request was not processed")
 
 // registerH2C makes t send requests to h2c:// URLs over a transport of
@@ -80,7 +83,7 @@ func (h *h2cTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		mu.Lock()
 		sc, ok := conn.(*sniffConn)
 		mu.Unlock()
-		if ok && !sc.spokeHTTP2() {
+		if ok && sc.answeredOtherwise() {
 			return nil, fmt.Errorf("%w: %w", ErrProtocolMismatch, err)
 		}
 		return nil, err
@@ -113,13 +116,28 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// spokeHTTP2 reports whether the upstream's first frame is a SETTINGS
-// frame (type 0x4) without ACK on stream 0: its connection preface.
-func (c *sniffConn) spokeHTTP2() bool {
+// answeredOtherwise reports whether the upstream sent bytes that cannot
+// begin its connection preface, a SETTINGS frame (type 0x4) without ACK on
+// stream 0. Silence is not such an answer: an HTTP/2 server may read and
+// act on a request before its SETTINGS reach us.
+func (c *sniffConn) answeredOtherwise() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.n == len(c.head) && c.head[3] == 0x4 && c.head[4]&0x1 == 0 &&
-		binary.BigEndian.Uint32(c.head[5:9])&0x7fffffff == 0
+	h := c.head[:c.n]
+	switch {
+	case len(h) > 3 && h[3] != 0x4:
+		return true
+	case len(h) > 4 && h[4]&0x1 != 0:
+		return true
+	case len(h) > 5 && h[5]&0x7f != 0:
+		return true
+	}
+	for _, b := range h[min(len(h), 6):] {
+		if b != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // notSent reports whether err, a failed upstream exchange, surely sent

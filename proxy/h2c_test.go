@@ -2,13 +2,16 @@ package proxy_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/idemgate/idemgate/internal/h1only"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 )
@@ -68,30 +71,12 @@ func TestH2CUpstream(t *testing.T) {
 // the answer is upstream-unreachable, not upstream-failed; the retry is
 // not refused as in progress.
 func TestH2CProtocolMismatchReleasesKey(t *testing.T) {
-	var mu sync.Mutex
-	calls := 0
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The HTTP/2 preface reaches an HTTP/1.1 handler as a PRI
-		// request; only a real one would be an execution.
-		if r.Method != "PRI" {
-			mu.Lock()
-			calls++
-			mu.Unlock()
-		}
-		w.WriteHeader(201)
-	}))
-	t.Cleanup(up.Close)
-	h := newHarness(t, created, routeTo("h2c://"+strings.TrimPrefix(up.URL, "http://")))
+	h := newHarness(t, created, routeTo("h2c://"+h1only.Start(t)))
 	for i := range 2 {
 		r := h.do("POST", "/orders.v1.Orders/Create", "alice", "k1", "{}")
 		if r.status != 502 || !strings.Contains(r.body, "upstream-unreachable") {
 			t.Fatalf("attempt %d: %d %s, want 502 upstream-unreachable", i, r.status, r.body)
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if calls != 0 {
-		t.Fatalf("HTTP/1.1 upstream handled %d requests, want 0", calls)
 	}
 }
 
@@ -127,4 +112,100 @@ func doGRPC(t *testing.T, h *harness, path, user, key, body string, extra ...str
 		resp.Header[name] = v
 	}
 	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// silentH2Server accepts connections, reads the HTTP/2 client preface and
+// frames, counts every HEADERS frame (a request it could act on), and
+// never writes a byte: an HTTP/2 server slow to send its SETTINGS (or
+// crashed after reading) when closeAfter is false, one that closes the
+// connection after reading the request when it is true.
+func silentH2Server(t *testing.T, closeAfter bool) (addr string, requests func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	n := 0
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				if _, err := io.ReadFull(c, make([]byte, 24)); err != nil {
+					return
+				}
+				var head [9]byte
+				for {
+					if _, err := io.ReadFull(c, head[:]); err != nil {
+						return
+					}
+					length := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+					if _, err := io.ReadFull(c, make([]byte, length)); err != nil {
+						return
+					}
+					if head[3] == 0x1 { // HEADERS: a request the server may act on
+						mu.Lock()
+						n++
+						mu.Unlock()
+						if closeAfter {
+							c.Close()
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// TestH2CSilentServerKeepsTheClaim: an h2c:// upstream that read the
+// request but wrote nothing (slow to send SETTINGS, hung, or closed the
+// connection after reading) may have acted, so the key is not released
+// as for an HTTP/1.1 server that answered: the retry within the lease is
+// refused as in progress and the upstream sees one request. Only an
+// answer that is not an HTTP/2 preface proves nothing was processed.
+func TestH2CSilentServerKeepsTheClaim(t *testing.T) {
+	for _, closeAfter := range []bool{false, true} {
+		name := map[bool]string{false: "no SETTINGS before the timeout", true: "closed after reading"}[closeAfter]
+		t.Run(name, func(t *testing.T) {
+			addr, requests := silentH2Server(t, closeAfter)
+			h := newHarness(t, created, routeTo("h2c://"+addr), func(o *proxy.Options, d *policy.Route, routes *[]policy.Route) {
+				o.Timeout = 300 * time.Millisecond
+				for i := range *routes {
+					(*routes)[i].Lease = 5 * time.Second
+					(*routes)[i].Concurrent = policy.ConcurrentConflict
+				}
+			})
+			r := h.do("POST", "/orders.v1.Orders/Create", "alice", "k1", "{}")
+			if r.status != 502 && r.status != 504 {
+				t.Fatalf("first: %d %s, want 502 or 504", r.status, r.body)
+			}
+			if strings.Contains(r.body, "upstream-unreachable") {
+				t.Fatalf("first: %s; the request reached an HTTP/2 server that may have acted, not unreachable", r.body)
+			}
+			r = h.do("POST", "/orders.v1.Orders/Create", "alice", "k1", "{}")
+			if r.status != 409 {
+				t.Fatalf("retry: %d %s, want 409 while the claim runs out", r.status, r.body)
+			}
+			if n := requests(); n != 1 {
+				t.Fatalf("the upstream read %d requests, want 1", n)
+			}
+		})
+	}
 }

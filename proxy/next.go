@@ -9,7 +9,6 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // The engine in process: with Options.Next the handler takes the place of
@@ -19,7 +18,11 @@ import (
 //   - A claimed request runs the handler once, on the request's goroutine,
 //     with a context detached from the client and bounded by Timeout, as an
 //     upstream call is; the body it reads is the bytes the fingerprint
-//     covered. A heartbeat extends the claim while it runs.
+//     covered. A heartbeat extends the claim while it runs. A failure it
+//     answers once that deadline has ended its context (a status that is
+//     not replayable, a transient grpc-status) leaves the outcome unknown,
+//     as the proxy's upstream-timeout does: the claim is kept until its
+//     lease ends.
 //   - What the handler writes is captured: status, header, body and the
 //     trailers it declared (a "Trailer" field, or http.TrailerPrefix), and
 //     decided as an upstream's answer is (a replayable status is stored and
@@ -31,8 +34,15 @@ import (
 //     too large to store. A stream without end (server-sent events) belongs
 //     on a route that does not enforce, where the handler writes to the
 //     client directly.
-//   - A handler that panics has the claim released (nothing is recorded),
-//     and the panic goes on up the stack, as net/http expects of a handler.
+//   - A handler that panics before it begins its answer has the claim
+//     released (nothing is recorded), and the panic goes on up the stack,
+//     as net/http expects of a handler. One that panics after it wrote a
+//     status or body, or with http.ErrAbortHandler (which
+//     httputil.ReverseProxy raises when its upstream's answer breaks
+//     after the upstream acted), got past what it does before answering:
+//     it may have acted, so the claim is kept until its lease ends, as
+//     for an upstream that cut its answer short
+//     (TestPanicAfterAnswerBegunKeepsTheClaim).
 //   - Requests a route does not enforce go to the handler as they came.
 
 // handlerTransport is the http.RoundTripper of a Proxy with Options.Next:
@@ -41,8 +51,13 @@ import (
 type handlerTransport struct{ next http.Handler }
 
 // handlerPanic is the error of a handler that panicked: forward releases
-// the claim and panics again with value.
-type handlerPanic struct{ value any }
+// the claim, or keeps it when answering is true (the handler had begun
+// its answer, or aborted it with http.ErrAbortHandler: it may have acted),
+// and panics again with value.
+type handlerPanic struct {
+	value     any
+	answering bool
+}
 
 func (e *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
 
@@ -53,22 +68,19 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotConn != nil {
 		tr.GotConn(httptrace.GotConnInfo{})
 	}
-	c := capturePool.Get().(*capture)
+	// A writer of its own for each call, never pooled: a handler that
+	// keeps it past its return (a goroutine that writes later) must not
+	// write into another request's response, which may be another
+	// principal's and is stored (TestInProcessLateWriteNeverReachesAnotherRequest).
+	c := &capture{header: make(http.Header)}
 	defer func() {
 		if v := recover(); v != nil {
-			c.reset()
-			capturePool.Put(c)
-			resp, err = nil, &handlerPanic{value: v}
+			resp, err = nil, &handlerPanic{value: v, answering: c.wroteHeader || v == http.ErrAbortHandler}
 		}
 	}()
 	t.next.ServeHTTP(c, req)
-	resp = c.response(req)
-	c.reset()
-	capturePool.Put(c)
-	return resp, nil
+	return c.response(req), nil
 }
-
-var capturePool = sync.Pool{New: func() any { return &capture{header: make(http.Header)} }}
 
 // capture is the http.ResponseWriter a handler writes to in process.
 type capture struct {
@@ -79,12 +91,6 @@ type capture struct {
 	body        bytes.Buffer
 }
 
-func (c *capture) reset() {
-	c.header = make(http.Header)
-	c.sent, c.status, c.wroteHeader = nil, 0, false
-	c.body = bytes.Buffer{}
-}
-
 // Header returns the header the handler sets; changes after WriteHeader
 // count only for declared trailers, as with net/http.
 func (c *capture) Header() http.Header { return c.header }
@@ -92,6 +98,10 @@ func (c *capture) Header() http.Header { return c.header }
 // WriteHeader records the status once; informational statuses (1xx but
 // 101) are dropped, as the proxy drops an upstream's.
 func (c *capture) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		// As net/http's own writer: a handler bug, not a status to decide on.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
 	if c.wroteHeader || (code >= 100 && code < 200 && code != http.StatusSwitchingProtocols) {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store"
 )
@@ -154,7 +155,7 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 				if !ok {
 					p.logClaimLost(ex.id)
 				} else {
-					p.log.Info("recorded a response after a store outage", "route", ex.route.Name, "key_hash", LogDigest(ex.id.Key))
+					p.log.Info("recorded a response after a store outage", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
 				}
 				p.forgetPending(key, pc)
 				return
@@ -162,7 +163,7 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 			p.noteStoreError()
 			if time.Now().After(deadline) {
 				p.log.Error("could not record the response; a retry after the lease may run the operation again",
-					"route", ex.route.Name, "key_hash", LogDigest(ex.id.Key), "err", err)
+					"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
 				p.forgetPending(key, pc)
 				return
 			}

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -41,9 +40,3 @@ func withRetry(pr problem.Details, seconds int) problem.Details {
 	pr.RetryAfter = seconds
 	return pr
 }
-
-// LogDigest is what every idemgate log line shows instead of an idempotency
-// key or an owner: logdigest.Of, the digest the admin listener's lines carry
-// too, so one operation can be followed across both. README.md documents the
-// format.
-func LogDigest(s string) string { return logdigest.Of(s) }

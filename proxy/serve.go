@@ -110,6 +110,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
 		return
 	}
+	if err := route.Fingerprint.CheckBody(r, ex.body); err != nil {
+		ex.cause = err
+		p.fail(w, ex, problem.BadRequest.With(err.Error()))
+		return
+	}
 	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), pl.Recipe
 	p.enforce(w, r, ex)
 }

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/aptget"
 )
 
 // wInapp is the comparison with idempotency inside the application: one
@@ -110,25 +112,12 @@ func ensureNode(ctx context.Context, log io.Writer, install bool) (string, error
 	if !install {
 		return "", errors.New(nodeInstallHint)
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return "", errors.New(nodeInstallHint + " (apt-get not found)")
-	}
 	fmt.Fprintln(log, "node or npm not found: installing nodejs and npm with apt-get ...")
-	var sudo []string
-	if os.Geteuid() != 0 {
-		sudo = []string{"sudo"}
+	apt, err := aptget.New(ctx, log, nodeInstallHint)
+	if err != nil {
+		return "", err
 	}
-	run := func(args ...string) error {
-		args = append(sudo, args...)
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = log, log
-		return cmd.Run()
-	}
-	if err := run("apt-get", "update", "-qq"); err != nil {
-		return "", fmt.Errorf("apt-get update: %w; %s", err, nodeInstallHint)
-	}
-	if err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "nodejs", "npm"); err != nil {
+	if err := apt.Install("nodejs", "npm"); err != nil {
 		return "", fmt.Errorf("apt-get install nodejs npm: %w; %s", err, nodeInstallHint)
 	}
 	node, err1 = exec.LookPath("node")

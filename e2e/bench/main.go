@@ -99,9 +99,9 @@ func main() {
 	flag.IntVar(&o.idleConns, "idle", 1000, "idle keep-alive connections for the memory check (0 skips)")
 	flag.DurationVar(&o.idleSettle, "idle-settle", time.Second, "how long the idle connections stay idle before RSS is read")
 	flag.Int64Var(&o.replayKeys, "replay-keys", 1000, "completed keys the replay workload cycles through")
-	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
+	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wGRPC, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
 	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
-	flag.StringVar(&o.targets, "targets", "ABCDENS", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md)")
+	flag.StringVar(&o.targets, "targets", "ABCDENSG", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md), G the upstream's handler with idemgate's Go middleware+valkey")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
@@ -276,6 +276,28 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		targets = append(targets, &target{id: "S", desc: "nginx (docs/nginx.md split) in front of idemgate+Valkey; CPU: nginx's alone",
 			base: "http://" + n.addr, proc: n, meter: valkeyMeter{vk}})
 	}
+	if strings.Contains(o.targets, "G") {
+		// The same handler as A in a Go service, wrapped in the middleware
+		// (package middleware) on a Valkey of its own, configured as D.
+		vk, err := startValkey(ctx, ps, "valkey-inprocess", "")
+		if err != nil {
+			return nil, err
+		}
+		cfgDir := filepath.Join(dir, "inprocess-config")
+		if err := os.Mkdir(cfgDir, 0o700); err != nil {
+			return nil, err
+		}
+		path := filepath.Join(cfgDir, "idemgate.yaml")
+		yaml := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\nlog:\n  level: %s\ndefaults:\n  owner: \"header:X-User\"\n  lease: 10s\n  wait_timeout: 10s\n", vk.addr, o.logLevel)
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			return nil, err
+		}
+		g, err := ps.start("inprocess", bins["upstream"], []string{"-listen", "127.0.0.1:0", "-idemgate-config", path}, true)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, &target{id: "G", desc: "the upstream's handler in a Go service with idemgate's middleware, Valkey store", base: "http://" + g.addr, proc: g, meter: valkeyMeter{vk}})
+	}
 	if strings.Contains(o.targets, "E") {
 		pg, stopPG, err := startPostgres(ctx, o.pgFsync)
 		if err != nil {
@@ -325,6 +347,8 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			err = runBig(ctx, o, targets, rep)
 		case wHotPath:
 			err = runHotPath(ctx, o, root, rep)
+		case wGRPC:
+			err = runGRPC(ctx, o, ps, root, bins["idemgate"], o.logLevel, rep)
 		case wInapp:
 			vk := vkD
 			if vk == nil {
@@ -364,10 +388,10 @@ func findTarget(targets []*target, id string) *target {
 }
 
 // loadWorkload reports whether w is one of the load workloads that
-// runWorkload drives with vegeta (scale, waiters10k, hotpath and inapp have
-// their own measurements and tables).
+// runWorkload drives with vegeta (scale, waiters10k, hotpath, grpc and inapp
+// have their own measurements and tables).
 func loadWorkload(w string) bool {
-	return w != wScale && w != wWaiters && w != wHotPath && w != wInapp
+	return w != wScale && w != wWaiters && w != wHotPath && w != wInapp && w != wGRPC
 }
 
 // runWorkload measures one workload: closed loop on every target, then open
@@ -555,7 +579,12 @@ func runDup(ctx context.Context, o options, t *target, upURL string, rep *report
 		}
 	}
 	cpu0, _ := t.proc.cpu()
-	s, err := duplicates(ctx, t.base, upURL, "dup-"+t.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), o.dupRequests)
+	statsURL := upURL
+	if t.id == "G" {
+		// G's handler runs in its own process: its calls are counted there.
+		statsURL = t.base
+	}
+	s, err := duplicates(ctx, t.base, statsURL, "dup-"+t.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), o.dupRequests)
 	if err != nil {
 		return fmt.Errorf("duplicates on %s: %w", t.id, err)
 	}

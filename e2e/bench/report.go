@@ -42,6 +42,7 @@ type report struct {
 	scale             *scaleResult   // workload scale, when run
 	waiters           *waitersResult // workload waiters10k, when run
 	hotPath           []*hotPathRun  // workload hotpath, when run
+	grpc              []grpcRow      // workload grpc, when run
 	inapp             *inappResult   // workload inapp, when run
 }
 
@@ -122,6 +123,8 @@ func (r *report) markdown() string {
 	if loads > 0 && strings.Contains(r.opts.targets, "N") {
 		r.ratios(p, "N", "nginx", modes)
 	}
+	r.inProcess(p)
+	r.grpcMarkdown(p)
 	if r.scale != nil {
 		r.scale.markdown(p)
 	}
@@ -244,6 +247,30 @@ func (r *report) ratios(p func(string, ...any), base, name string, modes []strin
 			p(" %s |", cpu(r.find(w, "closed", id), bc, true))
 		}
 		p("\n")
+	}
+	p("\n")
+}
+
+// inProcess is the table of target G, the upstream's handler inside a Go
+// service with idemgate's middleware, against A, the same handler alone:
+// what the engine in process costs per request.
+func (r *report) inProcess(p func(string, ...any)) {
+	if !strings.Contains(r.opts.targets, "G") || !strings.Contains(r.opts.targets, "A") {
+		return
+	}
+	p("### Go middleware (target G) against the same handler (A)\n\n")
+	p("G is A's process and handler with idemgate's engine in process around it (package middleware, Valkey store, configured as D). Closed loop; CPU per request of the one process; the middleware's own CPU is G's less A's; Valkey's apart.\n\n")
+	p("| workload | G/A throughput | A CPU µs/req | G CPU µs/req | middleware µs/req (G − A) | G/A CPU per request | Valkey CPU µs/req |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, w := range r.opts.workloads {
+		if !loadWorkload(w) {
+			continue
+		}
+		a, g := r.find(w, "closed", "A"), r.find(w, "closed", "G")
+		if a == nil || g == nil || a.s.requests == 0 || g.s.requests == 0 || a.s.rps() == 0 {
+			continue
+		}
+		ac, gc := a.cpuSec*1e6/float64(a.s.requests), g.cpuSec*1e6/float64(g.s.requests)
+		p("| %s | %.2f | %.0f | %.0f | %.0f | %.2f | %.0f |\n", w, g.s.rps()/a.s.rps(), ac, gc, gc-ac, gc/ac, g.storeCPUSec*1e6/float64(g.s.requests))
 	}
 	p("\n")
 }

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/aptget"
 )
 
 // InstallHint is the error text when nginx is missing.
@@ -42,31 +44,18 @@ func Install(ctx context.Context, log io.Writer) (string, error) {
 	if p, err := Find(); err == nil {
 		return p, nil
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return "", errors.New(InstallHint + " (apt-get not found)")
+	apt, err := aptget.New(ctx, log, InstallHint)
+	if err != nil {
+		return "", err
 	}
-	var sudo []string
-	if os.Geteuid() != 0 {
-		sudo = []string{"sudo"}
-	}
-	run := func(args ...string) error {
-		args = append(sudo, args...)
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = log, log
-		return cmd.Run()
-	}
-	if err := run("apt-get", "update", "-qq"); err != nil {
-		return "", fmt.Errorf("apt-get update: %w; %s", err, InstallHint)
-	}
-	if err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx-light"); err != nil {
-		if err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx"); err != nil {
+	if err := apt.Install("nginx-light"); err != nil {
+		if err := apt.Install("nginx"); err != nil {
 			return "", fmt.Errorf("apt-get install nginx: %w; %s", err, InstallHint)
 		}
 	}
 	// The package may start the system service on :80 (unless the machine
 	// forbids it); nothing here uses it.
-	_ = run("sh", "-c", "systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true")
+	_ = apt.Run("sh", "-c", "systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true")
 	return Find()
 }
 

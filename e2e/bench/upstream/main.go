@@ -1,12 +1,19 @@
 // Command upstream is the benchmark's backend: it answers every request with 201 and a fixed ~200-byte JSON body (/v1/big: the request body echoed), and counts what it executed.
+//
+// With -idemgate-config it is target G instead: the same handler inside a
+// Go service, wrapped in idemgate's engine in process (package
+// middleware) configured by that file, so the middleware's cost is this
+// process's CPU less target A's for the same requests.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +21,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/logbuf"
+	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/proxy"
 )
 
 // body is the ~200-byte JSON answer of every create; it is fixed so that
@@ -26,6 +40,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback only)")
 	slowPrefix := flag.String("slow-prefix", "/v1/slow", "requests whose path starts with this are delayed by -delay")
 	delay := flag.Duration("delay", 200*time.Millisecond, "delay of slow requests")
+	idemgateConfig := flag.String("idemgate-config", "", "wrap the handler in idemgate's middleware configured by this file (target G)")
 	flag.Parse()
 
 	var calls, slowCalls atomic.Int64
@@ -64,11 +79,31 @@ func main() {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(body)
 	})
+	var handler http.Handler = mux
+	if *idemgateConfig != "" {
+		cfg, err := config.Load(*idemgateConfig, os.Environ(), config.InProcess())
+		if err != nil {
+			log.Fatal(err)
+		}
+		// One JSON access line per request, buffered as the proxy's are
+		// (internal/logbuf), as target D logs.
+		out := logbuf.New(os.Stderr, logbuf.DefaultSize, logbuf.DefaultInterval)
+		access := func(r slog.Record) bool { return r.Message == proxy.AccessLogMessage }
+		idem, err := middleware.New(context.Background(), middleware.Options{
+			Config:     cfg,
+			Logger:     slog.New(logbuf.Handler(slog.NewJSONHandler(out, nil), out, access)),
+			Registerer: prometheus.NewRegistry(),
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		handler = idem(mux)
+	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Fprintln(os.Stdout, l.Addr().String())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Fatal(srv.Serve(l))
 }
