@@ -45,13 +45,15 @@
 // ResponseWriter, and its error goes back to Caddy as it was, to
 // handle_errors and the access log.
 //
-// A handler after it that returns an error having written a status (a
-// reverse_proxy whose upstream broke off in the middle of the body) has
-// its response decided on as written, since the engine cannot tell a
-// handler in process that failed after acting from one that finished: a
-// replayable status is stored with the body it got. Releasing the key
-// instead would let a retry run an operation that did take place; the
-// error is logged at error level, with wrote=true.
+// A handler after it that fails having written a status (a reverse_proxy
+// whose upstream broke off in the middle of the body panics with
+// http.ErrAbortHandler, as the standard library's proxy does; a handler
+// that returns an error after writing is made to do the same here) has
+// acted, or may have: the engine keeps the claim and records nothing, as
+// the standalone proxy does for an upstream answer cut short (outcome
+// unknown: a retry gets 409 until the lease ends, never a second run, and
+// never the truncated body as a success), and the client's connection is
+// cut. The error is logged at error level, with wrote=true.
 package caddyidem
 
 import (
@@ -201,11 +203,15 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	if errors.As(err, &he) && he.StatusCode >= 400 {
 		status = he.StatusCode
 	}
-	h.logger.Error("next handler failed on a keyed request: key released",
-		zap.Int("status", status), zap.Bool("wrote", rec.wrote), zap.Error(err))
-	if !rec.wrote {
-		w.WriteHeader(status)
+	if rec.wrote {
+		h.logger.Error("next handler failed on a keyed request after it began its answer: outcome unknown, the claim is kept",
+			zap.Int("status", status), zap.Bool("wrote", true), zap.Error(err))
+		// What the engine takes for a handler cut off after it acted.
+		panic(http.ErrAbortHandler)
 	}
+	h.logger.Error("next handler failed on a keyed request: key released",
+		zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
+	w.WriteHeader(status)
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

@@ -496,3 +496,43 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 		}
 	}
 }
+
+// TestCaddyBrokenUpstreamKeepsTheClaim: an upstream that acts, sends 201
+// and half of its body, then cuts the connection. reverse_proxy aborts the
+// response (http.ErrAbortHandler): the operation took place, so the engine
+// keeps the claim and stores nothing, as the standalone proxy does for an
+// answer cut short. The client's connection is cut; the retry gets 409
+// (the claim runs until its lease ends), never a second execution and
+// never the truncated body as a success.
+func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		execs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"execution":1,`)
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(up.Close)
+	c := startCaddy(t, vk.Addr(), "caddy-broken:", up.URL)
+
+	// The client's connection is cut mid-body (or its own transparent
+	// retry meets the kept claim): either way not a clean success.
+	if a, err := tryPost(c.URL, "alice", "k-4", `{"amount":4}`); err == nil && a.Status == http.StatusCreated {
+		t.Fatalf("first answer: a complete 201 %q from an upstream that broke off", a.Body)
+	}
+	retry := post(t, c.URL, "alice", "k-4", `{"amount":4}`)
+	if retry.Status != http.StatusConflict || retry.replayed() {
+		t.Fatalf("retry after the upstream broke off: %d %s (replayed %v), want 409 with the claim kept", retry.Status, retry.Body, retry.replayed())
+	}
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
