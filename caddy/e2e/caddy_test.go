@@ -509,6 +509,10 @@ func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 	var execs atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusOK) // startCaddy's readiness probe
+			return
+		}
 		execs.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "100")
