@@ -192,7 +192,7 @@ type relayMode int
 const (
 	relayPass      relayMode = iota // forward both ways at once
 	relayDelay                      // forward requests at once, replies after Delay
-	relayBlackhole                  // accept and swallow everything, answer nothing
+	relayBlackhole                  // accept and swallow everything, answer nothing; leaving it resets
 	relayReset                      // close every connection, refuse new ones
 )
 
@@ -228,12 +228,19 @@ func (r *relay) Addr() string { return r.ln.Addr().String() }
 
 // Set changes the mode; relayReset also closes every open connection, while
 // relayBlackhole leaves them open and silent, like a link that died without
-// a FIN.
+// a FIN. Leaving relayBlackhole closes every connection that lived through
+// it: the bytes it swallowed are gone, and a TCP stream never carries on
+// past a gap (a real link either delivers them late or the peers' kernels
+// reset the connection). Forwarding on such a stream would pair every later
+// reply with an earlier command, which no network does and which kept a
+// healed link failing for as long as replies kept coming (valkey-go's
+// liveness PING was answered by a reply that was not its own).
 func (r *relay) Set(mode relayMode, delay time.Duration) {
 	r.mu.Lock()
+	left := r.mode == relayBlackhole && mode != relayBlackhole
 	r.mode, r.delay = mode, delay
 	var cut []net.Conn
-	if mode == relayReset {
+	if mode == relayReset || left {
 		for c := range r.conns {
 			cut = append(cut, c)
 		}

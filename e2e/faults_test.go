@@ -341,8 +341,11 @@ func TestFaultSlowAndLossyValkeyLink(t *testing.T) {
 			}
 		}
 		rl.Set(relayPass, 0)
-		eventually(t, 20*time.Second, "the link to heal", func() bool {
+		eventually(t, 20*time.Second, "the link to heal after "+ph.name, func() bool {
 			a := postTimeout(10*time.Second, g.URL+"/v1/orders", "alice", fmt.Sprintf("heal-%d", pi), "{}")
+			if a.Status != 201 {
+				t.Logf("after %s, not healed yet: %v", ph.name, a)
+			}
 			return a.Status == 201
 		})
 	}
