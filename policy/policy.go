@@ -216,10 +216,6 @@ func (p *Policy) TombstonesFor(method string) []*Route {
 	return out
 }
 
-// Indexes reports whether some route of p sets resource_from, so the
-// proxy indexes created resources (store.Store.Index) and tombstones them.
-func (p *Policy) Indexes() bool { return p.indexes }
-
 // Recipe returns r.Fingerprint.Recipe(), computed once by New.
 func (r *Route) Recipe() string {
 	if r.recipe == "" {
