@@ -2,6 +2,9 @@ package deploy_test
 
 import (
 	"bufio"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,6 +52,50 @@ func TestNoTrackerReferencesInGo(t *testing.T) {
 			}
 		}
 		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("walked %d Go files under %s, want the whole repository", files, repoRoot)
+	}
+}
+
+// initAllowed are the files whose init functions are required by another
+// project's registration model: Caddy discovers modules only through
+// caddy.RegisterModule in init (caddyserver.com/docs/extending-caddy).
+var initAllowed = map[string]bool{"caddy/idempotency.go": true}
+
+// TestNoInitSideEffects: dependencies are injected, so no package of the
+// repository (tests aside) does work in an init function, except where
+// another project's plugin model demands it (initAllowed).
+func TestNoInitSideEffects(t *testing.T) {
+	files := 0
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		files++
+		rel, _ := filepath.Rel(repoRoot, p)
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "init" && !initAllowed[filepath.ToSlash(rel)] {
+				t.Errorf("%s: func init: inject the dependency or resolve the value where it is used instead", rel)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -103,7 +104,7 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := metrics.New(reg, version())
+	m, err := metrics.New(reg, buildversion.Resolve("", debug.ReadBuildInfo))
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
@@ -160,20 +161,4 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 		}
 		return p
 	}, nil
-}
-
-// version is this module's version as the binary records it (the metrics'
-// build info), "dev" when unknown.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "github.com/idemgate/idemgate" {
-				return d.Version
-			}
-		}
-		if bi.Main.Path == "github.com/idemgate/idemgate" && bi.Main.Version != "" {
-			return bi.Main.Version
-		}
-	}
-	return "dev"
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/internal/logbuf"
 	"github.com/idemgate/idemgate/internal/serverlog"
@@ -40,8 +42,10 @@ import (
 	"github.com/idemgate/idemgate/tracing"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is stamped at build time with -ldflags "-X main.version=..." (see
+// README, "Building a release"); it is only read, through
+// buildversion.Resolve, which falls back to the build information.
+var version = buildversion.Dev
 
 const usage = `idemgate: an idempotency-enforcing reverse proxy
 
@@ -83,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "admin":
 		return adminCmd(args[1:], os.Environ(), stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "idemgate %s %s\n", version, runtime.Version())
+		fmt.Fprintf(stdout, "idemgate %s %s\n", buildversion.Resolve(version, debug.ReadBuildInfo), runtime.Version())
 		return 0
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
@@ -267,7 +271,9 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 		}
 		defer demoAPI.Close()
 	}
-	if err := runServer(ctx, cfg, f.config, load, log, f.waitStore, hup); err != nil {
+	o := runOptions{configPath: f.config, load: load, log: log, waitStore: f.waitStore, hup: hup,
+		version: buildversion.Resolve(version, debug.ReadBuildInfo)}
+	if err := runServer(ctx, cfg, o); err != nil {
 		log.Error("idemgate stopped", "err", err)
 		return 1
 	}
@@ -347,15 +353,29 @@ func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {
 	return srv, nil
 }
 
+// runOptions is what runServer needs besides the configuration.
+type runOptions struct {
+	// configPath is the file every policy reload reads; "" when the
+	// configuration came from flags and defaults alone.
+	configPath string
+	// load is how the configuration was loaded; every policy reload of
+	// configPath goes through it too.
+	load func(string) (*config.Config, error)
+	log  *slog.Logger
+	// waitStore > 0 waits that long for the store before listening and
+	// fails when it is still unreachable; 0 listens at once (see
+	// storeConnector).
+	waitStore time.Duration
+	// hup delivers SIGHUP, which reloads the policy; nil in tests.
+	hup <-chan os.Signal
+	// version is what the build reports (buildversion.Resolve).
+	version string
+}
+
 // runServer wires the store, metrics, policy reloader, proxy and admin
 // listener, serves until ctx ends, then shuts down gracefully (see drain).
-// load is how cfg was loaded; every policy reload of configPath goes
-// through it too.
-//
-// The process listens without waiting for its store (see storeConnector)
-// unless waitStore > 0: then it waits that long for the store first and
-// returns an error when it is still unreachable.
-func runServer(ctx context.Context, cfg *config.Config, configPath string, load func(string) (*config.Config, error), log *slog.Logger, waitStore time.Duration, hup <-chan os.Signal) error {
+func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
+	configPath, load, log, waitStore, hup, version := o.configPath, o.load, o.log, o.waitStore, o.hup, o.version
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := metrics.New(reg, version)

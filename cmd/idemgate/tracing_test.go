@@ -91,7 +91,9 @@ func TestServeExportsRequestTraces(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	noReload := func(string) (*config.Config, error) { return nil, errors.New("no config file to reload") }
-	go func() { done <- runServer(ctx, cfg, "", noReload, log, 10*time.Second, nil) }()
+	go func() {
+		done <- runServer(ctx, cfg, runOptions{load: noReload, log: log, waitStore: 10 * time.Second, version: "test"})
+	}()
 	var addr string
 	select {
 	case addr = <-addrs:

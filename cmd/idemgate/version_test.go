@@ -6,41 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
-
-func TestResolveVersion(t *testing.T) {
-	info := func(mainVersion string, settings ...string) func() (*debug.BuildInfo, bool) {
-		return func() (*debug.BuildInfo, bool) {
-			bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/idemgate/idemgate", Version: mainVersion}}
-			for i := 0; i+1 < len(settings); i += 2 {
-				bi.Settings = append(bi.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
-			}
-			return bi, true
-		}
-	}
-	none := func() (*debug.BuildInfo, bool) { return nil, false }
-	for _, c := range []struct {
-		name, stamped string
-		read          func() (*debug.BuildInfo, bool)
-		want          string
-	}{
-		{"ldflags win", "v1.4.0", info("v1.3.0", "vcs.revision", "abc"), "v1.4.0"},
-		{"go install module@version", "dev", info("v1.3.0"), "v1.3.0"},
-		{"pseudo-version", "dev", info("v0.0.0-20261202010000-cc9c922abcde"), "v0.0.0-20261202010000-cc9c922abcde"},
-		{"source build, clean", "dev", info("(devel)", "vcs", "git", "vcs.revision", "cc9c922abcdef0123456789", "vcs.modified", "false"), "dev+cc9c922abcde"},
-		{"source build, changed tree", "dev", info("(devel)", "vcs.revision", "cc9c922abcdef0123456789", "vcs.modified", "true"), "dev+cc9c922abcde.dirty"},
-		{"short revision", "dev", info("", "vcs.revision", "abc"), "dev+abc"},
-		{"no VCS information", "dev", info("(devel)"), "dev"},
-		{"no build information", "dev", none, "dev"},
-	} {
-		if got := resolveVersion(c.stamped, c.read); got != c.want {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
-		}
-	}
-}
 
 // TestVersionCommandBinary: a source build of the real binary reports the
 // commit it was built from (".dirty" after a change), and a release build
