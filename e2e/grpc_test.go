@@ -226,6 +226,21 @@ func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 	if n := b.executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
+	if c := create(conn, 10*time.Second, "alice", "k1", "order"); c.err != nil {
+		t.Fatalf("replay: %v", c.err)
+	}
+	// Every gRPC answer is HTTP 200: the access line carries the
+	// grpc-status sent, in the header (idemgate's own answers) or the
+	// trailers (forwarded, replayed).
+	for outcome, want := range map[string]string{"forwarded": "0", "replayed": "0", "mismatch": "9", "missing_key": "3", "missing_owner": "16"} {
+		line := `"outcome":"` + outcome + `","status":200,`
+		eventually(t, 5*time.Second, "the access line of "+outcome, func() bool { return strings.Contains(g.Logs(), line) })
+		for _, l := range strings.Split(g.Logs(), "\n") {
+			if strings.Contains(l, line) && !strings.Contains(l, `"grpc_status":"`+want+`"`) {
+				t.Errorf("access line of %s without grpc_status %s: %s", outcome, want, l)
+			}
+		}
+	}
 }
 
 // TestE2EGRPCUnavailableIsNotStored: a handler's UNAVAILABLE (HTTP 200,

@@ -98,7 +98,7 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	// idemgate's CPU on replays, for a source field the handlers are not
 	// configured to print. Typed attributes, added at once: the record holds
 	// five and allocates the rest in one slice.
-	var buf [13]slog.Attr // on the stack: AddAttrs copies them
+	var buf [14]slog.Attr // on the stack: AddAttrs copies them
 	path := r.URL.EscapedPath()
 	if p.logQuery && r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
@@ -113,10 +113,35 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 		attrs = append(attrs, slog.String("key_hash", logdigest.Of(ex.id.Key)))
 	}
 	attrs = append(attrs, slog.String("request_id", ex.requestID), slog.String("remote_addr", p.clientAddr(r)))
+	if gs := grpcStatusSent(r, ex.w); gs != "" {
+		attrs = append(attrs, slog.String("grpc_status", gs))
+	}
 	if ex.cause != nil {
 		attrs = append(attrs, slog.String("err", ex.cause.Error()))
 	}
 	rec := slog.NewRecord(time.Now(), slog.LevelInfo, AccessLogMessage, 0)
 	rec.AddAttrs(attrs...)
 	_ = p.log.Handler().Handle(r.Context(), rec) // as Logger.LogAttrs, which drops the error too
+}
+
+// grpcStatusSent returns the grpc-status w sent to a gRPC call, "" when it
+// sent none: a gRPC answer is HTTP 200 whatever its outcome, key reuse and
+// a store failure included, so the access line's status alone reads as a
+// success. The status is in the header of a trailers-only answer (every
+// answer idemgate makes itself) and in the trailers of a forwarded or
+// replayed one, which the writer's header map holds once the handler
+// returned (under http.TrailerPrefix, as stored: canonical from net/http's
+// client, lower case as sent by a next handler). gRPC runs on HTTP/2
+// only, so other requests cost one comparison.
+func grpcStatusSent(r *http.Request, w *accessWriter) string {
+	if r.ProtoMajor != 2 || w == nil {
+		return ""
+	}
+	h := w.Header()
+	for _, k := range [...]string{"Grpc-Status", http.TrailerPrefix + "Grpc-Status", http.TrailerPrefix + "grpc-status"} {
+		if v := h[k]; len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
 }
