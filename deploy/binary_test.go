@@ -2,7 +2,6 @@ package deploy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,10 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/syncbuf"
 )
 
 // buildLikeDockerfile runs the Dockerfile's own `go build ...` line for pkg
@@ -71,33 +71,14 @@ func buildLikeDockerfile(t *testing.T, pkg, version, dir string) string {
 // process is a started binary whose output is kept for failure messages.
 type process struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan error
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writer goroutines
-// and the test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs bin with args and env, killed in t.Cleanup if still running.
 func start(t *testing.T, env []string, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin, args...), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

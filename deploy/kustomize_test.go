@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/syncbuf"
 )
 
 // TestKustomizeBuild renders deploy/kubernetes with the pinned
@@ -143,7 +145,7 @@ func runValkeyCommand(t *testing.T, command []string, env map[string]string, pas
 	port := freePort(t)
 	// Later arguments win: loopback only, in the foreground.
 	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--daemonize", "no")
-	var log syncBuffer
+	var log syncbuf.Buffer
 	runValkey(t, server, args, &log)
 	if err := waitListening(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second); err != nil {
 		t.Fatalf("valkey-server with the manifest's flags %q: %v\n%s", args, err, log.String())

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -49,7 +50,7 @@ func startGateArgs(t *testing.T, c gateConfig, edit func(string) string, flags .
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: append([]string{"serve", "--config", path}, flags...), logs: &lockedBuffer{}}
+		args: append([]string{"serve", "--config", path}, flags...), logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

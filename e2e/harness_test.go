@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -51,25 +52,8 @@ type Gate struct {
 	args     []string
 	mu       sync.Mutex
 	cmd      *exec.Cmd
-	logs     *lockedBuffer
+	logs     *syncbuf.Buffer
 	exited   chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // gateConfig describes a config file; Defaults and Routes are YAML
@@ -135,7 +119,7 @@ func startGate(t *testing.T, c gateConfig) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/syncbuf"
 )
 
 // h2cClient speaks HTTP/2 with prior knowledge over plain TCP only (what
@@ -246,7 +248,7 @@ func TestE2EListenPortZero(t *testing.T) {
 		Addr  string `json:"addr"`
 		Admin string `json:"admin"`
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	started := make(chan startLine, 1)
 	read := make(chan struct{})
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -42,7 +43,7 @@ routes:
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path, "--upstream", up.URL, "--listen", listen, "--wait-store", "10s"}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--upstream", up.URL, "--listen", listen, "--wait-store", "10s"}, logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -19,7 +20,7 @@ func startGateFlags(t *testing.T, mode string, args ...string) *Gate {
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen,
-		args: append([]string{mode, "--listen", listen, "--admin-listen", adminListen, "--log-format", "json"}, args...), logs: &lockedBuffer{}}
+		args: append([]string{mode, "--listen", listen, "--admin-listen", adminListen, "--log-format", "json"}, args...), logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

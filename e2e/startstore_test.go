@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -90,7 +91,7 @@ func TestWaitStoreExitsWhenUnreachable(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg.yaml(listen, adminListen)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "serve", "--config", path, "--wait-store", "1s")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/internal/testcerts"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -217,7 +218,7 @@ func startGateYAML(t *testing.T, body string) *Gate {
 		t.Fatal(err)
 	}
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &lockedBuffer{}}
+		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -33,7 +34,7 @@ type ackStore struct {
 	completedBy map[store.Identity]string
 	releases    atomic.Int32
 	lostExtends atomic.Int32
-	logs        *syncBuffer
+	logs        *syncbuf.Buffer
 	lastID      atomic.Pointer[store.Identity]
 }
 
@@ -91,27 +92,9 @@ func (s *ackStore) Complete(ctx context.Context, id store.Identity, token string
 	return true, nil
 }
 
-// syncBuffer is a log sink safe to read while the proxy writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func withAckStore(st *ackStore, lease time.Duration) option {
 	return func(o *proxy.Options, r *policy.Route, _ *[]policy.Route) {
-		st.logs = &syncBuffer{}
+		st.logs = &syncbuf.Buffer{}
 		o.Logger = slog.New(slog.NewJSONHandler(st.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		st.Store = o.Store
 		st.completedBy = map[store.Identity]string{}

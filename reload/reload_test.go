@@ -1,7 +1,6 @@
 package reload
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/syncbuf"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -75,25 +76,8 @@ type fixture struct {
 	dir, path string
 	r         *Reloader
 	reg       *prometheus.Registry
-	logs      *syncBuffer
+	logs      *syncbuf.Buffer
 	loads     atomic.Int64
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -119,7 +103,7 @@ func replaceFile(t *testing.T, path, content string) {
 // it; signals may be nil.
 func newFixture(t *testing.T, content string, signals <-chan os.Signal) *fixture {
 	t.Helper()
-	f := &fixture{dir: t.TempDir(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	f := &fixture{dir: t.TempDir(), reg: prometheus.NewRegistry(), logs: &syncbuf.Buffer{}}
 	f.path = filepath.Join(f.dir, "idemgate.yaml")
 	writeFile(t, f.path, content)
 	r, err := New(Options{
@@ -283,7 +267,7 @@ func TestConfigMapSymlinkSwapReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{dir: dir, path: path, r: r, reg: reg, logs: &syncBuffer{}}
+	f := &fixture{dir: dir, path: path, r: r, reg: reg, logs: &syncbuf.Buffer{}}
 	startRun(t, r)
 	mk("..2026_02", "orders\nshipping")
 	tmpLink := filepath.Join(dir, "..data_tmp")
@@ -566,7 +550,7 @@ func TestReloadRemembersAndWarnsOfScopeChanges(t *testing.T) {
 	path := filepath.Join(dir, "idemgate.yaml")
 	writeFile(t, path, "orders")
 	scope := "default"
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r, err := New(Options{
 		Path: path,
 		Load: func(path string) (*policy.Policy, error) {
@@ -621,7 +605,7 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
 	writeFile(t, path, "orders")
 	header, owner := "Idempotency-Key", policy.OwnerSource{Kind: policy.OwnerAuthorization}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r, err := New(Options{
 		Path: path,
 		Load: func(string) (*policy.Policy, error) {
@@ -659,7 +643,7 @@ func TestSignalWithoutPathKeepsServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	sig := make(chan os.Signal, 1)
 	r, err := New(Options{Initial: initial, Signals: sig, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Load: func(string) (*policy.Policy, error) { t.Error("Load called without a path"); return nil, nil }})

@@ -9,7 +9,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -127,25 +127,8 @@ type caddyProc struct {
 	URL      string // http://127.0.0.1:port
 	AdminURL string
 	cmd      *exec.Cmd
-	out      *lockedBuffer
+	out      *syncbuf.Buffer
 	exited   chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startCaddy runs Caddy with a Caddyfile that puts idempotency (its inline
@@ -184,7 +167,7 @@ http://127.0.0.1:%d {
 	c := &caddyProc{
 		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
 		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		out:      &lockedBuffer{},
+		out:      &syncbuf.Buffer{},
 		exited:   make(chan struct{}),
 	}
 	c.cmd = exec.Command(caddyBinary, "run", "--config", path, "--adapter", "caddyfile")
