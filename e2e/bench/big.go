@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -92,45 +90,13 @@ func runBig(ctx context.Context, o options, targets []*target, rep *report) erro
 // each request with a fresh key under prefix, and checks that every answer
 // is 201 with the whole body echoed.
 func bigLoad(ctx context.Context, c *http.Client, base, prefix string, body []byte, d time.Duration) *phaseStats {
-	s := &phaseStats{codes: map[int]int{}}
-	var mu sync.Mutex
-	var seq atomic.Int64
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range bigConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				n := seq.Add(1)
-				t0 := time.Now()
-				code, replayed, err := bigPost(ctx, c, base, prefix+strconv.FormatInt(n, 10), "user-"+strconv.FormatInt(n%owners, 10), body)
-				if ctx.Err() != nil {
-					return // cut by the end of the phase: not a result
-				}
-				mu.Lock()
-				s.requests++
-				s.latencies = append(s.latencies, time.Since(t0))
-				s.codes[code]++
-				if replayed {
-					s.replayed++
-				}
-				if err != nil || code != http.StatusCreated {
-					s.errors++
-					if s.firstErr == "" {
-						s.firstErr = fmt.Sprintf("%d %v", code, err)
-					}
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	s.wall = time.Since(start)
-	s.finish()
-	return s
+	return closedLoop(ctx, bigConcurrency, d, func(ctx context.Context, _ int, n int64) (int, bool, error) {
+		code, replayed, err := bigPost(ctx, c, base, prefix+strconv.FormatInt(n, 10), "user-"+strconv.FormatInt(n%owners, 10), body)
+		if err != nil || code != http.StatusCreated {
+			err = fmt.Errorf("%d %v", code, err)
+		}
+		return code, replayed, err
+	})
 }
 
 // bigPost sends one big request and drains the answer; it returns the

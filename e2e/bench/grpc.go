@@ -7,8 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -147,50 +145,13 @@ func grpcCall(ctx context.Context, c *grpc.ClientConn, owner, key string) (bool,
 // grpcLoad keeps conc calls in flight over conns for d; key gives the n-th
 // call's idempotency key.
 func grpcLoad(ctx context.Context, conns []*grpc.ClientConn, conc int, d time.Duration, key func(n int64) string) *phaseStats {
-	s := &phaseStats{codes: map[int]int{}}
-	var mu sync.Mutex
-	var seq atomic.Int64
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	start := time.Now()
-	end, _ := ctx.Deadline()
-	var wg sync.WaitGroup
-	for i := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := conns[i%len(conns)]
-			for ctx.Err() == nil {
-				n := seq.Add(1)
-				t0 := time.Now()
-				replayed, err := grpcCall(ctx, c, grpcOwner(n), key(n))
-				if ctx.Err() != nil || (err != nil && !time.Now().Before(end)) {
-					// Cut by the end of the phase (grpc-go's own deadline
-					// timer may fire before the context's): not a result.
-					return
-				}
-				mu.Lock()
-				s.requests++
-				s.latencies = append(s.latencies, time.Since(t0))
-				if replayed {
-					s.replayed++
-				}
-				if err != nil {
-					s.errors++
-					if s.firstErr == "" {
-						s.firstErr = err.Error()
-					}
-				} else {
-					s.codes[200]++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	s.wall = time.Since(start)
-	s.finish()
-	return s
+	return closedLoop(ctx, conc, d, func(ctx context.Context, w int, n int64) (int, bool, error) {
+		replayed, err := grpcCall(ctx, conns[w%len(conns)], grpcOwner(n), key(n))
+		if err != nil {
+			return 0, replayed, err
+		}
+		return 200, replayed, nil
+	})
 }
 
 // grpcMarkdown is the gRPC workload's table.
