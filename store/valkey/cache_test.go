@@ -378,7 +378,7 @@ func TestCacheWithAcks(t *testing.T) {
 	var acks ackLog
 	prefix := randomPrefix()
 	opts := valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: prefix,
-		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on, CacheBytes: 1 << 20}
+		Acks: valkey.Acks{Replicas: 1, Timeout: liveAckTimeout}, OnAck: acks.on, CacheBytes: 1 << 20}
 	s1 := newStore(t, opts)
 	pingEventually(t, s1, 10*time.Second)
 	purgeReachesPeer(t, s1, newStore(t, opts), 3)
