@@ -33,9 +33,10 @@ type Plan struct {
 	// Tombstones are the resources a 2xx answer to the request would
 	// tombstone (resource_from, tombstone_methods; Scoping.Resource): for
 	// each route with resource_from that lists the request's method, the
-	// request's owner as that route computes it on the request as
-	// received, and its cleaned path; a route for which the request carries
-	// no owner contributes none. Nil for almost every request. Set once the
+	// request's owner as that route computes it on the request Ask was
+	// given (the proxy gives what the upstream will get: no field named in
+	// Connection), and its cleaned path; a route for which the request
+	// carries no owner contributes none. Nil for almost every request. Set once the
 	// decision is final and not refused.
 	Tombstones []store.Resource
 	// Key is the request's idempotency key as stored, and KeyErr why there

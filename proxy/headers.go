@@ -26,6 +26,44 @@ var hopHeaders = []string{
 // that the Connection field names.
 func removeHopByHop(h http.Header) { removeFields(h) }
 
+// namesEndToEndField reports whether a Connection field of h (a server's
+// request header: canonical keys) names a field that is not hop-by-hop
+// anyway nor the close option, so that removeHopByHop would take away a
+// field the client meant end to end. Almost no request does ("Connection:
+// keep-alive", "close", "Upgrade", "TE" name nothing else), which keeps
+// policyView free for them.
+func namesEndToEndField(h http.Header) bool {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = textproto.TrimString(name)
+			if name == "" || strings.EqualFold(name, "close") {
+				continue
+			}
+			if !slices.ContainsFunc(hopHeaders, func(hop string) bool { return strings.EqualFold(hop, name) }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// policyView returns r as the policy is asked about it: what the upstream
+// will get, so that a field it never receives (named in Connection) decides
+// neither the route, nor an override, nor the owner whose resources a
+// DELETE tombstones (TestTombstoneOwnerIsWhatTheUpstreamGets); the enforced
+// path removes those fields from r itself before the owner and fingerprint
+// are read. r itself when no Connection field names such a field; else a
+// shallow copy with its own header.
+func policyView(r *http.Request) *http.Request {
+	if !namesEndToEndField(r.Header) {
+		return r
+	}
+	v := r.WithContext(r.Context())
+	v.Header = r.Header.Clone()
+	removeHopByHop(v.Header)
+	return v
+}
+
 // removeFields deletes the hop-by-hop fields, the fields any Connection field
 // names, and extra (canonical names) from h, whatever the letter case of the
 // map keys: field names are case-insensitive (RFC 9110 section 5.1) and a

@@ -24,7 +24,7 @@ import (
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r), r: r}
 	defer p.done(ex)
-	ex.plan = p.policy().Ask(r, p.scoping)
+	ex.plan = p.policy().Ask(policyView(r), p.scoping)
 	pl := &ex.plan
 	ex.route = pl.Route
 	ex.aw.ResponseWriter = w

@@ -117,3 +117,47 @@ func TestTombstoneByEnforcedDelete(t *testing.T) {
 		t.Fatalf("retry = %d %s", r.status, r.body)
 	}
 }
+
+// TestTombstoneOwnerIsWhatTheUpstreamGets: a DELETE whose owner field is
+// named in its Connection field reaches the upstream without it (a
+// hop-by-hop field), so the upstream acted for no owner: it tombstones
+// nothing of the owner idemgate would have read from that field, as the
+// enforced path never takes an owner from it either. (Before: the
+// tombstone rules read the request as received, and the DELETE ended the
+// replay of alice's create.)
+func TestTombstoneOwnerIsWhatTheUpstreamGets(t *testing.T) {
+	api := &ordersAPI{}
+	var sawUser []string
+	var mu sync.Mutex
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			mu.Lock()
+			sawUser = append(sawUser, r.Header.Get("X-User"))
+			mu.Unlock()
+		}
+		api.serve(w, r)
+	}, resourceFrom)
+	if r := h.do("POST", "/v1/orders", "alice", "k1", `{"sku":"a"}`); r.status != http.StatusCreated || r.header.Get("Location") != "/v1/orders/1" {
+		t.Fatalf("create = %d %v", r.status, r.header)
+	}
+	if r := h.do("DELETE", "/v1/orders/1", "alice", "", "", "Connection", "X-User"); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	got := strings.Join(sawUser, ",")
+	mu.Unlock()
+	if got != "" {
+		t.Fatalf("the upstream got X-User %q on the DELETE, want none (named in Connection)", got)
+	}
+	r := h.do("POST", "/v1/orders", "alice", "k1", `{"sku":"a"}`)
+	if r.status != http.StatusCreated || r.header.Get(proxy.ReplayedHeader) != "true" {
+		t.Fatalf("retry after a DELETE the upstream got without an owner = %d %s, want alice's replay", r.status, r.body)
+	}
+	// The same DELETE with the owner forwarded tombstones it.
+	if r := h.do("DELETE", "/v1/orders/1", "alice", "", ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE = %d", r.status)
+	}
+	if r := h.do("POST", "/v1/orders", "alice", "k1", `{"sku":"a"}`); r.status != http.StatusGone {
+		t.Fatalf("retry after alice's DELETE = %d %s, want 410", r.status, r.body)
+	}
+}
