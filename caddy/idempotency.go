@@ -125,9 +125,12 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // configuration is unloaded (a reload provisions a new one first). The
 // metrics go to Caddy's metrics registry of this configuration (served by
 // Caddy's metrics handler and admin /metrics), labelled with Name when it
-// is set. It fails when the configuration is invalid or the store cannot be
-// reached, so Caddy does not start (or keeps its previous configuration)
-// rather than serve keyed requests without a store.
+// is set. It fails when the configuration is invalid, so Caddy does not
+// start (or keeps its previous configuration). A Valkey or PostgreSQL store
+// that cannot be reached does not fail it (middleware.New): Caddy starts or
+// reloads, its keyed requests get 503 store-unavailable and never reach the
+// next handler until the store answers, and every other request is served,
+// so a store outage during a deploy blocks no site.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	opts := []config.LoadOption{config.InProcess()}

@@ -31,7 +31,7 @@ func ExampleNew() {
 		Registerer: prometheus.DefaultRegisterer,
 	})
 	if err != nil {
-		log.Fatal(err) // e.g. the store cannot be reached
+		log.Fatal(err) // e.g. a store section that is not valid
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/orders", func(w http.ResponseWriter, r *http.Request) {

@@ -35,6 +35,14 @@
 //     panics after it wrote a status or body, or with
 //     http.ErrAbortHandler, may have acted, and its claim is kept until
 //     the lease ends. The panic goes on up the stack either way.
+//   - A Valkey or PostgreSQL store that cannot be reached when New runs
+//     does not stop the service, as it does not stop the proxy: New
+//     returns after one attempt (2 s at most) and connects in the
+//     background; until the store answers, keyed requests are refused 503
+//     store-unavailable and never reach the handler, and requests the
+//     engine does not enforce do.
+//     Options.WaitStore (the proxy's --wait-store) waits for it instead
+//     and fails New if it does not come.
 //   - upstream.url, listen, admin and server.tls are not used; the
 //     configuration is read once (no reload: build a new middleware).
 package middleware
@@ -57,7 +65,6 @@ import (
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/drivers"
 )
 
 // Options configure New.
@@ -79,6 +86,20 @@ type Options struct {
 	// Store, when set, is used instead of opening the store Config names;
 	// New does not close it. Tests pass store/memory here.
 	Store store.Store
+	// WaitStore is how long New waits for a Valkey or PostgreSQL store to
+	// answer before it returns, the standalone proxy's --wait-store. 0
+	// (the default) returns once a first attempt has ended (at once when
+	// the store refuses connections, after 2 s at most when it does not
+	// answer: a store that is there is connected when New returns) and
+	// goes on connecting in the background: until the store answers,
+	// keyed requests are refused 503 store-unavailable and the handler
+	// does not run for them (fail closed), while requests the engine does
+	// not enforce reach it. With WaitStore > 0, a store
+	// still unreachable after it fails New with an error wrapping
+	// store.ErrUnavailable, for a service that would rather not start
+	// (its previous version keeps serving a rolling deploy) than start
+	// refusing keyed requests.
+	WaitStore time.Duration
 }
 
 // New opens the store opts.Config names and returns the middleware: a
@@ -87,10 +108,15 @@ type Options struct {
 // and JWKS refreshes stop, when ctx ends (a store passed in Options.Store
 // is left open).
 //
-// It returns an error, and opens nothing, when Config is nil, the metrics
-// cannot be registered, a jwks_file cannot be read, or the store cannot be
-// reached (wrapping store.ErrUnavailable): unlike the standalone proxy,
-// which listens while it connects, a service starts with its store there.
+// A Valkey or PostgreSQL store that cannot be reached does not fail New:
+// as the standalone proxy, the middleware connects in the background and
+// refuses keyed requests 503 store-unavailable until the store answers
+// (see Options.WaitStore to wait for it instead). New returns an error,
+// and opens nothing, when Config is nil, its store section is invalid
+// (the store part of config.Config.Validate), the metrics cannot be
+// registered, a jwks_file cannot be read, a bolt file cannot be opened,
+// or Options.WaitStore passed without the store answering (wrapping
+// store.ErrUnavailable).
 func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, error) {
 	cfg := opts.Config
 	if cfg == nil || cfg.Policy == nil {
@@ -121,15 +147,12 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	}
 	st := opts.Store
 	if st == nil {
-		if st, err = drivers.Open(ctx, cfg.Store, drivers.Options{Logger: log, OnAck: m.StoreAck}); err != nil {
+		if st, err = openStore(ctx, cfg, opts.WaitStore, log, m); err != nil {
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
-		go func() {
-			<-ctx.Done()
-			_ = st.Close()
-		}()
+	} else {
+		m.StoreUp(true)
 	}
-	m.StoreUp(true)
 	go keys.Run(ctx)
 	st = metrics.InstrumentStore(st, m)
 	routes := make([]string, 0, len(cfg.Policy.Routes()))
