@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The engine in process: with Options.Next the handler takes the place of
@@ -134,6 +135,14 @@ func (c *capture) response(req *http.Request) *http.Response {
 	body := bytes.Clone(c.body.Bytes())
 	if _, set := h["Content-Type"]; !set && len(body) > 0 {
 		h.Set("Content-Type", http.DetectContentType(body))
+	}
+	if len(h["Date"]) == 0 {
+		// net/http stamps Date after the handler returns, too late to be
+		// stored: stamped here, it is stored and sent, so the first answer
+		// and its replays carry the same Date, as for an upstream's. Also
+		// over grpc-go's handler, which blanks Date (a nil value): a replay
+		// always carries one (net/http's own when the record has none).
+		h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
 	}
 	var trailer http.Header
 	for _, v := range h.Values("Trailer") {
