@@ -80,8 +80,11 @@ type Options struct {
 	// discards them.
 	Logger *slog.Logger
 	// Registerer receives idemgate's metrics (README, "Metrics"); nil keeps
-	// them unexported. Two middlewares on one Registerer collide: give each
-	// its own (prometheus.WrapRegistererWith).
+	// them unexported. Two middlewares on one Registerer collide, even
+	// after the first one's ctx ended (nothing unregisters them), and the
+	// second New fails saying so: give each its own, a
+	// prometheus.NewRegistry() (tests), or one registry wrapped with a
+	// label per middleware (prometheus.WrapRegistererWith).
 	Registerer prometheus.Registerer
 	// Store, when set, is used instead of opening the store Config names;
 	// New does not close it. Tests pass store/memory here.
@@ -132,7 +135,10 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	}
 	m, err := metrics.New(reg, buildversion.Resolve("", debug.ReadBuildInfo))
 	if err != nil {
-		return nil, fmt.Errorf("middleware: %w", err)
+		// Prometheus's own words do not say what to do; the usual cause is
+		// a second New on one Registerer (prometheus.DefaultRegisterer,
+		// in tests), which stays registered after the first one's ctx ends.
+		return nil, fmt.Errorf("middleware: %w (one Registerer takes the metrics of one middleware only, and keeps them after its ctx ends: give each middleware.New a Registerer of its own, e.g. prometheus.NewRegistry() in tests, or prometheus.WrapRegistererWith(prometheus.Labels{\"idemgate_handler\": \"<name>\"}, reg) to serve several from one registry)", err)
 	}
 	keys, err := policy.NewKeyRing(policy.JWKSOptions{
 		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
