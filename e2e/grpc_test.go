@@ -211,8 +211,9 @@ func TestE2EGRPCReplayOverH2C(t *testing.T) {
 
 // TestE2EGRPCProblemsAreStatuses: key reuse, a missing key and a missing
 // owner reach a grpc-go client as FAILED_PRECONDITION, INVALID_ARGUMENT
-// and UNAUTHENTICATED with the problem slug as ErrorInfo reason. (Before:
-// UNKNOWN, with the problem JSON in the message, and INTERNAL.)
+// and UNAUTHENTICATED with the problem slug as ErrorInfo reason, the
+// missing key's message naming the metadata entry a gRPC caller sets.
+// (Before: UNKNOWN, with the problem JSON in the message, and INTERNAL.)
 func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 	b := startGRPCBackend(t, echo)
 	g := startGate(t, grpcGateConfig(b.addr))
@@ -221,7 +222,12 @@ func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 		t.Fatalf("first: %v", c.err)
 	}
 	wantStatus(t, "same key, other message", create(conn, 10*time.Second, "alice", "k1", "other"), codes.FailedPrecondition, "key-reused")
-	wantStatus(t, "no key", create(conn, 10*time.Second, "alice", "", "order"), codes.InvalidArgument, "missing-key")
+	noKey := create(conn, 10*time.Second, "alice", "", "order")
+	wantStatus(t, "no key", noKey, codes.InvalidArgument, "missing-key")
+	// A gRPC caller sets metadata, not header fields on POST requests.
+	if msg := status.Convert(noKey.err).Message(); !strings.Contains(msg, "the idempotency-key metadata entry") {
+		t.Fatalf("no key: message %q does not name the idempotency-key metadata entry", msg)
+	}
 	wantStatus(t, "no owner", create(conn, 10*time.Second, "", "k2", "order"), codes.Unauthenticated, "missing-owner")
 	if n := b.executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)

@@ -80,8 +80,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.passthroughServe(w, r, ex)
 			return
 		}
-		p.fail(w, ex, problem.MissingKey.With(
-			fmt.Sprintf("route %q requires %s on %s requests", route.Name, route.KeyName(), r.Method)))
+		p.fail(w, ex, problem.MissingKey.With(missingKeyDetail(route, r)))
 		return
 	case err != nil:
 		p.fail(w, ex, problem.InvalidKey.With(err.Error()))
@@ -160,4 +159,16 @@ func clientStatus(r *http.Request, ex *exchange) int {
 		return http.StatusSwitchingProtocols
 	}
 	return http.StatusOK
+}
+
+// missingKeyDetail is the detail of a missing-key problem: what the route
+// takes the key from, in the caller's terms. A gRPC caller sets metadata,
+// not header fields, and every call is a POST it never wrote: it is told
+// the metadata entry (README, "gRPC": the idempotency-key entry is the
+// Idempotency-Key field).
+func missingKeyDetail(route *policy.Route, r *http.Request) string {
+	if isGRPC(r.Header) && !route.Key.FromBody() {
+		return fmt.Sprintf("route %q requires the %s metadata entry on gRPC calls", route.Name, strings.ToLower(route.Header))
+	}
+	return fmt.Sprintf("route %q requires %s on %s requests", route.Name, route.KeyName(), r.Method)
 }
