@@ -10,14 +10,18 @@ import (
 	"os/signal"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware"
 )
 
 // A Go service that takes idempotency keys on POST /v1/orders: the same
-// idemgate.yaml as the proxy's (routes, owner, store), without
-// upstream.url, read with config.InProcess.
+// idemgate.yaml as the proxy's (routes, owner, store: README, "Inside your
+// Go service"), without upstream.url, read with config.InProcess. Its
+// metrics are served on a listener of their own, on loopback.
 func ExampleNew() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -28,7 +32,7 @@ func ExampleNew() {
 	idem, err := middleware.New(ctx, middleware.Options{
 		Config:     cfg,
 		Logger:     slog.Default(),
-		Registerer: prometheus.DefaultRegisterer,
+		Registerer: prometheus.DefaultRegisterer, // one middleware per Registerer
 	})
 	if err != nil {
 		log.Fatal(err) // e.g. a store section that is not valid
@@ -41,7 +45,56 @@ func ExampleNew() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"ord_1"}`)
 	})
-	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: idem(mux)}
+	// idemgate_* (README, "Metrics") with Go's own, for Prometheus.
+	go func() {
+		log.Print(http.ListenAndServe("127.0.0.1:9090", promhttp.Handler()))
+	}()
+	srv := &http.Server{Addr: ":8080", Handler: idem(mux)}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+}
+
+// A gRPC service in process: the grpc.Server is the http.Handler behind
+// the middleware (grpc-go's ServeHTTP), on an http.Server that speaks
+// HTTP/2 without TLS (what grpc.WithTransportCredentials(insecure...)
+// dials), HTTP/1.1 still served for the rest. The route is
+// `match: "grpc orders.v1.Orders/Create"`; clients send the key as the
+// idempotency-key metadata entry.
+func ExampleNew_grpc() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	cfg, err := config.Load("idemgate.yaml", os.Environ(), config.InProcess())
+	if err != nil {
+		log.Fatal(err)
+	}
+	idem, err := middleware.New(ctx, middleware.Options{Config: cfg, Registerer: prometheus.DefaultRegisterer})
+	if err != nil {
+		log.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	// With generated code: ordersv1.RegisterOrdersServer(gs, impl).
+	gs.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "orders.v1.Orders",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Create", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return wrapperspb.String("ord_1 for " + in.GetValue()), nil // runs once per key
+		}}},
+	}, nil)
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders.v1.Orders/", gs)
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // h2c: gRPC without TLS
+	srv := &http.Server{Addr: ":8080", Handler: idem(mux), Protocols: &protocols}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
