@@ -54,6 +54,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,9 +152,15 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	if err := keys.Bind(ctx, cfg.Policy); err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
+	// The store exists before the engines it reports disruptions to (one
+	// per wrapped handler): after its events subscription was lost, each
+	// holds lease takeovers back as the standalone proxy does
+	// (proxy.Proxy.NoteStoreFailure), since a claim past its lease end may
+	// belong to an instance that is alive and about to record its answer.
+	var engines engineSet
 	st := opts.Store
 	if st == nil {
-		if st, err = openStore(ctx, cfg, opts.WaitStore, log, m); err != nil {
+		if st, err = openStore(ctx, cfg, opts.WaitStore, log, m, engines.noteStoreFailure); err != nil {
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
 	} else {
@@ -188,6 +195,30 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 			// both: a broken invariant, not a configuration problem.
 			panic(fmt.Sprintf("middleware: %v", err))
 		}
+		engines.add(p)
 		return p
 	}, nil
+}
+
+// engineSet is the engines one New has built, told of the store's
+// disruptions.
+type engineSet struct {
+	mu sync.Mutex
+	ps []*proxy.Proxy
+}
+
+func (e *engineSet) add(p *proxy.Proxy) {
+	e.mu.Lock()
+	e.ps = append(e.ps, p)
+	e.mu.Unlock()
+}
+
+// noteStoreFailure is the store's OnDisruption; it must not block, and
+// NoteStoreFailure does not.
+func (e *engineSet) noteStoreFailure() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.ps {
+		p.NoteStoreFailure()
+	}
 }

@@ -16,25 +16,14 @@ import (
 	"github.com/idemgate/idemgate/store/lazy"
 )
 
-// Bounds of the store connection loop, the standalone proxy's
-// (cmd/idemgate, storeConnector).
-const (
-	// connectAttemptTimeout bounds one attempt to open the store.
-	connectAttemptTimeout = 10 * time.Second
-	// connectBackoffMin and connectBackoffMax bound the pause between
-	// attempts, doubled after each failure: a store that comes up while
-	// the service waits for it is in service within about a second.
-	connectBackoffMin = 100 * time.Millisecond
-	connectBackoffMax = time.Second
-	// firstAttemptWait bounds how long New waits for the first attempt
-	// when it does not wait for the store (Options.WaitStore 0): a store
-	// that answers is connected when New returns, so a service does not
-	// refuse its first keyed requests for want of a few milliseconds; one
-	// that refuses connections fails the attempt at once; one that does
-	// not answer at all leaves New after this (Valkey's dial timeout),
-	// the attempt going on in the background.
-	firstAttemptWait = 2 * time.Second
-)
+// firstAttemptWait bounds how long New waits for the first attempt to open
+// the store when it does not wait for the store (Options.WaitStore 0): a
+// store that answers is connected when New returns, so a service does not
+// refuse its first keyed requests for want of a few milliseconds; one that
+// refuses connections fails the attempt at once; one that does not answer
+// at all leaves New after this (Valkey's dial timeout), the attempt going
+// on in the background.
+const firstAttemptWait = 2 * time.Second
 
 // openStore returns the store cfg names, closed when ctx ends.
 //
@@ -51,13 +40,13 @@ const (
 // Config.Validate (a driver this build lacks, no Valkey address, a DSN that
 // does not parse), and the local stores (memory, bolt: a file that cannot
 // be opened), which have no outage to wait out.
-func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, m *metrics.Metrics) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
 	c := cfg.Store
 	if err := storeConfigErrors(cfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	open := func(ctx context.Context) (store.Store, error) {
-		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: m.StoreAck})
+		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: m.StoreAck, OnDisruption: onDisruption})
 	}
 	if c.Driver != config.DriverValkey && c.Driver != config.DriverPostgres {
 		st, err := open(ctx)
@@ -72,32 +61,27 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 		return st, nil
 	}
 	lz := lazy.New(c.Driver)
+	conn := &lazy.Connector{Open: open, Lazy: lz, Driver: c.Driver, Log: log, OnUp: m.StoreUp}
 	m.StoreUp(false)
 	if wait > 0 {
-		if err := connect(ctx, lz, open, wait, c.Driver, log, m, nil); err != nil {
+		if err := conn.Connect(ctx, wait); err != nil {
 			_ = lz.Close()
 			return nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
 		}
 	}
-	first := make(chan struct{})
-	if lz.Connected() {
-		close(first)
-	} else {
-		go func() {
-			_ = connect(ctx, lz, open, 0, c.Driver, log, m, func() { close(first) })
-		}()
-	}
 	go func() {
-		<-ctx.Done()
+		conn.Run(ctx)
 		// A connection made after this is closed by lz.Set.
 		_ = lz.Close()
 	}()
 	t := time.NewTimer(firstAttemptWait)
 	defer t.Stop()
-	select {
-	case <-first:
-	case <-t.C:
-	case <-ctx.Done():
+	if !lz.Connected() {
+		select {
+		case <-conn.FirstAttempt():
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
 	return lz, nil
 }
@@ -123,52 +107,4 @@ func storeConfigErrors(cfg *config.Config) error {
 		}
 	}
 	return errors.Join(mine...)
-}
-
-// connect tries to open the store until it succeeds, ctx ends or, with
-// limit > 0, limit has passed (it returns the last error then), and puts it
-// behind lz. It logs the first failure as a warning, the connection once,
-// and calls firstDone (when not nil) once the first attempt has ended.
-func connect(ctx context.Context, lz *lazy.Store, open func(context.Context) (store.Store, error), limit time.Duration, driver string, log *slog.Logger, m *metrics.Metrics, firstDone func()) error {
-	if limit > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limit)
-		defer cancel()
-	}
-	backoff := connectBackoffMin
-	warned := false
-	for {
-		actx, cancel := context.WithTimeout(ctx, connectAttemptTimeout)
-		s, err := open(actx)
-		cancel()
-		if err == nil {
-			err = lz.Set(s) // fails when ctx ended: lz is closed, and closed s
-			if err == nil {
-				m.StoreUp(true)
-				log.Info("store connected", "store", driver)
-			}
-			if firstDone != nil {
-				firstDone()
-			}
-			return err
-		}
-		lz.SetError(err)
-		if firstDone != nil {
-			firstDone()
-			firstDone = nil
-		}
-		if !warned {
-			log.Warn("store not reachable yet: keyed requests get 503 store-unavailable until it is; retrying in the background",
-				"store", driver, "err", err)
-			warned = true
-		} else {
-			log.Debug("store still not reachable", "store", driver, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, connectBackoffMax)
-	}
 }

@@ -364,7 +364,7 @@ type runOptions struct {
 	log  *slog.Logger
 	// waitStore > 0 waits that long for the store before listening and
 	// fails when it is still unreachable; 0 listens at once (see
-	// storeConnector).
+	// lazy.Connector).
 	waitStore time.Duration
 	// hup delivers SIGHUP, which reloads the policy; nil in tests.
 	hup <-chan os.Signal
@@ -399,8 +399,8 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 	var gate atomic.Pointer[proxy.Proxy]
 	lz := lazy.New(cfg.Store.Driver)
 	defer lz.Close()
-	sc := &storeConnector{
-		open: func(ctx context.Context) (store.Store, error) {
+	sc := &lazy.Connector{
+		Open: func(ctx context.Context) (store.Store, error) {
 			return drivers.Open(ctx, cfg.Store, drivers.Options{
 				Logger: log,
 				OnDisruption: func() {
@@ -411,11 +411,11 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 				OnAck: m.StoreAck,
 			})
 		},
-		lazy: lz, driver: cfg.Store.Driver, log: log, m: m,
+		Lazy: lz, Driver: cfg.Store.Driver, Log: log, OnUp: m.StoreUp,
 	}
 	m.StoreUp(false)
 	if waitStore > 0 {
-		if err := sc.connect(ctx, waitStore); err != nil {
+		if err := sc.Connect(ctx, waitStore); err != nil {
 			return fmt.Errorf("the %s store is unreachable after --wait-store %v: %w", cfg.Store.Driver, waitStore, err)
 		}
 	}
@@ -423,7 +423,7 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 	connDone := make(chan struct{})
 	go func() {
 		defer close(connDone)
-		sc.run(connCtx)
+		sc.Run(connCtx)
 	}()
 	// Deferred after lz.Close, so it runs before it.
 	defer func() {
@@ -561,7 +561,7 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 			Scoping:    policy.Scoping{PassHost: cfg.Upstream.PassHost},
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
 			// idemgate_store_up follows every /readyz store check.
-			StoreChecked: sc.note,
+			StoreChecked: sc.Note,
 			// /readyz names jwt key sets that hold no keys yet.
 			KeySets: keys.Unready,
 		}),
