@@ -172,12 +172,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return c.err
 }
 
+// clientWriter reports whether w is the writer ServeHTTP gave the engine,
+// or wraps it: what the engine hands the next handler of a request it does
+// not enforce. The engine wraps the client's writer in its own (for its
+// access line) before it decides, so w is that wrapper, and the client's
+// writer is found by following Unwrap, as http.ResponseController does. On
+// a request it enforces, w is the engine's capture of that one call
+// (package proxy, handlerTransport): a writer of its own that wraps nothing
+// and holds the response until the engine decides on it, so it never leads
+// to the client's. A writer on the way whose type cannot be compared is
+// not the client's (comparing it would panic) and is unwrapped further.
+func (c *call) clientWriter(w http.ResponseWriter) bool {
+	for w != nil {
+		if reflect.TypeOf(w).Comparable() && w == c.w {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
+}
+
 // callNext is the handler the engine wraps: Caddy's next handler of the
 // request's call. A request the engine does not enforce arrives with the
-// writer ServeHTTP passed (the client's), and next's error goes back to
-// Caddy. On a request it enforces the writer is the engine's capture, and
-// an error with nothing written becomes its status (see the package
-// documentation), so that nothing is stored as a success.
+// client's writer (the one ServeHTTP passed, in the engine's wrapper:
+// clientWriter), and next's error goes back to Caddy, to handle_errors. On
+// a request it enforces the writer is the engine's capture, and an error
+// with nothing written becomes its status (see the package documentation),
+// so that nothing is stored as a success.
 func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	c, _ := r.Context().Value(nextKey{}).(*call)
 	if c == nil {
@@ -186,10 +211,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "idempotency: request without its Caddy handler chain", http.StatusInternalServerError)
 		return
 	}
-	// Caddy's writers are pointers; a writer of a type that cannot be
-	// compared is taken for the engine's, which only costs Caddy's
-	// handle_errors that request's error.
-	if reflect.TypeOf(w).Comparable() && w == c.w {
+	if c.clientWriter(w) {
 		c.err = c.next.ServeHTTP(w, r)
 		return
 	}
