@@ -64,6 +64,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -142,16 +143,55 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Name != "" {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
 	}
-	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: reg})
+	rec := &registerRecorder{Registerer: reg}
+	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec})
 	if err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return fmt.Errorf("idempotency: %w (several idempotency handlers in one configuration: give each its own name)", err)
+		if rec.failed.Load() {
+			return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
 		}
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = mw(http.HandlerFunc(h.callNext))
 	return nil
+}
+
+// nameHint is what a metrics registration failure at Provision adds to
+// its error. The registry is Caddy's, one per configuration, and the
+// only collectors of idemgate's on it are the idempotency handlers': two
+// unnamed (or alike named) handlers register the same metrics
+// (prometheus.AlreadyRegisteredError), and a named one beside an unnamed
+// one registers them with other label names, which Prometheus refuses
+// with a plain error ("a previously registered descriptor with the same
+// fully-qualified name..."). A name for each handler cures both.
+const nameHint = "several idempotency handlers in one configuration: give each its own name"
+
+// registerRecorder is the Registerer of one Provision: it tells whether a
+// registration failed, whatever the error's type, so that such a failure
+// gets nameHint and no other error of middleware.New does.
+type registerRecorder struct {
+	prometheus.Registerer
+	// failed is atomic: nothing stops the engine from registering
+	// from another goroutine.
+	failed atomic.Bool
+}
+
+// Register registers c and records a failure.
+func (r *registerRecorder) Register(c prometheus.Collector) error {
+	err := r.Registerer.Register(c)
+	if err != nil {
+		r.failed.Store(true)
+	}
+	return err
+}
+
+// MustRegister registers cs, recording a failure before it panics as
+// prometheus.Registerer's MustRegister does.
+func (r *registerRecorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // nextKey is the request context key of the call in progress.
