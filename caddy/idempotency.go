@@ -57,9 +57,11 @@
 package caddyidem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"reflect"
@@ -71,6 +73,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
@@ -101,7 +104,9 @@ type Handler struct {
 	// "store.driver", "upstream.timeout") to its value written as in an
 	// environment variable (lists comma-separated). Only the keys the
 	// environment may set are accepted (config.WithOverrides): the policy
-	// (defaults, routes) comes from the file.
+	// (defaults, routes) comes from the file. store.valkey.addrs with no
+	// driver named (here, in the environment or in the file) selects the
+	// valkey store, and beside another driver is refused (storeOverrides).
 	Overrides map[string]string `json:"overrides,omitempty"`
 	// Name labels this handler's metrics (idemgate_handler="<name>") on
 	// Caddy's metrics registry. Needed only when one Caddy configuration
@@ -128,14 +133,25 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Caddy's metrics handler and admin /metrics), labelled with Name when it
 // is set. It fails when the configuration is invalid or the store cannot be
 // reached, so Caddy does not start (or keeps its previous configuration)
-// rather than serve keyed requests without a store.
+// rather than serve keyed requests without a store, and when
+// store.valkey.addrs is overridden beside a driver that is not valkey
+// (storeOverrides).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	opts := []config.LoadOption{config.InProcess()}
-	if len(h.Overrides) > 0 {
-		opts = append(opts, config.WithOverrides(h.Overrides))
+	environ := os.Environ()
+	overrides, err := storeOverrides(h.Config, environ, h.Overrides)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
 	}
-	cfg, err := config.Load(h.Config, os.Environ(), opts...)
+	if overrides["store.driver"] != h.Overrides["store.driver"] {
+		h.logger.Info("store_addrs (store.valkey.addrs) without a store driver: using the valkey store",
+			zap.Strings("addrs", strings.Split(overrides[addrsKey], ",")))
+	}
+	opts := []config.LoadOption{config.InProcess()}
+	if len(overrides) > 0 {
+		opts = append(opts, config.WithOverrides(overrides))
+	}
+	cfg, err := config.Load(h.Config, environ, opts...)
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
@@ -153,6 +169,83 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.engine = mw(http.HandlerFunc(h.callNext))
 	return nil
+}
+
+// addrsKey is the key the store_addrs option sets.
+const addrsKey = "store.valkey.addrs"
+
+// storeOverrides returns the overrides to load the configuration at path
+// with: overrides, with store.driver set to valkey when they set
+// store.valkey.addrs (store_addrs) and no driver is named anywhere (not
+// in overrides, the environment of environ, nor the file), and an error
+// when they set it and the driver that is named is another.
+//
+// The driver is the memory store unless something names one, and
+// store.valkey.addrs is read by the valkey driver alone, so store_addrs
+// without a driver would otherwise be ignored and each Caddy keep its own
+// records in memory: duplicates sent to two instances, or across a
+// restart, would run twice, with nothing but a warning at start to show
+// for it. Valkey addresses say which store is meant; the driver is
+// selected rather than the configuration refused because no other
+// reading of them exists, and a wrong one cannot pass unseen (a Valkey
+// that is not there refuses keyed requests: fail closed). A driver that
+// is named and is not valkey is a contradiction only its author can
+// settle, so it is refused, naming both.
+func storeOverrides(path string, environ []string, overrides map[string]string) (map[string]string, error) {
+	addrs, ok := overrides[addrsKey]
+	if !ok {
+		return overrides, nil
+	}
+	driver, named := overrides["store.driver"]
+	from := "the store option, or the store.driver override"
+	if !named {
+		driver, from, named = envDriver(environ)
+	}
+	if !named {
+		driver, named = fileDriver(path)
+		from = "store.driver in " + path
+	}
+	switch {
+	case !named:
+		with := maps.Clone(overrides)
+		with["store.driver"] = config.DriverValkey
+		return with, nil
+	case driver != config.DriverValkey:
+		return nil, fmt.Errorf("store_addrs %s (%s) is read by the valkey store only, and the store driver is %q (%s): remove store_addrs, or make the driver valkey",
+			addrs, addrsKey, driver, from)
+	}
+	return overrides, nil
+}
+
+// envDriver returns the store driver the environment names, as
+// config.Load reads it, and where it comes from.
+func envDriver(environ []string) (driver, from string, named bool) {
+	name := config.EnvName("store.driver")
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			driver, from, named = v, name, true // the last one counts, as for config.Load
+		}
+	}
+	return driver, from, named
+}
+
+// fileDriver returns the store driver the YAML file at path names, read as
+// config.Load reads it (viper: keys in any case). A file that cannot be
+// read or parsed names none: config.Load reports it.
+func fileDriver(path string) (driver string, named bool) {
+	if path == "" {
+		return "", false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil || !v.IsSet("store.driver") {
+		return "", false
+	}
+	return v.GetString("store.driver"), true
 }
 
 // nameHint is what a metrics registration failure at Provision adds to
@@ -309,7 +402,7 @@ func (w *wroteWriter) Flush() {
 //	idempotency [<config path>] {
 //		config       <path>            # idemgate's YAML configuration
 //		store        <driver>          # store.driver: memory | valkey | bolt | postgres
-//		store_addrs  <host:port>...    # store.valkey.addrs
+//		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: storeOverrides)
 //		key_prefix   <prefix>          # store.valkey.key_prefix
 //		timeout      <duration>        # upstream.timeout: the bound of one call of the next handlers
 //		set          <key> <value>     # any other key the environment may set (config.WithOverrides)
