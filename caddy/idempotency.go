@@ -15,6 +15,11 @@
 //
 //	xcaddy build --with github.com/idemgate/idemgate/caddy
 //
+// or, from a checkout of the repository, at its root (the replace of
+// this module's go.mod does not count in xcaddy's build module):
+//
+//	xcaddy build --output bin/caddy --with github.com/idemgate/idemgate/caddy=./caddy --replace github.com/idemgate/idemgate=.
+//
 // Caddyfile:
 //
 //	example.com {

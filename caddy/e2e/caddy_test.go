@@ -509,6 +509,49 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 	}
 }
 
+// TestReadmeCaddyfilesAdapt: every Caddyfile snippet of the READMEs (the
+// repository's "Inside Caddy", caddy/README.md's, gRPC's included) adapts,
+// with the idempotency handler before reverse_proxy, so that what a reader
+// copies runs.
+func TestReadmeCaddyfilesAdapt(t *testing.T) {
+	n := 0
+	for _, readme := range []string{"../../README.md", "../README.md"} {
+		text, err := os.ReadFile(readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(text)
+		for {
+			_, after, ok := strings.Cut(rest, "```caddyfile\n")
+			if !ok {
+				break
+			}
+			snippet, tail, ok := strings.Cut(after, "```")
+			if !ok {
+				t.Fatalf("%s: a caddyfile block without its end", readme)
+			}
+			rest = tail
+			n++
+			path := filepath.Join(t.TempDir(), "Caddyfile")
+			if err := os.WriteFile(path, []byte(snippet), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(caddyBinary, "adapt", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: caddy adapt of\n%s: %v\n%s", readme, snippet, err, out)
+			}
+			s := string(out)
+			idem, rp := strings.Index(s, `"handler":"idempotency"`), strings.Index(s, `"handler":"reverse_proxy"`)
+			if idem < 0 || rp < 0 || idem > rp {
+				t.Fatalf("%s: want the idempotency handler before reverse_proxy in\n%s\nadapted:\n%s", readme, snippet, s)
+			}
+		}
+	}
+	if n < 3 {
+		t.Fatalf("%d caddyfile snippets in the READMEs, want at least 3 (the test reads them from the wrong place?)", n)
+	}
+}
+
 // TestCaddyBrokenUpstreamKeepsTheClaim: an upstream that acts, sends 201
 // and half of its body, then cuts the connection. reverse_proxy aborts the
 // response (http.ErrAbortHandler): the operation took place, so the engine
