@@ -15,6 +15,11 @@
 //
 //	xcaddy build --with github.com/idemgate/idemgate/caddy
 //
+// or, from a checkout of the repository, at its root (the replace of
+// this module's go.mod does not count in xcaddy's build module):
+//
+//	xcaddy build --output bin/caddy --with github.com/idemgate/idemgate/caddy=./caddy --replace github.com/idemgate/idemgate=.
+//
 // Caddyfile:
 //
 //	example.com {
@@ -57,19 +62,23 @@
 package caddyidem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
@@ -100,7 +109,9 @@ type Handler struct {
 	// "store.driver", "upstream.timeout") to its value written as in an
 	// environment variable (lists comma-separated). Only the keys the
 	// environment may set are accepted (config.WithOverrides): the policy
-	// (defaults, routes) comes from the file.
+	// (defaults, routes) comes from the file. store.valkey.addrs with no
+	// driver named (here, in the environment or in the file) selects the
+	// valkey store, and beside another driver is refused (storeOverrides).
 	Overrides map[string]string `json:"overrides,omitempty"`
 	// Name labels this handler's metrics (idemgate_handler="<name>") on
 	// Caddy's metrics registry. Needed only when one Caddy configuration
@@ -126,18 +137,29 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // metrics go to Caddy's metrics registry of this configuration (served by
 // Caddy's metrics handler and admin /metrics), labelled with Name when it
 // is set. It fails when the configuration is invalid, so Caddy does not
-// start (or keeps its previous configuration). A Valkey or PostgreSQL store
-// that cannot be reached does not fail it (middleware.New): Caddy starts or
-// reloads, its keyed requests get 503 store-unavailable and never reach the
-// next handler until the store answers, and every other request is served,
-// so a store outage during a deploy blocks no site.
+// start (or keeps its previous configuration), and when store.valkey.addrs
+// is overridden beside a driver that is not valkey (storeOverrides). A
+// Valkey or PostgreSQL store that cannot be reached does not fail it
+// (middleware.New): Caddy starts or reloads, its keyed requests get 503
+// store-unavailable and never reach the next handler until the store
+// answers, and every other request is served, so a store outage during a
+// deploy blocks no site.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	opts := []config.LoadOption{config.InProcess()}
-	if len(h.Overrides) > 0 {
-		opts = append(opts, config.WithOverrides(h.Overrides))
+	environ := os.Environ()
+	overrides, err := storeOverrides(h.Config, environ, h.Overrides)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
 	}
-	cfg, err := config.Load(h.Config, os.Environ(), opts...)
+	if overrides["store.driver"] != h.Overrides["store.driver"] {
+		h.logger.Info("store_addrs (store.valkey.addrs) without a store driver: using the valkey store",
+			zap.Strings("addrs", strings.Split(overrides[addrsKey], ",")))
+	}
+	opts := []config.LoadOption{config.InProcess()}
+	if len(overrides) > 0 {
+		opts = append(opts, config.WithOverrides(overrides))
+	}
+	cfg, err := config.Load(h.Config, environ, opts...)
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
@@ -145,16 +167,132 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Name != "" {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
 	}
-	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: reg})
+	rec := &registerRecorder{Registerer: reg}
+	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec})
 	if err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return fmt.Errorf("idempotency: %w (several idempotency handlers in one configuration: give each its own name)", err)
+		if rec.failed.Load() {
+			return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
 		}
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = mw(http.HandlerFunc(h.callNext))
 	return nil
+}
+
+// addrsKey is the key the store_addrs option sets.
+const addrsKey = "store.valkey.addrs"
+
+// storeOverrides returns the overrides to load the configuration at path
+// with: overrides, with store.driver set to valkey when they set
+// store.valkey.addrs (store_addrs) and no driver is named anywhere (not
+// in overrides, the environment of environ, nor the file), and an error
+// when they set it and the driver that is named is another.
+//
+// The driver is the memory store unless something names one, and
+// store.valkey.addrs is read by the valkey driver alone, so store_addrs
+// without a driver would otherwise be ignored and each Caddy keep its own
+// records in memory: duplicates sent to two instances, or across a
+// restart, would run twice, with nothing but a warning at start to show
+// for it. Valkey addresses say which store is meant; the driver is
+// selected rather than the configuration refused because no other
+// reading of them exists, and a wrong one cannot pass unseen (a Valkey
+// that is not there refuses keyed requests: fail closed). A driver that
+// is named and is not valkey is a contradiction only its author can
+// settle, so it is refused, naming both.
+func storeOverrides(path string, environ []string, overrides map[string]string) (map[string]string, error) {
+	addrs, ok := overrides[addrsKey]
+	if !ok {
+		return overrides, nil
+	}
+	driver, named := overrides["store.driver"]
+	from := "the store option, or the store.driver override"
+	if !named {
+		driver, from, named = envDriver(environ)
+	}
+	if !named {
+		driver, named = fileDriver(path)
+		from = "store.driver in " + path
+	}
+	switch {
+	case !named:
+		with := maps.Clone(overrides)
+		with["store.driver"] = config.DriverValkey
+		return with, nil
+	case driver != config.DriverValkey:
+		return nil, fmt.Errorf("store_addrs %s (%s) is read by the valkey store only, and the store driver is %q (%s): remove store_addrs, or make the driver valkey",
+			addrs, addrsKey, driver, from)
+	}
+	return overrides, nil
+}
+
+// envDriver returns the store driver the environment names, as
+// config.Load reads it, and where it comes from.
+func envDriver(environ []string) (driver, from string, named bool) {
+	name := config.EnvName("store.driver")
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			driver, from, named = v, name, true // the last one counts, as for config.Load
+		}
+	}
+	return driver, from, named
+}
+
+// fileDriver returns the store driver the YAML file at path names, read as
+// config.Load reads it (viper: keys in any case). A file that cannot be
+// read or parsed names none: config.Load reports it.
+func fileDriver(path string) (driver string, named bool) {
+	if path == "" {
+		return "", false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil || !v.IsSet("store.driver") {
+		return "", false
+	}
+	return v.GetString("store.driver"), true
+}
+
+// nameHint is what a metrics registration failure at Provision adds to
+// its error. The registry is Caddy's, one per configuration, and the
+// only collectors of idemgate's on it are the idempotency handlers': two
+// unnamed (or alike named) handlers register the same metrics
+// (prometheus.AlreadyRegisteredError), and a named one beside an unnamed
+// one registers them with other label names, which Prometheus refuses
+// with a plain error ("a previously registered descriptor with the same
+// fully-qualified name..."). A name for each handler cures both.
+const nameHint = "several idempotency handlers in one configuration: give each its own name"
+
+// registerRecorder is the Registerer of one Provision: it tells whether a
+// registration failed, whatever the error's type, so that such a failure
+// gets nameHint and no other error of middleware.New does.
+type registerRecorder struct {
+	prometheus.Registerer
+	// failed is atomic: nothing stops the engine from registering
+	// from another goroutine.
+	failed atomic.Bool
+}
+
+// Register registers c and records a failure.
+func (r *registerRecorder) Register(c prometheus.Collector) error {
+	err := r.Registerer.Register(c)
+	if err != nil {
+		r.failed.Store(true)
+	}
+	return err
+}
+
+// MustRegister registers cs, recording a failure before it panics as
+// prometheus.Registerer's MustRegister does.
+func (r *registerRecorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // nextKey is the request context key of the call in progress.
@@ -175,12 +313,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return c.err
 }
 
+// clientWriter reports whether w is the writer ServeHTTP gave the engine,
+// or wraps it: what the engine hands the next handler of a request it does
+// not enforce. The engine wraps the client's writer in its own (for its
+// access line) before it decides, so w is that wrapper, and the client's
+// writer is found by following Unwrap, as http.ResponseController does. On
+// a request it enforces, w is the engine's capture of that one call
+// (package proxy, handlerTransport): a writer of its own that wraps nothing
+// and holds the response until the engine decides on it, so it never leads
+// to the client's. A writer on the way whose type cannot be compared is
+// not the client's (comparing it would panic) and is unwrapped further.
+func (c *call) clientWriter(w http.ResponseWriter) bool {
+	for w != nil {
+		if reflect.TypeOf(w).Comparable() && w == c.w {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
+}
+
 // callNext is the handler the engine wraps: Caddy's next handler of the
 // request's call. A request the engine does not enforce arrives with the
-// writer ServeHTTP passed (the client's), and next's error goes back to
-// Caddy. On a request it enforces the writer is the engine's capture, and
-// an error with nothing written becomes its status (see the package
-// documentation), so that nothing is stored as a success.
+// client's writer (the one ServeHTTP passed, in the engine's wrapper:
+// clientWriter), and next's error goes back to Caddy, to handle_errors. On
+// a request it enforces the writer is the engine's capture, and an error
+// with nothing written becomes its status (see the package documentation),
+// so that nothing is stored as a success.
 func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	c, _ := r.Context().Value(nextKey{}).(*call)
 	if c == nil {
@@ -189,10 +352,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "idempotency: request without its Caddy handler chain", http.StatusInternalServerError)
 		return
 	}
-	// Caddy's writers are pointers; a writer of a type that cannot be
-	// compared is taken for the engine's, which only costs Caddy's
-	// handle_errors that request's error.
-	if reflect.TypeOf(w).Comparable() && w == c.w {
+	if c.clientWriter(w) {
 		c.err = c.next.ServeHTTP(w, r)
 		return
 	}
@@ -250,7 +410,7 @@ func (w *wroteWriter) Flush() {
 //	idempotency [<config path>] {
 //		config       <path>            # idemgate's YAML configuration
 //		store        <driver>          # store.driver: memory | valkey | bolt | postgres
-//		store_addrs  <host:port>...    # store.valkey.addrs
+//		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: storeOverrides)
 //		key_prefix   <prefix>          # store.valkey.key_prefix
 //		timeout      <duration>        # upstream.timeout: the bound of one call of the next handlers
 //		set          <key> <value>     # any other key the environment may set (config.WithOverrides)

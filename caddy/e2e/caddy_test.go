@@ -137,9 +137,38 @@ type caddyProc struct {
 // answers and stops it in t.Cleanup.
 func startCaddy(t *testing.T, valkeyAddr, keyPrefix, up string) *caddyProc {
 	t.Helper()
+	return runCaddy(t, caddySite{
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix %s", valkeyAddr, keyPrefix),
+		After:       "reverse_proxy " + strings.TrimPrefix(up, "http://"),
+	})
+}
+
+// caddySite is the one site of a Caddy that runCaddy starts.
+type caddySite struct {
+	// YAML is idemgate's configuration file; idemgateYAML when "".
+	YAML string
+	// Global is added to the global options block (admin, auto_https,
+	// storage are set).
+	Global string
+	// Idempotency is the idempotency block's lines after "config <the
+	// YAML's path>".
+	Idempotency string
+	// After is the site's directives besides idempotency, e.g.
+	// reverse_proxy and handle_errors.
+	After string
+}
+
+// runCaddy runs Caddy with site on a free 127.0.0.1 port (http://), its
+// admin endpoint on another; it returns once Caddy answers and stops it in
+// t.Cleanup.
+func runCaddy(t *testing.T, site caddySite) *caddyProc {
+	t.Helper()
 	dir := t.TempDir()
+	if site.YAML == "" {
+		site.YAML = idemgateYAML
+	}
 	cfgPath := filepath.Join(dir, "idemgate.yaml")
-	if err := os.WriteFile(cfgPath, []byte(idemgateYAML), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(site.YAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	port, adminPort := valkeytest.FreePort(t), valkeytest.FreePort(t)
@@ -148,18 +177,18 @@ func startCaddy(t *testing.T, valkeyAddr, keyPrefix, up string) *caddyProc {
 	auto_https off
 	persist_config off
 	storage file_system %s
+	%s
 }
 
 http://127.0.0.1:%d {
 	bind 127.0.0.1
 	idempotency {
 		config %s
-		store_addrs %s
-		key_prefix %s
+		%s
 	}
-	reverse_proxy %s
+	%s
 }
-`, adminPort, filepath.Join(dir, "data"), port, cfgPath, valkeyAddr, keyPrefix, strings.TrimPrefix(up, "http://"))
+`, adminPort, filepath.Join(dir, "data"), site.Global, port, cfgPath, site.Idempotency, site.After)
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)
@@ -477,6 +506,49 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Fatalf("adapted JSON lacks %s:\n%s", want, s)
 		}
+	}
+}
+
+// TestReadmeCaddyfilesAdapt: every Caddyfile snippet of the READMEs (the
+// repository's "Inside Caddy", caddy/README.md's, gRPC's included) adapts,
+// with the idempotency handler before reverse_proxy, so that what a reader
+// copies runs.
+func TestReadmeCaddyfilesAdapt(t *testing.T) {
+	n := 0
+	for _, readme := range []string{"../../README.md", "../README.md"} {
+		text, err := os.ReadFile(readme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(text)
+		for {
+			_, after, ok := strings.Cut(rest, "```caddyfile\n")
+			if !ok {
+				break
+			}
+			snippet, tail, ok := strings.Cut(after, "```")
+			if !ok {
+				t.Fatalf("%s: a caddyfile block without its end", readme)
+			}
+			rest = tail
+			n++
+			path := filepath.Join(t.TempDir(), "Caddyfile")
+			if err := os.WriteFile(path, []byte(snippet), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(caddyBinary, "adapt", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: caddy adapt of\n%s: %v\n%s", readme, snippet, err, out)
+			}
+			s := string(out)
+			idem, rp := strings.Index(s, `"handler":"idempotency"`), strings.Index(s, `"handler":"reverse_proxy"`)
+			if idem < 0 || rp < 0 || idem > rp {
+				t.Fatalf("%s: want the idempotency handler before reverse_proxy in\n%s\nadapted:\n%s", readme, snippet, s)
+			}
+		}
+	}
+	if n < 3 {
+		t.Fatalf("%d caddyfile snippets in the READMEs, want at least 3 (the test reads them from the wrong place?)", n)
 	}
 }
 
