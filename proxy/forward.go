@@ -113,6 +113,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if p.grpcNotStored(w, r, ex, token, resp, body, cutShort, stopHeartbeat) {
 		return
 	}
+	if len(resp.Header["Date"]) == 0 {
+		// An upstream that sends no Date (grpc-go's server over HTTP/2):
+		// net/http would stamp one at write time, too late to be stored,
+		// and each replay would carry another. Stamped here, it is stored
+		// and sent, so the first answer and its replays carry the same
+		// (TestReplayRepeatsDateTheUpstreamDidNotSend).
+		resp.Header["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
+	}
 	// The body was read to its end, so resp.Trailer holds what the
 	// upstream sent after it (TestE2ETrailersKeptAndReplayed).
 	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}
