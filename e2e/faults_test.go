@@ -490,8 +490,12 @@ func TestFaultUpstreamAmbiguousFailure(t *testing.T) {
 	}
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
+	// The retry "right after" must come within the lease of the claim (no
+	// heartbeat keeps an ambiguous claim), two HTTP exchanges later: 3 s,
+	// not 1 s, leaves a loaded machine room for them; the test then waits
+	// for the lease to end.
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken,
-		Routes: ordersRoute("lease: 1s", "concurrent: conflict", "on_abandoned: takeover")})
+		Routes: ordersRoute("lease: 3s", "concurrent: conflict", "on_abandoned: takeover")})
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprintf("ambiguous-%d", i)
