@@ -140,7 +140,20 @@ func TestFaultSlowUpstreamBeyondLease(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	entered := make(chan struct{}, 8)
-	up.Set(nil, 3*time.Second, entered)
+	// The call lasts 3 s and at least until the duplicates that must find
+	// it running were answered: with 3 s alone, the one sent at 2 s had a
+	// second to be answered, and on a loaded machine found the call
+	// completed and got its replay.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"slow":%q}`, r.Header.Get("X-User"))
+	}, 3*time.Second, entered)
+	t.Cleanup(free) // before the upstream's Close, which waits for the call
 	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
 		Routes: ordersRoute("lease: 1s", "concurrent: conflict")}
 	a, b := startGate(t, c), startGate(t, c)
@@ -150,11 +163,14 @@ func TestFaultSlowUpstreamBeyondLease(t *testing.T) {
 	go func() { first <- postTimeout(20*time.Second, a.URL+"/v1/orders", "alice", "slow", `{}`) }()
 	waitEntered(t, entered, 5*time.Second)
 	var dups []Answer
-	for _, at := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 3500 * time.Millisecond} {
+	for i, at := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 3500 * time.Millisecond} {
 		time.Sleep(time.Until(start.Add(at)))
 		d := postTimeout(20*time.Second, b.URL+"/v1/orders", "alice", "slow", `{}`)
 		t.Logf("duplicate at %v: %v", at, d)
 		dups = append(dups, d)
+		if i == 1 {
+			free()
+		}
 	}
 	orig := <-first
 	if orig.Status != 201 || orig.replayed() {
@@ -474,8 +490,12 @@ func TestFaultUpstreamAmbiguousFailure(t *testing.T) {
 	}
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
+	// The retry "right after" must come within the lease of the claim (no
+	// heartbeat keeps an ambiguous claim), two HTTP exchanges later: 3 s,
+	// not 1 s, leaves a loaded machine room for them; the test then waits
+	// for the lease to end.
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken,
-		Routes: ordersRoute("lease: 1s", "concurrent: conflict", "on_abandoned: takeover")})
+		Routes: ordersRoute("lease: 3s", "concurrent: conflict", "on_abandoned: takeover")})
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprintf("ambiguous-%d", i)

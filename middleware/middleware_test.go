@@ -239,12 +239,26 @@ func TestMiddlewareScenarios(t *testing.T) {
 	})
 
 	t.Run("a client that leaves does not cancel the call", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		// The client leaves once the handler runs, not after a fixed
+		// 100 ms: on a loaded machine the request could still be on its
+		// way then, so nothing ran and the retry was the first call.
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if _, err := post(t, ctx, gate.URL, "alice", "k-gone", `{"sleep":"600ms"}`); err == nil {
-			t.Fatal("the client's deadline did not end its request")
+		gone := make(chan error, 1)
+		go func() {
+			_, err := post(t, ctx, gate.URL, "alice", "k-gone", `{"sleep":"2s"}`)
+			gone <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); h.runsOf("k-gone") == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the handler never ran the first request")
+			}
 		}
-		a := mustPost(t, gate.URL, "alice", "k-gone", `{"sleep":"600ms"}`) // waits for the first, then replays
+		cancel()
+		if err := <-gone; err == nil {
+			t.Fatal("the client's cancel did not end its request")
+		}
+		a := mustPost(t, gate.URL, "alice", "k-gone", `{"sleep":"2s"}`) // waits for the first, then replays
 		if a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry: %d replayed=%q %s", a.status, a.header.Get("Idempotent-Replayed"), a.body)
 		}

@@ -205,7 +205,11 @@ func TestReplayCacheThroughProxy(t *testing.T) {
 // their cache), a cached record is not replayed: every keyed request
 // fails closed until the store answers a claim again.
 func TestReplayCacheNotWhileStoreFails(t *testing.T) {
-	r := newCacheRig(t, 300*time.Millisecond)
+	// The store timeout bounds the requests sent to the frozen server, and
+	// also every store operation of the warm-ups and of k1's first post,
+	// which must succeed: 300 ms is within what a loaded machine can delay
+	// one round trip to a live Valkey.
+	r := newCacheRig(t, time.Second)
 	r.post(r.cached, "alice", "k1", `{}`)
 	r.post(r.cached, "alice", "k1", `{}`)
 	if got := r.post(r.cached, "alice", "k1", `{}`); got.header.Get(proxy.ReplayedHeader) != "true" || cacheLookups(t, r.reg, "hit") != 1 {

@@ -643,8 +643,13 @@ func TestClientDisconnectStillRecords(t *testing.T) {
 }
 
 func TestHeartbeatKeepsSlowClaim(t *testing.T) {
+	// The upstream answers when the test has sent its duplicate, not after
+	// a fixed time: a duplicate delayed by a loaded machine past a fixed
+	// upstream delay found the call completed and was answered with its
+	// replay.
+	release := make(chan struct{})
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(900 * time.Millisecond)
+		<-release
 		created(w, r)
 	}, func(_ *proxy.Options, d *policy.Route, _ *[]policy.Route) {
 		d.Lease = 300 * time.Millisecond
@@ -657,10 +662,14 @@ func TestHeartbeatKeepsSlowClaim(t *testing.T) {
 	}
 	// Well past the first lease end, the duplicate must still find it running.
 	time.Sleep(600 * time.Millisecond)
-	if r := h.do("POST", "/v1/orders", "alice", "slow", "{}"); r.status != 409 {
+	r := h.do("POST", "/v1/orders", "alice", "slow", "{}")
+	close(release)
+	if r.status != 409 {
 		t.Fatalf("duplicate past the lease got %d, want 409 (the heartbeat keeps the claim)", r.status)
 	}
-	<-done
+	if first := <-done; first.status != 201 {
+		t.Fatalf("first = %d, want 201", first.status)
+	}
 	if n := h.up.count("/v1/orders"); n != 1 {
 		t.Fatalf("upstream saw %d, want 1", n)
 	}

@@ -18,6 +18,12 @@ const (
 	longLease = time.Minute
 	// shortLease is the lease of subtests that wait for one to end.
 	shortLease = 100 * time.Millisecond
+	// shortRetention is the retention of subtests that wait for one to end
+	// but first work with the record: on a real clock (Valkey's) it must
+	// outlive the round trips between the write and the last operation
+	// that must still find it, on a machine loaded by other test packages
+	// (150 and 200 ms did not always).
+	shortRetention = 2 * time.Second
 	// wakeTimeout bounds how long a watcher may take to be woken.
 	wakeTimeout = 3 * time.Second
 	// quietWindow is how long a watcher must stay asleep to count as not woken.

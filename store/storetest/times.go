@@ -9,7 +9,7 @@ import (
 
 func (s *suite) testRetentionEnd(t *testing.T) {
 	st := s.newStore(t)
-	retention := 150 * time.Millisecond
+	retention := shortRetention
 	id := newID()
 	p := params(id, "fp", longLease, retention)
 	s.mustClaim(t, st, p, store.Claimed)
@@ -38,7 +38,7 @@ func (s *suite) testRetentionEnd(t *testing.T) {
 func (s *suite) testRunningExpiry(t *testing.T) {
 	st := s.newStore(t)
 	// A running record lives until the later of lease end and claim+retention.
-	lease, retention := shortLease, 2*shortLease
+	lease, retention := shortLease, shortRetention
 	id := newID()
 	p := params(id, "fp", lease, retention)
 	res := s.mustClaim(t, st, p, store.Claimed)

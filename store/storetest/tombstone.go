@@ -144,7 +144,7 @@ func (s *suite) testTombstoneExpires(t *testing.T) {
 	st := s.newStore(t)
 	id := newID()
 	path := "/v1/orders/" + random(4)
-	retention := 400 * time.Millisecond
+	retention := shortRetention
 	s.created(t, st, id, path, retention)
 	s.mustTombstone(t, st, store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path}, 1)
 	s.mustClaim(t, st, params(id, "fp", longLease, time.Hour), store.Gone)

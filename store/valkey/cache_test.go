@@ -201,7 +201,11 @@ func TestCacheExpiry(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := cacheStore(t, srv.Addr(), randomPrefix(), 1<<20)
 	rc := raw(t, srv.Addr())
-	id, _ := completeOne(t, s, "k1", 300*time.Millisecond)
+	// The record must still be there for the two reads below (a miss that
+	// caches it, then a hit): a 300 ms retention left a loaded machine too
+	// little time for them. The test waits for the end on the server's
+	// clock anyway.
+	id, _ := completeOne(t, s, "k1", 2*time.Second)
 	rec, _ := cached(t, s, id)
 	if rec == nil {
 		t.Fatal("no record before its end")

@@ -148,10 +148,16 @@ func TestExpiryIsAlwaysSet(t *testing.T) {
 	c := raw(t, srv.Addr())
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
 	ctx := t.Context()
-	for _, retention := range []time.Duration{0, 50 * time.Millisecond, time.Hour} {
+	// The lease and the middle retention only need to be unequal (the
+	// running expiry is the longer of the two) and long enough that the key
+	// cannot expire between a write and the PTTL that checks it: with
+	// 150 ms and 50 ms, a loaded machine's round trips let the key expire
+	// first, and PTTL answered -2 or the Extend found no record.
+	const lease = 10 * time.Second
+	for _, retention := range []time.Duration{0, 5 * time.Second, time.Hour} {
 		id := store.Identity{Owner: "o", Scope: "r", Key: "ttl-" + retention.String()}
 		key := s.Key(id)
-		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t1", Lease: 150 * time.Millisecond, Retention: retention}
+		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t1", Lease: lease, Retention: retention}
 		check := func(when string, min, max int64) {
 			t.Helper()
 			if got := pttl(t, c, key); got < min || got > max {
@@ -167,7 +173,7 @@ func TestExpiryIsAlwaysSet(t *testing.T) {
 		if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
 			t.Fatalf("Claim: %+v %v", res, err)
 		}
-		lo, hi := running(150)
+		lo, hi := running(lease.Milliseconds())
 		check("after Claim", lo, hi)
 		if res, err := s.Claim(ctx, p); err != nil || res.State != store.Claimed {
 			t.Fatalf("repeated Claim: %+v %v", res, err)
