@@ -69,6 +69,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -87,7 +88,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Handler{})
-	httpcaddyfile.RegisterHandlerDirective("idempotency", parseCaddyfile)
+	httpcaddyfile.RegisterDirective("idempotency", parseDirective)
 	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "reverse_proxy")
 }
 
@@ -162,6 +163,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg, err := config.Load(h.Config, environ, opts...)
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
+	}
+	if h.Config == "" {
+		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH with an Idempotency-Key, owner from Authorization, lease and retention defaults), on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
+			zap.String("store", cfg.Store.Driver))
 	}
 	var reg prometheus.Registerer = ctx.GetMetricsRegistry()
 	if h.Name != "" {
@@ -405,9 +410,10 @@ func (w *wroteWriter) Flush() {
 	}
 }
 
-// UnmarshalCaddyfile reads the directive:
+// UnmarshalCaddyfile reads the directive (after its matcher, which
+// parseDirective took away):
 //
-//	idempotency [<config path>] {
+//	idempotency [<matcher>] {
 //		config       <path>            # idemgate's YAML configuration
 //		store        <driver>          # store.driver: memory | valkey | bolt | postgres
 //		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: storeOverrides)
@@ -419,10 +425,7 @@ func (w *wroteWriter) Flush() {
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
-		h.Config = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
+		return d.Errf("idempotency takes no argument besides a matcher: set the configuration file inside its block, idempotency { config %s }", d.Val())
 	}
 	override := func(key, value string) {
 		if h.Overrides == nil {
@@ -478,11 +481,50 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseCaddyfile builds the handler from the idempotency directive.
-func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+// parseDirective builds the handler from the idempotency directive, as
+// httpcaddyfile.RegisterHandlerDirective would (its matcher token, then
+// UnmarshalCaddyfile), after refusing a matcher token that names a
+// configuration file (configMatcher).
+func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
+	if !h.Next() {
+		return nil, h.ArgErr()
+	}
+	if h.NextArg() && configMatcher(h.Val()) {
+		return nil, h.Errf("idempotency %s: Caddy reads a first argument that starts with / as a path matcher, not as the configuration file, so this handler would run without its configuration and only for the request path %s: write idempotency { config %s }",
+			h.Val(), h.Val(), h.Val())
+	}
+	h.Reset()
+	h.Next()
+	matchers, err := h.ExtractMatcherSet()
+	if err != nil {
+		return nil, err
+	}
 	var m Handler
-	err := m.UnmarshalCaddyfile(h.Dispenser)
-	return &m, err
+	if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	return h.NewRoute(matchers, &m), nil
+}
+
+// configMatcher reports whether tok, the directive's first argument, is a
+// path matcher (it starts with /: httpcaddyfile reads it so) that names
+// a configuration file rather than request paths: it ends in .yaml, .yml
+// or .json, or a regular file exists there. Written where the
+// configuration's path was once accepted as the directive's argument, it
+// would make a handler without configuration (the memory store and the
+// defaults) on a path no request takes, and leave every route unprotected
+// with nothing to show for it. A path matcher of request paths
+// (idempotency /api/*) is read as Caddy reads it.
+func configMatcher(tok string) bool {
+	if !strings.HasPrefix(tok, "/") {
+		return false
+	}
+	switch strings.ToLower(filepath.Ext(tok)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	fi, err := os.Stat(tok)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Interface guards.
