@@ -29,6 +29,12 @@
 //		reverse_proxy 127.0.0.1:3000
 //	}
 //
+// The store outlives a configuration: Caddy's reload provisions the new
+// one, which takes the running one's store from a pool of the process when
+// the store settings are the same (stores, storeKey), so records, a bolt
+// file's lock and the claims of calls in flight across the reload stay
+// where the new configuration finds them.
+//
 // The engine's contract with the handlers after it is package middleware's
 // (its package documentation): on a keyed request they run once, with a
 // context detached from the client and bounded by upstream.timeout, and
@@ -120,8 +126,11 @@ type Handler struct {
 	// metrics collide with the first's and it fails to provision.
 	Name string `json:"name,omitempty"`
 
-	engine http.Handler
-	logger *zap.Logger
+	engine   http.Handler
+	logger   *zap.Logger
+	store    *pooledStore // in stores under storeKey once Provision got it
+	storeKey storeKey
+	released bool // Cleanup let go of store (Caddy calls it from one goroutine)
 }
 
 // CaddyModule returns the module's information.
@@ -132,10 +141,13 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision loads the configuration, opens its store and builds the
-// engine. The store is closed when ctx ends, that is when this Caddy
-// configuration is unloaded (a reload provisions a new one first). The
-// metrics go to Caddy's metrics registry of this configuration (served by
+// Provision loads the configuration, opens its store (or takes the one
+// the running configuration opened with the same settings: stores) and
+// builds the engine. The store outlives this configuration: a reload that
+// keeps its settings keeps the store, its records and the claims of the
+// calls in flight; one that changes them opens a new store, and the old
+// one is closed once no configuration uses it and its last call has
+// ended (Cleanup, pooledStore). The metrics go to Caddy's metrics registry of this configuration (served by
 // Caddy's metrics handler and admin /metrics), labelled with Name when it
 // is set. It fails when the configuration is invalid, so Caddy does not
 // start (or keeps its previous configuration), and when store.valkey.addrs
@@ -168,12 +180,30 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH with an Idempotency-Key, owner from Authorization, lease and retention defaults), on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
 			zap.String("store", cfg.Store.Driver))
 	}
+	key, err := newStoreKey(h.Name, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	val, loaded, err := stores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		s, err := middleware.OpenShared(cfg, middleware.SharedOptions{Logger: ctx.Slogger()})
+		if err != nil {
+			return nil, err
+		}
+		return &pooledStore{SharedStore: s}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	h.store, h.storeKey = val.(*pooledStore), key
+	if loaded {
+		h.logger.Debug("idempotency: store kept from the running configuration", zap.String("store", cfg.Store.Driver))
+	}
 	var reg prometheus.Registerer = ctx.GetMetricsRegistry()
 	if h.Name != "" {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
 	}
 	rec := &registerRecorder{Registerer: reg}
-	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec})
+	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec, Shared: h.store.SharedStore})
 	if err != nil {
 		if rec.failed.Load() {
 			return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
@@ -181,6 +211,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = mw(http.HandlerFunc(h.callNext))
+	return nil
+}
+
+// Cleanup implements caddy.CleanerUpper: this configuration no longer
+// uses its store (it is unloaded, or failed to provision). The store is
+// closed when no other configuration uses it and its last call has ended.
+func (h *Handler) Cleanup() error {
+	if h.store == nil || h.released {
+		return nil
+	}
+	h.released = true
+	if _, err := stores.Delete(h.storeKey); err != nil {
+		return fmt.Errorf("idempotency: closing the store: %w", err)
+	}
 	return nil
 }
 
@@ -313,6 +357,11 @@ type call struct {
 // ServeHTTP runs the request through the engine, whose handler is the rest
 // of the route (callNext).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// Counted until the engine is done with the store: Caddy may clean
+	// this configuration up while the call runs (pooledStore).
+	st := h.store
+	st.enter()
+	defer st.leave()
 	c := &call{next: next, w: w}
 	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
 	return c.err
@@ -530,6 +579,7 @@ func configMatcher(tok string) bool {
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 )
