@@ -98,52 +98,61 @@ func TestCaddyReloadKeepsMemoryRecords(t *testing.T) {
 	}
 }
 
-// TestCaddyReloadMidCall: a call in flight while Caddy reloads (memory
-// store) keeps its claim; its duplicate, which the new configuration
-// serves, waits for it and is replayed its answer: the upstream runs once.
+// TestCaddyReloadMidCall: a call in flight while Caddy reloads keeps its
+// claim, on the memory store (the module's default) as on Valkey; its
+// duplicate, which the new configuration serves, waits for it and is
+// replayed its answer, as is a retry after: the upstream runs once.
 func TestCaddyReloadMidCall(t *testing.T) {
-	up := startUpstream(t)
-	up.hold = make(chan struct{})
-	site := caddySite{YAML: noStoreYAML, After: "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}
-	c := runCaddy(t, site)
+	for _, store := range []string{"memory", "valkey"} {
+		t.Run(store, func(t *testing.T) {
+			up := startUpstream(t)
+			up.hold = make(chan struct{})
+			site := caddySite{YAML: noStoreYAML, After: "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}
+			if store == "valkey" {
+				site.Idempotency = "store_addrs " + valkeytest.Start(t).Addr()
+			}
+			c := runCaddy(t, site)
 
-	type result struct {
-		a   answer
-		err error
+			type result struct {
+				a   answer
+				err error
+			}
+			first := make(chan result, 1)
+			go func() {
+				a, err := tryPost(c.URL, "alice", "k-mid", `{"amount":2}`)
+				first <- result{a, err}
+			}()
+			waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+			site.Sites = otherSite(t)
+			if err := c.reload(t, site); err != nil {
+				close(up.hold)
+				t.Fatalf("reload: %v\n%s", err, c.out.String())
+			}
+			dup := make(chan result, 1)
+			go func() {
+				a, err := tryPost(c.URL, "alice", "k-mid", `{"amount":2}`)
+				dup <- result{a, err}
+			}()
+			// The duplicate waits (the new configuration's waiters gauge),
+			// or, had it no claim to wait for, runs.
+			waitFor(t, "the duplicate waiting or at the upstream", func() bool {
+				return c.adminMetric(t, "idemgate_waiters ") == "1" || up.execs.Load() > 1
+			})
+			close(up.hold)
+			f, d := <-first, <-dup
+			if f.err != nil || d.err != nil {
+				t.Fatalf("first: %v, duplicate: %v", f.err, d.err)
+			}
+			if f.a.Status != http.StatusCreated {
+				t.Fatalf("first: %d %s", f.a.Status, f.a.Body)
+			}
+			if n := up.execs.Load(); n != 1 {
+				t.Fatalf("upstream executed %d times for a call and its duplicate across a reload, want 1", n)
+			}
+			sameResponse(t, f.a, d.a)
+			sameResponse(t, f.a, post(t, c.URL, "alice", "k-mid", `{"amount":2}`))
+		})
 	}
-	first := make(chan result, 1)
-	go func() {
-		a, err := tryPost(c.URL, "alice", "k-mid", `{"amount":2}`)
-		first <- result{a, err}
-	}()
-	waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
-	site.Sites = otherSite(t)
-	if err := c.reload(t, site); err != nil {
-		close(up.hold)
-		t.Fatalf("reload: %v\n%s", err, c.out.String())
-	}
-	dup := make(chan result, 1)
-	go func() {
-		a, err := tryPost(c.URL, "alice", "k-mid", `{"amount":2}`)
-		dup <- result{a, err}
-	}()
-	// The duplicate waits (the new configuration's waiters gauge), or,
-	// had it no claim to wait for, runs.
-	waitFor(t, "the duplicate waiting or at the upstream", func() bool {
-		return c.adminMetric(t, "idemgate_waiters ") == "1" || up.execs.Load() > 1
-	})
-	close(up.hold)
-	f, d := <-first, <-dup
-	if f.err != nil || d.err != nil {
-		t.Fatalf("first: %v, duplicate: %v", f.err, d.err)
-	}
-	if f.a.Status != http.StatusCreated {
-		t.Fatalf("first: %d %s", f.a.Status, f.a.Body)
-	}
-	if n := up.execs.Load(); n != 1 {
-		t.Fatalf("upstream executed %d times for a call and its duplicate across a reload, want 1", n)
-	}
-	sameResponse(t, f.a, d.a)
 }
 
 // TestCaddyReloadBolt: the bolt store's file stays open across a reload
