@@ -106,10 +106,10 @@ func init() {
 type Handler struct {
 	// Config is the path of idemgate's YAML configuration (README,
 	// "Configuration"); "" means the built-in defaults (memory store, POST
-	// and PATCH enforced, owner authorization). The IDEMGATE_* environment
-	// variables of Caddy's process override it as they do for the proxy;
-	// upstream.url is not needed (the next handler is the upstream), and
-	// listen, admin, server.tls are not used.
+	// and PATCH enforced, owner authorization), with a warning. The
+	// IDEMGATE_* environment variables of Caddy's process override it as
+	// they do for the proxy; upstream.url is not needed (the next handler
+	// is the upstream), and listen, admin, server.tls are not used.
 	Config string `json:"config,omitempty"`
 	// Overrides set configuration keys over the file and the environment:
 	// key path (e.g. "store.valkey.addrs", "store.valkey.key_prefix",
@@ -147,9 +147,11 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // keeps its settings keeps the store, its records and the claims of the
 // calls in flight; one that changes them opens a new store, and the old
 // one is closed once no configuration uses it and its last call has
-// ended (Cleanup, pooledStore). The metrics go to Caddy's metrics registry of this configuration (served by
-// Caddy's metrics handler and admin /metrics), labelled with Name when it
-// is set. It fails when the configuration is invalid, so Caddy does not
+// ended (Cleanup, pooledStore). The metrics go to Caddy's metrics
+// registry of this configuration (served by Caddy's metrics handler and
+// admin /metrics), labelled with Name when it is set. A handler without
+// Config is warned about: the defaults and the memory store are seldom
+// what its author meant. It fails when the configuration is invalid, so Caddy does not
 // start (or keeps its previous configuration), and when store.valkey.addrs
 // is overridden beside a driver that is not valkey (storeOverrides). A
 // Valkey or PostgreSQL store that cannot be reached does not fail it
@@ -177,7 +179,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	if h.Config == "" {
-		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH with an Idempotency-Key, owner from Authorization, lease and retention defaults), on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
+		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH enforced, owner from Authorization) on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
 			zap.String("store", cfg.Store.Driver))
 	}
 	key, err := newStoreKey(h.Name, cfg.Store)

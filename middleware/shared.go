@@ -77,7 +77,7 @@ func (s *SharedStore) Close() error {
 
 // sharedHooks fans what the store reports out to the middlewares using it.
 type sharedHooks struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex // written by join, its end and setUp; read per write and disruption
 	up    bool
 	users map[*sharedUser]struct{}
 }
@@ -114,8 +114,8 @@ func (h *sharedHooks) setUp(up bool) {
 }
 
 func (h *sharedHooks) ack(op string, took time.Duration, acknowledged bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	for u := range h.users {
 		u.m.StoreAck(op, took, acknowledged)
 	}
@@ -124,8 +124,8 @@ func (h *sharedHooks) ack(op string, took time.Duration, acknowledged bool) {
 // disruption must not block (drivers.Options.OnDisruption), and
 // NoteStoreFailure does not.
 func (h *sharedHooks) disruption() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	for u := range h.users {
 		u.engines.noteStoreFailure()
 	}
