@@ -96,8 +96,8 @@ func (c *caddyProc) adminMetric(t *testing.T, name string) string {
 // TestCaddyReloadKeepsMemoryRecords: with the memory store (the module's
 // default), a key completed before a reload that only adds an unrelated
 // site is replayed after it, and the upstream runs once. The metrics of
-// the new configuration are on Caddy's /metrics, the store up, and a
-// second reload works as well.
+// the new configuration (a registry of its own) are on Caddy's /metrics,
+// the store up, and a second reload works as well.
 func TestCaddyReloadKeepsMemoryRecords(t *testing.T) {
 	up := startUpstream(t)
 	site := caddySite{YAML: noStoreYAML, After: "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}
@@ -117,6 +117,10 @@ func TestCaddyReloadKeepsMemoryRecords(t *testing.T) {
 		}
 		if v := c.adminMetric(t, "idemgate_store_up "); v != "1" {
 			t.Fatalf("after reload %d: idemgate_store_up %q on Caddy's /metrics, want 1", i+1, v)
+		}
+		// The new configuration's registry, where this replay alone counts.
+		if v := c.adminMetric(t, `idemgate_requests_total{outcome="replayed",`); !strings.HasSuffix(v, "} 1") {
+			t.Fatalf("after reload %d: replays on Caddy's /metrics %q, want the new configuration's 1", i+1, v)
 		}
 	}
 }
@@ -234,5 +238,51 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCaddyReloadOntoAnotherStoreMidCall: a reload that moves the handler
+// to another store (another Valkey key prefix) while a call runs: the old
+// store stays open until that call has returned, so its answer is
+// recorded where its claim is, and a retry there (a reload back to the
+// old prefix) is replayed it: the upstream runs once.
+func TestCaddyReloadOntoAnotherStoreMidCall(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	onPrefix := func(prefix string) string {
+		return fmt.Sprintf("store_addrs %s\n\t\tkey_prefix %s", vk.Addr(), prefix)
+	}
+	site := caddySite{YAML: noStoreYAML, Idempotency: onPrefix("caddy-old:"), After: "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}
+	c := runCaddy(t, site)
+
+	type result struct {
+		a   answer
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		a, err := tryPost(c.URL, "alice", "k-move", `{"amount":4}`)
+		first <- result{a, err}
+	}()
+	waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	site.Idempotency = onPrefix("caddy-new:")
+	if err := c.reload(t, site); err != nil {
+		close(up.hold)
+		t.Fatalf("reload onto another prefix: %v\n%s", err, c.out.String())
+	}
+	close(up.hold)
+	f := <-first
+	if f.err != nil || f.a.Status != http.StatusCreated {
+		t.Fatalf("first: %v %d %s", f.err, f.a.Status, f.a.Body)
+	}
+
+	site.Idempotency = onPrefix("caddy-old:")
+	if err := c.reload(t, site); err != nil {
+		t.Fatalf("reload back to the first prefix: %v", err)
+	}
+	sameResponse(t, f.a, postAfterReload(t, c.URL, "alice", "k-move", `{"amount":4}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
 	}
 }
