@@ -58,6 +58,23 @@ func postRetried(url, user, key, body string) (answer, error) {
 	return a, err
 }
 
+// result is an answer, or the error that stopped it.
+type result struct {
+	a   answer
+	err error
+}
+
+// postAsync sends a POST with send (tryPost, postRetried) on a goroutine
+// of its own and delivers its result on the channel.
+func postAsync(send func(url, user, key, body string) (answer, error), url, user, key, body string) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		a, err := send(url, user, key, body)
+		ch <- result{a, err}
+	}()
+	return ch
+}
+
 // postAfterReload is post, with postRetried.
 func postAfterReload(t *testing.T, url, user, key, body string) answer {
 	t.Helper()
@@ -140,26 +157,14 @@ func TestCaddyReloadMidCall(t *testing.T) {
 			}
 			c := runCaddy(t, site)
 
-			type result struct {
-				a   answer
-				err error
-			}
-			first := make(chan result, 1)
-			go func() {
-				a, err := tryPost(c.URL, "alice", "k-mid", `{"amount":2}`)
-				first <- result{a, err}
-			}()
+			first := postAsync(tryPost, c.URL, "alice", "k-mid", `{"amount":2}`)
 			waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
 			site.Sites = otherSite(t)
 			if err := c.reload(t, site); err != nil {
 				close(up.hold)
 				t.Fatalf("reload: %v\n%s", err, c.out.String())
 			}
-			dup := make(chan result, 1)
-			go func() {
-				a, err := postRetried(c.URL, "alice", "k-mid", `{"amount":2}`)
-				dup <- result{a, err}
-			}()
+			dup := postAsync(postRetried, c.URL, "alice", "k-mid", `{"amount":2}`)
 			// The duplicate waits (the new configuration's waiters gauge),
 			// or, had it no claim to wait for, runs.
 			waitFor(t, "the duplicate waiting or at the upstream", func() bool {
@@ -256,15 +261,7 @@ func TestCaddyReloadOntoAnotherStoreMidCall(t *testing.T) {
 	site := caddySite{YAML: noStoreYAML, Idempotency: onPrefix("caddy-old:"), After: "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}
 	c := runCaddy(t, site)
 
-	type result struct {
-		a   answer
-		err error
-	}
-	first := make(chan result, 1)
-	go func() {
-		a, err := tryPost(c.URL, "alice", "k-move", `{"amount":4}`)
-		first <- result{a, err}
-	}()
+	first := postAsync(tryPost, c.URL, "alice", "k-move", `{"amount":4}`)
 	waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
 	site.Idempotency = onPrefix("caddy-new:")
 	if err := c.reload(t, site); err != nil {
