@@ -29,6 +29,12 @@
 //		reverse_proxy 127.0.0.1:3000
 //	}
 //
+// The store outlives a configuration: Caddy's reload provisions the new
+// one, which takes the running one's store from a pool of the process when
+// the store settings are the same (stores, storeKey), so records, a bolt
+// file's lock and the claims of calls in flight across the reload stay
+// where the new configuration finds them.
+//
 // The engine's contract with the handlers after it is package middleware's
 // (its package documentation): on a keyed request they run once, with a
 // context detached from the client and bounded by upstream.timeout, and
@@ -69,6 +75,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -87,7 +94,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Handler{})
-	httpcaddyfile.RegisterHandlerDirective("idempotency", parseCaddyfile)
+	httpcaddyfile.RegisterDirective("idempotency", parseDirective)
 	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "reverse_proxy")
 }
 
@@ -99,10 +106,10 @@ func init() {
 type Handler struct {
 	// Config is the path of idemgate's YAML configuration (README,
 	// "Configuration"); "" means the built-in defaults (memory store, POST
-	// and PATCH enforced, owner authorization). The IDEMGATE_* environment
-	// variables of Caddy's process override it as they do for the proxy;
-	// upstream.url is not needed (the next handler is the upstream), and
-	// listen, admin, server.tls are not used.
+	// and PATCH enforced, owner authorization), with a warning. The
+	// IDEMGATE_* environment variables of Caddy's process override it as
+	// they do for the proxy; upstream.url is not needed (the next handler
+	// is the upstream), and listen, admin, server.tls are not used.
 	Config string `json:"config,omitempty"`
 	// Overrides set configuration keys over the file and the environment:
 	// key path (e.g. "store.valkey.addrs", "store.valkey.key_prefix",
@@ -119,8 +126,11 @@ type Handler struct {
 	// metrics collide with the first's and it fails to provision.
 	Name string `json:"name,omitempty"`
 
-	engine http.Handler
-	logger *zap.Logger
+	engine   http.Handler
+	logger   *zap.Logger
+	store    *pooledStore // in stores under storeKey once Provision got it
+	storeKey storeKey
+	released bool // Cleanup let go of store (Caddy calls it from one goroutine)
 }
 
 // CaddyModule returns the module's information.
@@ -131,12 +141,17 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision loads the configuration, opens its store and builds the
-// engine. The store is closed when ctx ends, that is when this Caddy
-// configuration is unloaded (a reload provisions a new one first). The
-// metrics go to Caddy's metrics registry of this configuration (served by
-// Caddy's metrics handler and admin /metrics), labelled with Name when it
-// is set. It fails when the configuration is invalid, so Caddy does not
+// Provision loads the configuration, opens its store (or takes the one
+// the running configuration opened with the same settings: stores) and
+// builds the engine. The store outlives this configuration: a reload that
+// keeps its settings keeps the store, its records and the claims of the
+// calls in flight; one that changes them opens a new store, and the old
+// one is closed once no configuration uses it and its last call has
+// ended (Cleanup, pooledStore). The metrics go to Caddy's metrics
+// registry of this configuration (served by Caddy's metrics handler and
+// admin /metrics), labelled with Name when it is set. A handler without
+// Config is warned about: the defaults and the memory store are seldom
+// what its author meant. It fails when the configuration is invalid, so Caddy does not
 // start (or keeps its previous configuration), and when store.valkey.addrs
 // is overridden beside a driver that is not valkey (storeOverrides). A
 // Valkey or PostgreSQL store that cannot be reached does not fail it
@@ -163,12 +178,34 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	if h.Config == "" {
+		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH enforced, owner from Authorization) on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
+			zap.String("store", cfg.Store.Driver))
+	}
+	key, err := newStoreKey(h.Name, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	val, loaded, err := stores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		s, err := middleware.OpenShared(cfg, middleware.SharedOptions{Logger: ctx.Slogger()})
+		if err != nil {
+			return nil, err
+		}
+		return &pooledStore{SharedStore: s}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	h.store, h.storeKey = val.(*pooledStore), key
+	if loaded {
+		h.logger.Debug("idempotency: store kept from the running configuration", zap.String("store", cfg.Store.Driver))
+	}
 	var reg prometheus.Registerer = ctx.GetMetricsRegistry()
 	if h.Name != "" {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
 	}
 	rec := &registerRecorder{Registerer: reg}
-	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec})
+	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec, Shared: h.store.SharedStore})
 	if err != nil {
 		if rec.failed.Load() {
 			return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
@@ -176,6 +213,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = mw(http.HandlerFunc(h.callNext))
+	return nil
+}
+
+// Cleanup implements caddy.CleanerUpper: this configuration no longer
+// uses its store (it is unloaded, or failed to provision). The store is
+// closed when no other configuration uses it and its last call has ended.
+func (h *Handler) Cleanup() error {
+	if h.store == nil || h.released {
+		return nil
+	}
+	h.released = true
+	if _, err := stores.Delete(h.storeKey); err != nil {
+		return fmt.Errorf("idempotency: closing the store: %w", err)
+	}
 	return nil
 }
 
@@ -308,6 +359,11 @@ type call struct {
 // ServeHTTP runs the request through the engine, whose handler is the rest
 // of the route (callNext).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// Counted until the engine is done with the store: Caddy may clean
+	// this configuration up while the call runs (pooledStore).
+	st := h.store
+	st.enter()
+	defer st.leave()
 	c := &call{next: next, w: w}
 	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
 	return c.err
@@ -405,9 +461,10 @@ func (w *wroteWriter) Flush() {
 	}
 }
 
-// UnmarshalCaddyfile reads the directive:
+// UnmarshalCaddyfile reads the directive (after its matcher, which
+// parseDirective took away):
 //
-//	idempotency [<config path>] {
+//	idempotency [<matcher>] {
 //		config       <path>            # idemgate's YAML configuration
 //		store        <driver>          # store.driver: memory | valkey | bolt | postgres
 //		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: storeOverrides)
@@ -419,10 +476,7 @@ func (w *wroteWriter) Flush() {
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
-		h.Config = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
+		return d.Errf("idempotency takes no argument besides a matcher: set the configuration file inside its block, idempotency { config %s }", d.Val())
 	}
 	override := func(key, value string) {
 		if h.Overrides == nil {
@@ -478,16 +532,56 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseCaddyfile builds the handler from the idempotency directive.
-func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+// parseDirective builds the handler from the idempotency directive, as
+// httpcaddyfile.RegisterHandlerDirective would (its matcher token, then
+// UnmarshalCaddyfile), after refusing a matcher token that names a
+// configuration file (configMatcher).
+func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
+	if !h.Next() {
+		return nil, h.ArgErr()
+	}
+	if h.NextArg() && configMatcher(h.Val()) {
+		return nil, h.Errf("idempotency %s: Caddy reads a first argument that starts with / as a path matcher, not as the configuration file, so this handler would run without its configuration and only for the request path %s: write idempotency { config %s }",
+			h.Val(), h.Val(), h.Val())
+	}
+	h.Reset()
+	h.Next()
+	matchers, err := h.ExtractMatcherSet()
+	if err != nil {
+		return nil, err
+	}
 	var m Handler
-	err := m.UnmarshalCaddyfile(h.Dispenser)
-	return &m, err
+	if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	return h.NewRoute(matchers, &m), nil
+}
+
+// configMatcher reports whether tok, the directive's first argument, is a
+// path matcher (it starts with /: httpcaddyfile reads it so) that names
+// a configuration file rather than request paths: it ends in .yaml, .yml
+// or .json, or a regular file exists there. Written where the
+// configuration's path was once accepted as the directive's argument, it
+// would make a handler without configuration (the memory store and the
+// defaults) on a path no request takes, and leave every route unprotected
+// with nothing to show for it. A path matcher of request paths
+// (idempotency /api/*) is read as Caddy reads it.
+func configMatcher(tok string) bool {
+	if !strings.HasPrefix(tok, "/") {
+		return false
+	}
+	switch strings.ToLower(filepath.Ext(tok)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	fi, err := os.Stat(tok)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 )

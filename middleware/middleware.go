@@ -44,7 +44,12 @@
 //     Options.WaitStore (the proxy's --wait-store) waits for it instead
 //     and fails New if it does not come.
 //   - upstream.url, listen, admin and server.tls are not used; the
-//     configuration is read once (no reload: build a new middleware).
+//     configuration is read once (no reload: build a new middleware). To
+//     replace a middleware while it serves, build both on one SharedStore
+//     (OpenShared, Options.Shared): the new one finds the old one's
+//     records and the claims of the calls it still runs, which a store
+//     opened by each New would not share (memory) or could not open
+//     twice (bolt).
 package middleware
 
 import (
@@ -90,6 +95,12 @@ type Options struct {
 	// Store, when set, is used instead of opening the store Config names;
 	// New does not close it. Tests pass store/memory here.
 	Store store.Store
+	// Shared, when set, is used instead of opening the store Config names
+	// (Config.Store is not read): the store outlives this middleware, and
+	// the one built next on it (a host's new configuration) finds its
+	// records and the claims of the calls it still runs (SharedStore). New
+	// does not close it. Store and WaitStore must not be set with it.
+	Shared *SharedStore
 	// WaitStore is how long New waits for a Valkey or PostgreSQL store to
 	// answer before it returns, the standalone proxy's --wait-store. 0
 	// (the default) returns once a first attempt has ended (at once when
@@ -159,11 +170,18 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	// belong to an instance that is alive and about to record its answer.
 	var engines engineSet
 	st := opts.Store
-	if st == nil {
-		if st, err = openStore(ctx, cfg, opts.WaitStore, log, m, engines.noteStoreFailure); err != nil {
+	switch {
+	case opts.Shared != nil && (st != nil || opts.WaitStore != 0):
+		return nil, errors.New("middleware: Options.Shared is the store: Options.Store and Options.WaitStore must not be set with it")
+	case opts.Shared != nil:
+		st = opts.Shared.st
+		opts.Shared.hooks.join(ctx, m, &engines)
+	case st == nil:
+		hooks := storeHooks{up: m.StoreUp, ack: m.StoreAck, disruption: engines.noteStoreFailure}
+		if st, _, err = openStore(ctx, cfg, opts.WaitStore, log, hooks); err != nil {
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
-	} else {
+	default:
 		m.StoreUp(true)
 	}
 	go keys.Run(ctx)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/drivers"
@@ -25,7 +24,19 @@ import (
 // on in the background.
 const firstAttemptWait = 2 * time.Second
 
-// openStore returns the store cfg names, closed when ctx ends.
+// storeHooks are told what the store does: its state after each check
+// (idemgate_store_up), each write that waited for replica
+// acknowledgements, and each disruption that may have lost notifications
+// (drivers.Options). New points them at its metrics and engines; a
+// SharedStore at every middleware built on it at the time.
+type storeHooks struct {
+	up         func(up bool)
+	ack        func(op string, took time.Duration, acknowledged bool)
+	disruption func()
+}
+
+// openStore returns the store cfg names, closed when ctx ends, and a
+// channel closed once it is.
 //
 // A server store (valkey, postgres) is connected in the background, as the
 // standalone proxy does, openStore returning once the first attempt ended
@@ -40,39 +51,42 @@ const firstAttemptWait = 2 * time.Second
 // Config.Validate (a driver this build lacks, no Valkey address, a DSN that
 // does not parse), and the local stores (memory, bolt: a file that cannot
 // be opened), which have no outage to wait out.
-func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, h storeHooks) (store.Store, <-chan struct{}, error) {
 	c := cfg.Store
 	if err := storeConfigErrors(cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	open := func(ctx context.Context) (store.Store, error) {
-		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: m.StoreAck, OnDisruption: onDisruption})
+		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: h.ack, OnDisruption: h.disruption})
 	}
+	closed := make(chan struct{})
 	if c.Driver != config.DriverValkey && c.Driver != config.DriverPostgres {
 		st, err := open(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		m.StoreUp(true)
+		h.up(true)
 		go func() {
 			<-ctx.Done()
 			_ = st.Close()
+			close(closed)
 		}()
-		return st, nil
+		return st, closed, nil
 	}
 	lz := lazy.New(c.Driver)
-	conn := &lazy.Connector{Open: open, Lazy: lz, Driver: c.Driver, Log: log, OnUp: m.StoreUp}
-	m.StoreUp(false)
+	conn := &lazy.Connector{Open: open, Lazy: lz, Driver: c.Driver, Log: log, OnUp: h.up}
+	h.up(false)
 	if wait > 0 {
 		if err := conn.Connect(ctx, wait); err != nil {
 			_ = lz.Close()
-			return nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
+			return nil, nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
 		}
 	}
 	go func() {
 		conn.Run(ctx)
 		// A connection made after this is closed by lz.Set.
 		_ = lz.Close()
+		close(closed)
 	}()
 	t := time.NewTimer(firstAttemptWait)
 	defer t.Stop()
@@ -83,7 +97,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 		case <-ctx.Done():
 		}
 	}
-	return lz, nil
+	return lz, closed, nil
 }
 
 // storeConfigErrors returns the problems Config.Validate finds in the

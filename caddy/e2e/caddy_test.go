@@ -129,6 +129,9 @@ type caddyProc struct {
 	cmd      *exec.Cmd
 	out      *syncbuf.Buffer
 	exited   chan struct{}
+
+	dir             string // its files: the Caddyfile, idemgate.yaml, data
+	port, adminPort int
 }
 
 // startCaddy runs Caddy with a Caddyfile that puts idempotency (its inline
@@ -153,9 +156,14 @@ type caddySite struct {
 	// Idempotency is the idempotency block's lines after "config <the
 	// YAML's path>".
 	Idempotency string
+	// Directive, when set, is the whole idempotency directive instead of
+	// that block, $CONFIG standing for the YAML's path.
+	Directive string
 	// After is the site's directives besides idempotency, e.g.
 	// reverse_proxy and handle_errors.
 	After string
+	// Sites is added after the site: other sites of the configuration.
+	Sites string
 }
 
 // runCaddy runs Caddy with site on a free 127.0.0.1 port (http://), its
@@ -163,42 +171,29 @@ type caddySite struct {
 // t.Cleanup.
 func runCaddy(t *testing.T, site caddySite) *caddyProc {
 	t.Helper()
-	dir := t.TempDir()
-	if site.YAML == "" {
-		site.YAML = idemgateYAML
-	}
-	cfgPath := filepath.Join(dir, "idemgate.yaml")
-	if err := os.WriteFile(cfgPath, []byte(site.YAML), 0o600); err != nil {
+	c, err := tryRunCaddy(t, site)
+	if err != nil {
 		t.Fatal(err)
 	}
-	port, adminPort := valkeytest.FreePort(t), valkeytest.FreePort(t)
-	caddyfile := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	auto_https off
-	persist_config off
-	storage file_system %s
-	%s
+	return c
 }
 
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	idempotency {
-		config %s
-		%s
-	}
-	%s
-}
-`, adminPort, filepath.Join(dir, "data"), site.Global, port, cfgPath, site.Idempotency, site.After)
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// tryRunCaddy is runCaddy, returning an error with Caddy's output when
+// Caddy exits during its start (a configuration it refuses).
+func tryRunCaddy(t *testing.T, site caddySite) (*caddyProc, error) {
+	t.Helper()
+	dir := t.TempDir()
+	port, adminPort := valkeytest.FreePort(t), valkeytest.FreePort(t)
 	c := &caddyProc{
-		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
-		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		out:      &syncbuf.Buffer{},
-		exited:   make(chan struct{}),
+		URL:       fmt.Sprintf("http://127.0.0.1:%d", port),
+		AdminURL:  fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		out:       &syncbuf.Buffer{},
+		exited:    make(chan struct{}),
+		dir:       dir,
+		port:      port,
+		adminPort: adminPort,
 	}
+	path := c.writeConfig(t, site)
 	c.cmd = exec.Command(caddyBinary, "run", "--config", path, "--adapter", "caddyfile")
 	c.cmd.Dir = dir
 	c.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
@@ -216,17 +211,54 @@ http://127.0.0.1:%d {
 		resp, err := http.Get(c.URL + "/")
 		if err == nil {
 			resp.Body.Close()
-			return c
+			return c, nil
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("caddy exited during start:\n%s", c.out.String())
+			return nil, fmt.Errorf("caddy exited during start:\n%s", c.out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("caddy did not answer on %s within 30s: %v\n%s", c.URL, err, c.out.String())
 		}
 	}
+}
+
+// writeConfig writes site's idemgate.yaml and Caddyfile in c's directory,
+// on c's ports, and returns the Caddyfile's path.
+func (c *caddyProc) writeConfig(t *testing.T, site caddySite) string {
+	t.Helper()
+	if site.YAML == "" {
+		site.YAML = idemgateYAML
+	}
+	cfgPath := filepath.Join(c.dir, "idemgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(site.YAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	directive := fmt.Sprintf("idempotency {\n\t\tconfig %s\n\t\t%s\n\t}", cfgPath, site.Idempotency)
+	if site.Directive != "" {
+		directive = strings.ReplaceAll(site.Directive, "$CONFIG", cfgPath)
+	}
+	caddyfile := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+	storage file_system %s
+	%s
+}
+
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	%s
+	%s
+}
+%s
+`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, c.port, directive, site.After, site.Sites)
+	path := filepath.Join(c.dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // stop ends Caddy (SIGTERM, SIGKILL after 10s) and waits for it.

@@ -1,0 +1,99 @@
+package caddyidem
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/middleware"
+)
+
+// stores holds the stores of every idempotency handler of the process,
+// keyed by storeKey, across Caddy's configurations: a reload provisions
+// the new configuration (which loads the store the old one opened) before
+// it cleans up the old one (which lets go of it), so a store whose
+// settings a reload keeps is never closed nor opened again. Its records
+// stay (the memory store's included), a bolt file stays locked by this
+// process alone, and a call that runs across the reload keeps its claim
+// in the store where its duplicates, arriving at the new configuration,
+// find it. Caddy's reverse_proxy keeps its upstreams' state the same way
+// (its package variable hosts): a package variable because Caddy builds a
+// module from its zero value (ModuleInfo.New) and nothing of the process
+// outlives a configuration to carry the pool in.
+var stores = caddy.NewUsagePool()
+
+// storeKey is what identifies a store in stores: the driver and every
+// setting it is opened with, so that a reload that changes one of them
+// gets a store opened with the new settings (and the old one is closed
+// once no configuration uses it and its calls in flight have ended). A
+// bolt store is its file alone, the only setting it has, as an absolute
+// path. A memory store is also its handler's name: the records of two
+// handlers of one configuration (which have distinct names, or collide
+// on their metrics) stay apart, as they would in two processes.
+type storeKey struct {
+	driver   string
+	identity string
+}
+
+func newStoreKey(name string, c config.StoreConfig) (storeKey, error) {
+	switch c.Driver {
+	case config.DriverMemory:
+		return storeKey{driver: c.Driver, identity: name}, nil
+	case config.DriverBolt:
+		path, err := filepath.Abs(c.Bolt.Path)
+		if err != nil {
+			return storeKey{}, fmt.Errorf("store.bolt.path %q: %w", c.Bolt.Path, err)
+		}
+		return storeKey{driver: c.Driver, identity: path}, nil
+	case config.DriverValkey:
+		return storeKey{driver: c.Driver, identity: fmt.Sprintf("%#v", c.Valkey)}, nil
+	case config.DriverPostgres:
+		return storeKey{driver: c.Driver, identity: fmt.Sprintf("%#v", c.Postgres)}, nil
+	}
+	// config.Load refused any other driver already.
+	return storeKey{}, fmt.Errorf("store.driver %q: no such driver", c.Driver)
+}
+
+// pooledStore is one store in stores, with the handler calls running on
+// it. Caddy cleans a configuration up as soon as its servers have begun
+// their graceful shutdown, not when its requests have ended, so the last
+// configuration to let go of a store may still run calls on it: the
+// store is closed when both have happened, in whichever order.
+type pooledStore struct {
+	*middleware.SharedStore
+	calls     atomic.Int64
+	destroyed atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// enter counts a call that runs on the store; leave ends it.
+func (p *pooledStore) enter() { p.calls.Add(1) }
+
+func (p *pooledStore) leave() {
+	if p.calls.Add(-1) == 0 && p.destroyed.Load() {
+		p.close()
+	}
+}
+
+// Destruct implements caddy.Destructor: the last configuration that used
+// the store is gone. It closes the store now if no call runs on it, and
+// the last call to end closes it otherwise. (With sequentially consistent
+// atomics, a call that ends while Destruct runs sees destroyed set, or
+// Destruct sees it ended: one of them closes.)
+func (p *pooledStore) Destruct() error {
+	p.destroyed.Store(true)
+	if p.calls.Load() == 0 {
+		return p.close()
+	}
+	return nil
+}
+
+func (p *pooledStore) close() error {
+	p.closeOnce.Do(func() { p.closeErr = p.SharedStore.Close() })
+	return p.closeErr
+}
