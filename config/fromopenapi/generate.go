@@ -255,6 +255,8 @@ func Pattern(tmpl string) (string, error) {
 			segs[i] = "{$}"
 		case s == "":
 			return "", fmt.Errorf("path template %q has an empty segment, which a route cannot match as written", tmpl)
+		case s == "{$}" || strings.HasPrefix(s, "{...") || strings.HasSuffix(s, "...}"):
+			return "", fmt.Errorf("path template %q: segment %q reads as a ServeMux marker, not a parameter", tmpl, s)
 		case wildcardRE.MatchString(s):
 			name := identRE.ReplaceAllString(s[1:len(s)-1], "_")
 			if name == "" || unicode.IsDigit(rune(name[0])) {
