@@ -332,6 +332,22 @@ func TestCheckReportsDrift(t *testing.T) {
 	}
 }
 
+// TestConflictingTemplatesSkipped: two templates ServeMux cannot order
+// (neither more specific) get one route; the other is skipped, named.
+func TestConflictingTemplatesSkipped(t *testing.T) {
+	doc, err := Read([]byte("openapi: 3.0.0\npaths:\n  /a/{x}/c: {post: {operationId: one}}\n  /a/b/{y}: {post: {operationId: two}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Generate(doc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Routes) != 1 || len(p.Skipped) != 1 || !strings.Contains(p.Skipped[0].Reason, "cannot be a route") {
+		t.Errorf("routes %v, skipped %+v; want one route and one skipped with ServeMux's reason", p.Enforced(), p.Skipped)
+	}
+}
+
 func TestPattern(t *testing.T) {
 	for in, want := range map[string]string{
 		"/":                      "/{$}",
@@ -413,6 +429,7 @@ func BenchmarkGenerate(b *testing.B) {
 		if _, err := config.Parse(buf.Bytes(), nil); err != nil {
 			b.Fatal(err)
 		}
+		b.ReportMetric(float64(len(p.Routes)), "routes")
 	}
 }
 
