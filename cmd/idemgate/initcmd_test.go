@@ -143,6 +143,21 @@ func TestInitCheck(t *testing.T) {
 	}
 }
 
+// TestInitStdin: - reads the description from standard input.
+func TestInitStdin(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(fromOpenAPITestdata, "synthetic", "e2e.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := initCommand([]string{"--from-openapi", "-"}, bytes.NewReader(data), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `match: "POST /v1/orders/{id}/capture"`) {
+		t.Errorf("stdout lacks the capture route:\n%s", stdout.String())
+	}
+}
+
 // TestInitErrors: an unreadable description stops init with exit 1 and a
 // message naming what it could not read; usage mistakes exit 2.
 func TestInitErrors(t *testing.T) {

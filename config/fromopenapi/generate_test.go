@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/policy"
 )
@@ -410,26 +412,40 @@ func TestReadRejectsBadInput(t *testing.T) {
 // The bound is 3 s on the 2-core reference machine.
 func BenchmarkGenerate(b *testing.B) {
 	data := bigDescription(b, 8<<20)
-	b.SetBytes(int64(len(data)))
-	b.ReportMetric(float64(len(data))/1e6, "MB-description")
-	b.ResetTimer()
-	for b.Loop() {
-		doc, err := Read(data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := Generate(doc, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := p.Render(&buf); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := config.Parse(buf.Bytes(), nil); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(len(p.Routes)), "routes")
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		b.Fatal(err)
+	}
+	yml, err := yaml.Marshal(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"json", data}, {"yaml", yml}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			b.ReportMetric(float64(len(c.data))/1e6, "MB-description")
+			for b.Loop() {
+				doc, err := Read(c.data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := Generate(doc, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var buf bytes.Buffer
+				if err := p.Render(&buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := config.Parse(buf.Bytes(), nil); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(len(p.Routes)), "routes")
+			}
+		})
 	}
 }
 
