@@ -185,8 +185,8 @@ func Generate(doc *Document, o Options) (*Plan, error) {
 func (p *Plan) upstream() error {
 	if p.Options.Upstream != "" {
 		u, err := url.Parse(p.Options.Upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "h2c") || u.Host == "" {
-			return fmt.Errorf("--upstream %q is not an absolute http, https or h2c URL", p.Options.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "h2c") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--upstream %q is not an absolute http, https or h2c URL without a query or fragment", p.Options.Upstream)
 		}
 		p.Upstream, p.UpstreamNote = p.Options.Upstream, "--upstream"
 		return nil
@@ -196,7 +196,7 @@ func (p *Plan) upstream() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(u.Host, "{}") {
 			continue
 		}
-		u.RawQuery, u.Fragment = "", ""
+		u.RawQuery, u.Fragment, u.ForceQuery, u.RawFragment = "", "", false, ""
 		p.Upstream = u.String()
 		p.UpstreamNote = "servers[" + strconv.Itoa(i) + "]"
 		if p.Doc.Spec != "" && strings.HasPrefix(p.Doc.Spec, "Swagger") {
@@ -207,7 +207,7 @@ func (p *Plan) upstream() error {
 	p.Upstream = placeholderUpstream
 	p.UpstreamNote = "REVIEW: placeholder, the description names no absolute server URL"
 	for _, s := range p.Doc.Servers {
-		if strings.HasPrefix(s, "/") {
+		if u, err := url.Parse(placeholderUpstream + s); err == nil && strings.HasPrefix(s, "/") && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery {
 			p.Upstream = strings.TrimSuffix(placeholderUpstream+s, "/")
 			p.UpstreamNote += " (its server path " + s + " is kept)"
 			break
@@ -229,7 +229,9 @@ func register(mux *http.ServeMux, pattern string) (err error) {
 }
 
 var (
-	wildcardRE = regexp.MustCompile(`^\{[^{}]+\}$`)
+	// fieldNameRE is an HTTP field name, a token (RFC 9110 section 5.1).
+	fieldNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+	wildcardRE  = regexp.MustCompile(`^\{[^{}]+\}$`)
 	identRE    = regexp.MustCompile(`[^A-Za-z0-9_]`)
 )
 
@@ -377,6 +379,9 @@ func alternative(alt []string, schemes map[string]Scheme) (Owner, string) {
 		case "http":
 			add("authorization")
 		case "apiKey":
+			if s.In == "header" && !fieldNameRE.MatchString(s.Name) {
+				return o, "security scheme " + name + " names header " + strconv.Quote(s.Name) + ", which is not a valid field name"
+			}
 			if s.In != "header" || s.Name == "" {
 				return o, "security scheme " + name + " is an apiKey in " + s.In + "; idemgate reads an owner from a header (header:NAME) or the Authorization field"
 			}

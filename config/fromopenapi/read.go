@@ -319,6 +319,10 @@ func (r *reader) read() (*Document, error) {
 			op := Operation{Method: strings.ToUpper(m), Path: path, ID: ro.OperationID, Summary: summary(ro)}
 			params := r.parameters(where, common, ro.Parameters)
 			op.Key = keyOf(params, ro.FernIdem, fern)
+			if op.Key != nil && !fieldNameRE.MatchString(op.Key.Name) {
+				r.warn("%s: idempotency key header %q is not a valid field name; read as no key", where, op.Key.Name)
+				op.Key = nil
+			}
 			op.MediaTypes = r.mediaTypes(where, ro, params)
 			sec := topSecurity
 			if ro.Security != nil {
