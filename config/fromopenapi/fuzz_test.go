@@ -38,3 +38,32 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestOddNamesStillLoad: a header name that is not a field name (as an
+// idempotency key or an apiKey owner) and a relative server path that
+// carries a query give a configuration that loads: the key is read as
+// absent, the owner is left to choose, the query is dropped.
+func TestOddNamesStillLoad(t *testing.T) {
+	for _, in := range []string{
+		"openapi: 3.0.0\npaths: {/a: {post: {parameters: [{name: 'Idempotency Key', in: header, x-idempotency-key: true}]}}}\n",
+		"openapi: 3.0.0\ncomponents: {securitySchemes: {k: {type: apiKey, in: header, name: 'X-P;t-Token'}}}\nsecurity: [{k: []}]\npaths: {/a: {post: {}}}\n",
+		"openapi: 3.0.0\nservers: [{url: '/relativ?/base'}]\npaths: {/a: {post: {}}}\n",
+		"openapi: 3.0.0\nservers: [{url: 'https://h/x?q=1#f'}]\npaths: {/a: {post: {}}}\n",
+	} {
+		doc, err := Read([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Generate(doc, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := p.Render(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Parse(buf.Bytes(), nil); err != nil {
+			t.Errorf("%q: the generated configuration does not load: %v", in, err)
+		}
+	}
+}

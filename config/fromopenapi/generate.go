@@ -232,7 +232,7 @@ var (
 	// fieldNameRE is an HTTP field name, a token (RFC 9110 section 5.1).
 	fieldNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 	wildcardRE  = regexp.MustCompile(`^\{[^{}]+\}$`)
-	identRE    = regexp.MustCompile(`[^A-Za-z0-9_]`)
+	identRE     = regexp.MustCompile(`[^A-Za-z0-9_]`)
 )
 
 // Pattern maps an OpenAPI path template to a ServeMux path pattern: each
