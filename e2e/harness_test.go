@@ -118,8 +118,16 @@ func startGate(t *testing.T, c gateConfig) *Gate {
 	if err := os.WriteFile(path, []byte(c.yaml(listen, adminListen)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return runGate(t, listen, adminListen, path)
+}
+
+// runGate starts idemgate serving the config file at path on the given
+// listen addresses (extra flags after the config), and stops it in
+// t.Cleanup.
+func runGate(t *testing.T, listen, adminListen, path string, extra ...string) *Gate {
+	t.Helper()
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
-		args: []string{"serve", "--config", path, "--wait-store", "10s"}, logs: &syncbuf.Buffer{}}
+		args: append([]string{"serve", "--config", path, "--wait-store", "10s"}, extra...), logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {
 		g.Stop()

@@ -56,6 +56,7 @@ Usage:
   idemgate validate --config FILE     check a config file and print every route's effective policy
   idemgate policy --config FILE [--format markdown|json|openapi]
                                       print what clients of the enforced routes must know, for API docs
+  idemgate init --from-openapi SPEC  write a config from an OpenAPI description (idemgate init -h; --check --config FILE for drift)
   idemgate migrate --config FILE      create the Postgres store's table when missing (store.driver: postgres), nothing else
   idemgate healthcheck [--url URL]    exit 0 when the admin /healthz answers 200 (container health check)
   idemgate admin get|purge|routes     inspect or purge a record over the admin API (idemgate admin lists the flags)
@@ -82,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return migrate(args[1:], stdout, stderr)
 	case "policy":
 		return policyCommand(args[1:], stdout, stderr)
+	case "init":
+		return initCommand(args[1:], os.Stdin, stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stderr)
 	case "admin":
