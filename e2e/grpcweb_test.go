@@ -8,19 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// grpcWebFrame is one gRPC-Web frame: its flag (0 a message, 0x80 the
-// trailers), a 4-byte big-endian length and the payload.
-func grpcWebFrame(flag byte, payload string) string {
-	return string([]byte{flag, byte(len(payload) >> 24), byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload))}) + payload
-}
+	"github.com/idemgate/idemgate/internal/grpcwebtest"
+)
 
 // grpcWebCall posts a gRPC-Web call of content type ct to the gate's
 // orders.v1.Orders/Create as alice with key ("" for none) and a one-frame
 // body carrying msg, with the client's grpc-timeout of 1S.
 func grpcWebCall(g *Gate, ct, key, msg string) Answer {
-	body := grpcWebFrame(0, msg)
+	body := grpcwebtest.Frame(0, msg)
 	if strings.HasPrefix(ct, "application/grpc-web-text") {
 		body = base64.StdEncoding.EncodeToString([]byte(body))
 	}
@@ -61,9 +57,9 @@ func TestE2EGRPCWebIsGRPC(t *testing.T) {
 		if first {
 			status = "grpc-status: 14\r\ngrpc-message: failover\r\n"
 		}
-		body := grpcWebFrame(0, "order "+key) + grpcWebFrame(0x80, status)
+		body := grpcwebtest.Frame(0, "order "+key) + grpcwebtest.Frame(0x80, status)
 		if strings.HasPrefix(ct, "application/grpc-web-text") {
-			body = base64.StdEncoding.EncodeToString([]byte(grpcWebFrame(0, "order "+key))) + base64.StdEncoding.EncodeToString([]byte(grpcWebFrame(0x80, status)))
+			body = base64.StdEncoding.EncodeToString([]byte(grpcwebtest.Frame(0, "order "+key))) + base64.StdEncoding.EncodeToString([]byte(grpcwebtest.Frame(0x80, status)))
 		}
 		_, _ = w.Write([]byte(body))
 	}, 0, nil)
