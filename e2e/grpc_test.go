@@ -57,6 +57,7 @@ func startGRPCBackend(t testing.TB, handle grpcHandler) *grpcBackend {
 		HandlerType: (*any)(nil),
 		Methods:     []grpc.MethodDesc{{MethodName: "Create", Handler: b.create}, {MethodName: "Tag", Handler: b.tag}},
 	}, b)
+	registerPlacer(t, s, b)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return b

@@ -23,16 +23,18 @@ import (
 // body as its canonical protobuf form: each length-prefixed message is
 // decoded with the method's input type from the route's descriptors
 // (fingerprint.descriptors, a ProtoSchema) and encoded again
-// deterministically (fields in number order, map entries sorted by key,
-// repeated scalars packed, unknown fields kept in their order), so two
-// encodings of one message (protobuf fixes no map order) are one request
-// and two different messages are not. docs/protocol.md, "Fingerprint
-// recipes", has the encoding.
+// deterministically (fields in number order, map entries sorted by key),
+// so two encodings of one message (protobuf fixes no map order) are one
+// request and two different messages are not. A message the descriptors
+// cannot hold exactly (they may lag the server's: see lossless) is
+// fingerprinted by its bytes. docs/protocol.md, "Fingerprint recipes", has
+// the encoding.
 const BodyProtobuf BodyMode = "protobuf"
 
 // tagBodyProtobuf is the hs1 record of a canonical protobuf body: for each
 // message of the body, its canonical encoding's length (4 bytes,
-// big-endian) and the encoding. A body that does not decode enters as
+// big-endian) and the encoding. A body that does not decode, or whose
+// canonical form would not be a lossless view of it, enters as
 // tagBodyFallback with its bytes, as a JSON body that does not parse.
 const tagBodyProtobuf = 'G'
 
@@ -93,9 +95,17 @@ func (s *ProtoSchema) input(path string) (protoreflect.MessageDescriptor, error)
 
 var errNotCanonical = errors.New("the body is not uncompressed length-prefixed messages of the method's input type")
 
+// errLossy is a body that decodes but whose canonical form would drop
+// something it carries (see lossless): it is fingerprinted by its bytes,
+// not refused, since the server, whose descriptors may be newer than the
+// route's, can read it.
+var errLossy = errors.New("the canonical form of the body would drop what it carries")
+
 // canonical returns the tagBodyProtobuf record of a gRPC request body
 // for path, with the fields that exclude names (JSON-pointer syntax, one
-// field name per segment: /meta/request_id) cleared first.
+// field name per segment: /meta/request_id) cleared first. Its error is
+// errNotCanonical for a body that does not decode, errLossy for one whose
+// canonical form would not be a lossless view of it.
 func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([]byte, error) {
 	md, err := s.input(path)
 	if err != nil {
@@ -119,6 +129,9 @@ func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([
 		if err := proto.Unmarshal(body[5:5+n], msg); err != nil {
 			return nil, fmt.Errorf("%w: %w", errNotCanonical, err)
 		}
+		if !lossless(md, body[5:5+n]) {
+			return nil, errLossy
+		}
 		for _, p := range exclude {
 			clearField(msg, p)
 		}
@@ -139,7 +152,10 @@ func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([
 // req's path names (a method the descriptors lack included). The proxy
 // answers it 400 bad-request before anything is claimed: fingerprinted by
 // its raw bytes instead, two encodings of one message would be two
-// requests again, and a key reused with them 422.
+// requests again, and a key reused with them 422. A body that decodes but
+// carries what the descriptors cannot hold exactly (a field they lack, a
+// value out of its kind's range, a singular field sent twice) is accepted
+// and fingerprinted by its bytes: the server may well read it.
 func (s FingerprintSpec) CheckBody(req *http.Request, body []byte) error {
 	if s.Body != BodyProtobuf || s.Proto == nil {
 		return nil
@@ -148,7 +164,7 @@ func (s FingerprintSpec) CheckBody(req *http.Request, body []byte) error {
 	if req.URL != nil {
 		path = req.URL.EscapedPath()
 	}
-	if _, err := s.Proto.canonical(path, body, nil); err != nil {
+	if _, err := s.Proto.canonical(path, body, nil); err != nil && !errors.Is(err, errLossy) {
 		return fmt.Errorf("fingerprint.body is protobuf and the request body does not decode: %w", err)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"mime"
 	"net/http"
 	"strconv"
@@ -15,14 +17,40 @@ import (
 
 // isGRPC reports whether h is the header of a gRPC call: a Content-Type
 // of application/grpc, or application/grpc+proto, +json or any other
-// +suffix (gRPC over HTTP/2, "Requests").
+// +suffix (gRPC over HTTP/2, "Requests"), or a gRPC-Web one (isGRPCWeb).
+// A gRPC-Web call is a gRPC call to idemgate: its outcome is its
+// grpc-status, not its HTTP status, and idemgate answers it with gRPC
+// statuses, which a gRPC-Web client reads from the headers of a
+// trailers-only response as a gRPC client does.
 func isGRPC(h http.Header) bool {
-	ct := h.Get("Content-Type")
+	return grpcMediaType(h.Get("Content-Type")) != ""
+}
+
+// isGRPCWeb reports whether h is the header of a gRPC-Web call or
+// answer: application/grpc-web or application/grpc-web-text, each with an
+// optional +suffix (gRPC-Web, doc/PROTOCOL-WEB.md in the grpc
+// repository).
+func isGRPCWeb(h http.Header) bool {
+	return strings.HasPrefix(grpcMediaType(h.Get("Content-Type")), "application/grpc-web")
+}
+
+// grpcMediaType returns ct's media type, lowercased, when it is one of
+// the gRPC family (application/grpc, application/grpc-web,
+// application/grpc-web-text, each with an optional +suffix), else "".
+func grpcMediaType(ct string) string {
 	if !strings.HasPrefix(strings.ToLower(ct), "application/grpc") {
-		return false
+		return ""
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (mt == "application/grpc" || strings.HasPrefix(mt, "application/grpc+"))
+	if err != nil {
+		return ""
+	}
+	for _, base := range [...]string{"application/grpc", "application/grpc-web", "application/grpc-web-text"} {
+		if mt == base || strings.HasPrefix(mt, base+"+") {
+			return mt
+		}
+	}
+	return ""
 }
 
 // grpcOutbound adjusts an enforced gRPC call's outbound request (no-op
@@ -43,7 +71,9 @@ func (p *Proxy) grpcOutbound(out *http.Request) {
 	if !isGRPC(out.Header) {
 		return
 	}
-	out.Header["Te"] = []string{"trailers"}
+	if !isGRPCWeb(out.Header) { // gRPC-Web needs no HTTP trailers
+		out.Header["Te"] = []string{"trailers"}
+	}
 	if dl, ok := out.Context().Deadline(); ok {
 		out.Header["Grpc-Timeout"] = []string{grpcTimeout(time.Until(dl))}
 	}
@@ -67,15 +97,76 @@ func grpcTimeout(d time.Duration) string {
 
 // grpcStatus returns a gRPC response's grpc-status: from its trailers, or
 // from its headers in a trailers-only response (gRPC over HTTP/2,
-// "Responses").
-func grpcStatus(resp *http.Response) (string, bool) {
+// "Responses"). A gRPC-Web answer (web: the call was gRPC-Web) carries
+// its trailers in the body instead, as its last frame (grpcWebStatus).
+func grpcStatus(resp *http.Response, body []byte, web bool) (string, bool) {
 	if v, ok := resp.Trailer["Grpc-Status"]; ok && len(v) > 0 {
 		return v[0], true
 	}
 	if v, ok := resp.Header["Grpc-Status"]; ok && len(v) > 0 {
 		return v[0], true
 	}
+	if web {
+		return grpcWebStatus(body, strings.HasPrefix(grpcMediaType(resp.Header.Get("Content-Type")), "application/grpc-web-text"))
+	}
 	return "", false
+}
+
+// grpcWebStatus returns the grpc-status of a gRPC-Web response body
+// (base64 first when text): its frames are gRPC's length-prefixed
+// messages, the last one a trailer frame, flag 0x80, whose payload is
+// header lines (`grpc-status: 14\r\n`, names in any case). A body that
+// does not end in exactly one well-formed, uncompressed trailer frame
+// has no status: its outcome is unknown, as a gRPC answer without
+// grpc-status, never released as transient nor stored.
+func grpcWebStatus(body []byte, text bool) (string, bool) {
+	if text {
+		var ok bool
+		if body, ok = decodeGRPCWebText(body); !ok {
+			return "", false
+		}
+	}
+	for len(body) >= 5 {
+		flag, n := body[0], binary.BigEndian.Uint32(body[1:5])
+		if uint64(len(body)-5) < uint64(n) {
+			return "", false
+		}
+		payload := body[5 : 5+n]
+		body = body[5+n:]
+		if flag&0x80 == 0 {
+			continue
+		}
+		if flag != 0x80 || len(body) != 0 {
+			return "", false
+		}
+		for line := range strings.SplitSeq(string(payload), "\n") {
+			name, value, ok := strings.Cut(strings.TrimSuffix(line, "\r"), ":")
+			if ok && strings.EqualFold(strings.TrimSpace(name), "grpc-status") {
+				return strings.TrimSpace(value), true
+			}
+		}
+		return "", false
+	}
+	return "", false
+}
+
+// decodeGRPCWebText decodes a gRPC-Web text body: base64, possibly several
+// padded chunks one after another (a server may encode each frame on its
+// own), so it is decoded 4 characters at a time.
+func decodeGRPCWebText(b []byte) ([]byte, bool) {
+	if len(b)%4 != 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, len(b)/4*3)
+	var quad [3]byte
+	for ; len(b) > 0; b = b[4:] {
+		n, err := base64.StdEncoding.Decode(quad[:], b[:4])
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, quad[:n]...)
+	}
+	return out, true
 }
 
 // grpcNotStored decides an enforced gRPC call answered with a replayable
@@ -93,7 +184,7 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
 		return false
 	}
-	st, ok := grpcStatus(resp)
+	st, ok := grpcStatus(resp, body, isGRPCWeb(r.Header))
 	v := ex.route.GRPCVerdictOf(st, ok)
 	if v == policy.GRPCRelease && cutShort {
 		v = policy.GRPCUnknown
