@@ -42,7 +42,8 @@
 // before and after its upstream has the request (a dial failure; an
 // upstream that died mid-call, 502; response_header_timeout, 504), and
 // only the first is known not to have acted. So an error that wraps
-// reverseproxy.DialError (the connection was never made) releases the
+// reverseproxy.DialError (the connection was never made), or
+// reverse_proxy's "no upstreams available" (it tried none), releases the
 // key (middleware.NothingDone): the adapter writes the error's status
 // with an empty body, as Caddy does when no handle_errors route is set,
 // and a retry runs again. Every other error leaves the outcome unknown
@@ -383,10 +384,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	var dial reverseproxy.DialError
-	if errors.As(err, &dial) {
-		// No connection to the upstream was made: no byte of the request
-		// reached it (TestCaddyNextErrorReleasesKey).
+	if neverSent(err) {
 		middleware.NothingDone(r)
 		h.logger.Error("next handler could not reach its upstream on a keyed request: key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
@@ -401,6 +399,24 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	h.logger.Error("next handler failed on a keyed request: outcome unknown, the claim is kept",
 		zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 	w.WriteHeader(status)
+}
+
+// neverSent reports whether err, returned by reverse_proxy with nothing
+// written, proves that no byte of the request reached an upstream: a dial
+// failure (reverseproxy.DialError; TestCaddyNextErrorReleasesKey), or no
+// upstream available to try (all of them unhealthy or at their request
+// limit; TestCaddyNoUpstreamReleasesKey), which reverse_proxy, too, takes
+// for safe to retry. Caddy keeps the second one unexported, so it is
+// known by its status and text; a Caddy that words it otherwise leaves it
+// an unknown outcome, the safe side.
+func neverSent(err error) bool {
+	var dial reverseproxy.DialError
+	if errors.As(err, &dial) {
+		return true
+	}
+	var he caddyhttp.HandlerError
+	return errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable &&
+		he.Err != nil && errors.Unwrap(he.Err) == nil && he.Err.Error() == "no upstreams available"
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

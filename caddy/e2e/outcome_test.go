@@ -154,3 +154,52 @@ func TestCaddyNestedIdempotencyRunsOnce(t *testing.T) {
 		t.Fatalf("upstream executed %d times, want 1", n)
 	}
 }
+
+// TestCaddyNoUpstreamReleasesKey: reverse_proxy with its only upstream
+// marked down by its passive health check answers "no upstreams
+// available" (503) without trying any: nothing was sent, so the key is
+// released as after a dial failure, and the retry runs once the upstream
+// is back.
+func TestCaddyNoUpstreamReleasesKey(t *testing.T) {
+	vk := valkeytest.Start(t)
+	port := valkeytest.FreePort(t) // nothing listens there yet
+	c := runCaddy(t, caddySite{
+		YAML:        fmt.Sprintf(conflictYAML, "10s"),
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-noupstream:", vk.Addr()),
+		After:       fmt.Sprintf("reverse_proxy 127.0.0.1:%d {\n\t\tfail_duration 3s\n\t\tmax_fails 1\n\t}", port),
+	})
+	// runCaddy's readiness probe met the dial failure that marks the
+	// upstream down; should fail_duration have passed already, the first
+	// POST's dial failure (502, released) marks it again.
+	a := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	if a.Status == http.StatusBadGateway {
+		a = post(t, c.URL, "alice", "k", `{"amount":1}`)
+	}
+	if a.Status != http.StatusServiceUnavailable || a.Body != "" {
+		t.Fatalf("upstream marked down: %d %q, want reverse_proxy's 503 (no upstreams available)\n%s", a.Status, a.Body, c.out.String())
+	}
+	up := serveOn(t, port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A GET is not enforced: it reaches the upstream once
+		// fail_duration has passed.
+		resp, err := http.Get(c.URL + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream was not back in reverse_proxy within 10s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	if retry.Status != http.StatusCreated || retry.replayed() {
+		t.Fatalf("retry with the upstream back: %d %s (replayed %v), want a fresh 201", retry.Status, retry.Body, retry.replayed())
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
