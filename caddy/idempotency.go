@@ -42,14 +42,24 @@
 // released and sent) when they return.
 //
 // Errors of the handlers after it: a Caddy handler may return an error
-// having written nothing (reverse_proxy's dial error is a
-// caddyhttp.HandlerError with status 502). On a request the engine
-// enforces, nothing written would read as net/http's implicit 200 and be
-// stored as a success, so the adapter writes the error as Caddy itself
-// does when no handle_errors route is set: the HandlerError's status (500
-// for any other error) with an empty body. The engine sees a status that
-// is not replayable, releases the key (a retry runs again) and sends that
-// status; the error is logged at error level, and Caddy's handle_errors
+// having written nothing. On a request the engine enforces, nothing
+// written would read as net/http's implicit 200 and be stored as a
+// success, so the adapter decides. reverse_proxy returns such errors both
+// before and after its upstream has the request (a dial failure; an
+// upstream that died mid-call, 502; response_header_timeout, 504), and
+// only the first is known not to have acted. So an error that wraps
+// reverseproxy.DialError (the connection was never made), or
+// reverse_proxy's "no upstreams available" (it tried none), releases the
+// key (middleware.NothingDone): the adapter writes the error's status
+// with an empty body, as Caddy does when no handle_errors route is set,
+// and a retry runs again. Every other error leaves the outcome unknown
+// (middleware.OutcomeUnknown), as the standalone proxy's for an upstream
+// that failed after the request was sent: the claim is kept until its
+// lease ends and on_abandoned decides then, and the client gets 502
+// upstream-failed (504 upstream-timeout for a timeout). A handler that
+// refuses a request before acting answers it (respond, a status written)
+// instead of returning an error: a status that is not stored releases the
+// key. The error is logged at error level, and Caddy's handle_errors
 // routes do not see it (the response is already decided). A request the
 // engine does not enforce (another method, no key on a route that does
 // not require one) reaches the next handler with Caddy's own
@@ -84,6 +94,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/viper"
 	"go.uber.org/zap"
@@ -398,8 +409,9 @@ func (c *call) clientWriter(w http.ResponseWriter) bool {
 // client's writer (the one ServeHTTP passed, in the engine's wrapper:
 // clientWriter), and next's error goes back to Caddy, to handle_errors. On
 // a request it enforces the writer is the engine's capture, and an error
-// with nothing written becomes its status (see the package documentation),
-// so that nothing is stored as a success.
+// with nothing written releases the key when it is a dial failure and
+// leaves the outcome unknown otherwise (see the package documentation),
+// so that nothing is stored as a success and nothing runs twice.
 func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	c, _ := r.Context().Value(nextKey{}).(*call)
 	if c == nil {
@@ -428,9 +440,39 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	h.logger.Error("next handler failed on a keyed request: key released",
+	if neverSent(err) {
+		middleware.NothingDone(r)
+		h.logger.Error("next handler could not reach its upstream on a keyed request: key released",
+			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
+		w.WriteHeader(status)
+		return
+	}
+	// reverse_proxy returns its other errors once the upstream may have
+	// the request (it died mid-call, response_header_timeout): the
+	// outcome is unknown, as the standalone proxy's for the same upstream
+	// (TestCaddyUpstreamFailureAfterSendKeepsTheClaim).
+	middleware.OutcomeUnknown(r, err)
+	h.logger.Error("next handler failed on a keyed request: outcome unknown, the claim is kept",
 		zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 	w.WriteHeader(status)
+}
+
+// neverSent reports whether err, returned by reverse_proxy with nothing
+// written, proves that no byte of the request reached an upstream: a dial
+// failure (reverseproxy.DialError; TestCaddyNextErrorReleasesKey), or no
+// upstream available to try (all of them unhealthy or at their request
+// limit; TestCaddyNoUpstreamReleasesKey), which reverse_proxy, too, takes
+// for safe to retry. Caddy keeps the second one unexported, so it is
+// known by its status and text; a Caddy that words it otherwise leaves it
+// an unknown outcome, the safe side.
+func neverSent(err error) bool {
+	var dial reverseproxy.DialError
+	if errors.As(err, &dial) {
+		return true
+	}
+	var he caddyhttp.HandlerError
+	return errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable &&
+		he.Err != nil && errors.Unwrap(he.Err) == nil && he.Err.Error() == "no upstreams available"
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

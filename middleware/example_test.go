@@ -6,6 +6,8 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/signal"
 
@@ -102,4 +104,45 @@ func ExampleNew_grpc() {
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+}
+
+// httputil.ReverseProxy as the handler: a backend that could not be
+// reached releases the key, and one that failed after it got the request
+// leaves the outcome unknown (the retry is refused, never sent on).
+func ExampleReverseProxyErrorHandler() {
+	cfg, err := config.Load("idemgate.yaml", os.Environ(), config.InProcess())
+	if err != nil {
+		log.Fatal(err)
+	}
+	idem, err := middleware.New(context.Background(), middleware.Options{Config: cfg})
+	if err != nil {
+		log.Fatal(err)
+	}
+	backend, _ := url.Parse("http://127.0.0.1:3000")
+	rp := &httputil.ReverseProxy{
+		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(backend) },
+		ErrorHandler: middleware.ReverseProxyErrorHandler(slog.Default()),
+	}
+	log.Fatal(http.ListenAndServe(":8080", idem(rp)))
+}
+
+// A handler that refuses before it acts, and one whose payment provider
+// took the charge and then dropped the connection.
+func ExampleOutcomeUnknown() {
+	charge := func(r *http.Request) error { return nil } // your provider's client
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Account") == "" {
+			middleware.NothingDone(r) // nothing was done: a retry may run
+			http.Error(w, "no account", http.StatusBadRequest)
+			return
+		}
+		if err := charge(r); err != nil {
+			// The provider may have charged: never run this key again.
+			middleware.OutcomeUnknown(r, err)
+			http.Error(w, "payment provider failed", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	_ = h
 }

@@ -21,20 +21,42 @@
 //     not cancel it) and bounded by upstream.timeout; a heartbeat extends
 //     the claim while it runs. A failure the handler answers after
 //     upstream.timeout ended its context is an unknown outcome (504
-//     upstream-timeout, claim kept until the lease ends), not a release.
+//     upstream-timeout, claim kept until the lease ends), not a release. A
+//     success it answers after that deadline (a handler that ignores its
+//     context) is stored and replayed: the engine cannot stop the handler,
+//     waits for it, and so knows its outcome, where the proxy stops reading
+//     its upstream at the deadline and answers 504 without it; either way
+//     nothing runs twice.
 //   - The handler's response is captured and reaches the client when the
 //     handler returns, since what is stored is decided from the whole
 //     response (status, header, body, declared trailers; grpc-status for
-//     gRPC calls). Flush does nothing on a keyed route; a body longer than
-//     max_response_bytes is delivered once and not retained, as the proxy
-//     does with a response too large to store. Streams without end belong on
-//     routes that do not enforce: those requests reach the handler as they
-//     came, with the client's own ResponseWriter.
-//   - A handler that panics before it writes anything has its claim
-//     released (nothing is recorded, a retry runs it again); one that
-//     panics after it wrote a status or body, or with
-//     http.ErrAbortHandler, may have acted, and its claim is kept until
-//     the lease ends. The panic goes on up the stack either way.
+//     gRPC calls). Flush does nothing on a keyed route; Hijack is not
+//     supported there (http.ResponseController returns
+//     http.ErrNotSupported, and what the handler then writes decides); a
+//     body longer than max_response_bytes is delivered once and not
+//     retained, as the proxy does with a response too large to store.
+//     Streams without end and protocol switches belong on routes that do
+//     not enforce: those requests reach the handler as they came, with the
+//     client's own ResponseWriter.
+//   - A status the route does not store (a 4xx, a 5xx) releases the key:
+//     written before the handler acts, it is how a handler refuses a
+//     request and lets a retry run. Two things a status cannot say, the
+//     handler says with the request it was given: NothingDone (it did
+//     nothing: released, whatever it writes) and OutcomeUnknown (it may
+//     have acted and does not know the result: nothing stored, the claim
+//     kept until the lease ends, then on_abandoned decides; the client
+//     gets 502 upstream-failed or 504 upstream-timeout, as from the proxy).
+//     ReverseProxyErrorHandler makes httputil.ReverseProxy say them.
+//   - A handler that panics has its claim kept until the lease ends, as
+//     the proxy keeps it for an upstream whose connection was cut after it
+//     got the request (which is what net/http does to the client of a
+//     handler that panics): a panic says nothing of what ran before it.
+//     One that reported NothingDone before it panicked has it released.
+//     The panic goes on up the stack either way.
+//   - Two middlewares nested around one handler: the inner one finds the
+//     request inside the outer one's call and passes it to the handler
+//     untouched (no claim, no access line, no metrics), since the outer
+//     claim already covers it.
 //   - A Valkey or PostgreSQL store that cannot be reached when New runs
 //     does not stop the service, as it does not stop the proxy: New
 //     returns after one attempt (2 s at most) and connects in the

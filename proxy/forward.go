@@ -35,6 +35,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	stopHeartbeat := p.heartbeat(ex, token)
 	defer stopHeartbeat()
 
+	// In process the handler reports through its request what its answer
+	// cannot say (outcome.go); an engine nested inside finds the call
+	// there and passes the request through.
+	var call *handlerCall
+	if p.next != nil {
+		call = &handlerCall{claimed: true}
+		ctx = withCall(ctx, call)
+	}
 	var connected atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
@@ -42,19 +50,25 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	out := p.outbound(ctx, r, ex.body)
 	upStart := time.Now()
 	resp, err := p.transport.RoundTrip(out)
+	var nothingDone, unknown bool
+	var cause error
+	if call != nil {
+		nothingDone, unknown, cause = call.seal()
+	}
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
 		if hp, ok := err.(*handlerPanic); ok {
 			// In process (Options.Next): a handler that panicked recorded
-			// nothing. Before it began its answer the key is free again;
-			// after, it may have acted, and the claim runs out with its
-			// lease. The panic goes on either way.
-			if hp.answering {
-				p.log.Warn("handler panicked after it began its answer; it may have acted, so the key stays claimed until its lease ends",
-					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
-			} else {
+			// nothing, and a panic says nothing of what ran before it
+			// (TestPanicKeepsTheClaim): the claim runs out with its lease,
+			// unless the handler said it did nothing. The panic goes on
+			// either way.
+			if nothingDone {
 				p.release(r, ex, token)
+			} else {
+				p.log.Warn("handler panicked; it may have acted before, so the key stays claimed until its lease ends",
+					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
 			}
 			panic(hp.value)
 		}
@@ -70,6 +84,24 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
+	if unknown {
+		// In process: the handler said it may have acted and does not
+		// know the result; whatever it wrote is not an outcome.
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.handlerUnknown(w, r, ex, ctx, cause)
+		return
+	}
+	if nothingDone {
+		// In process: the handler said it did nothing; its answer is sent
+		// as written and decides nothing, not even a tombstone.
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.release(r, ex, token)
+		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+		p.copyResponse(w, r, ex, resp, nil)
+		return
+	}
 	// In process the engine's own deadline reaches the handler as its
 	// context's end and cuts it short wherever it was: a failure it then
 	// answers says nothing of what it did before, and the proxy in front
@@ -278,6 +310,24 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 		"the upstream exchange failed after the request was sent; it may have acted, so the key stays claimed until its lease ends"), err)
 }
 
+// handlerUnknown answers an exchange whose handler in process reported
+// its outcome unknown (OutcomeUnknown) as upstreamAmbiguous answers the
+// proxy's: the claim is kept until its lease ends; 504 when the engine's
+// deadline passed or the cause is a timeout (a response header timeout
+// of the backend the handler called), 502 otherwise.
+func (p *Proxy) handlerUnknown(w http.ResponseWriter, r *http.Request, ex *exchange, ctx context.Context, cause error) {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		p.upstreamAmbiguous(w, r, ex, ctx, cause)
+	case isTimeout(cause):
+		p.upstreamFailed(w, r, ex, problem.UpstreamTimeout.With(
+			"the handler's call timed out after the request may have reached what it calls; it may have acted, so the key stays claimed until its lease ends"), cause)
+	default:
+		p.upstreamFailed(w, r, ex, problem.UpstreamFailed.With(
+			"the handler reported that its outcome is unknown; it may have acted, so the key stays claimed until its lease ends"), cause)
+	}
+}
+
 // upstreamFailed answers a failed upstream exchange with pr; the access line
 // carries the cause too (it used to say only outcome=upstream_error
 // status=502).
@@ -391,6 +441,11 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
+	if p.next != nil {
+		// No claim: the handler's reports count for nothing, but an
+		// engine nested inside must still pass the request through.
+		ctx = withCall(ctx, &handlerCall{})
+	}
 	resp, err := p.transport.RoundTrip(p.outbound(ctx, r, ex.body))
 	if hp, ok := err.(*handlerPanic); ok {
 		panic(hp.value) // in process: nothing was claimed, the panic goes on

@@ -35,15 +35,38 @@ import (
 //     too large to store. A stream without end (server-sent events) belongs
 //     on a route that does not enforce, where the handler writes to the
 //     client directly.
-//   - A handler that panics before it begins its answer has the claim
-//     released (nothing is recorded), and the panic goes on up the stack,
-//     as net/http expects of a handler. One that panics after it wrote a
-//     status or body, or with http.ErrAbortHandler (which
-//     httputil.ReverseProxy raises when its upstream's answer breaks
-//     after the upstream acted), got past what it does before answering:
-//     it may have acted, so the claim is kept until its lease ends, as
-//     for an upstream that cut its answer short
-//     (TestPanicAfterAnswerBegunKeepsTheClaim).
+//   - A handler that panics has its claim kept until its lease ends, and
+//     on_abandoned decides then, as for an upstream that took the request
+//     and cut the connection (net/http does that to a client of a handler
+//     that panics): a panic says nothing of what ran before it, an
+//     INSERT before an index out of range included
+//     (TestPanicKeepsTheClaim). The panic goes on up the stack, as
+//     net/http expects of a handler. A handler that reported NothingDone
+//     before it panicked has its claim released.
+//   - A handler tells the engine what its answer cannot (outcome.go):
+//     NothingDone (it refused the request before acting: released,
+//     whatever it writes), OutcomeUnknown (it may have acted and does not
+//     know the result: nothing stored, the claim kept, the client
+//     answered 502 upstream-failed or 504 upstream-timeout, as the
+//     proxy answers for its upstream). A status that is not replayable
+//     written before acting releases the key, as an upstream's does.
+//   - A handler that ignores its context and answers a success after
+//     upstream.timeout is stored and replayed: it ran to its end under
+//     the claim (the heartbeat kept it), so its outcome is known, and
+//     storing it runs nothing twice. The proxy answers 504 at that
+//     deadline only because it stops reading its upstream there and
+//     never learns the answer; in process the engine cannot stop the
+//     handler, waits for it, and has the answer
+//     (TestInProcessLateSuccessIsStored).
+//   - Hijack is not supported on an enforced route: the captured writer
+//     has no connection to hand over, and http.ResponseController's
+//     Hijack returns http.ErrNotSupported; what the handler then writes
+//     decides, as any answer.
+//   - An engine in process that finds itself inside another one's call
+//     (two middlewares nested around one handler) passes the request to
+//     its handler untouched, without access line or metrics: the outer
+//     engine's claim already covers it, and claiming again would wait
+//     on that claim until wait_timeout (TestNestedMiddlewaresRunOnce).
 //   - Requests a route does not enforce go to the handler as they came.
 
 // handlerTransport is the http.RoundTripper of a Proxy with Options.Next:
@@ -51,20 +74,17 @@ import (
 // as a response.
 type handlerTransport struct{ next http.Handler }
 
-// handlerPanic is the error of a handler that panicked: forward releases
-// the claim, or keeps it when answering is true (the handler had begun
-// its answer, or aborted it with http.ErrAbortHandler: it may have acted),
-// and panics again with value.
-type handlerPanic struct {
-	value     any
-	answering bool
-}
+// handlerPanic is the error of a handler that panicked: forward keeps
+// the claim (releases it when the handler reported NothingDone) and
+// panics again with value.
+type handlerPanic struct{ value any }
 
 func (e *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
 
 // RoundTrip runs the handler for req. The request counts as sent the
 // moment the handler starts (httptrace GotConn), so a handler that fails
-// in any way but a panic leaves the outcome to what it wrote.
+// in any way leaves the outcome to what it wrote and reported
+// (handlerCall).
 func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.GotConn != nil {
 		tr.GotConn(httptrace.GotConnInfo{})
@@ -76,7 +96,7 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 	c := &capture{header: make(http.Header)}
 	defer func() {
 		if v := recover(); v != nil {
-			resp, err = nil, &handlerPanic{value: v, answering: c.wroteHeader || v == http.ErrAbortHandler}
+			resp, err = nil, &handlerPanic{value: v}
 		}
 	}()
 	t.next.ServeHTTP(c, req)

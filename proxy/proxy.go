@@ -121,8 +121,10 @@ type Options struct {
 	// proxy's with an upstream (see next.go): a claimed request runs it
 	// once, on the request's goroutine, detached from the client and
 	// bounded by Timeout; its response is captured and decided as an
-	// upstream's; a panic releases the claim and goes on. Requests no route
-	// enforces go to it as they came. Upstream, Transport and PassHost are
+	// upstream's; a panic keeps the claim (the handler may have acted) and
+	// goes on; NothingDone and OutcomeUnknown let it say what its answer
+	// cannot. Requests no route enforces go to it as they came, and so
+	// does a request inside another engine's call of it (nesting). Upstream, Transport and PassHost are
 	// then not used.
 	Next http.Handler
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it

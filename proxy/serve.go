@@ -22,6 +22,13 @@ import (
 // also when the response is aborted with http.ErrAbortHandler: the steps
 // below only set the exchange's outcome and status.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.next != nil && callOf(r.Context()) != nil {
+		// In process, inside another engine's call of this handler (two
+		// middlewares nested): that call's claim covers the request, and
+		// a claim of this engine's would wait on it (next.go).
+		p.next.ServeHTTP(w, r)
+		return
+	}
 	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r), r: r}
 	defer p.done(ex)
 	ex.plan = p.policy().Ask(policyView(r), p.scoping)

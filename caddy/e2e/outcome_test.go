@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// conflictYAML is idemgate's configuration with upstream.timeout %s and
+// duplicates of a running call refused at once (409) instead of waiting
+// for its lease to end.
+const conflictYAML = `
+store:
+  driver: valkey
+upstream:
+  timeout: %s
+log:
+  access: false
+defaults:
+  owner: "header:X-User"
+  lease: 5s
+  wait_timeout: 1s
+  concurrent: conflict
+`
+
+// TestCaddyUpstreamFailureAfterSendKeepsTheClaim: reverse_proxy returns an
+// error with nothing written after its upstream has the request, and the
+// upstream may have acted: killed mid-call (502), past reverse_proxy's
+// response_header_timeout (504), or past the idempotency handler's own
+// timeout (upstream.timeout, which ends the call's context: 504). The
+// outcome is unknown, as the standalone proxy's for the same upstream:
+// the client gets upstream-failed or upstream-timeout, the retry is
+// refused 409 while the claim runs out, and the upstream runs once. (A
+// dial failure still releases the key: TestCaddyNextErrorReleasesKey.)
+func TestCaddyUpstreamFailureAfterSendKeepsTheClaim(t *testing.T) {
+	cases := []struct {
+		name      string
+		upstream  func(w http.ResponseWriter, r *http.Request)
+		timeout   string // upstream.timeout
+		transport string // reverse_proxy's block
+		status    int
+		problem   string
+	}{
+		{
+			name:    "killed mid-call",
+			timeout: "10s",
+			upstream: func(w http.ResponseWriter, _ *http.Request) {
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					_ = conn.(*net.TCPConn).SetLinger(0) // RST, as a process that died
+					conn.Close()
+				}
+			},
+			status: http.StatusBadGateway, problem: "upstream-failed",
+		},
+		{
+			name:      "response_header_timeout 1s under a 2s call",
+			timeout:   "10s",
+			upstream:  sleepThenCreate(2 * time.Second),
+			transport: "transport http {\n\t\t\tresponse_header_timeout 1s\n\t\t}",
+			status:    http.StatusGatewayTimeout, problem: "upstream-timeout",
+		},
+		{
+			name:     "upstream.timeout 1s under a 2s call",
+			upstream: sleepThenCreate(2 * time.Second),
+			timeout:  "1s",
+			status:   http.StatusGatewayTimeout, problem: "upstream-timeout",
+		},
+	}
+	vk := valkeytest.Start(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var execs atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				if r.Method != http.MethodPost {
+					w.WriteHeader(http.StatusOK) // runCaddy's readiness probe
+					return
+				}
+				execs.Add(1)
+				tc.upstream(w, r)
+			}))
+			t.Cleanup(up.Close)
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, tc.timeout),
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-unknown-%d:", vk.Addr(), i),
+				After:       fmt.Sprintf("reverse_proxy %s {\n\t\t%s\n\t}", strings.TrimPrefix(up.URL, "http://"), tc.transport),
+			})
+
+			first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			if n := execs.Load(); n != 1 {
+				t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)", n, first.Status, first.Body, retry.Status, retry.Body)
+			}
+			if first.Status != tc.status || !strings.HasSuffix(problemType(first), tc.problem) {
+				t.Fatalf("first: %d %s; want %d %s\n%s", first.Status, first.Body, tc.status, tc.problem, c.out.String())
+			}
+			if retry.Status != http.StatusConflict || retry.replayed() {
+				t.Fatalf("retry: %d %s; want 409 while the outcome is unknown", retry.Status, retry.Body)
+			}
+		})
+	}
+}
+
+// sleepThenCreate is an upstream call that acts, takes d, then answers
+// 201.
+func sleepThenCreate(d time.Duration) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(d)
+		w.WriteHeader(http.StatusCreated)
+	}
+}
+
+// TestCaddyNestedIdempotencyRunsOnce: two idempotency handlers in one
+// route on one Valkey (the site's, and one inside a route block after
+// it). The
+// inner one finds the request inside the outer one's call and passes it
+// through: the upstream runs once and the retry is replayed, instead of
+// the inner claim waiting on the outer one until wait_timeout.
+func TestCaddyNestedIdempotencyRunsOnce(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	yaml := fmt.Sprintf(conflictYAML, "10s")
+	cfgPath := filepath.Join(t.TempDir(), "inner.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inner := fmt.Sprintf("config %s\n\t\t\tstore_addrs %s\n\t\t\tkey_prefix caddy-nested:\n\t\t\tname inner", cfgPath, vk.Addr())
+	c := runCaddy(t, caddySite{
+		YAML: yaml,
+		// The site's idempotency before the route that holds the other
+		// one (by default route comes first, and one engine would run).
+		Global:      "order idempotency first",
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-nested:\n\t\tname outer", vk.Addr()),
+		After: fmt.Sprintf("route {\n\t\tidempotency {\n\t\t\t%s\n\t\t}\n\t\treverse_proxy %s\n\t}",
+			inner, strings.TrimPrefix(up.URL, "http://")),
+	})
+	first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first: %d %s; want 201\n%s", first.Status, first.Body, c.out.String())
+	}
+	sameResponse(t, first, post(t, c.URL, "alice", "k", `{"amount":1}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
+// TestCaddyNoUpstreamReleasesKey: reverse_proxy with its only upstream
+// marked down by its passive health check answers "no upstreams
+// available" (503) without trying any: nothing was sent, so the key is
+// released as after a dial failure, and the retry runs once the upstream
+// is back.
+func TestCaddyNoUpstreamReleasesKey(t *testing.T) {
+	vk := valkeytest.Start(t)
+	port := valkeytest.FreePort(t) // nothing listens there yet
+	c := runCaddy(t, caddySite{
+		YAML:        fmt.Sprintf(conflictYAML, "10s"),
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-noupstream:", vk.Addr()),
+		After:       fmt.Sprintf("reverse_proxy 127.0.0.1:%d {\n\t\tfail_duration 3s\n\t\tmax_fails 1\n\t}", port),
+	})
+	// runCaddy's readiness probe met the dial failure that marks the
+	// upstream down; should fail_duration have passed already, the first
+	// POST's dial failure (502, released) marks it again.
+	a := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	if a.Status == http.StatusBadGateway {
+		a = post(t, c.URL, "alice", "k", `{"amount":1}`)
+	}
+	if a.Status != http.StatusServiceUnavailable || a.Body != "" {
+		t.Fatalf("upstream marked down: %d %q, want reverse_proxy's 503 (no upstreams available)\n%s", a.Status, a.Body, c.out.String())
+	}
+	up := serveOn(t, port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A GET is not enforced: it reaches the upstream once
+		// fail_duration has passed.
+		resp, err := http.Get(c.URL + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream was not back in reverse_proxy within 10s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	if retry.Status != http.StatusCreated || retry.replayed() {
+		t.Fatalf("retry with the upstream back: %d %s (replayed %v), want a fresh 201", retry.Status, retry.Body, retry.replayed())
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}

@@ -1,0 +1,73 @@
+package middleware
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/idemgate/idemgate/proxy"
+)
+
+// NothingDone tells the engine that the handler serving r did nothing the
+// request asked for (it refused it before acting): the key is released
+// whatever the handler writes, its answer is sent as written and not
+// stored, and a retry runs the handler again. Without it a handler that
+// panics keeps its claim until the lease ends (a panic says nothing of
+// what ran before it); with it, a panic that follows releases the claim.
+// Writing a status the route does not store (a 4xx, a 5xx) before acting
+// releases the key too. It reports whether r is a keyed call the engine
+// runs under a claim (see proxy.NothingDone); OutcomeUnknown on the same
+// call wins over it.
+func NothingDone(r *http.Request) bool { return proxy.NothingDone(r) }
+
+// OutcomeUnknown tells the engine that the handler serving r may have
+// acted and does not know the result (a backend it called took the
+// request and failed before answering): nothing is stored whatever the
+// handler writes, the claim is kept until its lease ends and then the
+// route's on_abandoned decides, and the client gets what the standalone
+// proxy answers for an upstream that failed after the request was sent:
+// 502 upstream-failed, or 504 upstream-timeout when cause is a timeout. A
+// retry is never run while the outcome is unknown. cause (nil is allowed)
+// is logged. It reports whether r is a keyed call the engine runs under a
+// claim (see proxy.OutcomeUnknown).
+func OutcomeUnknown(r *http.Request, cause error) bool { return proxy.OutcomeUnknown(r, cause) }
+
+// ReverseProxyErrorHandler returns an ErrorHandler for
+// httputil.ReverseProxy used as a handler behind the middleware. A failure
+// that provably never reached the backend (the connection could not be
+// made: a *net.OpError whose Op is "dial", such as connection refused)
+// releases the key (NothingDone) and the retry runs once the backend is
+// back; every other failure (a connection reset or closed after the
+// request was written, a response header timeout, a TLS failure, a
+// cancelled context) may come after the backend acted, so its outcome is
+// unknown (OutcomeUnknown): the claim is kept and the retry is never sent
+// on, as the standalone proxy does in front of the same backend. Either
+// way it answers 502 Bad Gateway, as ReverseProxy's default handler does,
+// which the engine replaces with its own answer on an unknown outcome. log
+// receives one warning per failure; nil discards them.
+func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if neverSent(err) {
+			NothingDone(r)
+			log.Warn("reverse proxy: the backend could not be reached; the request was not sent", "err", err)
+		} else {
+			OutcomeUnknown(r, err)
+			log.Warn("reverse proxy: the backend exchange failed after the request may have been sent; outcome unknown", "err", err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
+}
+
+// neverSent reports whether err, a failed round trip's, proves that no
+// byte of the request reached the backend: the connection to it was never
+// made. A failure on a connection that was made (even one the backend had
+// closed before the request was written: net/http does not say which) is
+// not proof.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

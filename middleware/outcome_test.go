@@ -1,0 +1,174 @@
+package middleware_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// backend is an API behind httputil.ReverseProxy that counts the POSTs
+// it executes; die makes it act and then cut the connection before it
+// answers (a crash mid-call).
+type backend struct {
+	execs atomic.Int64
+	die   atomic.Bool
+}
+
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := b.execs.Add(1)
+	if b.die.Load() {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.(*net.TCPConn).SetLinger(0) // RST, as a process that died
+			conn.Close()
+		}
+		return
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"order":%d}`, n)
+}
+
+// proxyTo is httputil.ReverseProxy to target with
+// middleware.ReverseProxyErrorHandler.
+func proxyTo(target string) http.Handler {
+	u, _ := url.Parse(target)
+	return &httputil.ReverseProxy{
+		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		ErrorHandler: middleware.ReverseProxyErrorHandler(nil),
+	}
+}
+
+// TestReverseProxyBackendDiesMidCall: the middleware in front of
+// httputil.ReverseProxy, whose backend acts and dies before answering.
+// ReverseProxy only sees a broken exchange after the request was sent;
+// its ErrorHandler reports the outcome unknown, so the first answer is
+// 502 upstream-failed, the retry is refused 409 and the backend runs
+// once, as behind the standalone proxy.
+func TestReverseProxyBackendDiesMidCall(t *testing.T) {
+	vk := valkeytest.Start(t)
+	b := &backend{}
+	b.die.Store(true)
+	up := httptest.NewServer(b)
+	t.Cleanup(up.Close)
+	gate := serve(t, testConfig(vk.Addr(), "rp-dies:"), proxyTo(up.URL))
+
+	first := mustPost(t, gate.URL, "alice", "k", `{}`)
+	b.die.Store(false)
+	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
+	if n := b.execs.Load(); n != 1 {
+		t.Fatalf("backend executed %d times, want 1 (first: %d %s; retry: %d %s)", n, first.status, first.body, retry.status, retry.body)
+	}
+	if first.status != http.StatusBadGateway || !strings.Contains(first.body, "upstream-failed") {
+		t.Fatalf("first: %d %s; want 502 upstream-failed", first.status, first.body)
+	}
+	if retry.status != http.StatusConflict {
+		t.Fatalf("retry: %d %s; want 409 (outcome unknown)", retry.status, retry.body)
+	}
+}
+
+// TestReverseProxyBackendDownReleases: a backend that cannot be reached
+// (connection refused: the request was never sent) releases the key, and
+// the retry runs once the backend is up.
+func TestReverseProxyBackendDownReleases(t *testing.T) {
+	vk := valkeytest.Start(t)
+	port := valkeytest.FreePort(t) // nothing listens there yet
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	gate := serve(t, testConfig(vk.Addr(), "rp-down:"), proxyTo("http://"+addr))
+
+	if a := mustPost(t, gate.URL, "alice", "k", `{}`); a.status != http.StatusBadGateway {
+		t.Fatalf("backend down: %d %s; want 502", a.status, a.body)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the reserved port: %v", err)
+	}
+	b := &backend{}
+	up := httptest.NewUnstartedServer(b)
+	up.Listener.Close()
+	up.Listener = ln
+	up.Start()
+	t.Cleanup(up.Close)
+	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
+	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("retry with the backend up: %d %s; want a fresh 201", retry.status, retry.body)
+	}
+	if n := b.execs.Load(); n != 1 {
+		t.Fatalf("backend executed %d times, want 1", n)
+	}
+}
+
+// TestOutcomeUnknownOutsideACall: the reports count only on a keyed call
+// the engine runs; elsewhere they say so and change nothing.
+func TestOutcomeUnknownOutsideACall(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/orders", nil)
+	if middleware.OutcomeUnknown(r, errors.New("x")) || middleware.NothingDone(r) {
+		t.Fatal("a report outside the engine counted")
+	}
+}
+
+// TestHijackNotSupportedOnEnforcedRoutes: a handler's response on an
+// enforced route is captured, so there is no connection to hand over:
+// Hijack returns http.ErrNotSupported and the handler's own answer
+// decides (here a 201, stored and replayed).
+func TestHijackNotSupportedOnEnforcedRoutes(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var runs atomic.Int64
+	gate := serve(t, testConfig(vk.Addr(), "hijack:"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		_, _, err := http.NewResponseController(w).Hijack()
+		if !errors.Is(err, http.ErrNotSupported) {
+			http.Error(w, fmt.Sprintf("Hijack: %v, want http.ErrNotSupported", err), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "hijack: not supported")
+	}))
+	first := mustPost(t, gate.URL, "alice", "k", `{}`)
+	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
+	if first.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" || retry.body != first.body {
+		t.Fatalf("first %d %s, retry %d %s", first.status, first.body, retry.status, retry.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestInProcessLateSuccessIsStored: a handler that ignores its context
+// and answers 201 after upstream.timeout ran to its end under the claim:
+// its outcome is known, so it is stored and replayed, and it runs once
+// (e2e TestLateSuccessAfterTimeout puts this beside the proxy's 504).
+func TestInProcessLateSuccessIsStored(t *testing.T) {
+	vk := valkeytest.Start(t)
+	yaml := strings.Replace(testConfig(vk.Addr(), "late:"), "wait_timeout: 5s", "wait_timeout: 300ms", 1) + "upstream: {timeout: 300ms}\n"
+	var runs atomic.Int64
+	gate := serve(t, yaml, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(900 * time.Millisecond) // ignores r.Context()
+		if r.Context().Err() == nil {
+			http.Error(w, "the engine's deadline did not end the context", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"order":1}`)
+	}))
+	first := mustPost(t, gate.URL, "alice", "k", `{}`)
+	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
+	if first.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" || retry.body != first.body {
+		t.Fatalf("first %d %s, retry %d %s; want the late 201 stored and replayed", first.status, first.body, retry.status, retry.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}

@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// A handler in process (Options.Next) answers by what it writes, as an
+// upstream does: a replayable status is stored, any other releases the
+// key. What it writes cannot say two things the engine must know, so it
+// tells them with NothingDone and OutcomeUnknown, through the request it
+// was given (its context carries the call, so any request derived from
+// it, httputil.ReverseProxy's outgoing one included, reaches the same
+// call).
+
+// handlerCall is what a handler in process reported of one call of it.
+// It is reached from the handler's request context (callKey), also by a
+// goroutine the handler left running, hence the lock; reports that come
+// after the handler returned (sealed) are ignored.
+type handlerCall struct {
+	mu sync.Mutex
+	// claimed says the call runs under a claim: a report decides what
+	// becomes of it. A call forwarded unprotected (fail_open with the
+	// store down) holds none, and reports are ignored.
+	claimed bool
+	sealed  bool
+	nothing bool
+	unknown bool
+	cause   error
+}
+
+// callKey is the request context key of the handler call in progress.
+type callKey struct{}
+
+// withCall returns ctx carrying c.
+func withCall(ctx context.Context, c *handlerCall) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// callOf returns the handler call ctx belongs to, or nil outside one.
+func callOf(ctx context.Context) *handlerCall {
+	c, _ := ctx.Value(callKey{}).(*handlerCall)
+	return c
+}
+
+// report records what the handler said; it reports whether it counts.
+func (c *handlerCall) report(unknown bool, cause error) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealed || !c.claimed {
+		return false
+	}
+	if unknown {
+		if !c.unknown {
+			c.unknown, c.cause = true, cause
+		}
+	} else {
+		c.nothing = true
+	}
+	return true
+}
+
+// seal ends the call: what was reported until now decides, and later
+// reports are ignored. A call reported unknown is unknown, whatever else
+// it reported (the safe side).
+func (c *handlerCall) seal() (nothing, unknown bool, cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sealed = true
+	return c.nothing && !c.unknown, c.unknown, c.cause
+}
+
+// NothingDone tells the engine that runs r's handler in process that the
+// handler did nothing the request asked for (it refused it before it
+// acted: invalid input, a missing permission, a dependency it could not
+// reach before it started): the key is released whatever the handler
+// writes (nothing is stored, the answer is sent as written) and a retry
+// runs it again. A handler that then panics has its claim released too:
+// without this report any panic leaves the outcome unknown, since a panic
+// says nothing of what ran before it.
+//
+// Writing a status that is not stored (a 4xx or 5xx the route does not
+// replay) before acting releases the key as well; NothingDone says it
+// whatever the status, and before a panic.
+//
+// It reports whether the report counts: false when r is not a keyed call
+// the engine runs under a claim (a request no route enforces, a call
+// forwarded unprotected on a fail_open route, a call whose handler has
+// returned, or no engine at all). OutcomeUnknown on the same call wins
+// over it.
+func NothingDone(r *http.Request) bool {
+	return callOf(r.Context()).report(false, nil)
+}
+
+// OutcomeUnknown tells the engine that runs r's handler in process that
+// the call may have acted and its result is not known (a backend it calls
+// took the request and failed before answering; a transaction whose
+// commit answer was lost): nothing is stored, whatever the handler
+// writes, and the claim is kept until its lease ends, after which
+// on_abandoned decides (outcome-unknown, or a takeover), as the proxy
+// does for an upstream that failed after the request was sent. The client
+// is answered what the proxy answers then: 504 upstream-timeout when
+// cause is a timeout (a net.Error whose Timeout is true, or
+// context.DeadlineExceeded) or the engine's deadline has passed, 502
+// upstream-failed otherwise; cause (nil is allowed) goes to the log and
+// the access line.
+//
+// It reports whether the report counts, as NothingDone does; a handler
+// outside a keyed call answers as it would without idemgate.
+func OutcomeUnknown(r *http.Request, cause error) bool {
+	if cause == nil {
+		cause = errors.New("the handler reported an unknown outcome")
+	}
+	return callOf(r.Context()).report(true, cause)
+}
+
+// isTimeout reports whether err says that something did not answer in
+// time: context.DeadlineExceeded, or a net.Error that is a timeout (a
+// response header timeout, a dial or read deadline).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
