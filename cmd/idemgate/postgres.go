@@ -18,10 +18,12 @@ import (
 // another replica may hold included.
 const migrateTimeout = time.Minute
 
-// migrate runs `idemgate migrate --config FILE`: it creates the Postgres
-// store's two tables (records and resource index) when missing and does nothing else, for operators
-// whose serving role has no DDL rights. Exit 0 on success, 1 on failure, 2
-// on a usage error.
+// migrate runs `idemgate migrate --config FILE`: it applies the Postgres
+// store's pending schema migrations (postgres.Migrate: the records and
+// resource index tables, and the schema version table), prints each one it
+// applied, and does nothing else, for operators whose serving role has no
+// DDL rights. A schema newer than this build is refused. Exit 0 on
+// success, 1 on failure, 2 on a usage error.
 func migrate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -54,12 +56,24 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
-	if err := postgres.Migrate(ctx, drivers.PostgresOptions(cfg.Store.Postgres)); err != nil {
+	res, err := postgres.Migrate(ctx, drivers.PostgresOptions(cfg.Store.Postgres))
+	if err != nil {
 		fmt.Fprintf(stderr, "idemgate migrate: %v\n", err)
 		return 1
 	}
-	// Both tables are named: the serving role needs grants on each.
 	t := cfg.Store.Postgres.Table
+	if res.Adopted {
+		fmt.Fprintf(stdout, "found table %s without a schema version (made by a build from before versions); migration 1 keeps its rows\n", t)
+	}
+	for _, name := range res.Applied {
+		fmt.Fprintf(stdout, "applied %s\n", name)
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintf(stdout, "schema version %d is current; nothing to apply\n", res.To)
+	} else {
+		fmt.Fprintf(stdout, "schema version %d -> %d, recorded in %s\n", res.From, res.To, postgres.VersionTable(t))
+	}
+	// Both tables are named: the serving role needs grants on each.
 	fmt.Fprintf(stdout, "tables %s (records) and %s (resource index) are in place; the serving role needs SELECT, INSERT, UPDATE, DELETE on both\n", t, postgres.IndexTable(t))
 	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgate/idemgate/store/postgres"
 	"github.com/idemgate/idemgate/store/postgres/pgtest"
 )
 
@@ -50,5 +51,44 @@ func TestMigrate(t *testing.T) {
 	}
 	if code := run([]string{"migrate"}, &out, &errOut); code != 2 {
 		t.Fatalf("migrate without --config: exit %d, want 2", code)
+	}
+}
+
+// TestMigrateSchemaVersions: `idemgate migrate` prints each migration it
+// applies and the version reached, applies nothing the second time, and
+// refuses a schema newer than the build with exit 1. The adoption of
+// tables from before schema versions is store/postgres's
+// TestMigrateVersions.
+func TestMigrateSchemaVersions(t *testing.T) {
+	srv := pgtest.Start(t)
+	db := srv.CreateDatabase()
+	config := func(table string) string {
+		path := filepath.Join(t.TempDir(), "idemgate.yaml")
+		cfg := fmt.Sprintf("upstream: {url: 'http://127.0.0.1:3000'}\nstore:\n  driver: postgres\n  postgres:\n    dsn: %q\n    table: %s\n", srv.DatabaseDSN(db), table)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	migrate := func(path string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run([]string{"migrate", "--config", path}, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	latest := postgres.SchemaVersion()
+	fresh := config("fresh")
+	code, out, errOut := migrate(fresh)
+	if code != 0 || !strings.Contains(out, "applied 001_initial_schema.up.sql\n") || !strings.Contains(out, fmt.Sprintf("schema version 0 -> %d, recorded in fresh_schema\n", latest)) {
+		t.Fatalf("first migrate: exit %d, stdout %q, stderr %q; want 001 applied, 0 -> %d", code, out, errOut, latest)
+	}
+	code, out, errOut = migrate(fresh)
+	if code != 0 || strings.Contains(out, "applied") || !strings.Contains(out, fmt.Sprintf("schema version %d is current; nothing to apply\n", latest)) {
+		t.Fatalf("second migrate: exit %d, stdout %q, stderr %q; want nothing applied", code, out, errOut)
+	}
+
+	srv.ExecIn(db, `INSERT INTO fresh_schema (version, name) VALUES ($1, 'later')`, latest+1)
+	code, out, errOut = migrate(fresh)
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("schema version %d and this build knows versions up to %d", latest+1, latest)) {
+		t.Fatalf("migrate of a schema newer than the build: exit %d, stdout %q, stderr %q; want exit 1 naming both versions", code, out, errOut)
 	}
 }

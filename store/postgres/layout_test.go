@@ -51,7 +51,7 @@ VALUES ($1, 'o', 'default', 'running', 1, 'fp', '', 'tok', now(), now() + interv
 	if _, err := New(testCtx(t), Options{DSN: srv.DSN(), Table: table, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
 		t.Fatalf("New with NoCreate on a table without the response column = %v; want an error naming idemgate migrate", err)
 	}
-	if err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
+	if _, err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	s := open(t, Options{DSN: srv.DSN(), Table: table, SweepInterval: -1})

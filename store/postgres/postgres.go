@@ -79,7 +79,8 @@ type Options struct {
 // one dedicated LISTEN connection dispatching notifications to in-process
 // watchers by record id, and a background sweep of expired rows.
 //
-// Layout (byte for byte in docs/protocol.md, "Store records (Postgres)"):
+// Layout (docs/protocol.md, "Store records (Postgres)"; every statement a
+// file of sql/, the schema the numbered files of migration/):
 // one row per identity, keyed by the SHA-256 of the identity encoding of
 // the Valkey store, every time a timestamptz truncated to milliseconds from
 // the database clock, and Complete/Release/Delete call pg_notify(channel,
@@ -114,11 +115,13 @@ var (
 	_ store.Sweeper = (*Store)(nil)
 )
 
-// New connects to PostgreSQL, creates the table when it is missing (unless
-// Options.NoCreate), checks its columns, starts listening for
-// notifications and returns the store once the LISTEN is confirmed. Errors
-// reaching the server wrap store.ErrUnavailable; a bad DSN or table name, or
-// a table of another layout, returns an error that does not.
+// New connects to PostgreSQL, checks the tables' columns, applying the
+// pending migrations first (as Migrate does) when a table is missing or
+// lacks one (unless Options.NoCreate), starts listening for notifications
+// and returns the store once the LISTEN is confirmed. Errors reaching the
+// server wrap store.ErrUnavailable; a bad DSN or table name, a table of
+// another layout, or one to migrate whose recorded schema version is newer
+// than this build's (ErrSchemaNewer) returns an error that does not.
 func New(ctx context.Context, opts Options) (*Store, error) {
 	cfg, err := PoolConfig(opts)
 	if err != nil {
@@ -198,7 +201,7 @@ func newWithConfig(ctx context.Context, opts Options, cfg *pgxpool.Config) (*Sto
 		clock:        opts.Clock,
 		sweepEvery:   opts.SweepInterval,
 		sweepBatch:   opts.SweepBatch,
-		sql:          buildStatements(table),
+		sql:          buildStatements(opts.Table),
 		codec:        codec,
 	}
 	// The listening connection is dialled while the schema is checked on a

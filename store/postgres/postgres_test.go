@@ -210,10 +210,10 @@ func TestRoleWithoutDDL(t *testing.T) {
 	db := srv.CreateDatabase()
 	table := "app.idem_records"
 	srv.ExecIn(db, `CREATE SCHEMA app`)
-	if err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
+	if _, err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	if err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
+	if _, err := Migrate(testCtx(t), Options{DSN: srv.DatabaseDSN(db), Table: table}); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	srv.Exec(`CREATE ROLE app_rw LOGIN PASSWORD 'pw'`)
@@ -355,29 +355,60 @@ func TestValidateTable(t *testing.T) {
 }
 
 // TestStatementsInProtocolDoc keeps docs/protocol.md, "Store records
-// (Postgres)", byte for byte what the store sends for the default table.
+// (Postgres)", pointing at what the store sends: it links every file of
+// sql/ and migration/, every such link names a file that exists, and every
+// statement of sql/ is one the store sends (no file left unused).
 func TestStatementsInProtocolDoc(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/protocol.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddl, err := Schema(DefaultTable)
+	const prefix = "../store/postgres/"
+	files := map[string]bool{"sql/": true, "migration/": true}
+	for _, dir := range []string{"sql", "migration"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			files[dir+"/"+e.Name()] = true
+			if !strings.Contains(string(doc), "]("+prefix+dir+"/"+e.Name()+")") {
+				t.Errorf("docs/protocol.md does not link %s%s/%s", prefix, dir, e.Name())
+			}
+		}
+	}
+	for _, link := range strings.Split(string(doc), "]("+prefix)[1:] {
+		target, _, _ := strings.Cut(link, ")")
+		if (strings.HasPrefix(target, "sql/") || strings.HasPrefix(target, "migration/")) && !files[target] {
+			t.Errorf("docs/protocol.md links %s%s, which does not exist", prefix, target)
+		}
+	}
+	if !strings.Contains(string(doc), "]("+prefix+"migration/)") {
+		t.Errorf("docs/protocol.md does not link the migrations directory %smigration/", prefix)
+	}
+	st := buildStatements(DefaultTable)
+	sent := map[string]bool{
+		st.claim: true, st.complete: true, st.release: true, st.extend: true, st.del: true, st.get: true,
+		st.sweep: true, st.index: true, st.tombstone: true, st.sweepIndex: true,
+		st.migrateLock: true, st.migrateTable: true, st.migrateVersion: true, st.migrateRecord: true,
+	}
+	for _, c := range st.check {
+		sent[c] = true
+	}
+	fill := templateFor(DefaultTable)
+	entries, err := os.ReadDir("sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _ := QuoteTable(DefaultTable)
-	st := buildStatements(q)
-	want := map[string]string{
-		"claim": st.claim, "complete": st.complete, "release": st.release, "extend": st.extend,
-		"delete": st.del, "get": st.get, "sweep": st.sweep,
-		"table": ddl[0] + ";", "index": ddl[1] + ";", "trailers column": ddl[2] + ";",
-		"state check": ddl[3] + ";", "index table": ddl[4] + ";", "index table expiry index": ddl[5] + ";",
-		"resource index": st.index, "tombstone": st.tombstone, "index sweep": st.sweepIndex,
-		"response column": ddl[6] + ";",
-	}
-	for name, sql := range want {
-		if !strings.Contains(string(doc), "\n"+sql+"\n") {
-			t.Errorf("docs/protocol.md lacks the %s statement as sent:\n%s", name, sql)
+	for _, e := range entries {
+		src, err := os.ReadFile("sql/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range splitSQL(string(src)) {
+			if !sent[fill(stmt)] {
+				t.Errorf("sql/%s holds a statement the store never sends:\n%s", e.Name(), stmt)
+			}
 		}
 	}
 }
@@ -500,10 +531,10 @@ VALUES ($1, 'o', 'default', 'old', 2, 'fp', '', now(), now() + interval '1 hour'
 	if _, err := New(testCtx(t), Options{DSN: srv.DSN(), Table: table, NoCreate: true}); err == nil || !strings.Contains(err.Error(), "idemgate migrate") {
 		t.Fatalf("New with NoCreate on a table before tombstones = %v; want an error naming idemgate migrate", err)
 	}
-	if err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
+	if _, err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	if err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
+	if _, err := Migrate(testCtx(t), Options{DSN: srv.DSN(), Table: table}); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	if n, err := srv.QueryInt("postgres", `SELECT count(*) FROM pg_constraint WHERE conrelid = '`+q+`'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%state%'`); err != nil || n != 1 {

@@ -29,8 +29,9 @@ const layout2 = 2
 // index name (table + "_expiry") fits PostgreSQL's 63-byte identifiers.
 const maxTablePart = 56
 
-// migrateLockKey is the pg_advisory_xact_lock key that serializes schema
-// creation between replicas starting at once: "idemgate" in ASCII.
+// migrateLockKey is the pg_advisory_xact_lock key that serializes
+// migrations between replicas starting at once and `idemgate migrate`:
+// "idemgate" in ASCII.
 const migrateLockKey int64 = 0x6964656d67617465
 
 // ValidateTable checks a table name as Options.Table takes it: "name" or
@@ -77,6 +78,17 @@ func indexName(table string) string {
 // last part, e.g. "idemgate_records_index".
 func indexTableName(q string) string { return q[:len(q)-1] + `_index"` }
 
+// versionTableName is the quoted name of table's schema version table
+// (migrate.go): the quoted table q with "_schema" appended to its last
+// part, e.g. "idemgate_records_schema" (at most 63 bytes).
+func versionTableName(q string) string { return q[:len(q)-1] + `_schema"` }
+
+// VersionTable returns the name of the schema version table that goes
+// with the records table named table (Options.Table's form): table +
+// "_schema", e.g. "idemgate_records_schema". Only migrations read and
+// write it; the serving role needs no grant on it.
+func VersionTable(table string) string { return table + "_schema" }
+
 // IndexTable returns the name of the resource index table that goes with
 // the records table named table (Options.Table's form, name or
 // schema.name): table + "_index", e.g. "idemgate_records_index". idemgate
@@ -107,125 +119,6 @@ func Channel(table string) string {
 	return "idemgate_events_" + hex.EncodeToString(sum[:8])
 }
 
-// columns lists the table's columns in the order Get and the column check
-// select them.
-const columns = `id, owner, scope, key, state, fingerprint, recipe, token, takeover, created,
-  lease_end, expiry, retention_ms, status, headers, body, omitted, stored_at, version, trailers, response`
-
-// Schema returns the DDL that Migrate runs for table (validated, unquoted
-// form as in Options.Table): the table and its partial expiry index, both
-// IF NOT EXISTS, and the columns added since the table was first defined
-// (trailers), ADD COLUMN IF NOT EXISTS, so a table created by an
-// earlier build gains them and its rows keep working (NULL: none). Then
-// what tombstones need: a table created before them has its
-// state CHECK (1, 2) replaced by one admitting 3, gone (NOT VALID: no
-// scan, old rows are 1 or 2), and the resource index table table_index
-// with its partial expiry index, IF NOT EXISTS. Last the response column
-// of layout 3, ADD COLUMN IF NOT EXISTS: additive, so builds of
-// layout 2 keep working on the table during a rolling upgrade.
-func Schema(table string) ([]string, error) {
-	q, err := QuoteTable(table)
-	if err != nil {
-		return nil, err
-	}
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + q + ` (
-  id           bytea       NOT NULL PRIMARY KEY CHECK (octet_length(id) = 32),
-  owner        bytea       NOT NULL,
-  scope        bytea       NOT NULL,
-  key          bytea       NOT NULL,
-  state        smallint    NOT NULL CHECK (state IN (1, 2, 3)),
-  fingerprint  bytea       NOT NULL,
-  recipe       bytea       NOT NULL,
-  token        bytea,
-  takeover     boolean     NOT NULL DEFAULT false,
-  created      timestamptz NOT NULL,
-  lease_end    timestamptz,
-  expiry       timestamptz,
-  retention_ms bigint      NOT NULL CHECK (retention_ms >= 0),
-  status       smallint,
-  headers      bytea,
-  body         bytea,
-  omitted      boolean,
-  stored_at    timestamptz,
-  version      smallint    NOT NULL DEFAULT 2
-)`,
-		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(table)}.Sanitize() + ` ON ` + q + ` (expiry) WHERE expiry IS NOT NULL`,
-		`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS trailers bytea`,
-		`DO $do$
-DECLARE c name;
-BEGIN
-  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = '` + q + `'::regclass
-    AND contype = 'c' AND pg_get_constraintdef(oid) = '` + oldStateCheck + `'
-  LOOP
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', '` + q + `', c);
-    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (state IN (1, 2, 3)) NOT VALID', '` + q + `', c);
-  END LOOP;
-END
-$do$`,
-		`CREATE TABLE IF NOT EXISTS ` + indexTableName(q) + ` (
-  digest    bytea       NOT NULL CHECK (octet_length(digest) = 32),
-  id        bytea       NOT NULL CHECK (octet_length(id) = 32),
-  stored_at timestamptz NOT NULL,
-  expiry    timestamptz,
-  PRIMARY KEY (digest, id)
-)`,
-		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexExpiryName(table)}.Sanitize() + ` ON ` + indexTableName(q) + ` (expiry) WHERE expiry IS NOT NULL`,
-		`ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS response bytea`,
-	}, nil
-}
-
-// Migrate creates the records table and the resource index table
-// (IndexTable), each with its expiry index, when missing (Schema), in one
-// transaction holding pg_advisory_xact_lock so that replicas starting at
-// once do not race on CREATE TABLE IF NOT EXISTS; nothing else. It needs a
-// role allowed to create tables in the schema. Connection errors wrap
-// store.ErrUnavailable.
-func Migrate(ctx context.Context, opts Options) error {
-	cfg, err := PoolConfig(opts)
-	if err != nil {
-		return err
-	}
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
-	ddl, err := Schema(opts.Table)
-	if err != nil {
-		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
-	if err != nil {
-		return unavailable("migrate", withCtx(ctx, err))
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return migrate(ctx, conn, ddl)
-}
-
-// execer is what migrate needs from a connection or pool.
-type execer interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-func migrate(ctx context.Context, db execer, ddl []string) error {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return unavailable("migrate", withCtx(ctx, err))
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
-		return migrateErr(ctx, err)
-	}
-	for _, stmt := range ddl {
-		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return migrateErr(ctx, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return migrateErr(ctx, err)
-	}
-	return nil
-}
-
 // migrateErr reports a refused DDL statement (no rights, ...) as itself and
 // anything else as unavailability.
 func migrateErr(ctx context.Context, err error) error {
@@ -240,7 +133,8 @@ func migrateErr(ctx context.Context, err error) error {
 var errOldStateCheck = errors.New("state CHECK of a layout before tombstones")
 
 // prepareSchema checks that the table has every column of the layout,
-// creating it first when it is missing and create is true. A role with
+// applying the pending migrations first (migrate) when it is missing or
+// lacks one and create is true. A role with
 // only SELECT, INSERT, UPDATE and DELETE on an existing table passes.
 func (s *Store) prepareSchema(ctx context.Context, table string, create bool) error {
 	// The three checks go in one batch: one round trip at start instead of
@@ -248,10 +142,9 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 	// error; the server skips the rest.
 	check := func() error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT ` + columns + ` FROM ` + s.table + ` LIMIT 0`)
-		b.Queue(`SELECT digest, id, stored_at, expiry FROM ` + indexTableName(s.table) + ` LIMIT 0`)
-		b.Queue(`SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c' AND pg_get_constraintdef(oid) = $2)`,
-			s.table, oldStateCheck)
+		b.Queue(s.sql.check[0])
+		b.Queue(s.sql.check[1])
+		b.Queue(s.sql.check[2], s.table, oldStateCheck)
 		br := s.pool.SendBatch(ctx, b)
 		var old bool
 		err := func() error {
@@ -279,11 +172,7 @@ func (s *Store) prepareSchema(ctx context.Context, table string, create bool) er
 	// undefined_table, or undefined_column: a table of an earlier build,
 	// which the migration extends (ADD COLUMN IF NOT EXISTS).
 	if err != nil && (errors.Is(err, errOldStateCheck) || errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703")) && create {
-		ddl, serr := Schema(table)
-		if serr != nil {
-			return serr
-		}
-		if err := migrate(ctx, s.pool, ddl); err != nil {
+		if _, err := migrate(ctx, s.pool, table); err != nil {
 			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 				return fmt.Errorf("postgres store: the records table %s or the resource index table %s does not exist or lacks a column, and this role may not change them; run `idemgate migrate --config FILE` with a role that may: %w", s.table, indexTableName(s.table), err)
 			}
