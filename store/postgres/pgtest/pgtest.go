@@ -363,12 +363,14 @@ func (s *Server) signalAndWait(sig syscall.Signal) {
 		return
 	}
 	pid := s.cmd.Process.Pid
+	var killed []int
 	if sig == syscall.SIGKILL {
 		// Every backend calls setsid(), so a process-group signal would
 		// miss them: freeze the postmaster (no new children), then kill
 		// its children and itself.
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		for _, c := range children(pid) {
+		killed = children(pid)
+		for _, c := range killed {
 			_ = syscall.Kill(c, syscall.SIGKILL)
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -385,7 +387,32 @@ func (s *Server) signalAndWait(sig syscall.Signal) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		<-s.done
 	}
+	// The postmaster is reaped, but its killed backends, reparented, may
+	// still hold the shared memory segment for a moment; a Start then
+	// fails with "pre-existing shared memory block ... is still in use"
+	// (seen under load in TestFaultKillKeepsCompletedRecords). Wait until
+	// each has exited (a zombie has already released its memory).
+	waitExited(killed, stopTimeout)
 	s.cmd = nil
+}
+
+// waitExited waits, at most d, until every pid has exited: gone from /proc
+// or a zombie.
+func waitExited(pids []int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p), "stat"))
+			if err != nil {
+				break
+			}
+			i := strings.LastIndexByte(string(b), ')')
+			if f := strings.Fields(string(b[i+1:])); i >= 0 && len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 // signalAllLocked sends sig to the postmaster and each of its children.
