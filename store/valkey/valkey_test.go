@@ -72,6 +72,10 @@ func TestContractLayout4(t *testing.T) {
 	srv := valkeytest.Start(t)
 	addrs := []string{srv.Addr()}
 	t.Run("Layout4", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout4, valkey.Layout4)) })
+	t.Run("Cluster", func(t *testing.T) {
+		c := valkeytest.StartCluster(t, 3)
+		storetest.RunHarness(t, harnessLayouts(c.Addrs(), valkey.Layout4, valkey.Layout3))
+	})
 	t.Run("Writes4Peers3", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout4, valkey.Layout3)) })
 	t.Run("Writes3Peers4", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout3, valkey.Layout4)) })
 }
@@ -611,8 +615,14 @@ func failingServer(t *testing.T, srv *valkeytest.Server, layout int) {
 // memory, so another instance took over a claim whose holder could not
 // extend it, and the operation ran twice.
 func TestFullValkeyFailsClosed(t *testing.T) {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) { fullValkeyFailsClosed(t, layout) })
+	}
+}
+
+func fullValkeyFailsClosed(t *testing.T, layout int) {
 	srv := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
-	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: layout}
 	holder, other := newStore(t, opts), newStore(t, opts)
 	opCtx := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
