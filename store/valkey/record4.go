@@ -59,7 +59,9 @@ type running4 struct {
 // rewrites: "4r" and the netstrings. Its first part, "4r" ns(token), is
 // what Complete, Release and Extend compare with the stored record.
 func running4Head(token string, id store.Identity, fingerprint, recipe string) []byte {
-	b := make([]byte, 0, 16+len(token)+len(id.Owner)+len(id.Scope)+len(id.Key)+len(fingerprint)+len(recipe)+24)
+	// Room for the netstrings' lengths and the numbers appendRunning4Tail
+	// adds, so that neither grows the slice again.
+	b := make([]byte, 0, 80+len(token)+len(id.Owner)+len(id.Scope)+len(id.Key)+len(fingerprint)+len(recipe))
 	b = append(b, v4Running...)
 	for _, s := range []string{token, id.Owner, id.Scope, id.Key, fingerprint, recipe} {
 		b = appendNetstring(b, s)
@@ -70,7 +72,16 @@ func running4Head(token string, id store.Identity, fingerprint, recipe string) [
 // tokenPrefix returns the first bytes of a record of the given state
 // ("4r" or "4c") held or completed by token.
 func tokenPrefix(state, token string) string {
-	return string(appendNetstring([]byte(state), token))
+	return state + strconv.Itoa(len(token)) + ":" + token
+}
+
+// appendNetstringInt appends the netstring of n's decimal digits.
+func appendNetstringInt(b []byte, n int64) []byte {
+	var d [20]byte
+	digits := strconv.AppendInt(d[:0], n, 10)
+	b = strconv.AppendInt(b, int64(len(digits)), 10)
+	b = append(b, ':')
+	return append(b, digits...)
 }
 
 // appendRunning4Tail appends the numbers of a running record.
@@ -168,14 +179,15 @@ type completed4 struct {
 // encodeCompleted4 returns the completed record Complete writes.
 func encodeCompleted4(codec *layout.BodyCodec, token string, retentionMs int64, c *compactRecord, resp store.Response) []byte {
 	head, tail := layout.EncodeResponseParts(codec, resp)
-	b := make([]byte, 0, 32+len(token)+len(c.owner)+len(c.scope)+len(c.key)+len(c.fingerprint)+len(c.recipe)+len(head)+len(tail))
+	b := make([]byte, 0, 96+len(token)+len(c.owner)+len(c.scope)+len(c.key)+len(c.fingerprint)+len(c.recipe)+len(head)+len(tail))
 	b = append(b, v4Completed...)
 	b = appendNetstring(b, token)
-	b = appendNetstring(b, strconv.FormatInt(retentionMs, 10))
-	for _, s := range []string{c.owner, c.scope, c.key, c.fingerprint, c.recipe,
-		strconv.FormatInt(c.createdMs, 10), strconv.FormatInt(c.storedAtMs, 10)} {
+	b = appendNetstringInt(b, retentionMs)
+	for _, s := range []string{c.owner, c.scope, c.key, c.fingerprint, c.recipe} {
 		b = appendNetstring(b, s)
 	}
+	b = appendNetstringInt(b, c.createdMs)
+	b = appendNetstringInt(b, c.storedAtMs)
 	b = append(b, head...)
 	return append(b, tail...)
 }

@@ -332,20 +332,30 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
+	if s.layout == Layout4 {
+		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
+		if !s.acks.On() {
+			return s.claim4(ctx, p, head)
+		}
+		return s.claimScript(ctx, p, claimArgs(p, head))
+	}
+	return s.claimScript(ctx, p, claimArgs(p, nil))
+}
+
+// claimArgs are claim.lua's arguments for p; head, when not nil, is the
+// running record of layout 4 it writes (ARGV[10]).
+func claimArgs(p store.ClaimParams, head []byte) []string {
 	noTakeover := "0"
 	if p.NoTakeover {
 		noTakeover = "1"
 	}
-	args := []string{p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
-		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe}
-	if s.layout == Layout4 {
-		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
+	args := make([]string, 9, 10)
+	args[0], args[1], args[2], args[3], args[4] = p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token
+	args[5], args[6], args[7], args[8] = ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe
+	if head != nil {
 		args = append(args, valkey.BinaryString(head))
-		if !s.acks.On() {
-			return s.claim4(ctx, p, head, args)
-		}
 	}
-	return s.claimScript(ctx, p, args)
+	return args
 }
 
 // claimScript runs claim.lua with args (see Claim), with its
@@ -408,13 +418,15 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 // reply lost on the way) goes to claim.lua, which decides by the server's
 // clock and is safe to run after a SET that went through (a repeated
 // claim). Errors as Claim's.
-func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, args []string) (store.ClaimResult, error) {
+func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
 	key := s.Key(p.Identity)
 	px := expiry4(p.Lease, p.Retention)
 	gap := px - p.Lease.Milliseconds()
+	// Appended in head's spare room: head's own bytes, which claim.lua
+	// may still be sent (claimArgs), are not written again.
 	val := appendRunning4Tail(head, p.Retention.Milliseconds(), gap, px, false)
 	rs, ok := awaitCall(ctx, func() []valkey.ValkeyResult {
 		return s.client.DoMulti(ctx,
@@ -445,7 +457,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, ar
 	if cerr := ctx.Err(); cerr != nil {
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
-	return s.claimScript(ctx, p, args)
+	return s.claimScript(ctx, p, claimArgs(p, head))
 }
 
 // claimRefused answers the Claim p whose script the server refused with

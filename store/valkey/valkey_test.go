@@ -574,6 +574,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 	storetest.BenchmarkClaimComplete(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
 }
 
+func BenchmarkClaimCompleteLayout4(b *testing.B) {
+	srv := valkeytest.Start(b)
+	storetest.BenchmarkClaimComplete(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4}))
+}
+
 func BenchmarkClaimCompleted(b *testing.B) {
 	srv := valkeytest.Start(b)
 	storetest.BenchmarkClaimCompleted(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
