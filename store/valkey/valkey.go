@@ -548,13 +548,16 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}
 	key := s.Key(id)
-	first, second := s.complete3, s.complete4
+	// Called directly, not through method values, which would allocate
+	// on every completion (TestHotPathAllocationCeilings).
+	var n int64
+	var err error
 	if s.layout == Layout4 {
-		first, second = s.complete4, s.complete3
-	}
-	n, err := first(ctx, id, key, token, resp)
-	if err == nil && n == 2 {
-		n, err = second(ctx, id, key, token, resp)
+		if n, err = s.complete4(ctx, id, key, token, resp); err == nil && n == 2 {
+			n, err = s.complete3(ctx, id, key, token, resp)
+		}
+	} else if n, err = s.complete3(ctx, id, key, token, resp); err == nil && n == 2 {
+		n, err = s.complete4(ctx, id, key, token, resp)
 	}
 	if err != nil {
 		return false, err
@@ -722,9 +725,15 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
 func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
 	key := s.Key(id)
-	now, f, err := s.getFields(ctx, "get", key)
-	if err != nil || f == nil {
+	now, v, err := s.getReply(ctx, "get", key)
+	if err != nil || v == nil {
 		return nil, err
+	}
+	// Built here, not returned by getReply: a map that does not escape
+	// costs no allocation (TestHotPathAllocationCeilings, waitReplay).
+	f := make(map[string]string, len(v)/2)
+	for i := 1; i+1 < len(v); i += 2 {
+		f[v[i]] = v[i+1]
 	}
 	r, err := parseFields(s.codec, now, f)
 	if err != nil {
@@ -740,10 +749,24 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 	return r, nil
 }
 
-// getFields reads the record at key with get.lua: the server's time and
-// the record's fields (a layout 4 record as {v4Field, v4Expiry}), nil when
-// absent. Errors wrap store.ErrUnavailable, with op.
+// getFields is getReply with the fields in a map.
 func (s *Store) getFields(ctx context.Context, op, key string) (int64, map[string]string, error) {
+	now, v, err := s.getReply(ctx, op, key)
+	if err != nil || v == nil {
+		return now, nil, err
+	}
+	f := make(map[string]string, len(v)/2)
+	for i := 1; i+1 < len(v); i += 2 {
+		f[v[i]] = v[i+1]
+	}
+	return now, f, nil
+}
+
+// getReply reads the record at key with get.lua: the server's time and
+// get.lua's reply, {now, name, value, ...} (a layout 4 record as v4Field
+// and v4Expiry), nil when absent. Errors wrap store.ErrUnavailable, with
+// op.
+func (s *Store) getReply(ctx context.Context, op, key string) (int64, []string, error) {
 	res, _, err := s.execKey(ctx, op, s.get, key)
 	if err != nil {
 		return 0, nil, err
@@ -759,11 +782,7 @@ func (s *Store) getFields(ctx context.Context, op, key string) (int64, map[strin
 	if err != nil {
 		return 0, nil, unavailable(op, fmt.Errorf("bad time %q: %w", v[0], err))
 	}
-	f := make(map[string]string, len(v)/2)
-	for i := 1; i+1 < len(v); i += 2 {
-		f[v[i]] = v[i+1]
-	}
-	return now, f, nil
+	return now, v, nil
 }
 
 // Ping implements store.Store with PING. With Acks.Replicas > 0 it also
