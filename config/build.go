@@ -109,6 +109,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 	}
 	b.duration("store.valkey.acks.timeout", &c.Store.Valkey.Acks.Timeout, raw.Store.Valkey.Acks.Timeout)
 	b.size("store.valkey.cache_bytes", &c.Store.Valkey.CacheBytes, raw.Store.Valkey.CacheBytes)
+	if l := raw.Store.Valkey.Layout; l != nil {
+		c.Store.Valkey.Layout = *l
+	}
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
 	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
 	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)

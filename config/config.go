@@ -124,7 +124,17 @@ type ValkeyConfig struct {
 	// valkey.Options CacheBytes says how it is split); default
 	// DefaultCacheBytes, 0 off.
 	CacheBytes int64
+	// Layout is `store.valkey.layout`: the stored layout new records are
+	// written in, 3 (DefaultValkeyLayout) or 4 (valkey.Options Layout;
+	// docs/protocol.md, "Rolling upgrade to layout 4"). This build reads
+	// both; builds before it read only 3, so 4 is for once every instance
+	// runs a build that reads it.
+	Layout int
 }
+
+// DefaultValkeyLayout is store.valkey.layout when unset: layout 3, which
+// every build reads.
+const DefaultValkeyLayout = 3
 
 // SchemeH2C is the upstream URL scheme of HTTP/2 with prior knowledge
 // without TLS (h2c://host:port), for upstream.url and a route's own
@@ -323,7 +333,7 @@ func Default() *Config {
 		Store: StoreConfig{
 			Driver:   DriverMemory,
 			V1Lookup: true,
-			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}, CacheBytes: DefaultCacheBytes},
+			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}, CacheBytes: DefaultCacheBytes, Layout: DefaultValkeyLayout},
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
@@ -391,6 +401,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Store.Valkey.CacheBytes < 0 {
 			bad("store.valkey.cache_bytes", "%d must be >= 0 (0 turns the replay cache off)", c.Store.Valkey.CacheBytes)
+		}
+		if l := c.Store.Valkey.Layout; l != 3 && l != 4 {
+			bad("store.valkey.layout", "%d must be 3 or 4 (4 only once every instance runs a build that reads it)", l)
 		}
 	case DriverBolt:
 		if c.Store.Bolt.Path == "" {

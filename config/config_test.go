@@ -349,6 +349,8 @@ func TestValidationErrors(t *testing.T) {
 		{"acks unknown", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replica: 1}}}\n", "store.valkey.acks.replica", "unknown key"},
 		{"cache bytes negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: -1}}\n", "store.valkey.cache_bytes", "not a byte size"},
 		{"cache bytes unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: 32MiBs}}\n", "store.valkey.cache_bytes", "unknown unit"},
+		{"valkey layout", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 5}}\n", "store.valkey.layout", "must be 3 or 4"},
+		{"valkey layout type", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: four}}\n", "store.valkey.layout", "int"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
 		{"server duration", base + "server: {idle_timeout: -5s}\n", "server.idle_timeout", ">= 0"},
@@ -681,6 +683,23 @@ func TestValkeyCacheBytes(t *testing.T) {
 	c.Store.Valkey.CacheBytes = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "store.valkey.cache_bytes") {
 		t.Fatalf("Validate with cache_bytes -1: %v", err)
+	}
+}
+
+// TestValkeyLayout: store.valkey.layout defaults to 3, the layout every
+// build reads; 4 is taken from the file or the environment.
+func TestValkeyLayout(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.Layout != 3 {
+		t.Fatalf("default layout = %d, want 3", c.Store.Valkey.Layout)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 4}}\n")
+	if c.Store.Valkey.Layout != 4 {
+		t.Fatalf("layout 4 = %d", c.Store.Valkey.Layout)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_LAYOUT=4")
+	if c.Store.Valkey.Layout != 4 {
+		t.Fatalf("layout from the environment = %d, want 4", c.Store.Valkey.Layout)
 	}
 }
 

@@ -132,6 +132,7 @@ type rawConfig struct {
 				Timeout  *string `mapstructure:"timeout"`
 			} `mapstructure:"acks"`
 			CacheBytes *string `mapstructure:"cache_bytes"`
+			Layout     *int    `mapstructure:"layout"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`

@@ -39,6 +39,13 @@ func startGateWith(t *testing.T, c gateConfig, edit func(string) string) *Gate {
 // once and connects in the background).
 func startGateArgs(t *testing.T, c gateConfig, edit func(string) string, flags ...string) *Gate {
 	t.Helper()
+	return startGateExe(t, binary, c, edit, flags...)
+}
+
+// startGateExe is startGateArgs running the executable exe (another build
+// of idemgate) instead of this one's.
+func startGateExe(t *testing.T, exe string, c gateConfig, edit func(string) string, flags ...string) *Gate {
+	t.Helper()
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
@@ -49,7 +56,7 @@ func startGateArgs(t *testing.T, c gateConfig, edit func(string) string, flags .
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
+	g := &Gate{t: t, exe: exe, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
 		args: append([]string{"serve", "--config", path}, flags...), logs: &syncbuf.Buffer{}}
 	g.Start()
 	t.Cleanup(func() {

@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 // Gate is one running idemgate process.
 type Gate struct {
 	t        *testing.T
+	exe      string // the executable; "" is binary
 	URL      string // proxy base URL
 	AdminURL string
 	config   string
@@ -141,7 +142,11 @@ func runGate(t *testing.T, listen, adminListen, path string, extra ...string) *G
 // Start (re)starts the process with the same config and ports.
 func (g *Gate) Start() {
 	g.t.Helper()
-	cmd := exec.Command(binary, g.args...)
+	exe := g.exe
+	if exe == "" {
+		exe = binary
+	}
+	cmd := exec.Command(exe, g.args...)
 	cmd.Stdout, cmd.Stderr = g.logs, g.logs
 	if err := cmd.Start(); err != nil {
 		g.t.Fatalf("starting idemgate: %v", err)

@@ -119,8 +119,12 @@ func (r *report) glanceMarkdown() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n\n", glanceBegin)
 	p("## Hot path at a glance\n\n")
-	p("The main job's targets next to their figures from one run of `go run ./e2e/bench %s` (%s; closed loop, ratios within the run; B bare `httputil.ReverseProxy`, N nginx, D idemgate on Valkey, S nginx sending only keyed writes to idemgate). A miss carries the line of this run's profile that explains it (\"Hot path profile\" in the results below).\n\n",
-		strings.Join(r.args, " "), r.started.UTC().Format("2006-01-02 15:04 UTC"))
+	loader := "vegeta"
+	if r.opts.loader == loaderWrk {
+		loader = "wrk"
+	}
+	p("The main job's targets next to their figures from one run of `go run ./e2e/bench %s` (%s; closed loop driven by %s after an uncounted warm-up, ratios within the run; B bare `httputil.ReverseProxy`, N nginx, D idemgate on Valkey, S nginx sending only keyed writes to idemgate). A miss carries the line of this run's profile that explains it (\"Hot path profile\" in the results below).\n\n",
+		strings.Join(r.args, " "), r.started.UTC().Format("2006-01-02 15:04 UTC"), loader)
 	p("| target | bound | this run | met | where the time goes (for a miss) |\n|---|---|---:|---|---|\n")
 	for _, t := range hotPathTargets {
 		v, ok := t.figure(r)

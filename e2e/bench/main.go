@@ -59,6 +59,15 @@ type options struct {
 	// installNginx installs nginx with apt-get when target N needs it and
 	// it is missing (the bench does; the smoke test fails instead).
 	installNginx bool
+	// loader drives the closed-loop phases and their warm-up: loaderWrk
+	// (the default of -loader, installed with apt-get when missing and
+	// installNginx is set) or, as the zero value, vegeta; open-loop phases
+	// always use vegeta. wrkBin and wrkDir are set by measureAll.
+	loader         string
+	wrkBin, wrkDir string
+	// valkeyLayout is store.valkey.layout of every idemgate on Valkey (D,
+	// S, G); 0 leaves the default (3).
+	valkeyLayout int
 	// scaleSizes are the counts of completed records the scale workload
 	// fills target D's Valkey to, measuring claim latency at each;
 	// scaleSamples claims are timed per kind and size, scaleConc at once
@@ -102,6 +111,8 @@ func main() {
 	flag.StringVar(&workloads, "workloads", strings.Join([]string{wHotPath, wFresh, wReplay, wMix, wPassthrough, wGRPC, wInapp}, ","), "workloads to run (also scale, big, waiters10k)")
 	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
 	flag.StringVar(&o.targets, "targets", "ABCDENSG", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md), G the upstream's handler with idemgate's Go middleware+valkey")
+	flag.StringVar(&o.loader, "loader", loaderWrk, "closed-loop load generator: wrk (light, as users measure; installed with apt-get when missing and -install-nginx is set) or vegeta; open loop always uses vegeta")
+	flag.IntVar(&o.valkeyLayout, "valkey-layout", 4, "store.valkey.layout of D, S and G (3 or 4; docs/protocol.md, \"Layout 4 (Valkey)\")")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")
@@ -187,6 +198,14 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 	defer os.RemoveAll(dir)
 	ps := &procs{dir: dir}
 	defer ps.stopAll()
+	if o.loader == loaderWrk {
+		if o.wrkBin, err = ensureWrk(ctx, os.Stderr, o.installNginx); err != nil {
+			return nil, err
+		}
+		o.wrkDir = dir
+	} else if o.loader != "" && o.loader != loaderVegeta {
+		return nil, fmt.Errorf("-loader %q: want wrk or vegeta", o.loader)
+	}
 
 	fmt.Fprintln(os.Stderr, "building upstream, bareproxy and idemgate ...")
 	bins := map[string]string{}
@@ -247,7 +266,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		if o.acks > 0 {
 			desc = fmt.Sprintf("idemgate, Valkey store, acks.replicas %d", o.acks)
 		}
-		storeYAML := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", vk.addr)
+		storeYAML := valkeyYAML(o, vk.addr)
 		if o.acks > 0 {
 			storeYAML += fmt.Sprintf("    acks: {replicas: %d, timeout: 500ms}\n", o.acks)
 		}
@@ -263,7 +282,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 		if err != nil {
 			return nil, err
 		}
-		storeYAML := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", vk.addr)
+		storeYAML := valkeyYAML(o, vk.addr)
 		g, err := startIdemgate(ctx, ps, bins["idemgate"], "idemgate-split", upURL, storeYAML, o.logLevel)
 		if err != nil {
 			return nil, err
@@ -288,7 +307,7 @@ func measureAll(ctx context.Context, o options, root string, args []string) (*re
 			return nil, err
 		}
 		path := filepath.Join(cfgDir, "idemgate.yaml")
-		yaml := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\nlog:\n  level: %s\ndefaults:\n  owner: \"header:X-User\"\n  lease: 10s\n  wait_timeout: 10s\n", vk.addr, o.logLevel)
+		yaml := valkeyYAML(o, vk.addr) + fmt.Sprintf("log:\n  level: %s\ndefaults:\n  owner: \"header:X-User\"\n  lease: 10s\n  wait_timeout: 10s\n", o.logLevel)
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			return nil, err
 		}
@@ -432,8 +451,15 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 						return fmt.Errorf("%s replay preload: %w", t.id, err)
 					}
 				}
+				useWrk := mode == "closed" && o.wrkBin != ""
 				if mode == "closed" && round == 0 && o.warmup > 0 {
-					attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
+					if useWrk {
+						if _, _, err := wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix+"warm-", o.replayKeys, o.concurrency, o.warmup); err != nil {
+							return fmt.Errorf("%s warm-up: %w", t.id, err)
+						}
+					} else {
+						attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
+					}
 				}
 				rate := 0
 				if frac > 0 {
@@ -442,11 +468,28 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 					}
 					rate = max(1, int(bMax*frac))
 				}
+				var loadCPU float64
+				var loadErr error
 				x, err := measure(ctx, t, func() *phaseStats {
+					if useWrk {
+						var s *phaseStats
+						if s, loadCPU, loadErr = wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix, o.replayKeys, o.concurrency, roundLen); loadErr != nil {
+							return &phaseStats{codes: map[int]int{}}
+						}
+						return s
+					}
 					return attack(ctx, c, newTargeter(w, t.base, prefix, o.replayKeys), rate, o.concurrency, roundLen)
 				})
+				if err == nil {
+					err = loadErr
+				}
 				if err != nil {
 					return err
+				}
+				if useWrk {
+					// wrk's own CPU, read from its process: the bench
+					// process only waited.
+					x.loadCPUSec = loadCPU
 				}
 				x.workload, x.mode, x.rate = w, mode, rate
 				if rows[t.id] == nil {
@@ -601,6 +644,16 @@ func runDup(ctx context.Context, o options, t *target, upURL string, rep *report
 	fmt.Fprintf(os.Stderr, "dup %s: %d requests, %d upstream calls, codes %v, replayed %d, max %v, store %d ops (%d round trips)\n",
 		t.id, s.requests, s.upstreamCalls, s.codes, s.replayed, s.max, d.storeOps, d.storeTrips)
 	return nil
+}
+
+// valkeyYAML is the store section of an idemgate on the Valkey at addr,
+// with o's store.valkey.layout.
+func valkeyYAML(o options, addr string) string {
+	y := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n", addr)
+	if o.valkeyLayout != 0 {
+		y += fmt.Sprintf("    layout: %d\n", o.valkeyLayout)
+	}
+	return y
 }
 
 // startIdemgate writes a config for the benchmark with storeYAML as its

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -64,18 +65,22 @@ func (r *report) markdown() string {
 	p("Command: `go run ./e2e/bench %s`  \n", strings.Join(r.args, " "))
 	p("Run: %s, %s.  \n", r.started.UTC().Format(time.RFC3339), r.finished.Sub(r.started).Round(time.Second))
 	p("Machine: %s\n\n", r.machine)
-	p("Closed loop: %d concurrent requests (keep-alive connections), %v per target and phase in %d rounds that alternate between the targets, after a %v warm-up. "+
+	closedLoader := "vegeta, in the bench's own process"
+	if r.opts.loader == loaderWrk {
+		closedLoader = "wrk (2 threads, a Lua script making the same requests; its own CPU read from its process)"
+	}
+	p("Closed loop: %d concurrent requests (keep-alive connections) driven by %s, %v per target and phase in %d rounds that alternate between the targets, after a %v warm-up that is not counted. "+
 		"Open loop: a fixed rate, a fraction of B's closed-loop throughput for the same workload, for %v; vegeta adds workers so no request waits for an earlier one (no coordinated omission). "+
-		"Latency is measured by the client (vegeta) from request start to the end of the response body. "+
+		"Latency is measured by the client (wrk or vegeta) from request start to the end of the response body. "+
 		"CPU is user+system time of the target's process only (the upstream's CPU is not counted for B to E; the store's is shown apart, for PostgreSQL the postmaster and all its processes; the load generator's too). "+
 		"Host busy is the share of the whole machine's CPU time that was not idle during the phase, whatever ran (other work on the machine included). "+
 		"Peak RSS is the target process's VmHWM during the phase. Store ops: for D every command in Valkey's INFO commandstats (commands run inside scripts included), round trips the commands idemgate sent (EVALSHA, EVALSHA_RO, ...); for E the statements idemgate ran, from pg_stat_statements, each one round trip (the one-time Parse per pooled connection, pings and LISTEN not counted).\n\n",
-		r.opts.concurrency, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.duration)
+		r.opts.concurrency, closedLoader, r.opts.duration, r.opts.rounds, r.opts.warmup, r.opts.duration)
 	pg := "PostgreSQL defaults: fsync and synchronous_commit on"
 	if !r.opts.pgFsync {
 		pg = "fsync and synchronous_commit off"
 	}
-	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d); N nginx (`proxy_pass` with keep-alive to the upstream, one worker per CPU, access log off); S nginx with the docs/nginx.md split, keyed writes to its own idemgate+Valkey (CPU: nginx's alone). Log level %s.\n\n", pg, r.opts.pgConns, r.opts.logLevel)
+	p("Targets: A upstream directly; B bare `httputil.ReverseProxy`; C idemgate with the memory store; D idemgate with Valkey (no persistence, store.valkey.layout %s); E idemgate with PostgreSQL (%s, pg_stat_statements loaded, store.postgres.max_conns %d); N nginx (`proxy_pass` with keep-alive to the upstream, one worker per CPU, access log off); S nginx with the docs/nginx.md split, keyed writes to its own idemgate+Valkey (CPU: nginx's alone). Log level %s.\n\n", layoutName(r.opts.valkeyLayout), pg, r.opts.pgConns, r.opts.logLevel)
 
 	modes := []string{"closed"}
 	for _, f := range r.opts.openFractions {
@@ -385,4 +390,12 @@ func memTotalKB() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("MemTotal not in /proc/meminfo")
+}
+
+// layoutName is store.valkey.layout as the bench ran it (0: the default, 3).
+func layoutName(l int) string {
+	if l == 0 {
+		return "3 (the default)"
+	}
+	return strconv.Itoa(l)
 }

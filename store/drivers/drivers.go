@@ -65,6 +65,7 @@ func Open(ctx context.Context, c config.StoreConfig, o Options) (store.Store, er
 			Acks:           valkey.Acks{Replicas: v.Acks.Replicas, AOFLocal: v.Acks.AOFLocal, Timeout: v.Acks.Timeout},
 			OnAck:          o.OnAck,
 			CacheBytes:     v.CacheBytes,
+			Layout:         v.Layout,
 		})
 	case config.DriverPostgres:
 		opts := PostgresOptions(c.Postgres)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,10 @@ func decodedSize(f map[string]string, rec *store.Record) int64 {
 type seen struct {
 	mu   sync.Mutex
 	keys map[string]*decoded // nil until CachedReplay decoded the record
-	max  int
+	// strings are the keys of keys whose record is a string (layout 4),
+	// read with GET and PEXPIRETIME instead of HGETALL.
+	strings map[string]struct{}
+	max     int
 	// decodedBytes is what the decoded records in keys take (decodedSize),
 	// at most maxDecoded.
 	decodedBytes, maxDecoded int64
@@ -150,14 +154,24 @@ func (s *seen) noteHeard(sent int64) {
 }
 
 func newSeen(max int, maxDecoded int64) *seen {
-	return &seen{keys: make(map[string]*decoded), max: max, maxDecoded: maxDecoded}
+	return &seen{keys: make(map[string]*decoded), strings: make(map[string]struct{}), max: max, maxDecoded: maxDecoded}
 }
 
-func (s *seen) add(key string) {
+// add notes key as seen completed in a hash (layouts 1 to 3).
+func (s *seen) add(key string) { s.addLayout(key, false) }
+
+// addLayout notes key as seen completed, its record a string (layout 4)
+// or a hash.
+func (s *seen) addLayout(key string, str bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.keys[key]; ok {
-		return
+		if _, was := s.strings[key]; was != str {
+			// Rewritten in the other layout: what was decoded is stale.
+			s.deleteLocked(key)
+		} else {
+			return
+		}
 	}
 	if len(s.keys) >= s.max {
 		for k := range s.keys {
@@ -166,6 +180,17 @@ func (s *seen) add(key string) {
 		}
 	}
 	s.keys[key] = nil
+	if str {
+		s.strings[key] = struct{}{}
+	}
+}
+
+// isString reports whether key was seen completed as a string (layout 4).
+func (s *seen) isString(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.strings[key]
+	return ok
 }
 
 func (s *seen) has(key string) bool {
@@ -217,6 +242,7 @@ func (s *seen) deleteLocked(key string) {
 		s.decodedBytes -= d.size
 	}
 	delete(s.keys, key)
+	delete(s.strings, key)
 }
 
 func (s *seen) drop(key string) {
@@ -229,6 +255,7 @@ func (s *seen) clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.keys)
+	clear(s.strings)
 	s.decodedBytes = 0
 }
 
@@ -302,43 +329,59 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, store.CacheSkipped, err
 	}
 	sent := time.Now().UnixNano()
-	read := func() valkey.ValkeyResult {
-		return s.client.DoCache(ctx, s.client.B().Hgetall().Key(key).Cache(), s.cacheTTL)
+	str := s.seen.isString(key)
+	read := func() cachedRead {
+		if str {
+			return s.readString(ctx, key)
+		}
+		res := s.client.DoCache(ctx, s.client.B().Hgetall().Key(key).Cache(), s.cacheTTL)
+		if err := res.Error(); err != nil {
+			return cachedRead{hit: res.IsCacheHit(), err: err}
+		}
+		f, err := res.AsStrMap()
+		if err != nil {
+			err = fmt.Errorf("reply: %w", err)
+		}
+		return cachedRead{f: f, hit: res.IsCacheHit(), err: err}
 	}
-	var res valkey.ValkeyResult
+	var rd cachedRead
 	if _, ok := ctx.Deadline(); ok {
 		// valkey-go ends a call by its deadline itself (await is for manual
 		// cancels, which it may notice only after a reconnect), and a read
 		// answered late changes nothing. A hit is answered without I/O, and
 		// await's goroutine and channel were a tenth of a cached replay's CPU.
-		res = read()
-	} else {
-		res = await(ctx, read)
+		rd = read()
+	} else if rd, ok = awaitCall(ctx, read); !ok {
+		rd = cachedRead{err: ctx.Err()}
 	}
 	result := store.CacheMiss
-	if res.IsCacheHit() {
+	if rd.hit {
 		result = store.CacheHit
 	}
-	if err := res.Error(); err != nil {
-		return nil, result, unavailable("cached-replay", err)
+	if rd.err != nil {
+		return nil, result, unavailable("cached-replay", rd.err)
 	}
 	if result == store.CacheMiss {
 		s.seen.noteHeard(sent)
 	}
-	f, err := res.AsStrMap()
-	if err != nil {
-		return nil, result, unavailable("cached-replay", fmt.Errorf("reply: %w", err))
-	}
+	f := rd.f
 	if len(f) == 0 {
 		// Absent: purged or ended. Valkey invalidates it too; dropping it
 		// now spares the next request this read.
 		s.seen.drop(key)
 		return nil, result, nil
 	}
-	if f["s"] != "completed" {
+	if v, ok := f[v4Field]; ok && !strings.HasPrefix(v, v4Completed) {
+		return nil, result, nil
+	} else if !ok && f["s"] != "completed" {
 		return nil, result, nil
 	}
 	x, err := strconv.ParseInt(f["x"], 10, 64)
+	if _, ok := f[v4Field]; ok {
+		// Layout 4: the key's own expiry, -1 for none.
+		x, err = strconv.ParseInt(f[v4Expiry], 10, 64)
+		x = max(x, 0)
+	}
 	if err != nil {
 		return nil, result, unavailable("cached-replay", fmt.Errorf("bad retention end %q: %w", f["x"], err))
 	}
@@ -393,4 +436,48 @@ func (s *Store) sawCompleted(key string) {
 	if s.seen != nil {
 		s.seen.add(key)
 	}
+}
+
+// sawCompleted4 is sawCompleted for a record of layout 4 (a string).
+func (s *Store) sawCompleted4(key string) {
+	if s.seen != nil {
+		s.seen.addLayout(key, true)
+	}
+}
+
+// cachedRead is one read of CachedReplay: the record's fields (empty when
+// absent), whether the client cache answered it, or the error.
+type cachedRead struct {
+	f   map[string]string
+	hit bool
+	err error
+}
+
+// readString reads a record of layout 4 through the client cache: its
+// value (GET) and its expiry (PEXPIRETIME), both tracked, so a change of
+// the key invalidates both. The fields are {v4Field: record, v4Expiry:
+// expiry}, what parseFields reads; an absent key has none.
+func (s *Store) readString(ctx context.Context, key string) cachedRead {
+	rs := s.client.DoMultiCache(ctx,
+		valkey.CT(s.client.B().Get().Key(key).Cache(), s.cacheTTL),
+		valkey.CT(s.client.B().Pexpiretime().Key(key).Cache(), s.cacheTTL))
+	out := cachedRead{hit: rs[0].IsCacheHit() && rs[1].IsCacheHit()}
+	v, err := rs[0].ToString()
+	if valkey.IsValkeyNil(err) {
+		return out
+	}
+	if err != nil {
+		out.err = err
+		return out
+	}
+	e, err := rs[1].AsInt64()
+	if err != nil {
+		out.err = fmt.Errorf("PEXPIRETIME: %w", err)
+		return out
+	}
+	if e == -2 {
+		return out // gone between the two reads
+	}
+	out.f = map[string]string{v4Field: v, v4Expiry: strconv.FormatInt(e, 10)}
+	return out
 }

@@ -41,9 +41,15 @@ func usedMemory(t *testing.T, c vk.Client) int64 {
 // fails when a record costs more than maxBytesPerRecord, so a layout change
 // that brings the cost back shows here.
 func TestMemoryPerCompletedRecord(t *testing.T) {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) { memoryPerCompletedRecord(t, layout) })
+	}
+}
+
+func memoryPerCompletedRecord(t *testing.T, layout int) {
 	srv := valkeytest.Start(t)
 	c := raw(t, srv.Addr())
-	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}})
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, Layout: layout})
 	n := storetest.SizeRecords(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

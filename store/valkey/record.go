@@ -65,84 +65,95 @@ func replyStrings(res valkey.ValkeyResult) ([]string, error) {
 	return out, nil
 }
 
-func parseClaim(codec *layout.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, error) {
+func parseClaim(codec *layout.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, bool, error) {
+	out, err := parseClaimReply(codec, res)
+	return out.ClaimResult, out.layout4, err
+}
+
+// claimReply is claim.lua's answer: the result, and whether a completed
+// record is of layout 4 (a string; the replay cache reads it so).
+type claimReply struct {
+	store.ClaimResult
+	layout4 bool
+}
+
+func parseClaimReply(codec *layout.BodyCodec, res valkey.ValkeyResult) (claimReply, error) {
 	v, err := replyStrings(res)
 	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim reply: %w", err)
+		return claimReply{}, fmt.Errorf("claim reply: %w", err)
 	}
 	// Built only on failure: formatting a completed reply quotes the whole
 	// stored response, which cost more than the rest of Claim.
 	bad := func() error { return fmt.Errorf("claim reply %q: unexpected shape", v) }
 	if len(v) == 1 && v[0] == "gone" {
 		// A tombstone: nothing but the state.
-		return store.ClaimResult{State: store.Gone}, nil
+		return claimReply{ClaimResult: store.ClaimResult{State: store.Gone}}, nil
+	}
+	if len(v) == 3 && v[0] == "completed4" {
+		e, err := strconv.ParseInt(v[2], 10, 64)
+		if err != nil {
+			return claimReply{}, bad()
+		}
+		r, err := parseRecord4(codec, 0, v[1], e)
+		if err != nil {
+			return claimReply{}, err
+		}
+		return claimReply{store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, true}, nil
 	}
 	if len(v) == 2 && v[0] == "completed" {
 		// Layout 3: the whole record in one string.
 		c, err := decodeCompact([]byte(v[1]))
 		if err != nil {
-			return store.ClaimResult{}, err
+			return claimReply{}, err
 		}
 		resp, err := c.response(codec)
 		if err != nil {
-			return store.ClaimResult{}, err
+			return claimReply{}, err
 		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: c.fingerprint, Recipe: c.recipe, Response: resp}, nil
+		return claimReply{ClaimResult: store.ClaimResult{State: store.Completed, Fingerprint: c.fingerprint, Recipe: c.recipe, Response: resp}}, nil
 	}
 	// The recipe is last in every reply but the completed one (whose
 	// trailers follow it); a layout 1 record has none (nil).
 	if len(v) < 4 {
-		return store.ClaimResult{}, bad()
+		return claimReply{}, bad()
 	}
 	recipe := v[len(v)-1]
 	switch v[0] {
 	case "claimed", "running", "abandoned":
 		lease, err := msTime(v[2])
 		if err != nil {
-			return store.ClaimResult{}, err
+			return claimReply{}, err
 		}
 		out := store.ClaimResult{Fingerprint: v[1], Recipe: recipe, LeaseEnd: lease}
 		switch v[0] {
 		case "claimed":
 			if len(v) != 5 {
-				return store.ClaimResult{}, bad()
+				return claimReply{}, bad()
 			}
 			out.State, out.Takeover = store.Claimed, v[3] == "1"
 		case "running":
 			if len(v) != 4 {
-				return store.ClaimResult{}, bad()
+				return claimReply{}, bad()
 			}
 			out.State = store.Running
 		default:
 			if len(v) != 4 {
-				return store.ClaimResult{}, bad()
+				return claimReply{}, bad()
 			}
 			out.State = store.Abandoned
 		}
-		return out, nil
+		return claimReply{ClaimResult: out}, nil
 	case "completed":
 		if len(v) != 9 {
-			return store.ClaimResult{}, bad()
+			return claimReply{}, bad()
 		}
 		resp, err := decodeResponse(v[2], v[3], v[4], v[5], v[6], v[8])
 		if err != nil {
-			return store.ClaimResult{}, err
+			return claimReply{}, err
 		}
-		return store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: v[7], Response: resp}, nil
+		return claimReply{ClaimResult: store.ClaimResult{State: store.Completed, Fingerprint: v[1], Recipe: v[7], Response: resp}}, nil
 	}
-	return store.ClaimResult{}, bad()
-}
-
-func parseRecord(codec *layout.BodyCodec, v []string) (*store.Record, error) {
-	now, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("bad time %q: %w", v[0], err)
-	}
-	f := make(map[string]string, len(v)/2)
-	for i := 1; i+1 < len(v); i += 2 {
-		f[v[i]] = v[i+1]
-	}
-	return parseFields(codec, now, f)
+	return claimReply{}, bad()
 }
 
 // parseFields reads a record from its hash fields f; nowMs (server time,
@@ -150,6 +161,13 @@ func parseRecord(codec *layout.BodyCodec, v []string) (*store.Record, error) {
 func parseFields(codec *layout.BodyCodec, nowMs int64, f map[string]string) (*store.Record, error) {
 	now := time.UnixMilli(nowMs)
 	var err error
+	if v, ok := f[v4Field]; ok {
+		e, err := strconv.ParseInt(f[v4Expiry], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bad expiry %q", errRecord4, f[v4Expiry])
+		}
+		return parseRecord4(codec, nowMs, v, e)
+	}
 	if pn, ok := f["pn"]; ok && f["s"] == "completed" {
 		return parseCompactRecord(codec, f, pn)
 	}

@@ -16,6 +16,8 @@ var (
 	claimLuaSrc string
 	//go:embed scripts/complete.lua
 	completeLua string
+	//go:embed scripts/complete4.lua
+	complete4Lua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/extend.lua
@@ -48,7 +50,7 @@ func withConstants(src string) string {
 // complete.lua, ...), as sent to the server; for docs and tests.
 func Scripts() map[string]string {
 	return map[string]string{
-		"claim.lua": claimLua, "complete.lua": completeLua, "release.lua": releaseLua,
+		"claim.lua": claimLua, "complete.lua": completeLua, "complete4.lua": complete4Lua, "release.lua": releaseLua,
 		"extend.lua": extendLua, "delete.lua": deleteLua, "get.lua": getLua,
 		"index.lua": indexLua, "tombstone.lua": tombstoneLua,
 	}

@@ -37,11 +37,42 @@ func serverCPU(b *testing.B, srv *valkeytest.Server) float64 {
 	return sum
 }
 
+// commandCalls sums the calls of every command in INFO commandstats,
+// those scripts make included.
+func commandCalls(b *testing.B, srv *valkeytest.Server) (calls int64, byCommand map[string]int64) {
+	out, err := srv.CLI("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	byCommand = map[string]int64{}
+	for _, line := range strings.Split(out, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.SplitN(stats, ",", 2)[0], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		byCommand[strings.TrimPrefix(name, "cmdstat_")] = n
+		calls += n
+	}
+	return calls, byCommand
+}
+
 // BenchmarkServerCPUPerFreshOp runs Claim then Complete on fresh
 // identities from many goroutines, the replay cache on as in production,
 // and reports Valkey's own CPU per pair (INFO cpu before and after) as
-// server-µs/op: it sets how many shards a rate of fresh keys needs.
+// server-µs/op, and the commands Valkey ran per pair (INFO commandstats,
+// those inside scripts included) as commands/op: they set how many
+// shards a rate of fresh keys needs. It runs once per stored layout.
 func BenchmarkServerCPUPerFreshOp(b *testing.B) {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		b.Run("layout"+strconv.Itoa(layout), func(b *testing.B) { benchServerCPU(b, layout) })
+	}
+}
+
+func benchServerCPU(b *testing.B, layout int) {
 	srv := valkeytest.Start(b)
 	addr, own := srv.Addr(), true
 	// A server started elsewhere, e.g. under valgrind --tool=callgrind,
@@ -50,7 +81,7 @@ func BenchmarkServerCPUPerFreshOp(b *testing.B) {
 	if a := os.Getenv("IDEMGATE_BENCH_VALKEY_ADDR"); a != "" {
 		addr, own = a, false
 	}
-	st := newStore(b, valkey.Options{Addrs: []string{addr}, KeyPrefix: randomPrefix(), CacheBytes: 32 << 20})
+	st := newStore(b, valkey.Options{Addrs: []string{addr}, KeyPrefix: randomPrefix(), CacheBytes: 32 << 20, Layout: layout})
 	ctx := context.Background()
 	resp := store.Response{
 		Status: 201,
@@ -81,9 +112,11 @@ func BenchmarkServerCPUPerFreshOp(b *testing.B) {
 	after := serverCPU(b, srv)
 	if own {
 		b.ReportMetric((after-before)*1e6/float64(b.N), "server-µs/op")
-	}
-	if testing.Verbose() {
-		out, _ := srv.CLI("INFO", "commandstats")
-		b.Log(out)
+		// INFO's own calls (two of serverCPU, one here) are left out.
+		calls, byCommand := commandCalls(b, srv)
+		b.ReportMetric(float64(calls-byCommand["info"])/float64(b.N), "commands/op")
+		if testing.Verbose() {
+			b.Log(byCommand)
+		}
 	}
 }

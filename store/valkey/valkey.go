@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,12 @@ type Options struct {
 	// replay does not decode the same reply again. The sizes are estimates of
 	// the entries, not heap measures.
 	CacheBytes int64
+	// Layout is the layout this store writes new records in: Layout3
+	// (the default, when 0) or Layout4. Every build from this one on
+	// reads both; a build from before reads only layout 3, so switch to
+	// Layout4 only once every instance sharing the server runs a build
+	// that reads it (docs/protocol.md, "Rolling upgrade to layout 4").
+	Layout int
 }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
@@ -103,12 +110,18 @@ type Store struct {
 
 	claim, complete, release, extend, del, get *valkey.Lua
 	index, tomb                                *valkey.Lua
+	completeV4                                 *valkey.Lua
+
+	// layout is Options.Layout; held the claims answered Claimed, kept for
+	// the completed records of layout 4 (heldClaim).
+	layout int
+	held   heldClaims
 
 	acks  Acks
 	onAck func(op string, took time.Duration, acknowledged bool)
 	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
 	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
-	claimSrc, completeSrc, extendSrc script
+	claimSrc, completeSrc, extendSrc, complete4Src script
 
 	watchers watch.Set[string] // by record key
 
@@ -149,6 +162,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.CacheBytes < 0 {
 		return nil, fmt.Errorf("valkey store: Options.CacheBytes %d must be >= 0 (0 = no replay cache)", opts.CacheBytes)
+	}
+	if opts.Layout == 0 {
+		opts.Layout = Layout3
+	}
+	if opts.Layout != Layout3 && opts.Layout != Layout4 {
+		return nil, fmt.Errorf("valkey store: Options.Layout %d must be %d or %d", opts.Layout, Layout3, Layout4)
 	}
 	if opts.Acks.On() && opts.Acks.Timeout < time.Millisecond {
 		return nil, fmt.Errorf("valkey store: Options.Acks.Timeout %v must be >= 1ms when acks are on", opts.Acks.Timeout)
@@ -213,10 +232,13 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		// a lost reply, so they are never retried blindly.
 		claim:    valkey.NewLuaScriptRetryable(claimLua),
 		complete: valkey.NewLuaScript(completeLua),
-		release:  valkey.NewLuaScript(releaseLua),
-		extend:   valkey.NewLuaScriptRetryable(extendLua),
-		del:      valkey.NewLuaScript(deleteLua),
-		get:      valkey.NewLuaScriptReadOnly(getLua),
+		// complete4.lua, like complete.lua, answers 0 when run again.
+		completeV4: valkey.NewLuaScript(complete4Lua),
+		layout:     opts.Layout,
+		release:    valkey.NewLuaScript(releaseLua),
+		extend:     valkey.NewLuaScriptRetryable(extendLua),
+		del:        valkey.NewLuaScript(deleteLua),
+		get:        valkey.NewLuaScriptReadOnly(getLua),
 		// Index only adds an entry, and Tombstone only turns a record whose
 		// completion is the indexed one: both are safe to run twice.
 		index:   valkey.NewLuaScriptRetryable(indexLua),
@@ -232,6 +254,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		claimSrc:    newScript(claimLua),
 		completeSrc: newScript(completeLua),
 		extendSrc:   newScript(extendLua),
+
+		complete4Src: newScript(complete4Lua),
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
@@ -308,19 +332,42 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
+	if s.layout == Layout4 {
+		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
+		if !s.acks.On() {
+			return s.claim4(ctx, p, head)
+		}
+		return s.claimScript(ctx, p, claimArgs(p, head))
+	}
+	return s.claimScript(ctx, p, claimArgs(p, nil))
+}
+
+// claimArgs are claim.lua's arguments for p; head, when not nil, is the
+// running record of layout 4 it writes (ARGV[10]).
+func claimArgs(p store.ClaimParams, head []byte) []string {
 	noTakeover := "0"
 	if p.NoTakeover {
 		noTakeover = "1"
 	}
-	args := []string{p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token,
-		ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe}
+	args := make([]string, 9, 10)
+	args[0], args[1], args[2], args[3], args[4] = p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token
+	args[5], args[6], args[7], args[8] = ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe
+	if head != nil {
+		args = append(args, valkey.BinaryString(head))
+	}
+	return args
+}
+
+// claimScript runs claim.lua with args (see Claim), with its
+// acknowledgement when acks are on.
+func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string) (store.ClaimResult, error) {
 	if s.acks.On() {
 		key := s.Key(p.Identity)
 		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
 		if err != nil {
 			return s.claimRefused(ctx, p, err)
 		}
-		out, err := parseClaim(s.codec, w.res)
+		out, str, err := parseClaim(s.codec, w.res)
 		if err != nil {
 			return store.ClaimResult{}, unavailable("claim", err)
 		}
@@ -332,23 +379,85 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 				return store.ClaimResult{}, err
 			}
 		}
-		if out.State == store.Completed {
-			s.sawCompleted(key)
-		}
+		s.claimed(key, p, out, str)
 		return out, nil
 	}
 	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
 	if err != nil {
 		return s.claimRefused(ctx, p, err)
 	}
-	out, err := parseClaim(s.codec, res)
+	out, str, err := parseClaim(s.codec, res)
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
-	if out.State == store.Completed {
-		s.sawCompleted(key)
-	}
+	s.claimed(key, p, out, str)
 	return out, nil
+}
+
+// claimed notes what claim.lua answered: a completed record for the
+// replay cache, a claim of layout 4 for its Complete.
+func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool) {
+	switch {
+	case out.State == store.Completed && str:
+		s.sawCompleted4(key)
+	case out.State == store.Completed:
+		s.sawCompleted(key)
+	case out.State == store.Claimed && s.layout == Layout4:
+		// claim.lua wrote the record at lease end - lease (a repeated
+		// claim keeps its first time: this is an estimate).
+		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
+			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now()})
+	}
+}
+
+// claim4 is Claim writing layout 4 without acknowledgements: one SET NX
+// GET of the running record, pipelined with the PEXPIRETIME its times are
+// relative to. A key never seen is claimed there; a completed record of
+// layout 4 is answered from GET's reply; anything else (a running record,
+// a hash of layouts 1 to 3 or a tombstone, WRONGTYPE to SET ... GET, a
+// reply lost on the way) goes to claim.lua, which decides by the server's
+// clock and is safe to run after a SET that went through (a repeated
+// claim). Errors as Claim's.
+func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ClaimResult{}, unavailable("claim", err)
+	}
+	key := s.Key(p.Identity)
+	px := expiry4(p.Lease, p.Retention)
+	gap := px - p.Lease.Milliseconds()
+	// Appended in head's spare room: head's own bytes, which claim.lua
+	// may still be sent (claimArgs), are not written again.
+	val := appendRunning4Tail(head, p.Retention.Milliseconds(), gap, px, false)
+	rs, ok := awaitCall(ctx, func() []valkey.ValkeyResult {
+		return s.client.DoMulti(ctx,
+			s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().PxMilliseconds(px).Build(),
+			s.client.B().Pexpiretime().Key(key).Build())
+	})
+	if !ok {
+		return store.ClaimResult{}, unavailable("claim", ctx.Err())
+	}
+	old, err := rs[0].ToString()
+	e, eerr := rs[1].AsInt64()
+	switch {
+	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
+		// Claimed: the record is ours, its times those of the key's expiry.
+		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
+			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now()})
+		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
+	case err == nil && eerr == nil && strings.HasPrefix(old, v4Completed):
+		r, perr := parseRecord4(s.codec, 0, old, e)
+		if perr != nil {
+			return store.ClaimResult{}, unavailable("claim", perr)
+		}
+		s.sawCompleted4(key)
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, nil
+	case refusedForMemory(err):
+		return s.claimRefused(ctx, p, unavailable("claim", err))
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
+	}
+	return s.claimScript(ctx, p, claimArgs(p, head))
 }
 
 // claimRefused answers the Claim p whose script the server refused with
@@ -430,12 +539,40 @@ func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, key string
 	return n == 1, nil
 }
 
-// Complete implements store.Store with complete.lua. Errors wrap
+// Complete implements store.Store with complete.lua, or complete4.lua
+// for a record of layout 4: each answers 2 for a record of the other
+// layout, which the other script then completes. Errors wrap
 // store.ErrUnavailable; a Status outside 100..599 is rejected.
 func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}
+	key := s.Key(id)
+	// Called directly, not through method values, which would allocate
+	// on every completion (TestHotPathAllocationCeilings).
+	var n int64
+	var err error
+	if s.layout == Layout4 {
+		if n, err = s.complete4(ctx, id, key, token, resp); err == nil && n == 2 {
+			n, err = s.complete3(ctx, id, key, token, resp)
+		}
+	} else if n, err = s.complete3(ctx, id, key, token, resp); err == nil && n == 2 {
+		n, err = s.complete4(ctx, id, key, token, resp)
+	}
+	if err != nil {
+		return false, err
+	}
+	if n == 2 {
+		// The record changed layout between the two scripts: not held.
+		n = 0
+	}
+	s.held.drop(token)
+	return n == 1, nil
+}
+
+// complete3 completes a hash (layouts 1 to 3) with complete.lua: 1
+// completed, 0 not held, 2 a string (layout 4).
+func (s *Store) complete3(ctx context.Context, _ store.Identity, key, token string, resp store.Response) (int64, error) {
 	// Layout 3: the response travels as its head and its stored body (the
 	// zstd frame, or resp.Body itself when the codec leaves it), which
 	// complete.lua concatenates after the rest of the record. The strings
@@ -445,30 +582,124 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	// ARGV[4], "1": a repeat by the completing token re-confirms the
 	// record (store contract, rule 3), so a completion that was not
 	// acknowledged can be retried and its WAIT then means something.
-	repeat := "0"
-	if s.acks.On() {
-		repeat = "1"
-	}
-	args := []string{token, valkey.BinaryString(head), s.channel, repeat, valkey.BinaryString(tail)}
-	var done bool
-	var err error
-	key := s.Key(id)
-	if s.acks.On() {
-		done, err = s.boolOpAcked(ctx, "complete", s.completeSrc, key, true, args)
-	} else {
-		done, err = s.boolOp(ctx, "complete", s.complete, key, true, args...)
-	}
-	if done && err == nil {
+	args := []string{token, valkey.BinaryString(head), s.channel, s.repeat(), valkey.BinaryString(tail)}
+	n, err := s.intOp(ctx, "complete", s.complete, s.completeSrc, key, args)
+	if err == nil && n == 1 {
 		// Its retries may come here: the first is read into the cache.
 		s.sawCompleted(key)
 	}
-	return done, err
+	return n, err
+}
+
+// complete4 completes a string (layout 4) with complete4.lua, the
+// completed record built here: 1 completed, 0 not held, 2 a hash.
+func (s *Store) complete4(ctx context.Context, id store.Identity, key, token string, resp store.Response) (int64, error) {
+	h, ok := s.held.get(token)
+	runningPrefix := tokenPrefix(v4Running, token)
+	var storedMs int64
+	if ok {
+		storedMs = h.createdMs + time.Since(h.at).Milliseconds()
+	} else {
+		// Claimed through another Store, or forgotten (maxHeld): the
+		// running record tells what the completed one keeps.
+		nowMs, f, err := s.getFields(ctx, "complete", key)
+		if err != nil {
+			return 0, err
+		}
+		v, str := f[v4Field]
+		if f == nil {
+			return 0, nil
+		}
+		if !str {
+			return 2, nil
+		}
+		if _, err := parseFields(s.codec, nowMs, f); err != nil {
+			// Not a record this store wrote: a failure, never an answer.
+			return 0, unavailable("complete", err)
+		}
+		switch {
+		case strings.HasPrefix(v, runningPrefix):
+			r, err := decodeRunning4(v)
+			e, eerr := strconv.ParseInt(f[v4Expiry], 10, 64)
+			if err != nil || eerr != nil {
+				return 0, unavailable("complete", fmt.Errorf("%w (%w)", err, eerr))
+			}
+			h = heldClaim{fingerprint: r.fingerprint, recipe: r.recipe, retentionMs: r.retentionMs, createdMs: e - r.ageMs}
+			storedMs = nowMs
+		case s.acks.On() && strings.HasPrefix(v, tokenPrefix(v4Completed, token)):
+			// A repeat that re-confirms: the script writes no new record,
+			// and a prefix no record starts with keeps it from doing so.
+			runningPrefix = "\x00"
+		default:
+			return 0, nil
+		}
+	}
+	c := compactRecord{owner: id.Owner, scope: id.Scope, key: id.Key, fingerprint: h.fingerprint, recipe: h.recipe,
+		createdMs: h.createdMs, storedAtMs: max(storedMs, h.createdMs)}
+	rec := encodeCompleted4(s.codec, token, h.retentionMs, &c, resp)
+	args := []string{runningPrefix, valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
+		tokenPrefix(v4Completed, token), s.repeat()}
+	n, err := s.intOp(ctx, "complete", s.completeV4, s.complete4Src, key, args)
+	if err == nil && n == 1 {
+		s.sawCompleted4(key)
+	}
+	return n, err
+}
+
+// repeat is complete.lua's and complete4.lua's flag that lets the
+// completing token re-confirm its record: on with acks only.
+func (s *Store) repeat() string {
+	if s.acks.On() {
+		return "1"
+	}
+	return "0"
+}
+
+// intOp runs a writing script (l, or sc with its acknowledgement when acks
+// are on) on the record key and reads its integer reply; 1 means it
+// wrote and wakes this process's watchers of key, and with acks on counts
+// only once acknowledged.
+func (s *Store) intOp(ctx context.Context, op string, l *valkey.Lua, sc script, key string, args []string) (int64, error) {
+	if s.acks.On() {
+		w, err := s.writeAcked(ctx, op, sc, key, args)
+		if err != nil {
+			return 0, err
+		}
+		n, err := w.res.AsInt64()
+		if err != nil {
+			return 0, unavailable(op, fmt.Errorf("reply: %w", err))
+		}
+		if n != 1 {
+			return n, nil
+		}
+		// The record changed on the primary whether or not it was
+		// acknowledged: waiters re-read it.
+		s.wake(key)
+		return n, s.acked(op, w)
+	}
+	res, _, err := s.execKey(ctx, op, l, key, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.AsInt64()
+	if err != nil {
+		return 0, unavailable(op, fmt.Errorf("reply: %w", err))
+	}
+	if n == 1 {
+		// The PUBLISH reaches this process too; waking here saves a round trip.
+		s.wake(key)
+	}
+	return n, nil
 }
 
 // Release implements store.Store with release.lua. Errors wrap
 // store.ErrUnavailable.
 func (s *Store) Release(ctx context.Context, id store.Identity, token string) (bool, error) {
-	return s.boolOp(ctx, "release", s.release, s.Key(id), true, token, s.channel)
+	ok, err := s.boolOp(ctx, "release", s.release, s.Key(id), true, token, s.channel, tokenPrefix(v4Running, token))
+	if err == nil {
+		s.held.drop(token)
+	}
+	return ok, err
 }
 
 // Extend implements store.Store with extend.lua. Errors wrap
@@ -478,10 +709,11 @@ func (s *Store) Extend(ctx context.Context, id store.Identity, token string, lea
 	if err := store.ValidateLease(lease); err != nil {
 		return false, err
 	}
+	args := []string{token, ms(lease), tokenPrefix(v4Running, token)}
 	if s.acks.On() {
-		return s.boolOpAcked(ctx, "extend", s.extendSrc, s.Key(id), false, []string{token, ms(lease)})
+		return s.boolOpAcked(ctx, "extend", s.extendSrc, s.Key(id), false, args)
 	}
-	return s.boolOp(ctx, "extend", s.extend, s.Key(id), false, token, ms(lease))
+	return s.boolOp(ctx, "extend", s.extend, s.Key(id), false, args...)
 }
 
 // Delete implements store.Store with delete.lua. Errors wrap
@@ -492,25 +724,65 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
 func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
-	res, key, err := s.exec(ctx, "get", s.get, id)
-	if err != nil {
+	key := s.Key(id)
+	now, v, err := s.getReply(ctx, "get", key)
+	if err != nil || v == nil {
 		return nil, err
 	}
-	if valkey.IsValkeyNil(res.Error()) {
-		return nil, nil
+	// Built here, not returned by getReply: a map that does not escape
+	// costs no allocation (TestHotPathAllocationCeilings, waitReplay).
+	f := make(map[string]string, len(v)/2)
+	for i := 1; i+1 < len(v); i += 2 {
+		f[v[i]] = v[i+1]
 	}
-	v, err := replyStrings(res)
-	if err != nil || len(v)%2 != 1 {
-		return nil, unavailable("get", fmt.Errorf("reply %d fields: %w", len(v), err))
-	}
-	r, err := parseRecord(s.codec, v)
+	r, err := parseFields(s.codec, now, f)
 	if err != nil {
 		return nil, unavailable("get", err)
 	}
 	if r.State == store.Completed {
-		s.sawCompleted(key)
+		if _, str := f[v4Field]; str {
+			s.sawCompleted4(key)
+		} else {
+			s.sawCompleted(key)
+		}
 	}
 	return r, nil
+}
+
+// getFields is getReply with the fields in a map.
+func (s *Store) getFields(ctx context.Context, op, key string) (int64, map[string]string, error) {
+	now, v, err := s.getReply(ctx, op, key)
+	if err != nil || v == nil {
+		return now, nil, err
+	}
+	f := make(map[string]string, len(v)/2)
+	for i := 1; i+1 < len(v); i += 2 {
+		f[v[i]] = v[i+1]
+	}
+	return now, f, nil
+}
+
+// getReply reads the record at key with get.lua: the server's time and
+// get.lua's reply, {now, name, value, ...} (a layout 4 record as v4Field
+// and v4Expiry), nil when absent. Errors wrap store.ErrUnavailable, with
+// op.
+func (s *Store) getReply(ctx context.Context, op, key string) (int64, []string, error) {
+	res, _, err := s.execKey(ctx, op, s.get, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	if valkey.IsValkeyNil(res.Error()) {
+		return 0, nil, nil
+	}
+	v, err := replyStrings(res)
+	if err != nil || len(v)%2 != 1 {
+		return 0, nil, unavailable(op, fmt.Errorf("reply %d fields: %w", len(v), err))
+	}
+	now, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil {
+		return 0, nil, unavailable(op, fmt.Errorf("bad time %q: %w", v[0], err))
+	}
+	return now, v, nil
 }
 
 // Ping implements store.Store with PING. With Acks.Replicas > 0 it also
@@ -539,4 +811,20 @@ func (s *Store) Close() error {
 		s.watchers.Close()
 	})
 	return nil
+}
+
+// awaitCall is await for a call whose result is not one ValkeyResult: ok
+// is false when ctx ended first (the call's outcome is then unknown).
+func awaitCall[T any](ctx context.Context, call func() T) (out T, ok bool) {
+	if ctx.Done() == nil {
+		return call(), true
+	}
+	done := make(chan T, 1)
+	go func() { done <- call() }()
+	select {
+	case out = <-done:
+		return out, true
+	case <-ctx.Done():
+		return out, false
+	}
 }

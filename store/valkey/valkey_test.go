@@ -44,13 +44,17 @@ func newStore(t testing.TB, opts valkey.Options) *valkey.Store {
 	return s
 }
 
-func harness(addrs []string) storetest.Harness {
+func harness(addrs []string) storetest.Harness { return harnessLayouts(addrs, 0, 0) }
+
+// harnessLayouts is harness whose store writes layout and whose peers
+// (other instances on the same keys) write peerLayout.
+func harnessLayouts(addrs []string, layout, peerLayout int) storetest.Harness {
 	return storetest.Harness{
 		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
-			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix()})
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix(), Layout: layout})
 		},
 		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
-			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix()})
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix(), Layout: peerLayout})
 		},
 	}
 }
@@ -58,6 +62,22 @@ func harness(addrs []string) storetest.Harness {
 func TestContractStandalone(t *testing.T) {
 	srv := valkeytest.Start(t)
 	storetest.RunHarness(t, harness([]string{srv.Addr()}))
+}
+
+// TestContractLayout4 runs the contract on records of layout 4, and on a
+// fleet mid-upgrade: a store writing one layout beside peers writing the
+// other, every record read by both (docs/protocol.md, "Rolling upgrade to
+// layout 4").
+func TestContractLayout4(t *testing.T) {
+	srv := valkeytest.Start(t)
+	addrs := []string{srv.Addr()}
+	t.Run("Layout4", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout4, valkey.Layout4)) })
+	t.Run("Cluster", func(t *testing.T) {
+		c := valkeytest.StartCluster(t, 3)
+		storetest.RunHarness(t, harnessLayouts(c.Addrs(), valkey.Layout4, valkey.Layout3))
+	})
+	t.Run("Writes4Peers3", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout4, valkey.Layout3)) })
+	t.Run("Writes3Peers4", func(t *testing.T) { storetest.RunHarness(t, harnessLayouts(addrs, valkey.Layout3, valkey.Layout4)) })
 }
 
 func TestContractCluster(t *testing.T) {
@@ -554,16 +574,28 @@ func BenchmarkClaimComplete(b *testing.B) {
 	storetest.BenchmarkClaimComplete(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
 }
 
+func BenchmarkClaimCompleteLayout4(b *testing.B) {
+	srv := valkeytest.Start(b)
+	storetest.BenchmarkClaimComplete(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4}))
+}
+
 func BenchmarkClaimCompleted(b *testing.B) {
 	srv := valkeytest.Start(b)
 	storetest.BenchmarkClaimCompleted(b, newStore(b, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}))
 }
 
-// TestFailingServer: a server that answers with an error (here WRONGTYPE on
-// a key that is not a record hash) is a store failure, never an answer.
+// TestFailingServer: a server that answers with an error (here on a key
+// that holds no record: a string of neither layout) is a store failure,
+// never an answer, whichever layout the store writes.
 func TestFailingServer(t *testing.T) {
 	srv := valkeytest.Start(t)
-	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()})
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) { failingServer(t, srv, layout) })
+	}
+}
+
+func failingServer(t *testing.T, srv *valkeytest.Server, layout int) {
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: layout})
 	id := store.Identity{Key: "not-a-hash"}
 	if _, err := srv.CLI("SET", s.Key(id), "garbage"); err != nil {
 		t.Fatal(err)
@@ -588,8 +620,14 @@ func TestFailingServer(t *testing.T) {
 // memory, so another instance took over a claim whose holder could not
 // extend it, and the operation ran twice.
 func TestFullValkeyFailsClosed(t *testing.T) {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) { fullValkeyFailsClosed(t, layout) })
+	}
+}
+
+func fullValkeyFailsClosed(t *testing.T, layout int) {
 	srv := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
-	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix()}
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: layout}
 	holder, other := newStore(t, opts), newStore(t, opts)
 	opCtx := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -3,13 +3,17 @@
 -- KEYS[1] record key. ARGV[1] owner, ARGV[2] route, ARGV[3] idempotency key,
 -- ARGV[4] fingerprint, ARGV[5] token, ARGV[6] lease ms (> 0),
 -- ARGV[7] retention ms (0 = forever), ARGV[8] "1" = no takeover,
--- ARGV[9] fingerprint recipe.
+-- ARGV[9] fingerprint recipe, ARGV[10] (optional) the running record of
+-- layout 4 up to its numbers (running4Head): the record is then written as
+-- a string of layout 4 instead of a hash.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
 -- {"gone"} for a tombstone (Store.Tombstone; never claimable until its end) |
 -- {"completed", fingerprint, status, headers, body, omitted, stored_at_ms, recipe, trailers}
 -- for a record completed in layout 1 or 2 | {"completed", record} for one
--- completed in layout 3, record being its fields p0 .. p(pn-1) joined.
+-- completed in layout 3, record being its fields p0 .. p(pn-1) joined |
+-- {"completed4", record, expiry_ms} for a record of layout 4 (a string),
+-- expiry_ms its PEXPIRETIME (-1 = none).
 -- A record of layout 1 has no "fr" field: its recipe is returned as nil; a
 -- record completed without trailers (or before they were kept) has no "tr":
 -- nil too.
@@ -18,7 +22,34 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr', 'pn')
+local rec = redis.pcall('HMGET', key, 's', 'f', 't', 'l', 'x', 'tk', 'fr', 'pn')
+local v4 = false
+if rec.err then
+  -- Layout 4: the record is a string (WRONGTYPE for HMGET).
+  local v = redis.call('GET', key)
+  local e = redis.call('PEXPIRETIME', key)
+  if string.sub(v, 1, 2) == '4c' then
+    return {'completed4', v, string.format('%.0f', e)}
+  end
+  -- Running: token, owner, scope, key, fingerprint, recipe, then the numbers.
+  local f = {}
+  local pos = 3
+  for i = 1, 6 do
+    local colon = string.find(v, ':', pos, true)
+    local n = colon and tonumber(string.sub(v, pos, colon - 1))
+    if string.sub(v, 1, 2) ~= '4r' or not n then
+      return redis.error_reply('claim.lua: layout 4 record does not parse')
+    end
+    f[i] = string.sub(v, colon + 1, colon + n)
+    pos = colon + n + 1
+  end
+  local rt, gap, age, tk = string.match(v, '^ (%d+) (%d+) (%d+) ([01])$', pos)
+  if not tk then
+    return redis.error_reply('claim.lua: layout 4 record does not parse')
+  end
+  v4 = {head = string.sub(v, 1, pos - 1), rt = rt, age = tonumber(age)}
+  rec = {'running', f[5], f[1], string.format('%.0f', e - tonumber(gap)), e, tk, f[6], false}
+end
 local state = rec[1]
 if state and tonumber(rec[5]) ~= 0 and tonumber(rec[5]) <= now then
   -- Past its end (end <= now): absent, whatever the key's own TTL says.
@@ -66,15 +97,32 @@ end
 if repeated then
   -- Lease end and expiry as a fresh claim's, the expiry never earlier.
   expiry = math.max(expiry, tonumber(rec[5]))
+  if v4 then
+    local created = tonumber(rec[5]) - v4.age
+    redis.call('SET', key, v4.head .. string.format(' %s %.0f %.0f %s', v4.rt,
+      expiry - lease_end, expiry - created, rec[6]), 'PXAT', expiry)
+    return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6], rec[7]}
+  end
   redis.call('HSET', key, 'l', lease_end, 'x', expiry)
   redis.call('PEXPIREAT', key, expiry)
   return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6], rec[7]}
+end
+if ARGV[10] then
+  -- Layout 4: SET replaces whatever the key held, hash or string.
+  redis.call('SET', key, ARGV[10] .. string.format(' %s %.0f %.0f %s', ARGV[7],
+    expiry - lease_end, expiry - now, takeover), 'PXAT', expiry)
+  return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}
+end
+if v4 then
+  -- A string of layout 4 cannot take hash fields: it goes first (this
+  -- script may write, so a full server refused it before it ran).
+  redis.call('DEL', key)
 end
 redis.call('HSET', key, 'o', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 's', 'running',
   'f', ARGV[4], 't', ARGV[5], 'tk', takeover, 'c', now,
   'l', lease_end, 'x', expiry, 'rt', ARGV[7],
   'v', '3', 'fr', ARGV[9])
-if rec[1] then
+if rec[1] and not v4 then
   -- An old record (expired, or taken over) is overwritten, never deleted
   -- first: its fields not written above go only after the write went through.
   local old = {'st', 'h', 'b', 'om', 'sa', 'ct', 'ca', 'tr', 'pn'}

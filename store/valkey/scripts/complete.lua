@@ -5,7 +5,8 @@
 -- ARGV[4] "1" = a repeat by the token that completed the record re-confirms it,
 -- ARGV[5] (optional) the rest of the response, appended to ARGV[2]: the
 -- caller sends the body apart from the rest so it need not copy it.
--- Returns 1 when completed (or re-confirmed), 0 when the token does not hold the record.
+-- Returns 1 when completed (or re-confirmed), 0 when the token does not hold
+-- the record, 2 when the record is a string (layout 4: complete4.lua's).
 -- Layout 3: the completed record keeps s, x, v, ct (and ca) and puts the rest
 -- (identity, fingerprint, recipe, created, stored at, then ARGV[2] .. ARGV[5]) in one
 -- string cut into 64-byte fields p0, p1, ... (pn of them), so that every
@@ -23,7 +24,10 @@ local P = {'p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 'p9', 'p10', 'p
   'p12', 'p13', 'p14', 'p15', 'p16', 'p17', 'p18', 'p19', 'p20', 'p21', 'p22', 'p23',
   'p24', 'p25', 'p26', 'p27', 'p28', 'p29', 'p30', 'p31', 'p32', 'p33', 'p34', 'p35',
   'p36', 'p37', 'p38', 'p39', 'p40', 'p41', 'p42', 'p43', 'p44', 'p45', 'p46', 'p47'}
-local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt', 'ct', 'o', 'r', 'k', 'f', 'fr', 'c')
+local rec = redis.pcall('HMGET', key, 's', 't', 'x', 'rt', 'ct', 'o', 'r', 'k', 'f', 'fr', 'c')
+if rec.err then
+  return 2
+end
 if not rec[1] then
   return 0
 end

@@ -6,7 +6,13 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = redis.call('HGET', key, 'x')
+local expiry = redis.pcall('HGET', key, 'x')
+if type(expiry) == 'table' and expiry.err then
+  -- Layout 4 (a string): the server's own expiry keeps it current.
+  redis.call('DEL', key)
+  redis.call('PUBLISH', ARGV[1], key)
+  return 1
+end
 if not expiry then
   return 0
 end

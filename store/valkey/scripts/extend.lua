@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- extend.lua: move the lease end to now + lease while the record holds the token (store.Store.Extend).
--- KEYS[1] record key. ARGV[1] token, ARGV[2] lease ms (> 0).
+-- KEYS[1] record key. ARGV[1] token, ARGV[2] lease ms (> 0), ARGV[3] "4r"
+-- ns(token), the start of a running record of layout 4 the token holds.
 -- Returns 1 when extended, 0 when the token does not hold the record.
 -- allow-oom: it only rewrites two numbers of an existing record, so a full
 -- server (maxmemory, noeviction) still runs it: the holder's heartbeat keeps
@@ -9,7 +10,28 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 't', 'x', 'rt')
+local rec = redis.pcall('HMGET', key, 's', 't', 'x', 'rt')
+if rec.err then
+  -- Layout 4 (a string): only its numbers change (docs/protocol.md,
+  -- "Layout 4 (Valkey)").
+  local v = redis.call('GET', key)
+  if string.sub(v, 1, #ARGV[3]) ~= ARGV[3] then
+    return 0
+  end
+  local head, rt, age, tk = string.match(v, '^(.*) (%d+) %d+ (%d+) ([01])$')
+  local e = redis.call('PEXPIRETIME', key)
+  local created = e - tonumber(age)
+  local lease_end = now + tonumber(ARGV[2])
+  local expiry
+  if tonumber(rt) > 0 then
+    expiry = math.max(e, lease_end)
+  else
+    expiry = lease_end + ABANDONED_KEEP_MS
+  end
+  redis.call('SET', key, head .. string.format(' %s %.0f %.0f %s', rt,
+    expiry - lease_end, expiry - created, tk), 'PXAT', expiry)
+  return 1
+end
 if not rec[1] then
   return 0
 end

@@ -10,7 +10,47 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', key, 's', 'x', 'pn', 'o', 'r', 'k', 'c', 'sa')
+local rec = redis.pcall('HMGET', key, 's', 'x', 'pn', 'o', 'r', 'k', 'c', 'sa')
+if rec.err then
+  -- Layout 4 (a string): "4c" then the netstrings token, retention, owner,
+  -- scope, key, fingerprint, recipe, created, stored at (estimates, moved
+  -- to PEXPIRETIME - retention when there is one, as Go reads them).
+  local v = redis.call('GET', key)
+  if string.sub(v, 1, 2) ~= '4c' then
+    return 0
+  end
+  local f = {}
+  local pos = 3
+  for i = 1, 9 do
+    local colon = string.find(v, ':', pos, true)
+    if not colon then
+      return redis.error_reply('tombstone.lua: layout 4 record does not parse')
+    end
+    local n = tonumber(string.sub(v, pos, colon - 1))
+    f[i] = string.sub(v, colon + 1, colon + n)
+    pos = colon + n + 1
+  end
+  local e = redis.call('PEXPIRETIME', key)
+  local created, sa = tonumber(f[8]), tonumber(f[9])
+  if tonumber(f[2]) > 0 and e > 0 then
+    created = created + (e - tonumber(f[2])) - sa
+    sa = e - tonumber(f[2])
+  end
+  if string.format('%.0f', sa) ~= ARGV[1] then
+    return 0
+  end
+  local x = 0
+  if e > 0 then
+    x = e
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, 's', 'gone', 'x', x, 'o', f[3], 'r', f[4], 'k', f[5], 'c', created, 'v', '3')
+  if x ~= 0 then
+    redis.call('PEXPIREAT', key, x)
+  end
+  redis.call('PUBLISH', ARGV[2], key)
+  return 1
+end
 if rec[1] ~= 'completed' then
   return 0
 end

@@ -1,0 +1,138 @@
+package valkey_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
+	"github.com/idemgate/idemgate/store/valkey"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
+)
+
+// TestLayout4FreshKeyIsOneSet: with layout 4 a key never seen is claimed
+// by one plain SET NX (with the PEXPIRETIME its times hang on, in the
+// same round trip) and completed by complete4.lua, whose record is a
+// string; a replay is answered from the SET's GET. The layout is
+// docs/protocol.md's, "Layout 4 (Valkey)".
+func TestLayout4FreshKeyIsOneSet(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	completeOne(t, s, "warm", time.Hour) // loads the scripts
+	m := newMeter(t, srv.Addr())
+	id, resp := completeOne(t, s, "k1", time.Hour)
+	d := m.since()
+	want := map[string]int64{"set": 2, "pexpiretime": 1, "evalsha": 1, "get": 1, "publish": 1}
+	if !reflect.DeepEqual(d, want) {
+		t.Fatalf("fresh key ran %v, want %v", d, want)
+	}
+	if typ, err := srv.CLI("TYPE", s.Key(id)); err != nil || typ != "string" {
+		t.Fatalf("TYPE of the record = %q, %v; want string", typ, err)
+	}
+	v, err := srv.CLI("GET", s.Key(id))
+	if err != nil || !strings.HasPrefix(v, "4c6:tok-k1") {
+		t.Fatalf("record = %q, %v; want a completed record of layout 4 by tok-k1", v, err)
+	}
+	r, err := s.Get(t.Context(), id)
+	if err != nil || r.State != store.Completed || string(r.Response.Body) != string(resp.Body) ||
+		!r.RetentionEnd.Equal(r.Response.StoredAt.Add(time.Hour)) || r.CreatedAt.After(r.Response.StoredAt) {
+		t.Fatalf("Get = %+v, %v", r, err)
+	}
+	m.since()
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp-k1", Recipe: "v=hs1", Token: "again", Lease: time.Second, Retention: time.Hour})
+	if err != nil || res.State != store.Completed || !reflect.DeepEqual(res.Response, r.Response) {
+		t.Fatalf("replay Claim = %+v, %v; want the record Get read", res, err)
+	}
+	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 1, "pexpiretime": 1}) {
+		t.Fatalf("replay ran %v, want one SET NX GET and its PEXPIRETIME", d)
+	}
+}
+
+// TestContractLayout4Cached: the replay cache reads records of layout 4
+// (GET and PEXPIRETIME, tracked) and the contract holds with it on, in a
+// fleet writing both layouts.
+func TestContractLayout4Cached(t *testing.T) {
+	srv := valkeytest.Start(t)
+	addrs := []string{srv.Addr()}
+	storetest.RunHarness(t, storetest.Harness{
+		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix(), CacheBytes: 1 << 20, Layout: valkey.Layout4})
+		},
+		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix(), CacheBytes: 1 << 20, Layout: valkey.Layout3})
+		},
+	})
+}
+
+// TestCacheLayout4: a completed record of layout 4 is replayed from the
+// cache with no command once read, equal to what Get and Claim answer, and
+// a purge through a peer reaches the cache.
+func TestCacheLayout4(t *testing.T) {
+	srv := valkeytest.Start(t)
+	prefix := randomPrefix()
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, CacheBytes: 1 << 20, Layout: valkey.Layout4}
+	s := newStore(t, opts)
+	id, _ := completeOne(t, s, "k1", time.Hour)
+	m := newMeter(t, srv.Addr())
+	first, res := cached(t, s, id)
+	if first == nil || res != store.CacheMiss {
+		t.Fatalf("first cached read: %+v %v, want the record from the server (miss)", first, res)
+	}
+	// Two MULTI .. EXEC (valkey-go wraps each tracked read), pipelined in
+	// one DoMultiCache.
+	if d := m.since(); d["exec"] != 2 || d["get"] != 1 || d["pexpiretime"] != 1 || d["evalsha"]+d["evalsha_ro"] != 0 {
+		t.Fatalf("first cached read sent %v, want a GET and a PEXPIRETIME, each in its MULTI .. EXEC", d)
+	}
+	for range 3 {
+		if rec, res := cached(t, s, id); res != store.CacheHit || !reflect.DeepEqual(rec, first) {
+			t.Fatalf("cached read: %+v %v, want a hit equal to %+v", rec, res, first)
+		}
+	}
+	if d := m.since(); len(d) != 0 {
+		t.Fatalf("cache hits sent %v, want no command", d)
+	}
+	if got, err := s.Get(t.Context(), id); err != nil || !reflect.DeepEqual(got, first) {
+		t.Fatalf("Get = %+v, %v; cached %+v", got, err, first)
+	}
+	purgeReachesPeer(t, s, newStore(t, opts), 3)
+}
+
+// TestAcksLayout4: with acks on, claims and completions of layout 4 wait
+// for the replica on the write's own connection (claim.lua then WAIT,
+// complete4.lua then WAIT); an unacknowledged completion is re-confirmed
+// by its token's repeat once the replica is back.
+func TestAcksLayout4(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	var acks ackLog
+	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on, Layout: valkey.Layout4})
+	ctx := t.Context()
+	done := store.Identity{Owner: "o", Scope: "r", Key: "acked"}
+	untilAcked(t, "Claim with a live replica", claimed(s, claimParams(done, "t1")))
+	pingEventually(t, s, 10*time.Second)
+
+	replica.Pause()
+	_, err := s.Claim(ctx, claimParams(store.Identity{Owner: "o", Scope: "r", Key: "not-acked"}, "t2"))
+	wantNotAcknowledged(t, "Claim with the replica frozen", err)
+	_, err = s.Complete(ctx, done, "t1", store.Response{Status: 201, Body: []byte("made")})
+	wantNotAcknowledged(t, "Complete with the replica frozen", err)
+	replica.Resume()
+	untilAcked(t, "repeated Complete by the completing token", func() error {
+		ok, err := s.Complete(ctx, done, "t1", store.Response{Status: 500, Body: []byte("other")})
+		if err == nil && !ok {
+			err = errors.New("answered false, want true")
+		}
+		return err
+	})
+	rec, err := s.Get(ctx, done)
+	if err != nil || rec == nil || rec.Response == nil || string(rec.Response.Body) != "made" {
+		t.Fatalf("record after the repeat = %+v, %v; want the first response kept", rec, err)
+	}
+	if out, err := replica.CLI("GET", s.Key(done)); err != nil || !strings.HasPrefix(out, "4c2:t1") {
+		t.Fatalf("record on the replica = %q, %v; want completed in layout 4", out, err)
+	}
+}
