@@ -74,12 +74,12 @@
 //     engine does not enforce do.
 //     Options.WaitStore (the proxy's --wait-store) waits for it instead
 //     and fails New if it does not come.
-//   - upstream.url, listen, admin and server.tls are not used; the
-//     configuration is read once (no reload: build a new middleware). To
-//     replace a middleware while it serves, build both on one SharedStore
-//     (OpenShared, Options.Shared): the new one finds the old one's
-//     records and the claims of the calls it still runs, which a store
-//     opened by each New would not share (memory) or could not open
+//   - upstream.url, upstream.pass_host, listen, admin and server.tls are
+//     not used; the configuration is read once (no reload: build a new
+//     middleware). To replace a middleware while it serves, build both on
+//     one SharedStore (OpenShared, Options.Shared): the new one finds the
+//     old one's records and the claims of the calls it still runs, which a
+//     store opened by each New would not share (memory) or could not open
 //     twice (bolt).
 package middleware
 
