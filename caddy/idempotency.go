@@ -9,7 +9,9 @@
 // github.com/idemgate/idemgate around Caddy's next handler, so it reads
 // idemgate's configuration file (routes, owners, store) and writes the
 // records the standalone proxy and the Go middleware replay, and the other
-// way round.
+// way round. The host a request was sent to is part of its key scope (as
+// in package middleware), so two sites on one configuration and one store
+// never answer each other's keys.
 //
 // Build Caddy with it:
 //

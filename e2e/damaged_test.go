@@ -40,32 +40,8 @@ func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
 		// Cut the last 5 bytes of the record (the p fields joined): the
 		// tail of the (uncompressed, short) body, as a lost write would.
 		rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "default", Key: key})
-		pn, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("pn").Build()).ToString()
-		if err != nil {
-			t.Fatalf("%s: the record has no pn field: %v", path, err)
-		}
-		n, _ := strconv.Atoi(pn)
-		var rec strings.Builder
-		for i := range n {
-			p, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("p"+strconv.Itoa(i)).Build()).ToString()
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.WriteString(p)
-		}
-		cut := rec.String()[:rec.Len()-5]
-		// One field p0 holds a record of any size (docs/protocol.md).
-		if err := c.Do(t.Context(), c.B().Hdel().Key(rk).Field("pn").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range n {
-			if err := c.Do(t.Context(), c.B().Hdel().Key(rk).Field("p"+strconv.Itoa(i)).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := c.Do(t.Context(), c.B().Hset().Key(rk).FieldValue().FieldValue("pn", "1").FieldValue("p0", cut).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		rec := readRecord(t, c, rk)
+		writeRecord(t, c, rk, rec[:len(rec)-5])
 		retry := mustPost(t, g.URL+path, "alice", key, `{"n":1}`)
 		if retry.Status != 500 || !strings.Contains(string(retry.Body), "stored-response-damaged") {
 			t.Errorf("%s retry of a damaged record: %v, want 500 stored-response-damaged", path, retry)
@@ -79,5 +55,101 @@ func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
 	}
 	if !strings.Contains(g.Logs(), "stored response failed its integrity check") {
 		t.Errorf("no log line for the damaged record:\n%s", g.Logs())
+	}
+}
+
+// readRecord returns the completed layout 3 record at rk: its p fields
+// joined (docs/protocol.md, "Completed record (layout 3, Valkey)").
+func readRecord(t *testing.T, c vk.Client, rk string) string {
+	t.Helper()
+	pn, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("pn").Build()).ToString()
+	if err != nil {
+		t.Fatalf("the record has no pn field: %v", err)
+	}
+	n, _ := strconv.Atoi(pn)
+	var rec strings.Builder
+	for i := range n {
+		p, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("p"+strconv.Itoa(i)).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.WriteString(p)
+	}
+	return rec.String()
+}
+
+// writeRecord replaces the p fields of the record at rk by rec in one
+// field p0, which holds a record of any size (docs/protocol.md).
+func writeRecord(t *testing.T, c vk.Client, rk, rec string) {
+	t.Helper()
+	pn, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("pn").Build()).ToString()
+	if err != nil {
+		t.Fatalf("the record has no pn field: %v", err)
+	}
+	n, _ := strconv.Atoi(pn)
+	if err := c.Do(t.Context(), c.B().Hdel().Key(rk).Field("pn").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := c.Do(t.Context(), c.B().Hdel().Key(rk).Field("p"+strconv.Itoa(i)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(t.Context(), c.B().Hset().Key(rk).FieldValue().FieldValue("pn", "1").FieldValue("p0", rec).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestE2ECheckFlagLostNeverReplayed: a completed record whose flags byte
+// lost the check's bit (0x20), one flipped bit, used to be read as a
+// response written before the check existed and replayed as 201 with the
+// 8 check bytes (body length, CRC-32C) prefixed to the body. The check's
+// bytes are still there and still match the response with the bit set,
+// so the record is damaged as any other: 500 stored-response-damaged,
+// nothing forwarded again, and the damage counted.
+func TestE2ECheckFlagLostNeverReplayed(t *testing.T) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{v.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	routes := "  - name: orders\n    match: \"POST /v1/orders\"\n"
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+	first := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
+	if first.Status != 201 {
+		t.Fatalf("first: %v", first)
+	}
+	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "default", Key: "flag"})
+	rec := []byte(readRecord(t, c, rk))
+	// The response follows 7 netstrings (owner .. stored at); its first
+	// byte is the flags.
+	at := 0
+	for range 7 {
+		colon := strings.IndexByte(string(rec[at:]), ':')
+		if colon < 0 {
+			t.Fatalf("record does not parse at %d: %q", at, rec)
+		}
+		n, err := strconv.Atoi(string(rec[at : at+colon]))
+		if err != nil {
+			t.Fatalf("record does not parse at %d: %q", at, rec)
+		}
+		at += colon + 1 + n
+	}
+	if rec[at]&0x20 == 0 {
+		t.Fatalf("the stored response's flags %#x have no check", rec[at])
+	}
+	rec[at] &^= 0x20
+	writeRecord(t, c, rk, string(rec))
+	retry := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
+	if retry.Status != 500 || !strings.Contains(string(retry.Body), "stored-response-damaged") {
+		t.Errorf("retry of a record whose check flag was lost: %d %q, want 500 stored-response-damaged", retry.Status, retry.Body)
+	}
+	if n := up.Calls("alice", "flag"); n != 1 {
+		t.Errorf("the upstream ran the operation %d times, want 1", n)
+	}
+	if got := metricValue(t, g, `idemgate_stored_responses_damaged_total{route="orders"}`); got != 1 {
+		t.Errorf("damaged records counted: %v, want 1", got)
 	}
 }

@@ -44,9 +44,14 @@ func (o *countingOrders) runsOf(key string) int {
 
 // TestInProcessAndProxyShareRecords: the middleware in a Go service and the
 // standalone proxy in front of the same handler, on one Valkey with one
-// configuration, are one idempotency layer: a record written by either is
-// replayed by the other, byte for byte, and a key reused with another body
-// is 422 across them; the handler runs once per key.
+// configuration, are one idempotency layer for requests sent to the same
+// host: a record written by either is replayed by the other, byte for
+// byte, and a key reused with another body is 422 across them; the handler
+// runs once per key. In process the host is in the scope of a route whose
+// pattern names none, so the proxy shares those records with upstream.pass_host:
+// true (api.example), and any proxy shares the records of a route whose
+// pattern names the host (shop.example), whose scope is that host in every
+// shape.
 func TestInProcessAndProxyShareRecords(t *testing.T) {
 	srv := valkeytest.Start(t)
 	common := fmt.Sprintf(`store:
@@ -57,6 +62,8 @@ defaults:
 routes:
   - name: orders
     match: "POST /v1/orders"
+  - name: shop
+    match: "POST shop.example/v1/orders"
 `, srv.Addr())
 	h := &countingOrders{runs: map[string]int{}}
 
@@ -75,26 +82,32 @@ routes:
 	upstream := httptest.NewServer(h)
 	t.Cleanup(upstream.Close)
 	edge := startGateYAML(t, fmt.Sprintf("upstream: {url: %q}\n", upstream.URL)+common)
+	passing := startGateYAML(t, fmt.Sprintf("upstream: {url: %q, pass_host: true}\n", upstream.URL)+common)
 
-	for _, c := range []struct{ name, first, retry string }{
-		{"in-app then proxy", inApp.URL, edge.URL},
-		{"proxy then in-app", edge.URL, inApp.URL},
+	for _, c := range []struct{ name, host, first, retry string }{
+		{"in-app then pass_host proxy", "api.example", inApp.URL, passing.URL},
+		{"pass_host proxy then in-app", "api.example", passing.URL, inApp.URL},
+		{"in-app then proxy, host route", "shop.example", inApp.URL, edge.URL},
+		{"proxy then in-app, host route", "shop.example", edge.URL, inApp.URL},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := `"` + strings.ReplaceAll(c.name, " ", "-") + `"`
-			first := mustPost(t, c.first+"/v1/orders", "alice", key, `{"item":1}`)
-			retry := mustPost(t, c.retry+"/v1/orders", "alice", key, `{"item":1}`)
+			send := func(url, owner, body string) Answer {
+				return sendHost(t, http.DefaultClient, "POST", url+"/v1/orders", c.host, owner, key, body)
+			}
+			first := send(c.first, "alice", `{"item":1}`)
+			retry := send(c.retry, "alice", `{"item":1}`)
 			if first.Status != 201 || retry.Status != 201 || !retry.replayed() || string(retry.Body) != string(first.Body) {
 				t.Fatalf("first %d %s; retry on the other shape %d replayed=%v %s", first.Status, first.Body, retry.Status, retry.replayed(), retry.Body)
 			}
 			if retry.Header.Get("X-Order") != first.Header.Get("X-Order") || retry.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("replayed fields differ: first %v, retry %v", first.Header, retry.Header)
 			}
-			reused := mustPost(t, c.retry+"/v1/orders", "alice", key, `{"item":2}`)
+			reused := send(c.retry, "alice", `{"item":2}`)
 			if reused.Status != 422 {
 				t.Errorf("same key, other body on the other shape: %d %s, want 422", reused.Status, reused.Body)
 			}
-			bob := mustPost(t, c.retry+"/v1/orders", "bob", key, `{"item":1}`)
+			bob := send(c.retry, "bob", `{"item":1}`)
 			if bob.Status != 201 || bob.replayed() || !strings.Contains(string(bob.Body), `"bob"`) {
 				t.Errorf("another owner with the same key: %d replayed=%v %s", bob.Status, bob.replayed(), bob.Body)
 			}
@@ -102,5 +115,65 @@ routes:
 				t.Errorf("handler ran %d times for the key, want 2 (alice once, bob once)", n)
 			}
 		})
+	}
+}
+
+// TestInProcessHostsNeverShareRecords: the middleware over a ServeMux that
+// serves two tenants by host (t1.example/, t2.example/) on one Valkey and
+// one configuration whose route names no host. The same user sends the
+// same key and body to both: each tenant's handler runs once and answers
+// its own order, and each retry replays its own host's record (the host in
+// its canonical form: t2.example:80 is t2.example). Before, the host was
+// not in the scope in process, and t2 got t1's stored response while its
+// handler never ran.
+func TestInProcessHostsNeverShareRecords(t *testing.T) {
+	srv := valkeytest.Start(t)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`store:
+  driver: valkey
+  valkey: {addrs: [%q], key_prefix: "hosts:"}
+defaults:
+  owner: header:X-User
+routes:
+  - name: orders
+    match: "POST /v1/orders"
+`, srv.Addr())), nil, config.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := map[string]*countingOrders{"t1": {runs: map[string]int{}}, "t2": {runs: map[string]int{}}}
+	mux := http.NewServeMux()
+	for name, h := range tenants {
+		mux.Handle(name+".example/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Tenant", name)
+			h.ServeHTTP(w, r)
+		}))
+	}
+	app := httptest.NewServer(idem(mux))
+	t.Cleanup(app.Close)
+
+	const key, body = `"same-key"`, `{"item":1}`
+	first := map[string]Answer{}
+	for _, name := range []string{"t1", "t2"} {
+		a := sendHost(t, app.Client(), "POST", app.URL+"/v1/orders", name+".example", "alice", key, body)
+		if a.Status != 201 || a.replayed() || a.Header.Get("X-Tenant") != name {
+			t.Errorf("first order on %s.example: %d replayed=%v X-Tenant=%q %s, want its own handler's 201",
+				name, a.Status, a.replayed(), a.Header.Get("X-Tenant"), a.Body)
+		}
+		first[name] = a
+	}
+	for _, name := range []string{"t1", "t2"} {
+		retry := sendHost(t, app.Client(), "POST", app.URL+"/v1/orders", name+".example:80", "alice", key, body)
+		if retry.Status != 201 || !retry.replayed() || retry.Header.Get("X-Tenant") != name || string(retry.Body) != string(first[name].Body) {
+			t.Errorf("retry on %s.example:80: %d replayed=%v X-Tenant=%q %s, want the replay of %s", name, retry.Status, retry.replayed(), retry.Header.Get("X-Tenant"), retry.Body, first[name].Body)
+		}
+		if n := tenants[name].runsOf(key); n != 1 {
+			t.Errorf("%s's handler ran %d times for the key, want 1", name, n)
+		}
 	}
 }

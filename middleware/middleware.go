@@ -11,7 +11,10 @@
 //
 // A record written here is one the proxy replays, and the other way round,
 // when both read the same configuration (routes, scopes, owners) from the
-// same store: a team can move from in-app to the edge without losing a key.
+// same store and the request is sent to the same host, with the proxy's
+// upstream.pass_host on or the host named in the route's pattern (the
+// host is in the key scope in process, below): a team can move from in-app
+// to the edge without losing a key.
 //
 // What differs in process, and how (the engine's contract with the handler
 // is the proxy's with an upstream):
@@ -57,6 +60,12 @@
 //     request inside the outer one's call and passes it to the handler
 //     untouched (no claim, no access line, no metrics), since the outer
 //     claim already covers it.
+//   - The handler sees the client's Host and may serve each host as
+//     another tenant (a ServeMux's host patterns), while the fingerprint
+//     does not cover the host, so the request's host joins the key scope
+//     of routes whose pattern names none (policy.Scoping), as the proxy's
+//     does with upstream.pass_host: the same key on two hosts is two
+//     operations, and no host is answered another host's record.
 //   - A Valkey or PostgreSQL store that cannot be reached when New runs
 //     does not stop the service, as it does not stop the proxy: New
 //     returns after one attempt (2 s at most) and connects in the
@@ -65,12 +74,12 @@
 //     engine does not enforce do.
 //     Options.WaitStore (the proxy's --wait-store) waits for it instead
 //     and fails New if it does not come.
-//   - upstream.url, listen, admin and server.tls are not used; the
-//     configuration is read once (no reload: build a new middleware). To
-//     replace a middleware while it serves, build both on one SharedStore
-//     (OpenShared, Options.Shared): the new one finds the old one's
-//     records and the claims of the calls it still runs, which a store
-//     opened by each New would not share (memory) or could not open
+//   - upstream.url, upstream.pass_host, listen, admin and server.tls are
+//     not used; the configuration is read once (no reload: build a new
+//     middleware). To replace a middleware while it serves, build both on
+//     one SharedStore (OpenShared, Options.Shared): the new one finds the
+//     old one's records and the claims of the calls it still runs, which a
+//     store opened by each New would not share (memory) or could not open
 //     twice (bolt).
 package middleware
 

@@ -106,6 +106,15 @@ routes:
 // serve wraps h in the middleware on a loopback server.
 func serve(t *testing.T, yaml string, h http.Handler) *httptest.Server {
 	t.Helper()
+	srv := httptest.NewServer(engine(t, yaml)(h))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// engine returns the middleware of the configuration yaml, its store
+// closed at the test's end.
+func engine(t *testing.T, yaml string) func(http.Handler) http.Handler {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +125,7 @@ func serve(t *testing.T, yaml string, h http.Handler) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(idem(h))
-	t.Cleanup(srv.Close)
-	return srv
+	return idem
 }
 
 type answer struct {

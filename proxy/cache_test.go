@@ -42,6 +42,14 @@ func valkeyCalls(t *testing.T, c vk.Client) map[string]int64 {
 // the metrics wrapper (of o.Metrics; none when nil).
 func valkeyGate(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Options) *httptest.Server {
 	t.Helper()
+	front := httptest.NewServer(valkeyProxy(t, addr, prefix, cacheBytes, o))
+	t.Cleanup(front.Close)
+	return front
+}
+
+// valkeyProxy is valkeyGate's proxy, for a test that serves it wrapped.
+func valkeyProxy(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Options) *proxy.Proxy {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	vs, err := valkey.New(ctx, valkey.Options{Addrs: []string{addr}, KeyPrefix: prefix, CacheBytes: cacheBytes})
@@ -58,9 +66,7 @@ func valkeyGate(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-	return front
+	return p
 }
 
 // cacheRig is two proxies over one Valkey and one upstream: cached with

@@ -120,6 +120,10 @@ func (p *Proxy) forgetPending(key string, pc *pendingCompletion) {
 // CompleteRetryWindow, with a heartbeat running until it ends.
 func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response) {
 	key := waitKey(ex.id)
+	// The first answer hands resp's header values to the client's writer
+	// (writeStored), which may edit them in place (Caddy's header
+	// directive): the response recorded later must be the upstream's.
+	resp.Header = resp.Header.Clone()
 	pc := &pendingCompletion{token: token, resp: resp, done: make(chan struct{})}
 	p.pending.mu.Lock()
 	if p.pending.byID == nil {

@@ -92,7 +92,8 @@ type Options struct {
 	// PassHost sends the client's Host to the upstream instead of the
 	// upstream URL's host (upstream.pass_host), and so makes the host part
 	// of the key scope of routes whose pattern names none
-	// (policy.Scoping).
+	// (policy.Scoping). With Next it is not read: the handler always sees
+	// the client's Host, so the host is always part of that scope.
 	PassHost bool
 	// NoAccessLog turns the per-request line off (log.access: false);
 	// failures are still logged as warnings.
@@ -125,7 +126,10 @@ type Options struct {
 	// goes on; NothingDone and OutcomeUnknown let it say what its answer
 	// cannot. Requests no route enforces go to it as they came, and so
 	// does a request inside another engine's call of it (nesting). Upstream, Transport and PassHost are
-	// then not used.
+	// then not used: the handler sees the client's Host, as an upstream
+	// with PassHost does, and may serve each host as another tenant (a
+	// ServeMux's host patterns, Caddy's sites), so the request's host joins
+	// the key scope of routes whose pattern names none, as with PassHost.
 	Next http.Handler
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
 	// only words the answer to an HTTP/2 preface read as a request
@@ -169,6 +173,11 @@ type Proxy struct {
 // Next is set), Store or Policy is missing or Upstream is not an absolute
 // http(s) or h2c URL.
 func New(opts Options) (*Proxy, error) {
+	// In process the handler sees the client's Host whatever PassHost
+	// says, so the host is in the scope, as the proxy's with PassHost
+	// (TestInProcessHostsNeverShareRecords, TestCaddySitesNeverShareRecords):
+	// one scope for all hosts answered tenant t2 with t1's record.
+	scoping := policy.Scoping{PassHost: opts.PassHost || opts.Next != nil}
 	if opts.Next != nil {
 		opts.Upstream, opts.Transport, opts.PassHost = nil, handlerTransport{next: opts.Next}, false
 	} else if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {
@@ -195,7 +204,7 @@ func New(opts Options) (*Proxy, error) {
 		previous:     opts.PreviousPolicies,
 		trusted:      opts.TrustedProxies,
 		passHost:     opts.PassHost,
-		scoping:      policy.Scoping{PassHost: opts.PassHost},
+		scoping:      scoping,
 		access:       !opts.NoAccessLog,
 		logQuery:     !opts.NoLogQuery,
 		requestIDs:   newRequestIDs(),

@@ -46,14 +46,18 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	}
 	resp = fitted
 	h := w.Header()
-	for name, values := range resp.Header {
-		// resp.Header is this request's own copy (filtered from the
-		// upstream's, handed out by the store, or made by fitCoding), so
-		// no second copy.
-		h[name] = values
-	}
+	// spare holds value slots of h's own for the fields set below.
+	var spare []string
 	if replayed {
-		h.Set(ReplayedHeader, "true")
+		spare = setOne(h, ReplayedHeader, "true", ownValues(h, resp.Header, 2))
+	} else {
+		for name, values := range resp.Header {
+			// The first answer's values are this request's own: filtered
+			// from the upstream's answer, and the record already encoded
+			// by the store, or cloned for a completion retried in the
+			// background (completeLater).
+			h[name] = values
+		}
 	}
 	if route := ex.route; route.AdvertiseExpiry && route.Retention > 0 {
 		// The record ends at its completion time plus the retention (a
@@ -74,7 +78,7 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	if trailers {
 		announceTrailers(h, resp.Trailer)
 	} else {
-		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+		setOne(h, "Content-Length", strconv.Itoa(len(resp.Body)), spare)
 	}
 	w.WriteHeader(resp.Status)
 	if r.Method != http.MethodHead {
@@ -83,6 +87,49 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	if trailers {
 		sendTrailers(h, resp.Trailer)
 	}
+}
+
+// ownValues sets each field of stored in h with value slices of h's own,
+// cut from one array (one allocation, whatever the number of fields). A
+// replayed response is shared: the replay cache hands every replay the
+// record it decoded once, and the waiters of one call are answered from
+// the record their wait read. A writer on the way may edit the values it
+// is handed in place (Caddy's `header >Set-Cookie "^(.*)$" "$1; Secure"`
+// does), and with stored's slices it rewrote the shared record on every
+// replay ("sid=1; Secure; Secure; …") and raced with concurrent replays
+// (TestConcurrentMutatingReplays, TestConcurrentMutatingReplaysThroughProxy).
+// The strings themselves are immutable and stay shared. Each slice's
+// capacity is its length, so an append to one never writes into the next.
+// The array has extra more slots, returned for the fields writeStored sets
+// itself (setOne): the replay marker and Content-Length, whose slices
+// h.Set would allocate apart, so a replay costs no more allocations than
+// when it shared the stored slices.
+func ownValues(h, stored http.Header, extra int) (spare []string) {
+	n := extra
+	for _, values := range stored {
+		n += len(values)
+	}
+	own := make([]string, n)
+	for name, values := range stored {
+		vs := own[:len(values):len(values)]
+		copy(vs, values)
+		own = own[len(values):]
+		h[name] = vs
+	}
+	return own
+}
+
+// setOne sets the field name (in canonical form) of h to the one value v,
+// in the first slot of spare (ownValues) when there is one, else in a
+// slice of its own as h.Set does; it returns the slots left.
+func setOne(h http.Header, name, v string, spare []string) []string {
+	if len(spare) == 0 {
+		h[name] = []string{v}
+		return nil
+	}
+	spare[0] = v
+	h[name] = spare[:1:1]
+	return spare[1:]
 }
 
 // announceTrailers lists the names of trailer in h's Trailer field (RFC

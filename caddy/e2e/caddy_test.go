@@ -164,6 +164,11 @@ type caddySite struct {
 	After string
 	// Sites is added after the site: other sites of the configuration.
 	Sites string
+	// Hosts, when set, replaces the one site on 127.0.0.1 by a site per
+	// host, http://HOST:PORT on the same listener, each with its own
+	// idempotency handler (named after the host, Idempotency's lines
+	// included) and the host's directives instead of After.
+	Hosts map[string]string
 }
 
 // runCaddy runs Caddy with site on a free 127.0.0.1 port (http://), its
@@ -239,6 +244,23 @@ func (c *caddyProc) writeConfig(t *testing.T, site caddySite) string {
 	if site.Directive != "" {
 		directive = strings.ReplaceAll(site.Directive, "$CONFIG", cfgPath)
 	}
+	block := func(host, directive, after string) string {
+		return fmt.Sprintf(`
+http://%s:%d {
+	bind 127.0.0.1
+	%s
+	%s
+}
+`, host, c.port, directive, after)
+	}
+	sites := block("127.0.0.1", directive, site.After)
+	if len(site.Hosts) > 0 {
+		sites = ""
+		for host, after := range site.Hosts {
+			named := fmt.Sprintf("idempotency {\n\t\tconfig %s\n\t\tname %s\n\t\t%s\n\t}", cfgPath, host, site.Idempotency)
+			sites += block(host, named, after)
+		}
+	}
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	auto_https off
@@ -246,14 +268,8 @@ func (c *caddyProc) writeConfig(t *testing.T, site caddySite) string {
 	storage file_system %s
 	%s
 }
-
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	%s
-	%s
-}
-%s
-`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, c.port, directive, site.After, site.Sites)
+%s%s
+`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, sites, site.Sites)
 	path := filepath.Join(c.dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)
@@ -296,11 +312,30 @@ func post(t *testing.T, url, user, key, body string) answer {
 }
 
 func tryPost(url, user, key, body string) (answer, error) {
+	return tryPostHost(url, "", user, key, body)
+}
+
+// postHost is post with the Host field host.
+func postHost(t *testing.T, url, host, user, key, body string) answer {
+	t.Helper()
+	a, err := tryPostHost(url, host, user, key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tryPostHost sends POST url/orders with the Host field host (url's when
+// "") and reads the whole answer.
+func tryPostHost(url, host, user, key, body string) (answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/orders", strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
+	}
+	if host != "" {
+		req.Host = host
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
@@ -476,18 +511,23 @@ func TestCaddyStoreDownFailsClosed(t *testing.T) {
 }
 
 // TestCaddyTwoInstancesOneValkey: a key sent to one Caddy is replayed by
-// another Caddy on the same Valkey, and the upstream runs once.
+// another Caddy on the same Valkey serving the same site (the Host is in
+// the key scope in process, so both are sent api.example, as behind one
+// load balancer), and the upstream runs once.
 func TestCaddyTwoInstancesOneValkey(t *testing.T) {
 	vk := valkeytest.Start(t)
 	up := startUpstream(t)
-	a := startCaddy(t, vk.Addr(), "caddy-two:", up.URL)
-	b := startCaddy(t, vk.Addr(), "caddy-two:", up.URL)
+	site := caddySite{
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-two:", vk.Addr()),
+		Hosts:       map[string]string{"api.example": "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")},
+	}
+	a, b := runCaddy(t, site), runCaddy(t, site)
 
-	first := post(t, a.URL, "alice", "k-2", `{"amount":7}`)
+	first := postHost(t, a.URL, "api.example", "alice", "k-2", `{"amount":7}`)
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first on Caddy A: %d %s", first.Status, first.Body)
 	}
-	sameResponse(t, first, post(t, b.URL, "alice", "k-2", `{"amount":7}`))
+	sameResponse(t, first, postHost(t, b.URL, "api.example", "alice", "k-2", `{"amount":7}`))
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times across two Caddy instances, want 1", n)
 	}

@@ -27,22 +27,23 @@ defaults:
 // anywhere (a file without store.driver, no inline store, no
 // IDEMGATE_STORE_DRIVER) is the valkey store, not the memory default: a
 // key answered by one Caddy is replayed by another on the same Valkey,
-// and the upstream runs once.
+// and the upstream runs once (both serve api.example: the Host is in the
+// key scope in process).
 func TestCaddyStoreAddrsAloneSelectsValkey(t *testing.T) {
 	vk := valkeytest.Start(t)
 	up := startUpstream(t)
 	site := caddySite{
 		YAML:        noStoreYAML,
 		Idempotency: "store_addrs " + vk.Addr(),
-		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+		Hosts:       map[string]string{"api.example": "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")},
 	}
 	a, b := runCaddy(t, site), runCaddy(t, site)
 
-	first := post(t, a.URL, "alice", "k-6", `{"amount":6}`)
+	first := postHost(t, a.URL, "api.example", "alice", "k-6", `{"amount":6}`)
 	if first.Status != 201 {
 		t.Fatalf("first on Caddy A: %d %s\n%s", first.Status, first.Body, a.out.String())
 	}
-	sameResponse(t, first, post(t, b.URL, "alice", "k-6", `{"amount":6}`))
+	sameResponse(t, first, postHost(t, b.URL, "api.example", "alice", "k-6", `{"amount":6}`))
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times across two Caddy instances on one Valkey, want 1", n)
 	}

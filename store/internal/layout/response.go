@@ -26,7 +26,8 @@ const (
 	// trailer field (CheckLen bytes; StoredResponse.Sum), so a record cut
 	// short or damaged is never replayed (TestParseResponseRejectsDamage).
 	// Every response written since is checked; one without the flag (written
-	// before) is read as before.
+	// before) is read as before, unless a check follows its fields anyway
+	// (lostCheck: the flag was lost, and the response is damaged).
 	RespChecked byte = 1 << 5
 	// RespKnownFlags are the bits this build reads; a stored response with
 	// any other bit set is refused (a later layout read by this build).
@@ -284,6 +285,8 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 			return r, fmt.Errorf("%w: %w: CRC-32C %08x, %08x written", store.ErrStoredResponse, store.ErrStoredResponseDamaged, got, sum)
 		}
 		r.Sum = sum
+	} else if lostCheck(b) {
+		return r, fmt.Errorf("%w: %w: the check's flag is not set, yet a check of the bytes after it follows the fields", store.ErrStoredResponse, store.ErrStoredResponseDamaged)
 	}
 	if r.Flags&RespBodySet != 0 {
 		r.Body = b
@@ -291,6 +294,22 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 		return r, fmt.Errorf("%w: %d bytes after a response without body", store.ErrStoredResponse, len(b))
 	}
 	return r, nil
+}
+
+// lostCheck reports whether rest, what follows the fields of a response
+// whose flags say it has no check, begins as a check does: a 4-byte
+// big-endian length equal to the count of the bytes after the check.
+// Such a response had the check and lost its flag (one flipped bit, which
+// read it as a response written before the check and replayed the check's
+// bytes as the start of its body: TestParseResponseRejectsAnyBitFlipped,
+// e2e TestE2ECheckFlagLostNeverReplayed), so it is damaged, whatever else
+// was damaged with the flag (the CRC-32C is not needed to tell). A
+// response written before the check never has a check's bytes there: the
+// length would have to be its body's first bytes, the count of its bytes
+// after the eighth (zero bytes first: a 3-byte gRPC message is the one
+// body that can; docs/protocol.md, "The check", says what becomes of it).
+func lostCheck(rest []byte) bool {
+	return len(rest) >= CheckLen && uint64(binary.BigEndian.Uint32(rest)) == uint64(len(rest)-CheckLen)
 }
 
 // Response returns the response r stores, its body decompressed by codec

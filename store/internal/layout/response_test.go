@@ -211,6 +211,47 @@ func TestParseResponseRejectsDamage(t *testing.T) {
 	}
 }
 
+// TestParseResponseRejectsAnyBitFlipped: a checked response with any one
+// bit of any byte flipped is refused, and one whose flags byte lost the
+// check's own bit (RespChecked), whatever else it holds (no body, a
+// compressed body, trailers), is refused as damaged
+// (ErrStoredResponseDamaged). Such a response used to be read as one
+// written before the check: its 8 check bytes decoded as the start of the
+// body, and the record replayed as a success.
+func TestParseResponseRejectsAnyBitFlipped(t *testing.T) {
+	codec, err := layout.NewBodyCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, resp := range map[string]store.Response{
+		"json body":  {Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ord_1","amount":500}`)},
+		"no body":    {Status: 204, Header: http.Header{"X-Id": {"1"}}},
+		"empty body": {Status: 200, Body: []byte{}},
+		"compressed": {Status: 200, Body: bytes.Repeat([]byte("compressible "), 200)},
+		"trailers":   {Status: 200, Body: []byte("x"), Trailer: http.Header{"Grpc-Status": {"0"}}},
+		"omitted":    {Status: 201, Omitted: true},
+	} {
+		good := layout.EncodeResponse(codec, resp)
+		if good[0]&layout.RespChecked == 0 {
+			t.Fatalf("%s: written without the check", name)
+		}
+		lost := append([]byte{}, good...)
+		lost[0] &^= layout.RespChecked
+		if r, err := layout.DecodeResponse(codec, lost, time.Time{}); !errors.Is(err, store.ErrStoredResponseDamaged) {
+			t.Errorf("%s: check flag lost: %+v, %v; want ErrStoredResponseDamaged", name, r, err)
+		}
+		for i := range good {
+			for bit := range 8 {
+				bad := append([]byte{}, good...)
+				bad[i] ^= 1 << bit
+				if r, err := layout.DecodeResponse(codec, bad, time.Time{}); err == nil {
+					t.Errorf("%s: bit %d of byte %d flipped: decoded to %+v without error", name, bit, i, r)
+				}
+			}
+		}
+	}
+}
+
 // TestParseResponseOneEncoding: ParseResponse refuses what Append would
 // never write (a longer uvarint, header names out of order, an empty
 // trailer field flagged), so a parsed response written again is the same
