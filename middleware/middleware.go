@@ -159,8 +159,12 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	// belong to an instance that is alive and about to record its answer.
 	var engines engineSet
 	st := opts.Store
+	// storeDown is the connector's view of a store New opened (nil for
+	// Options.Store and the local stores): while it finds the store down,
+	// keyed requests are refused at once (proxy.Options.StoreDown).
+	var storeDown func() bool
 	if st == nil {
-		if st, err = openStore(ctx, cfg, opts.WaitStore, log, m, engines.noteStoreFailure); err != nil {
+		if st, storeDown, err = openStore(ctx, cfg, opts.WaitStore, log, m, engines.noteStoreFailure); err != nil {
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
 	} else {
@@ -189,6 +193,7 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 			Problems:        problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 			MaxWaiters:      cfg.Server.MaxWaiters,
 			MaxStoreWaiting: cfg.Server.MaxStoreWaiting,
+			StoreDown:       storeDown,
 		})
 		if err != nil {
 			// Only a missing store or policy fails proxy.New, and New has

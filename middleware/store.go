@@ -25,7 +25,9 @@ import (
 // on in the background.
 const firstAttemptWait = 2 * time.Second
 
-// openStore returns the store cfg names, closed when ctx ends.
+// openStore returns the store cfg names, closed when ctx ends, and for a
+// server store the connector's Down (nil for the local stores, which have
+// no outage), for proxy.Options.StoreDown.
 //
 // A server store (valkey, postgres) is connected in the background, as the
 // standalone proxy does, openStore returning once the first attempt ended
@@ -40,10 +42,10 @@ const firstAttemptWait = 2 * time.Second
 // Config.Validate (a driver this build lacks, no Valkey address, a DSN that
 // does not parse), and the local stores (memory, bolt: a file that cannot
 // be opened), which have no outage to wait out.
-func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, m *metrics.Metrics, onDisruption func()) (store.Store, func() bool, error) {
 	c := cfg.Store
 	if err := storeConfigErrors(cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	open := func(ctx context.Context) (store.Store, error) {
 		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: m.StoreAck, OnDisruption: onDisruption})
@@ -51,14 +53,14 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 	if c.Driver != config.DriverValkey && c.Driver != config.DriverPostgres {
 		st, err := open(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m.StoreUp(true)
 		go func() {
 			<-ctx.Done()
 			_ = st.Close()
 		}()
-		return st, nil
+		return st, nil, nil
 	}
 	lz := lazy.New(c.Driver)
 	conn := &lazy.Connector{Open: open, Lazy: lz, Driver: c.Driver, Log: log, OnUp: m.StoreUp}
@@ -66,7 +68,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 	if wait > 0 {
 		if err := conn.Connect(ctx, wait); err != nil {
 			_ = lz.Close()
-			return nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
+			return nil, nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
 		}
 	}
 	go func() {
@@ -83,7 +85,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 		case <-ctx.Done():
 		}
 	}
-	return lz, nil
+	return lz, conn.Down, nil
 }
 
 // storeConfigErrors returns the problems Config.Validate finds in the

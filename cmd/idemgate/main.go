@@ -530,6 +530,9 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		MaxWaiters:       cfg.Server.MaxWaiters,
 		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
 		H2C:              cfg.Server.H2C,
+		// While the connector finds the store down, keyed requests are
+		// refused at once instead of each waiting out the store timeout.
+		StoreDown: sc.Down,
 	})
 	if err != nil {
 		return err
