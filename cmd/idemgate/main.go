@@ -716,8 +716,9 @@ func ignoreClosed(err error) error {
 // default: HTTP/1.1, and HTTP/2 where TLS negotiates it) unless h2c
 // (server.h2c, which config refuses with server.tls): then HTTP/1.1 and
 // HTTP/2 with prior knowledge on the plain listener, net/http's own
-// implementation (http.Protocols.SetUnencryptedHTTP2). A preface that
-// reaches the proxy anyway is answered 505 (proxy: http2-preface).
+// implementation (http.Protocols.SetUnencryptedHTTP2). With h2c off, the
+// HTTP/2 preface that reaches the proxy is answered with a GOAWAY saying
+// to enable server.h2c, another PRI request 505 (proxy: http2-preface).
 func listenerProtocols(h2c bool) *http.Protocols {
 	if !h2c {
 		return nil
