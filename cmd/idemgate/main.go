@@ -264,6 +264,11 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	defer stop()
 	var demoAPI *http.Server
 	if demo {
+		// Killed by its PID, `go run ./cmd/idemgate demo` leaves this
+		// process behind holding the demo's ports; it stops with it.
+		var stopWatch context.CancelFunc
+		ctx, stopWatch = untilParentExits(ctx)
+		defer stopWatch()
 		demoAPI, err = startDemoAPI(cfg.Upstream.URL.Host, log)
 		if err != nil {
 			log.Error("cannot start the example API", "err", err)
