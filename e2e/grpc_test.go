@@ -186,6 +186,32 @@ func wantStatus(t *testing.T, what string, c grpcCall, code codes.Code, slug str
 	}
 }
 
+// TestE2EGRPCWithoutH2CSaysWhy: grpc-go without TLS against a listener
+// without server.h2c fails at once with UNAVAILABLE, and the error says to
+// enable server.h2c: idemgate answers the HTTP/2 preface with a GOAWAY
+// whose debug data says so. (Before: an HTTP/1.1 505 that grpc-go read as
+// a frame, "http2: frame too large", with no word of the cause.) Nothing
+// reaches the backend.
+func TestE2EGRPCWithoutH2CSaysWhy(t *testing.T) {
+	b := startGRPCBackend(t, echo)
+	cfg := grpcGateConfig(b.addr)
+	cfg.Extra = ""
+	g := startGate(t, cfg)
+	conn := grpcClient(t, g)
+	start := time.Now()
+	c := create(conn, 10*time.Second, "alice", "k1", "order")
+	if status.Code(c.err) != codes.Unavailable || !strings.Contains(c.err.Error(), "enable server.h2c") {
+		t.Fatalf("gRPC without TLS, server.h2c off: %v; want UNAVAILABLE saying to enable server.h2c", c.err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("failed after %v, want at once", took)
+	}
+	t.Logf("grpc-go says: %v", c.err)
+	if n := b.executions("k1"); n != 0 {
+		t.Fatalf("the backend ran %d times", n)
+	}
+}
+
 // TestE2EGRPCReplayOverH2C: an h2c client on the plain listener, an h2c
 // upstream; the retry is answered from the record with the same message
 // and trailers, and the handler ran once. (Before: idemgate spoke

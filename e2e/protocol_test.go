@@ -43,8 +43,9 @@ func rawAnswer(t *testing.T, addr, req string) Answer {
 
 // TestE2EH2CPrefaceAndAsteriskNeverReachUpstream: with server.h2c off (the
 // default), the HTTP/2 prior-knowledge preface on the plain listener gets an
-// answer at once, 505 http2-preface over HTTP/1.1, and an HTTP/2
-// prior-knowledge client fails at once instead of waiting; a request target
+// answer at once (a GOAWAY, TestE2EGRPCWithoutH2CSaysWhy), another PRI
+// request 505 http2-preface over HTTP/1.1, and an HTTP/2 prior-knowledge
+// client fails at once instead of waiting; a request target
 // in asterisk form other than OPTIONS * is refused with 400
 // asterisk-target; OPTIONS * is answered by idemgate itself. The upstream
 // executes none of them. Before, the preface was forwarded upstream as
@@ -53,11 +54,11 @@ func TestE2EH2CPrefaceAndAsteriskNeverReachUpstream(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})
 
-	pri := rawAnswer(t, g.addr(), "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	pri := rawAnswer(t, g.addr(), "PRI * HTTP/1.1\r\nHost: x\r\n\r\n")
 	if !pri.isProblem(http.StatusHTTPVersionNotSupported, "http2-preface") {
-		t.Errorf("PRI preface: %v, want 505 http2-preface", pri)
+		t.Errorf("PRI * over HTTP/1.1: %v, want 505 http2-preface", pri)
 	} else if pri.Header.Get("Connection") != "close" {
-		t.Errorf("PRI preface: Connection %q, want close (what follows the preface is HTTP/2 frames)", pri.Header.Get("Connection"))
+		t.Errorf("PRI * over HTTP/1.1: Connection %q, want close", pri.Header.Get("Connection"))
 	}
 	if pri := rawAnswer(t, g.addr(), "PRI /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: alice\r\nIdempotency-Key: pri-1\r\nContent-Length: 0\r\n\r\n"); !pri.isProblem(http.StatusHTTPVersionNotSupported, "http2-preface") {
 		t.Errorf("PRI on a path: %v, want 505 http2-preface", pri)

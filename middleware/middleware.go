@@ -201,15 +201,20 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	// belong to an instance that is alive and about to record its answer.
 	var engines engineSet
 	st := opts.Store
+	// storeDown is the connector's view of the store New or OpenShared
+	// opened (nil for Options.Store and the local stores): while it finds
+	// the store down, keyed requests are refused at once
+	// (proxy.Options.StoreDown).
+	var storeDown func() bool
 	switch {
 	case opts.Shared != nil && (st != nil || opts.WaitStore != 0):
 		return nil, errors.New("middleware: Options.Shared is the store: Options.Store and Options.WaitStore must not be set with it")
 	case opts.Shared != nil:
-		st = opts.Shared.st
+		st, storeDown = opts.Shared.st, opts.Shared.down
 		opts.Shared.hooks.join(ctx, m, &engines)
 	case st == nil:
 		hooks := storeHooks{up: m.StoreUp, ack: m.StoreAck, disruption: engines.noteStoreFailure}
-		if st, _, err = openStore(ctx, cfg, opts.WaitStore, log, hooks); err != nil {
+		if st, storeDown, _, err = openStore(ctx, cfg, opts.WaitStore, log, hooks); err != nil {
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
 	default:
@@ -238,6 +243,7 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 			Problems:        problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
 			MaxWaiters:      cfg.Server.MaxWaiters,
 			MaxStoreWaiting: cfg.Server.MaxStoreWaiting,
+			StoreDown:       storeDown,
 		})
 		if err != nil {
 			// Only a missing store or policy fails proxy.New, and New has

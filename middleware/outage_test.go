@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -143,5 +146,111 @@ func TestNewStoreConfigErrorsFailNew(t *testing.T) {
 				t.Fatalf("New: %v; want the store configuration error", err)
 			}
 		})
+	}
+}
+
+// TestStoreDownRefusesAtOnce: once the connector finds the store down (a
+// killed valkey-server, idemgate_store_up 0), keyed requests are refused
+// 503 store-unavailable with Retry-After at once, not after the store
+// timeout, the completed key the replay cache holds included; a fail_open
+// route still runs its handler, unprotected. Once valkey-server is back
+// and the connector has seen it, keyed requests run once and replay again.
+func TestStoreDownRefusesAtOnce(t *testing.T) {
+	// Kept on disk: the records written before the kill are there after.
+	srv := valkeytest.Start(t, valkeytest.WithAOF())
+	h := newOrders()
+	reg := prometheus.NewRegistry()
+	closed := serveWith(t, testConfig(srv.Addr(), "down:"), h, reg)
+	openH := newOrders()
+	open := serveWith(t, testConfig(srv.Addr(), "down-open:")+"    on_store_error: fail_open\n", openH, prometheus.NewRegistry())
+
+	done := mustPost(t, closed.URL, "alice", "k-done", `{"item":1}`)
+	if done.status != http.StatusCreated {
+		t.Fatalf("before the outage: %d %s", done.status, done.body)
+	}
+	// Read again so the replay cache holds the completed record.
+	if a := mustPost(t, closed.URL, "alice", "k-done", `{"item":1}`); a.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry before the outage not replayed: %d %s", a.status, a.body)
+	}
+
+	srv.Kill()
+	waitGauge(t, reg, "idemgate_store_up", 0)
+	// Well under the store timeout: each request waited for all of it
+	// (1.5 s and more on a refused connection) before the connector's
+	// state was consulted.
+	const fast = proxy.DefaultStoreTimeout / 2
+	for _, key := range []string{"k-new-1", "k-new-2", "k-done"} {
+		start := time.Now()
+		a := mustPost(t, closed.URL, "alice", key, `{"item":1}`)
+		took := time.Since(start)
+		if a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "store-unavailable") || a.header.Get("Retry-After") == "" {
+			t.Fatalf("key %s with the store down: %d Retry-After=%q %s; want 503 store-unavailable with Retry-After", key, a.status, a.header.Get("Retry-After"), a.body)
+		}
+		if took >= fast {
+			t.Errorf("key %s refused after %v with the store down; want at once (under %v, the store timeout is %v)", key, took, fast, proxy.DefaultStoreTimeout)
+		}
+	}
+	if n := h.total.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1 (only before the outage)", n)
+	}
+	if a := mustPost(t, open.URL, "alice", "k-open", `{"item":1}`); a.status != http.StatusCreated || openH.runsOf("k-open") != 1 {
+		t.Fatalf("fail_open route with the store down: %d %s, ran %d; want its handler run unprotected", a.status, a.body, openH.runsOf("k-open"))
+	}
+
+	srv.Restart()
+	back := time.Now()
+	waitGauge(t, reg, "idemgate_store_up", 1)
+	t.Logf("the connector saw the store back after %v", time.Since(back))
+	a := mustPost(t, closed.URL, "alice", "k-new-1", `{"item":1}`)
+	if a.status != http.StatusCreated || a.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("first keyed request once the store is back: %d %s", a.status, a.body)
+	}
+	if r := mustPost(t, closed.URL, "alice", "k-new-1", `{"item":1}`); r.header.Get("Idempotent-Replayed") != "true" || r.body != a.body {
+		t.Fatalf("retry once the store is back: %d %s; want the replay of %s", r.status, r.body, a.body)
+	}
+	if r := mustPost(t, closed.URL, "alice", "k-done", `{"item":1}`); r.header.Get("Idempotent-Replayed") != "true" || r.body != done.body {
+		t.Fatalf("the key completed before the outage: %d %s; want the replay of %s", r.status, r.body, done.body)
+	}
+	if h.runsOf("k-new-1") != 1 || h.runsOf("k-done") != 1 {
+		t.Errorf("runs: k-new-1 %d, k-done %d; want 1 each", h.runsOf("k-new-1"), h.runsOf("k-done"))
+	}
+}
+
+// serveWith wraps h in the middleware, its metrics in reg, on a loopback
+// server.
+func serveWith(t *testing.T, yaml string, h http.Handler, reg *prometheus.Registry) *httptest.Server {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	idem, err := middleware.New(ctx, middleware.Options{Config: cfg, Registerer: reg, WaitStore: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(idem(h))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// waitGauge waits, up to 15 s, for the unlabelled gauge name in reg to
+// read want.
+func waitGauge(t *testing.T, reg *prometheus.Registry, name string, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == name && len(f.GetMetric()) == 1 && f.GetMetric()[0].GetGauge().GetValue() == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never read %v", name, want)
+		}
 	}
 }

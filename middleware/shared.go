@@ -30,6 +30,7 @@ import (
 type SharedStore struct {
 	hooks  *sharedHooks
 	st     store.Store
+	down   func() bool // the connector's Down; nil for the local stores
 	cancel context.CancelFunc
 	closed <-chan struct{}
 }
@@ -58,12 +59,12 @@ func OpenShared(cfg *config.Config, opts SharedOptions) (*SharedStore, error) {
 	}
 	h := &sharedHooks{users: make(map[*sharedUser]struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, closed, err := openStore(ctx, cfg, opts.WaitStore, log, storeHooks{up: h.setUp, ack: h.ack, disruption: h.disruption})
+	st, down, closed, err := openStore(ctx, cfg, opts.WaitStore, log, storeHooks{up: h.setUp, ack: h.ack, disruption: h.disruption})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	return &SharedStore{hooks: h, st: st, cancel: cancel, closed: closed}, nil
+	return &SharedStore{hooks: h, st: st, down: down, cancel: cancel, closed: closed}, nil
 }
 
 // Close closes the store once, and returns when it is closed (a bolt file

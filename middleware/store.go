@@ -35,8 +35,10 @@ type storeHooks struct {
 	disruption func()
 }
 
-// openStore returns the store cfg names, closed when ctx ends, and a
-// channel closed once it is.
+// openStore returns the store cfg names, closed when ctx ends; for a
+// server store the connector's Down (nil for the local stores, which have
+// no outage), for proxy.Options.StoreDown; and a channel closed once the
+// store is.
 //
 // A server store (valkey, postgres) is connected in the background, as the
 // standalone proxy does, openStore returning once the first attempt ended
@@ -51,10 +53,10 @@ type storeHooks struct {
 // Config.Validate (a driver this build lacks, no Valkey address, a DSN that
 // does not parse), and the local stores (memory, bolt: a file that cannot
 // be opened), which have no outage to wait out.
-func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, h storeHooks) (store.Store, <-chan struct{}, error) {
+func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log *slog.Logger, h storeHooks) (store.Store, func() bool, <-chan struct{}, error) {
 	c := cfg.Store
 	if err := storeConfigErrors(cfg); err != nil {
-		return nil, nil, fmt.Errorf("config: %w", err)
+		return nil, nil, nil, fmt.Errorf("config: %w", err)
 	}
 	open := func(ctx context.Context) (store.Store, error) {
 		return drivers.Open(ctx, c, drivers.Options{Logger: log, OnAck: h.ack, OnDisruption: h.disruption})
@@ -63,7 +65,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 	if c.Driver != config.DriverValkey && c.Driver != config.DriverPostgres {
 		st, err := open(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		h.up(true)
 		go func() {
@@ -71,7 +73,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 			_ = st.Close()
 			close(closed)
 		}()
-		return st, closed, nil
+		return st, nil, closed, nil
 	}
 	lz := lazy.New(c.Driver)
 	conn := &lazy.Connector{Open: open, Lazy: lz, Driver: c.Driver, Log: log, OnUp: h.up}
@@ -79,7 +81,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 	if wait > 0 {
 		if err := conn.Connect(ctx, wait); err != nil {
 			_ = lz.Close()
-			return nil, nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
+			return nil, nil, nil, fmt.Errorf("the %s store is unreachable after Options.WaitStore %v: %w", c.Driver, wait, err)
 		}
 	}
 	go func() {
@@ -97,7 +99,7 @@ func openStore(ctx context.Context, cfg *config.Config, wait time.Duration, log 
 		case <-ctx.Done():
 		}
 	}
-	return lz, closed, nil
+	return lz, conn.Down, closed, nil
 }
 
 // storeConfigErrors returns the problems Config.Validate finds in the

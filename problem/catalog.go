@@ -90,7 +90,9 @@ var (
 	// request, which is what net/http hands the handler when HTTP/2
 	// without TLS (server.h2c) is off, or when the preface is cut short.
 	// 505: the listener does not speak that version (RFC 9110 section
-	// 15.6.6).
+	// 15.6.6). The whole preface on a listener without h2c is answered in
+	// HTTP/2 instead, a GOAWAY with the reason (proxy's goAwayPreface);
+	// this kind answers the rest.
 	HTTP2Preface = Kind{"http2-preface", http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not served here", metrics.OutcomeBadRequest}
 	// AsteriskTarget answers a request whose target is "*" (the asterisk
 	// form, RFC 9112 section 3.2.4) with a method other than OPTIONS: the

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -18,6 +19,12 @@ import (
 // answered (the package documentation gives the whole flow).
 func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	for first := true; ; first = false {
+		// A store its connector finds down would make this request wait
+		// for the store timeout and fail anyway (Options.StoreDown).
+		if p.storeDown != nil && p.storeDown() {
+			p.refuseStoreDown(w, r, ex)
+			return
+		}
 		// Past server.max_store_waiting a new request is refused here, at
 		// once, before anything is claimed (admission.go).
 		if !p.enterStore(w, ex, first) {
@@ -151,7 +158,9 @@ func (p *Proxy) abandonedStart(r *http.Request, id store.Identity) time.Time {
 // (noteStoreError, NoteStoreFailure): a stalled server leaves a connection
 // open, and its cache with it, until the client's ping times out, and a
 // purge or tombstone made meanwhile could not reach it. Every keyed
-// request then fails closed as without a cache, until a claim succeeds.
+// request then fails closed as without a cache, until a claim succeeds;
+// while the connector finds the store down (Options.StoreDown) enforce
+// refuses before it gets here.
 func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 	if p.pending.failing.Load() != 0 {
 		return nil
@@ -273,6 +282,32 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 	p.noteStoreError()
 	ex.cause = err
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)
+	p.storeUnavailable(w, r, ex, op)
+}
+
+// errStoreDown is the cause of a refusal while the connector finds the
+// store down (refuseStoreDown).
+var errStoreDown = fmt.Errorf("the store's connection check finds it unreachable: %w", store.ErrUnavailable)
+
+// refuseStoreDown answers, without a store call, a keyed request that
+// arrives while the connector finds the store down, exactly as a claim
+// that failed: 503 store-unavailable, or unprotected on a fail_open route.
+// One warning per warnEvery, not an error per request: an outage refuses
+// every keyed request, now as fast as they come.
+func (p *Proxy) refuseStoreDown(w http.ResponseWriter, r *http.Request, ex *exchange) {
+	p.noteStoreError()
+	ex.cause = errStoreDown
+	now := time.Now().UnixNano()
+	if last := p.downWarned.Load(); now-last >= int64(warnEvery) && p.downWarned.CompareAndSwap(last, now) {
+		p.log.Warn("keyed requests refused at once: the store is down", "route", ex.route.Name, "on_store_error", string(ex.route.OnStoreError))
+	}
+	p.storeUnavailable(w, r, ex, "claim")
+}
+
+// storeUnavailable answers a request whose store operation op could not
+// be made: 503 with Retry-After, or the fail_open route's unprotected
+// forward when op is the claim.
+func (p *Proxy) storeUnavailable(w http.ResponseWriter, r *http.Request, ex *exchange, op string) {
 	if ex.route.OnStoreError == policy.FailOpen && op == "claim" && !p.draining.Load() {
 		// Unprotected by the route's choice, but never a new call during
 		// the drain (see Drain).

@@ -131,6 +131,17 @@ type Options struct {
 	// ServeMux's host patterns, Caddy's sites), so the request's host joins
 	// the key scope of routes whose pattern names none, as with PassHost.
 	Next http.Handler
+	// StoreDown, when set, reports that the store's connector considers
+	// the store unreachable now (lazy.Connector.Down: the state behind
+	// /readyz and idemgate_store_up). While it does, keyed requests are
+	// answered at once, without a store call, as a failed claim is: 503
+	// store-unavailable with Retry-After (fail closed), or forwarded
+	// unprotected on routes with on_store_error: fail_open; otherwise
+	// each would wait for the store timeout, and a fleet retrying through
+	// an outage would hold that many goroutines and connections. A
+	// completed record in the store's replay cache is not replayed then
+	// either (README, "Store outages"). Nil: never down.
+	StoreDown func() bool
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
 	// only words the answer to an HTTP/2 preface read as a request
 	// (refuseForm).
@@ -165,6 +176,8 @@ type Proxy struct {
 	slots        waiterSlots
 	admission    storeAdmission
 	h2c          bool
+	storeDown    func() bool
+	downWarned   atomic.Int64 // unix nanoseconds of the last store-down warning
 	// next is Options.Next: nil for the standalone proxy.
 	next http.Handler
 }
@@ -210,6 +223,7 @@ func New(opts Options) (*Proxy, error) {
 		requestIDs:   newRequestIDs(),
 		problems:     opts.Problems,
 		h2c:          opts.H2C,
+		storeDown:    opts.StoreDown,
 	}
 	if p.timeout <= 0 {
 		p.timeout = 60 * time.Second

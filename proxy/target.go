@@ -16,8 +16,11 @@ import (
 //     serve HTTP/2 without TLS on the listener (server.h2c off), or when
 //     the preface is cut short. Forwarded, it became "PRI /*" and ran the
 //     upstream's handler, and the HTTP/2 client waited for frames that never
-//     came. The answer is 505 with Connection: close: what follows the
-//     preface on the connection is HTTP/2 frames, not a next request.
+//     came. The whole preface on a listener without h2c is answered in
+//     HTTP/2, a GOAWAY that says to enable it (goAwayPreface); anything
+//     else with method PRI (or a connection that cannot be taken over) gets
+//     505 with Connection: close: what follows the preface on the
+//     connection is HTTP/2 frames, not a next request.
 //   - a request target in asterisk form ("*", RFC 9112 section 3.2.4) with
 //     any method but OPTIONS: the form names the server itself, never a
 //     resource, and only OPTIONS may use it; forwarded, it became the path
@@ -29,6 +32,10 @@ import (
 func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
 	switch {
 	case r.Method == "PRI":
+		if !p.h2c && isPreface(r) && p.goAwayPreface(w) {
+			ex.outcome, ex.status = problem.HTTP2Preface.Outcome, problem.HTTP2Preface.Status
+			return true
+		}
 		detail := "method PRI is the HTTP/2 connection preface, which this listener does not serve: HTTP/2 without TLS (prior knowledge, h2c) is off (server.h2c); send HTTP/1.1, or HTTP/2 over TLS"
 		if p.h2c {
 			detail = "method PRI is the HTTP/2 connection preface; it reached idemgate as an HTTP/1.1 request because it was incomplete: an HTTP/2 client without TLS starts with the whole preface (RFC 9113 section 3.4)"

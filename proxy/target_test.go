@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/http"
@@ -36,20 +37,27 @@ func rawAnswer(t *testing.T, addr, req string) result {
 	return result{resp.StatusCode, resp.Header, string(b)}
 }
 
-// TestPrefaceAndAsteriskFormNeverForwarded: method PRI (the HTTP/2 preface
-// read as HTTP/1.1) gets 505 http2-preface with Connection: close, and a
-// target in asterisk form with any method but OPTIONS 400
-// asterisk-target, keyed or not; the upstream gets none of them, where it
-// used to get "PRI /*" and "POST /*".
+// TestPrefaceAndAsteriskFormNeverForwarded: the HTTP/2 client preface on
+// a listener without h2c is answered in HTTP/2, the server's SETTINGS and
+// a GOAWAY (HTTP_1_1_REQUIRED) whose debug data names server.h2c, which a
+// client like grpc-go shows (an HTTP/1.1 answer read as a frame was
+// "frame too large"); another request with method PRI gets 505
+// http2-preface with Connection: close; a target in asterisk form with any
+// method but OPTIONS 400 asterisk-target, keyed or not. The upstream gets
+// none of them, where it used to get "PRI /*" and "POST /*".
 func TestPrefaceAndAsteriskFormNeverForwarded(t *testing.T) {
 	h := newHarness(t, created)
 	addr := h.front.Listener.Addr().String()
-	pri := rawAnswer(t, addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	code, debug := prefaceGoAway(t, addr)
+	if code != 0xd || !strings.Contains(debug, "enable server.h2c") {
+		t.Errorf("HTTP/2 preface: GOAWAY code %#x debug %q, want HTTP_1_1_REQUIRED (0xd) naming server.h2c", code, debug)
+	}
+	pri := rawAnswer(t, addr, "PRI * HTTP/1.1\r\nHost: x\r\n\r\n")
 	if pri.status != http.StatusHTTPVersionNotSupported || problemType(t, pri) != "http2-preface" || pri.header.Get("Connection") != "close" {
-		t.Errorf("PRI preface: %d %v %s", pri.status, pri.header, pri.body)
+		t.Errorf("PRI over HTTP/1.1: %d %v %s", pri.status, pri.header, pri.body)
 	}
 	if !strings.Contains(pri.body, "server.h2c") {
-		t.Errorf("PRI preface: the detail does not name server.h2c: %s", pri.body)
+		t.Errorf("PRI over HTTP/1.1: the detail does not name server.h2c: %s", pri.body)
 	}
 	for _, req := range []string{
 		"POST * HTTP/1.1\r\nHost: x\r\nX-User: alice\r\nIdempotency-Key: k1\r\nContent-Length: 2\r\n\r\n{}",
@@ -68,6 +76,40 @@ func TestPrefaceAndAsteriskFormNeverForwarded(t *testing.T) {
 	defer h.up.mu.Unlock()
 	for path, n := range h.up.hits {
 		t.Errorf("the upstream got %d requests for %q", n, path)
+	}
+}
+
+// prefaceGoAway sends the HTTP/2 client connection preface and an empty
+// SETTINGS frame to addr, as an HTTP/2 client with prior knowledge does,
+// and returns the error code and debug data of the GOAWAY that follows
+// the server's SETTINGS.
+func prefaceGoAway(t *testing.T, addr string) (uint32, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	for i := 0; ; i++ {
+		var head [9]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			t.Fatalf("HTTP/2 preface: frame %d: %v", i, err)
+		}
+		payload := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
+		if _, err := io.ReadFull(r, payload); err != nil {
+			t.Fatalf("HTTP/2 preface: frame %d (%q) payload: %v", i, head, err)
+		}
+		switch {
+		case i == 0 && head[3] != 0x4:
+			t.Fatalf("HTTP/2 preface: first frame %x, want the server's SETTINGS", head)
+		case head[3] == 0x7 && len(payload) >= 8:
+			return binary.BigEndian.Uint32(payload[4:8]), string(payload[8:])
+		}
 	}
 }
 

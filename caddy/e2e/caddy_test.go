@@ -492,9 +492,13 @@ func TestCaddyConcurrentDuplicates(t *testing.T) {
 }
 
 // TestCaddyStoreDownFailsClosed: with Valkey gone, a keyed request is 503
-// store-unavailable and nothing reaches the upstream.
+// store-unavailable and nothing reaches the upstream; once the module's
+// connector finds the store down (idemgate_store_up 0 on Caddy's
+// /metrics), the 503 comes at once with Retry-After, not after the store
+// timeout (2 s). When Valkey is back, the request runs once.
 func TestCaddyStoreDownFailsClosed(t *testing.T) {
-	vk := valkeytest.Start(t)
+	// Kept on disk: the record written before the kill is there after.
+	vk := valkeytest.Start(t, valkeytest.WithAOF())
 	up := startUpstream(t)
 	c := startCaddy(t, vk.Addr(), "caddy-down:", up.URL)
 	if a := post(t, c.URL, "alice", "before", `{}`); a.Status != http.StatusCreated {
@@ -505,8 +509,48 @@ func TestCaddyStoreDownFailsClosed(t *testing.T) {
 	if a.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(a), "store-unavailable") {
 		t.Fatalf("store down: %d %s, want 503 store-unavailable", a.Status, a.Body)
 	}
+	c.waitMetric(t, "idemgate_store_up 0")
+	start := time.Now()
+	a = post(t, c.URL, "alice", "after", `{}`)
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("refused after %v with the store known down; want at once (under 1s, the store timeout is 2s)", took)
+	}
+	if a.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(a), "store-unavailable") || a.Header.Get("Retry-After") == "" {
+		t.Fatalf("store known down: %d Retry-After=%q %s, want 503 store-unavailable with Retry-After", a.Status, a.Header.Get("Retry-After"), a.Body)
+	}
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times, want 1 (nothing forwarded with the store down)", n)
+	}
+	vk.Restart()
+	c.waitMetric(t, "idemgate_store_up 1")
+	if a := post(t, c.URL, "alice", "after", `{}`); a.Status != http.StatusCreated || a.replayed() {
+		t.Fatalf("once the store is back: %d %s, want it run", a.Status, a.Body)
+	}
+	if a := post(t, c.URL, "alice", "after", `{}`); !a.replayed() {
+		t.Fatalf("retry once the store is back: %d %s, want the replay", a.Status, a.Body)
+	}
+	if n := up.execs.Load(); n != 2 {
+		t.Fatalf("upstream executed %d times, want 2", n)
+	}
+}
+
+// waitMetric polls Caddy's /metrics, up to 15 s, for a line that reads
+// line.
+func (c *caddyProc) waitMetric(t *testing.T, line string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(c.AdminURL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains("\n"+string(b), "\n"+line+"\n") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Caddy's /metrics never had %q", line)
+		}
 	}
 }
 

@@ -59,3 +59,53 @@ routes:
 		t.Errorf("markdown:\n%s", md)
 	}
 }
+
+// TestPolicyMarkdownReadsWell: the Markdown meant for API docs mentions
+// gRPC only on routes that can receive a call (a gRPC route, the defaults
+// route for every other path), not on a REST route or one without POST,
+// and the characters a bare key may not hold are in code spans, not lost
+// in the sentence (`except ", , and ;`).
+func TestPolicyMarkdownReadsWell(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "idemgate.yaml")
+	if err := os.WriteFile(cfg, []byte(`upstream: {url: "h2c://127.0.0.1:50051"}
+defaults:
+  owner: authorization
+routes:
+  - name: create
+    match: "grpc orders.v1.Orders/Create"
+  - name: rest
+    match: "POST /v1/orders"
+  - name: patch
+    match: "PATCH /v1/items/{id}"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := policyCommand([]string{"--config", cfg, "--format", "markdown"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	sections := strings.Split(out.String(), "\n## ")[1:]
+	want := map[string]bool{"/orders.v1.Orders/Create": true, "/v1/orders": false, "/v1/items/{id}": false, "on any other path": true}
+	if len(sections) != len(want) {
+		t.Fatalf("%d route sections, want %d:\n%s", len(sections), len(want), out.String())
+	}
+	for _, sec := range sections {
+		title, _, _ := strings.Cut(sec, "\n")
+		found := false
+		for path, grpc := range want {
+			if !strings.Contains(title, path) {
+				continue
+			}
+			found = true
+			if got := strings.Contains(sec, "**gRPC calls**"); got != grpc {
+				t.Errorf("%s: gRPC bullet %v, want %v:\n%s", title, got, grpc, sec)
+			}
+		}
+		if !found {
+			t.Errorf("unexpected section %q", title)
+		}
+		if !strings.Contains(sec, "except `\"`, `,` and `;`") || strings.Contains(sec, `except ", , and ;`) {
+			t.Errorf("%s: key syntax loses the characters a bare key may not hold:\n%s", title, sec)
+		}
+	}
+}

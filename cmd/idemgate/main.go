@@ -267,6 +267,11 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	defer stop()
 	var demoAPI *http.Server
 	if demo {
+		// Killed by its PID, `go run ./cmd/idemgate demo` leaves this
+		// process behind holding the demo's ports; it stops with it.
+		var stopWatch context.CancelFunc
+		ctx, stopWatch = untilParentExits(ctx)
+		defer stopWatch()
 		demoAPI, err = startDemoAPI(cfg.Upstream.URL.Host, log)
 		if err != nil {
 			log.Error("cannot start the example API", "err", err)
@@ -533,6 +538,9 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		MaxWaiters:       cfg.Server.MaxWaiters,
 		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
 		H2C:              cfg.Server.H2C,
+		// While the connector finds the store down, keyed requests are
+		// refused at once instead of each waiting out the store timeout.
+		StoreDown: sc.Down,
 	})
 	if err != nil {
 		return err
@@ -716,8 +724,9 @@ func ignoreClosed(err error) error {
 // default: HTTP/1.1, and HTTP/2 where TLS negotiates it) unless h2c
 // (server.h2c, which config refuses with server.tls): then HTTP/1.1 and
 // HTTP/2 with prior knowledge on the plain listener, net/http's own
-// implementation (http.Protocols.SetUnencryptedHTTP2). A preface that
-// reaches the proxy anyway is answered 505 (proxy: http2-preface).
+// implementation (http.Protocols.SetUnencryptedHTTP2). With h2c off, the
+// HTTP/2 preface that reaches the proxy is answered with a GOAWAY saying
+// to enable server.h2c, another PRI request 505 (proxy: http2-preface).
 func listenerProtocols(h2c bool) *http.Protocols {
 	if !h2c {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -137,6 +138,20 @@ func policyCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// keySyntax is the published syntax of a key sent in a header. The
+// characters a bare key may not hold are in code spans: bare, the comma
+// and the double quote read as the sentence's own ("except \", , and ;").
+const keySyntax = "an RFC 8941 sf-string (`\"order-123\"`: 1-255 printable ASCII characters, spaces allowed, not all spaces) or a bare key (`order-123`: 1-255 characters from `!` to `~` except `\"`, `,` and `;`), sent once; both forms of the same characters are the same key"
+
+// mayCarryGRPC reports whether r can receive a gRPC call, a POST to
+// /package.Service/Method: a route that names a gRPC method or service,
+// or one that covers every path (the defaults route, a pattern "/"). A
+// route on any other path (POST /v1/orders) never sees one, so its
+// published description leaves gRPC out.
+func mayCarryGRPC(r publishedRoute) bool {
+	return slices.Contains(r.Methods, http.MethodPost) && (r.GRPCMethod != "" || r.Path == "" || r.Path == "/")
+}
+
 // publish describes every enforced route of p, in Routes order (the
 // defaults route last, standing for every path no route matches).
 func publish(p *policy.Policy, typeBase string) publishedPolicy {
@@ -151,7 +166,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 			// HeaderName: the spelling the operator wrote, not the
 			// canonical form (X-GitHub-Delivery, not X-Github-Delivery).
 			Key: publishedKey{From: string(policy.KeyFromHeader), Header: cmp.Or(r.HeaderName, r.Header), Required: r.Required, MaxLength: policy.MaxKeyLength,
-				Syntax: "an RFC 8941 sf-string (\"order-123\": 1-255 printable ASCII characters, spaces allowed, not all spaces) or a bare key (order-123: 1-255 characters from ! to ~ except \", , and ;), sent once; both forms of the same characters are the same key",
+				Syntax: keySyntax,
 				Scope:  ownerScope(r)},
 			Fingerprint: publishedFingerprint{Method: true, Path: true, Query: r.Fingerprint.Query,
 				Headers: append([]string{}, r.Fingerprint.Headers...), Body: string(r.Fingerprint.Body),
@@ -293,7 +308,9 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
 		}
 		fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
-		fmt.Fprintf(&b, "- **gRPC calls** (`Content-Type: application/grpc`): stored by `grpc-status`, for %s; `CANCELLED` and `DEADLINE_EXCEEDED` leave the outcome unknown, any other code is not stored and a retry is performed again.\n", strings.Join(r.ReplayGRPCCodes, ", "))
+		if mayCarryGRPC(r) {
+			fmt.Fprintf(&b, "- **gRPC calls** (`Content-Type: application/grpc`): stored by `grpc-status`, for %s; `CANCELLED` and `DEADLINE_EXCEEDED` leave the outcome unknown, any other code is not stored and a retry is performed again.\n", strings.Join(r.ReplayGRPCCodes, ", "))
+		}
 		if r.Concurrent.Behaviour == string(policy.ConcurrentWait) {
 			fmt.Fprintf(&b, "- **Concurrent retries**: a retry sent while the first request still runs waits up to %s for its response, then gets `%d request-in-progress` with `Retry-After`.\n", humanSeconds(r.Concurrent.WaitTimeoutSeconds), r.Concurrent.Status)
 		} else {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/store"
@@ -23,6 +24,13 @@ const (
 	// CheckInterval is how often Run pings a connected store, for OnUp
 	// and the lost/back log lines.
 	CheckInterval = time.Second
+	// DownCheckInterval is how often Run pings a store its latest check
+	// found down: while Down reports true every keyed request is refused
+	// without a store call, so the end of an outage must be seen soon. A
+	// ping to a server that refuses connections fails in microseconds, and
+	// one to a stalled server is bounded by checkTimeout and never
+	// overlaps the next.
+	DownCheckInterval = 200 * time.Millisecond
 	// checkTimeout bounds one of those pings.
 	checkTimeout = 2 * time.Second
 )
@@ -39,6 +47,13 @@ const (
 // and any other caller's (the proxy's /readyz) alike, goes through Note,
 // which calls OnUp at the moment the check's answer is known, so a gauge
 // fed by OnUp never lags /readyz by a ping interval.
+//
+// Down reports that same state to the request path: while the latest
+// check found the store unreachable, the engine refuses keyed requests at
+// once (proxy.Options.StoreDown) instead of letting each one wait for the
+// store timeout. A single failed operation of a request changes nothing
+// here; only a check does, and Run checks every DownCheckInterval while
+// the store is down, so the refusals end soon after it is back.
 //
 // Set the exported fields before the first call; the methods are safe for
 // concurrent use.
@@ -63,7 +78,17 @@ type Connector struct {
 	firstOnce  sync.Once
 	firstEnded sync.Once
 	first      chan struct{}
+	// down mirrors connected && !up for Down, read on every keyed request
+	// without the lock.
+	down atomic.Bool
 }
+
+// Down reports whether the store was connected and the latest check
+// applied (Run's ping, /readyz's, through Note) found it unreachable. It
+// is false before the first connection: the lazy Store fails every
+// operation at once then, naming the last connection error. Cheap enough
+// for every request (one atomic load).
+func (c *Connector) Down() bool { return c.down.Load() }
 
 // FirstAttempt returns a channel closed once the first attempt to open
 // the store has ended, whether it connected or failed.
@@ -99,6 +124,7 @@ func (c *Connector) Note(start time.Time, err error) {
 		}
 	}
 	c.up = now
+	c.down.Store(c.connected && !now)
 	c.onUp(now)
 }
 
@@ -112,6 +138,7 @@ func (c *Connector) onUp(up bool) {
 func (c *Connector) markConnected(start time.Time) {
 	c.mu.Lock()
 	c.connected, c.up = true, true
+	c.down.Store(false)
 	if start.After(c.applied) {
 		c.applied = start
 	}
@@ -166,7 +193,7 @@ func (c *Connector) Connect(ctx context.Context, limit time.Duration) error {
 }
 
 // Run connects (unless Connect already did) and then pings the store every
-// CheckInterval until ctx ends. A store that answers but lacks the replicas
+// CheckInterval (DownCheckInterval while Down) until ctx ends. A store that answers but lacks the replicas
 // its acknowledgements need (store.ErrNotAcknowledged) counts as up: it is
 // connected, and readiness reports the replicas.
 func (c *Connector) Run(ctx context.Context) {
@@ -175,7 +202,7 @@ func (c *Connector) Run(ctx context.Context) {
 			return
 		}
 	}
-	t := time.NewTicker(CheckInterval)
+	t := time.NewTimer(CheckInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -191,5 +218,10 @@ func (c *Connector) Run(ctx context.Context) {
 			return
 		}
 		c.Note(start, err)
+		next := CheckInterval
+		if c.Down() {
+			next = DownCheckInterval
+		}
+		t.Reset(next)
 	}
 }

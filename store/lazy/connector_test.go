@@ -97,3 +97,45 @@ func TestConnectorNoteKeepsTheNewestCheck(t *testing.T) {
 		t.Errorf("OnUp %v, want %v", ups, want)
 	}
 }
+
+// TestConnectorDownFollowsChecks: Down is the state of the latest check
+// applied, only once connected (before, the lazy store fails at once and
+// names the connection error). An operation that fails without a check
+// changes nothing, a store that answers without its replicas is not down,
+// and older news is ignored as for OnUp.
+func TestConnectorDownFollowsChecks(t *testing.T) {
+	lz := lazy.New("valkey")
+	t.Cleanup(func() { _ = lz.Close() })
+	c := &lazy.Connector{
+		Open: func(context.Context) (store.Store, error) { return memory.New(), nil },
+		Lazy: lz, Driver: "valkey", Log: slog.New(slog.DiscardHandler),
+	}
+	t0 := time.Now()
+	c.Note(t0, store.ErrUnavailable)
+	if c.Down() {
+		t.Fatal("Down before the first connection")
+	}
+	if err := c.Connect(t.Context(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if c.Down() {
+		t.Fatal("Down right after connecting")
+	}
+	steps := []struct {
+		at   time.Duration
+		err  error
+		down bool
+	}{
+		{time.Second, store.ErrUnavailable, true},
+		{500 * time.Millisecond, nil, true}, // began before the failed one
+		{2 * time.Second, store.ErrNotAcknowledged, false},
+		{3 * time.Second, errors.New("dial tcp: connection refused"), true},
+		{4 * time.Second, nil, false},
+	}
+	for _, s := range steps {
+		c.Note(t0.Add(s.at), s.err)
+		if c.Down() != s.down {
+			t.Fatalf("after a check at +%v with %v: Down %v, want %v", s.at, s.err, c.Down(), s.down)
+		}
+	}
+}
