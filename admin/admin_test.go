@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -113,7 +114,7 @@ func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
 		Methods:          []string{"POST"},
 		Owner:            owner,
 		AllowGlobalKeys:  owner.Kind == policy.OwnerNone,
-		Fingerprint:      policy.FingerprintSpec{Body: policy.BodyRaw},
+		Fingerprint:      fingerprint.Spec{Body: fingerprint.BodyRaw},
 		Lease:            30 * time.Second,
 		Retention:        24 * time.Hour,
 		Concurrent:       policy.ConcurrentWait,

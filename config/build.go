@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -366,7 +367,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 			r.Fingerprint.Query = *f.Query
 		}
 		if f.Body != nil {
-			r.Fingerprint.Body = policy.BodyMode(*f.Body)
+			r.Fingerprint.Body = fingerprint.BodyMode(*f.Body)
 		}
 		if f.Exclude != nil {
 			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
@@ -374,7 +375,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Descriptors != nil {
 			r.Fingerprint.Proto = nil
 			if *f.Descriptors != "" {
-				schema, err := policy.LoadProtoSchema(*f.Descriptors)
+				schema, err := fingerprint.LoadProtoSchema(*f.Descriptors)
 				if err != nil {
 					b.bad(path+".fingerprint.descriptors", "%v", err)
 				} else {
@@ -384,12 +385,12 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		}
 		if m := f.MediaTypes; m != nil {
 			switch *m {
-			case policy.MediaTypesExact:
+			case fingerprint.MediaTypesExact:
 				r.Fingerprint.NormalizeMediaTypes = false
-			case policy.MediaTypesNormalize:
+			case fingerprint.MediaTypesNormalize:
 				r.Fingerprint.NormalizeMediaTypes = true
 			default:
-				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, policy.MediaTypesExact, policy.MediaTypesNormalize)
+				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, fingerprint.MediaTypesExact, fingerprint.MediaTypesNormalize)
 			}
 		}
 	}

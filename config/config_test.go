@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 const base = "upstream: {url: 'http://127.0.0.1:3000'}\n"
@@ -72,7 +73,7 @@ func TestExampleLoads(t *testing.T) {
 	if r := route(t, c, "create-order"); !r.Required || !slices.Equal(r.Methods, []string{"POST"}) {
 		t.Errorf("create-order = %+v", r)
 	}
-	if r := route(t, c, "capture-payment"); r.Fingerprint.Body != policy.BodyJSON || !r.Fingerprint.Query || !slices.Equal(r.Fingerprint.Headers, []string{"content-type"}) {
+	if r := route(t, c, "capture-payment"); r.Fingerprint.Body != fingerprint.BodyJSON || !r.Fingerprint.Query || !slices.Equal(r.Fingerprint.Headers, []string{"content-type"}) {
 		t.Errorf("capture-payment fingerprint = %+v", r.Fingerprint)
 	}
 	if r := route(t, c, "uploads"); r.Mode != policy.ModePassthrough || r.Enforces("POST") {
@@ -251,14 +252,14 @@ routes:
 	if a.Lease != 7*time.Second || a.Retention != 0 || a.Owner.Kind != policy.OwnerHeader || a.MaxRequestBytes != 64<<10 {
 		t.Errorf("a = %+v", a)
 	}
-	if a.Fingerprint.Body != policy.BodyJSON || a.Fingerprint.Query || !slices.Equal(a.Fingerprint.Headers, []string{"content-type", "x-tenant"}) {
+	if a.Fingerprint.Body != fingerprint.BodyJSON || a.Fingerprint.Query || !slices.Equal(a.Fingerprint.Headers, []string{"content-type", "x-tenant"}) {
 		t.Errorf("a fingerprint subfields did not inherit individually: %+v", a.Fingerprint)
 	}
 	if !slices.Equal(a.ReplayStatuses, []policy.StatusRange{{Min: 200, Max: 299}, {Min: 409, Max: 409}}) || !slices.Equal(a.Methods, []string{"POST"}) {
 		t.Errorf("a = %+v", a)
 	}
 	b := route(t, c, "b")
-	if b.Lease != 3*time.Second || b.Owner.Kind != policy.OwnerAuthorization || !b.Fingerprint.Query || len(b.Fingerprint.Headers) != 0 || b.Fingerprint.Body != policy.BodyRaw {
+	if b.Lease != 3*time.Second || b.Owner.Kind != policy.OwnerAuthorization || !b.Fingerprint.Query || len(b.Fingerprint.Headers) != 0 || b.Fingerprint.Body != fingerprint.BodyRaw {
 		t.Errorf("b = %+v", b)
 	}
 	if !slices.Equal(b.ReplayStatuses, []policy.StatusRange{{Min: 201, Max: 201}}) || !slices.Equal(b.Methods, []string{"POST", "PATCH"}) {

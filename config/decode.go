@@ -250,7 +250,7 @@ type rawKey struct {
 	Pointer *string `mapstructure:"pointer"`
 }
 
-// rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
+// rawFingerprint is a `fingerprint:` section; see fingerprint.Spec.
 type rawFingerprint struct {
 	Headers    *[]string `mapstructure:"headers"`
 	Query      *bool     `mapstructure:"query"`
@@ -258,7 +258,7 @@ type rawFingerprint struct {
 	Exclude    *[]string `mapstructure:"exclude"`
 	MediaTypes *string   `mapstructure:"media_types"`
 	// Descriptors is fingerprint.descriptors: a FileDescriptorSet file
-	// for body: protobuf (policy.LoadProtoSchema).
+	// for body: protobuf (fingerprint.LoadProtoSchema).
 	Descriptors *string `mapstructure:"descriptors"`
 }
 

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/httptoken"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // DefaultRouteName is the Name of the defaults route, which requests that
@@ -441,7 +444,7 @@ func normalize(r *Route, path string) []error {
 	if r.Mode != ModeEnforce && r.Mode != ModePassthrough {
 		bad("mode", "%q must be enforce or passthrough", r.Mode)
 	}
-	if !validToken(r.Header) {
+	if !httptoken.Valid(r.Header) {
 		bad("header", "%q is not a valid field name", r.Header)
 	} else {
 		if !strings.EqualFold(r.HeaderName, r.Header) {
@@ -455,7 +458,7 @@ func normalize(r *Route, path string) []error {
 	}
 	var methods []string
 	for _, m := range r.Methods {
-		if !validToken(m) {
+		if !httptoken.Valid(m) {
 			bad("methods", "%q is not a valid method token", m)
 		} else if m != strings.ToUpper(m) {
 			// Methods are case-sensitive (RFC 9110 section 9.1): "post"
@@ -473,7 +476,7 @@ func normalize(r *Route, path string) []error {
 	}
 	var tombstoning []string
 	for _, m := range r.TombstoneMethods {
-		if !validToken(m) || m != strings.ToUpper(m) {
+		if !httptoken.Valid(m) || m != strings.ToUpper(m) {
 			bad("tombstone_methods", "%q is not an upper-case method token, e.g. DELETE", m)
 		} else if !slices.Contains(tombstoning, m) {
 			tombstoning = append(tombstoning, m)
@@ -528,7 +531,7 @@ func normalize(r *Route, path string) []error {
 	}
 	var fh []string
 	for _, h := range r.Fingerprint.Headers {
-		if !validToken(h) {
+		if !httptoken.Valid(h) {
 			bad("fingerprint.headers", "%q is not a valid field name", h)
 			continue
 		}
@@ -546,22 +549,22 @@ func normalize(r *Route, path string) []error {
 	slices.Sort(fh)
 	r.Fingerprint.Headers = fh
 	switch r.Fingerprint.Body {
-	case BodyRaw, BodyJSON, BodyIgnore, BodyProtobuf:
+	case fingerprint.BodyRaw, fingerprint.BodyJSON, fingerprint.BodyIgnore, fingerprint.BodyProtobuf:
 	default:
 		bad("fingerprint.body", "%q must be raw, json, protobuf or ignore", r.Fingerprint.Body)
 	}
 	checkProtobuf(r, bad)
-	ex, exErrs := normalizeExclude(r.Fingerprint.Exclude)
+	ex, exErrs := fingerprint.NormalizeExclude(r.Fingerprint.Exclude)
 	for _, err := range exErrs {
 		bad("fingerprint.exclude", "%v", err)
 	}
 	r.Fingerprint.Exclude = ex
-	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON && r.Fingerprint.Body != BodyProtobuf {
+	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != fingerprint.BodyJSON && r.Fingerprint.Body != fingerprint.BodyProtobuf {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
-	if len(r.recipe) > MaxRecipeBytes {
-		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), MaxRecipeBytes)
+	if len(r.recipe) > fingerprint.MaxRecipeBytes {
+		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), fingerprint.MaxRecipeBytes)
 	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match, r.Upstream)
@@ -761,7 +764,7 @@ func DefaultRoute() Route {
 		Header:           "Idempotency-Key",
 		Methods:          []string{http.MethodPost, http.MethodPatch},
 		Owner:            OwnerSource{Kind: OwnerAuthorization},
-		Fingerprint:      FingerprintSpec{Headers: []string{"content-type"}, Query: true, Body: BodyRaw},
+		Fingerprint:      fingerprint.Spec{Headers: []string{"content-type"}, Query: true, Body: fingerprint.BodyRaw},
 		Lease:            10 * time.Second,
 		Retention:        24 * time.Hour,
 		Concurrent:       ConcurrentWait,

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // Describe writes the effective policy of every route, in Routes order
@@ -91,9 +93,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	if r.Fingerprint.Proto != nil {
 		exclude += ", descriptors: " + strconv.Quote(r.Fingerprint.Proto.Path)
 	}
-	media := MediaTypesExact
+	media := fingerprint.MediaTypesExact
 	if r.Fingerprint.NormalizeMediaTypes {
-		media = MediaTypesNormalize
+		media = fingerprint.MediaTypesNormalize
 	}
 	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s%s, media_types: %s}\n",
 		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, exclude, media)

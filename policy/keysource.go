@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/idemgate/idemgate/internal/jsonpointer"
 )
 
 // KeyFrom names where a route's idempotency key comes from.
@@ -54,7 +56,7 @@ func (k *KeySource) check(path string) []error {
 	case KeyFromBody:
 		if k.Pointer == "" {
 			errs = append(errs, fieldErr(path+".pointer", "is required with key.from: body, e.g. /id"))
-		} else if _, err := ParsePointer(k.Pointer); err != nil {
+		} else if _, err := jsonpointer.Parse(k.Pointer); err != nil {
 			errs = append(errs, fieldErr(path+".pointer", "%v", err))
 		}
 	default:
@@ -91,7 +93,7 @@ func (r *Route) KeyName() string {
 // null, and an error wrapping ErrKeyInvalid for a body that is not JSON
 // and for any other value.
 func BodyKey(body []byte, pointer string) (string, error) {
-	tokens, err := ParsePointer(pointer)
+	tokens, err := jsonpointer.Parse(pointer)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrKeyInvalid, err)
 	}
@@ -112,7 +114,7 @@ func BodyKey(body []byte, pointer string) (string, error) {
 		case map[string]any:
 			v = node[tok]
 		case []any:
-			i, ok := arrayIndex(tok)
+			i, ok := jsonpointer.Index(tok)
 			if !ok || i >= len(node) {
 				return "", ErrKeyMissing
 			}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // testRoute returns a route named name with the default settings and its
@@ -274,7 +276,7 @@ func TestParseStatus(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	r := testRoute("capture-payment", "POST /v1/payments/{id}/capture")
-	r.Fingerprint.Body = BodyJSON
+	r.Fingerprint.Body = fingerprint.BodyJSON
 	r.Retention = 0
 	r.Owner = OwnerSource{Kind: OwnerHeader, Header: "X-User"}
 	r.ReplayStatuses = []StatusRange{{200, 299}, {409, 409}}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idemgate/idemgate/internal/httptoken"
 )
 
 // Owner value prefixes. They keep the forms of different sources apart, so
@@ -39,7 +41,7 @@ func ParseOwnerSource(s string) (OwnerSource, error) {
 	if !ok {
 		return OwnerSource{}, fmt.Errorf("unknown owner source %q; want header:NAME, authorization, jwt, client-cert or none", s)
 	}
-	if !validToken(name) {
+	if !httptoken.Valid(name) {
 		return OwnerSource{}, fmt.Errorf("owner header %q is not a valid field name", name)
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
@@ -238,22 +240,4 @@ func singleValue(h http.Header, name string) (string, error) {
 		return vs[0], nil
 	}
 	return "", fmt.Errorf("%w: header %s sent %d times", ErrOwnerMissing, name, len(vs))
-}
-
-// validToken reports whether s is an RFC 9110 section 5.6.2 token (the
-// syntax of field names and methods).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -3,10 +3,12 @@ package policy
 
 import (
 	"errors"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
 
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -55,16 +57,6 @@ const (
 	AbandonedReject OnAbandoned = "reject"
 )
 
-// BodyMode says how the request body enters the fingerprint.
-type BodyMode string
-
-// Body modes.
-const (
-	BodyRaw    BodyMode = "raw"
-	BodyJSON   BodyMode = "json"
-	BodyIgnore BodyMode = "ignore"
-)
-
 // OwnerKind names where a request's owner comes from.
 type OwnerKind string
 
@@ -89,26 +81,6 @@ type OwnerSource struct {
 	// least two, none of them none or a list, each kind at most once per
 	// header name (ParseOwnerSources).
 	Parts []OwnerSource
-}
-
-// FingerprintSpec is a parsed `fingerprint:` setting.
-type FingerprintSpec struct {
-	Headers []string // header names, lowercased and sorted
-	Query   bool
-	Body    BodyMode
-	// Exclude holds RFC 6901 JSON pointers (fingerprint.exclude), sorted
-	// and without duplicates: the members they name are removed from a
-	// JSON body before it is canonicalized. Only with Body json.
-	Exclude []string
-	// NormalizeMediaTypes (`media_types: normalize`) fingerprints a
-	// Content-Type value in its normal form (NormalizeMediaType), so a
-	// retry that differs only by letter case, spacing, parameter order or
-	// a parameter the media type defines as default is the same request
-	// (TestMediaTypes). Off (`exact`, the default), the value enters as sent.
-	NormalizeMediaTypes bool
-	// Proto (`fingerprint.descriptors`, a FileDescriptorSet file) decodes
-	// the request messages of Body protobuf; set exactly with it.
-	Proto *ProtoSchema
 }
 
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
@@ -143,7 +115,7 @@ type Route struct {
 	Owner            OwnerSource
 	JWT              *JWTSettings // the `jwt:` section; set exactly when Owner.Kind is OwnerJWT
 	AllowGlobalKeys  bool
-	Fingerprint      FingerprintSpec
+	Fingerprint      fingerprint.Spec
 	Lease            time.Duration
 	Retention        time.Duration // 0 keeps completed records forever
 	Concurrent       Concurrent
@@ -222,6 +194,12 @@ func (r *Route) Recipe() string {
 		return r.Fingerprint.Recipe()
 	}
 	return r.recipe
+}
+
+// FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
+// per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
+func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
+	return r.Fingerprint.Of(req, body)
 }
 
 // Errors of key and owner extraction; the proxy maps each to a problem type.

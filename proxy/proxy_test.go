@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -32,7 +33,7 @@ func baseRoute() policy.Route {
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST", "PATCH"},
 		Owner:            policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"},
-		Fingerprint:      policy.FingerprintSpec{Headers: []string{"Content-Type"}, Query: true, Body: policy.BodyRaw},
+		Fingerprint:      fingerprint.Spec{Headers: []string{"Content-Type"}, Query: true, Body: fingerprint.BodyRaw},
 		Lease:            2 * time.Second,
 		Retention:        time.Hour,
 		Concurrent:       policy.ConcurrentWait,

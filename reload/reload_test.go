@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // waitLimit bounds every wait for the watcher; generous for loaded CI
@@ -32,7 +33,7 @@ func baseRoute() policy.Route {
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST"},
 		Owner:            policy.OwnerSource{Kind: policy.OwnerAuthorization},
-		Fingerprint:      policy.FingerprintSpec{Body: policy.BodyRaw},
+		Fingerprint:      fingerprint.Spec{Body: fingerprint.BodyRaw},
 		Lease:            time.Second,
 		Concurrent:       policy.ConcurrentWait,
 		WaitTimeout:      time.Second,

@@ -46,7 +46,7 @@ var hotPathStages = []hotPathStage{
 	{name: "decide (policy.Ask)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Ask", "github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
 	{name: "key, owner and identity (Plan.Identify)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).Identify", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf"}},
 	{name: "body read", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).readBody"}},
-	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy.Fingerprint"}},
+	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy/fingerprint.Of"}},
 	{name: "claim (store call included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).claim"}},
 	{name: "forward (complete included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).forward"}},
 	{name: "upstream round trip", nested: true, funcs: []string{"github.com/idemgate/idemgate/proxy.timedTransport.RoundTrip"}},

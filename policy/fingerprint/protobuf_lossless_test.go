@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"bytes"
@@ -119,7 +119,7 @@ func TestProtobufLossless(t *testing.T) {
 	}
 	const path = "/probe.v1.Prober/Send"
 	req, _ := http.NewRequest("POST", "http://x"+path, nil)
-	pb := FingerprintSpec{Body: BodyProtobuf, Proto: schema}
+	pb := Spec{Body: BodyProtobuf, Proto: schema}
 	nan := math.Float32bits(float32(math.NaN()))
 	for _, c := range []struct {
 		name          string
@@ -163,8 +163,8 @@ func TestProtobufLossless(t *testing.T) {
 			if pb.Of(req, base) == pb.Of(req, variant) {
 				t.Errorf("%x and %x share a fingerprint", base, variant)
 			}
-			in := FingerprintInput{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: variant, Proto: schema}
-			if enc := FingerprintEncoding(in); !bytes.Contains(enc, variant) {
+			in := Input{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: variant, Proto: schema}
+			if enc := Encoding(in); !bytes.Contains(enc, variant) {
 				t.Errorf("variant not entered as its bytes: %x", enc)
 			}
 		})

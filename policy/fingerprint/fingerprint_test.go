@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"bytes"
@@ -19,26 +19,26 @@ var updateVectors = flag.Bool("update-vectors", false, "rewrite testdata/fingerp
 
 // vector is one entry of testdata/fingerprint_vectors.json.
 type vector struct {
-	Name         string              `json:"name"`
-	Method       string              `json:"method"`
-	Path         string              `json:"path"`
-	IncludeQuery bool                `json:"include_query"`
-	Query        string              `json:"query"`
-	Headers      []FingerprintHeader `json:"headers"`
-	BodyMode     BodyMode            `json:"body_mode"`
-	Body         string              `json:"body"`
-	Exclude      []string            `json:"exclude,omitempty"`
-	Encoding     string              `json:"encoding_hex"`
-	Fingerprint  string              `json:"fingerprint"`
+	Name         string   `json:"name"`
+	Method       string   `json:"method"`
+	Path         string   `json:"path"`
+	IncludeQuery bool     `json:"include_query"`
+	Query        string   `json:"query"`
+	Headers      []Header `json:"headers"`
+	BodyMode     BodyMode `json:"body_mode"`
+	Body         string   `json:"body"`
+	Exclude      []string `json:"exclude,omitempty"`
+	Encoding     string   `json:"encoding_hex"`
+	Fingerprint  string   `json:"fingerprint"`
 }
 
-func (v vector) input() FingerprintInput {
-	return FingerprintInput{Method: v.Method, Path: v.Path, IncludeQuery: v.IncludeQuery, Query: v.Query,
+func (v vector) input() Input {
+	return Input{Method: v.Method, Path: v.Path, IncludeQuery: v.IncludeQuery, Query: v.Query,
 		Headers: v.Headers, BodyMode: v.BodyMode, Body: []byte(v.Body), Exclude: v.Exclude}
 }
 
 func vectorInputs() []vector {
-	ct := func(vs ...string) []FingerprintHeader { return []FingerprintHeader{{Name: "content-type", Values: vs}} }
+	ct := func(vs ...string) []Header { return []Header{{Name: "content-type", Values: vs}} }
 	return []vector{
 		{Name: "minimal raw, no query, no headers", Method: "POST", Path: "/v1/orders", BodyMode: BodyRaw, Body: `{"amount":100}`},
 		{Name: "query included and empty", Method: "POST", Path: "/v1/orders", IncludeQuery: true, Query: "", BodyMode: BodyRaw},
@@ -46,7 +46,7 @@ func vectorInputs() []vector {
 		{Name: "header present", Method: "POST", Path: "/v1/orders", Headers: ct("application/json"), BodyMode: BodyRaw, Body: "{}"},
 		{Name: "header absent", Method: "POST", Path: "/v1/orders", Headers: ct(), BodyMode: BodyRaw, Body: "{}"},
 		{Name: "header empty", Method: "POST", Path: "/v1/orders", Headers: ct(""), BodyMode: BodyRaw, Body: "{}"},
-		{Name: "two headers, two values", Method: "PATCH", Path: "/v1/a%2Fb", Headers: []FingerprintHeader{
+		{Name: "two headers, two values", Method: "PATCH", Path: "/v1/a%2Fb", Headers: []Header{
 			{Name: "x-tenant", Values: []string{"t1", "t2"}}, {Name: "Content-Type", Values: []string{"text/plain"}}}, BodyMode: BodyRaw, Body: "hi"},
 		{Name: "json canonicalized", Method: "POST", Path: "/v1/payments/7/capture", BodyMode: BodyJSON, Body: "{ \"b\": [1, 2.50, \"x\"], \"a\": {\"z\": true, \"y\": null} }"},
 		{Name: "json same after canonicalization", Method: "POST", Path: "/v1/payments/7/capture", BodyMode: BodyJSON, Body: `{"a":{"y":null,"z":true},"b":[1,2.5,"x"]}`},
@@ -74,8 +74,8 @@ func TestFingerprintVectors(t *testing.T) {
 	if *updateVectors {
 		vs := vectorInputs()
 		for i := range vs {
-			vs[i].Encoding = hex.EncodeToString(FingerprintEncoding(vs[i].input()))
-			vs[i].Fingerprint = Fingerprint(vs[i].input())
+			vs[i].Encoding = hex.EncodeToString(Encoding(vs[i].input()))
+			vs[i].Fingerprint = Of(vs[i].input())
 		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -101,7 +101,7 @@ func TestFingerprintVectors(t *testing.T) {
 	}
 	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
-			enc := hex.EncodeToString(FingerprintEncoding(v.input()))
+			enc := hex.EncodeToString(Encoding(v.input()))
 			if enc != v.Encoding {
 				t.Errorf("encoding\n got %s\nwant %s", enc, v.Encoding)
 			}
@@ -110,7 +110,7 @@ func TestFingerprintVectors(t *testing.T) {
 			if want := "hs1:" + hex.EncodeToString(sum[:]); v.Fingerprint != want {
 				t.Errorf("vector file: fingerprint %s is not hs1:SHA-256(encoding) = %s", v.Fingerprint, want)
 			}
-			if got := Fingerprint(v.input()); got != v.Fingerprint {
+			if got := Of(v.input()); got != v.Fingerprint {
 				t.Errorf("Fingerprint = %s, want %s", got, v.Fingerprint)
 			}
 		})
@@ -156,9 +156,9 @@ func TestFingerprintLayout(t *testing.T) {
 	rec('V', "application/json")
 	rec('H', "x-missing")
 	rec('J', `{"a":1,"b":2}`)
-	got := FingerprintEncoding(FingerprintInput{
+	got := Encoding(Input{
 		Method: "POST", Path: "/v1/orders", IncludeQuery: true, Query: "a=1",
-		Headers:  []FingerprintHeader{{Name: "X-Missing"}, {Name: "Content-Type", Values: []string{"application/json"}}},
+		Headers:  []Header{{Name: "X-Missing"}, {Name: "Content-Type", Values: []string{"application/json"}}},
 		BodyMode: BodyJSON, Body: []byte(`{"b":2, "a":1}`),
 	})
 	if !bytes.Equal(got, want.Bytes()) {
@@ -166,24 +166,24 @@ func TestFingerprintLayout(t *testing.T) {
 	}
 }
 
-func TestFingerprintOf(t *testing.T) {
-	r := &Route{Fingerprint: FingerprintSpec{Headers: []string{"content-type", "x-tenant"}, Query: true, Body: BodyRaw}}
+func TestSpecOf(t *testing.T) {
+	r := &Spec{Headers: []string{"content-type", "x-tenant"}, Query: true, Body: BodyRaw}
 	req := httptest.NewRequest("POST", "/v1/a%2Fb?x=1&y=%20", nil)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Add("X-Tenant", "t1")
 	req.Header.Add("X-Tenant", "t2")
 	body := []byte(`{"a":1}`)
-	want := Fingerprint(FingerprintInput{Method: "POST", Path: "/v1/a%2Fb", IncludeQuery: true, Query: "x=1&y=%20",
-		Headers:  []FingerprintHeader{{Name: "content-type", Values: []string{"application/json"}}, {Name: "x-tenant", Values: []string{"t1", "t2"}}},
+	want := Of(Input{Method: "POST", Path: "/v1/a%2Fb", IncludeQuery: true, Query: "x=1&y=%20",
+		Headers:  []Header{{Name: "content-type", Values: []string{"application/json"}}, {Name: "x-tenant", Values: []string{"t1", "t2"}}},
 		BodyMode: BodyRaw, Body: body})
-	if got := r.FingerprintOf(req, body); got != want {
-		t.Fatalf("FingerprintOf = %s, want %s", got, want)
+	if got := r.Of(req, body); got != want {
+		t.Fatalf("Of = %s, want %s", got, want)
 	}
 	if !strings.HasPrefix(want, "hs1:") || len(want) != 4+64 {
 		t.Fatalf("fingerprint %q is not hs1: + 64 hex digits", want)
 	}
 
-	differs := func(name string, mutate func(*Route, *http.Request) []byte) {
+	differs := func(name string, mutate func(*Spec, *http.Request) []byte) {
 		t.Helper()
 		r2 := *r
 		req2 := req.Clone(req.Context())
@@ -191,38 +191,38 @@ func TestFingerprintOf(t *testing.T) {
 		if b == nil {
 			b = body
 		}
-		if got := r2.FingerprintOf(req2, b); got == want {
+		if got := r2.Of(req2, b); got == want {
 			t.Errorf("%s: fingerprint unchanged", name)
 		}
 	}
-	differs("method", func(_ *Route, q *http.Request) []byte { q.Method = "PATCH"; return nil })
-	differs("path", func(_ *Route, q *http.Request) []byte { q.URL.Path, q.URL.RawPath = "/v1/a/b", ""; return nil })
-	differs("query order", func(_ *Route, q *http.Request) []byte { q.URL.RawQuery = "y=%20&x=1"; return nil })
-	differs("query off", func(r *Route, _ *http.Request) []byte { r.Fingerprint.Query = false; return nil })
-	differs("header value", func(_ *Route, q *http.Request) []byte { q.Header.Set("Content-Type", "text/plain"); return nil })
-	differs("header value order", func(_ *Route, q *http.Request) []byte { q.Header["X-Tenant"] = []string{"t2", "t1"}; return nil })
-	differs("header absent", func(_ *Route, q *http.Request) []byte { q.Header.Del("Content-Type"); return nil })
-	differs("header empty", func(_ *Route, q *http.Request) []byte { q.Header.Set("Content-Type", ""); return nil })
-	differs("body", func(_ *Route, _ *http.Request) []byte { return []byte(`{"a":2}`) })
-	differs("body whitespace in raw mode", func(_ *Route, _ *http.Request) []byte { return []byte(`{"a": 1}`) })
+	differs("method", func(_ *Spec, q *http.Request) []byte { q.Method = "PATCH"; return nil })
+	differs("path", func(_ *Spec, q *http.Request) []byte { q.URL.Path, q.URL.RawPath = "/v1/a/b", ""; return nil })
+	differs("query order", func(_ *Spec, q *http.Request) []byte { q.URL.RawQuery = "y=%20&x=1"; return nil })
+	differs("query off", func(r *Spec, _ *http.Request) []byte { r.Query = false; return nil })
+	differs("header value", func(_ *Spec, q *http.Request) []byte { q.Header.Set("Content-Type", "text/plain"); return nil })
+	differs("header value order", func(_ *Spec, q *http.Request) []byte { q.Header["X-Tenant"] = []string{"t2", "t1"}; return nil })
+	differs("header absent", func(_ *Spec, q *http.Request) []byte { q.Header.Del("Content-Type"); return nil })
+	differs("header empty", func(_ *Spec, q *http.Request) []byte { q.Header.Set("Content-Type", ""); return nil })
+	differs("body", func(_ *Spec, _ *http.Request) []byte { return []byte(`{"a":2}`) })
+	differs("body whitespace in raw mode", func(_ *Spec, _ *http.Request) []byte { return []byte(`{"a": 1}`) })
 
 	// Headers not configured do not matter.
 	req3 := req.Clone(req.Context())
 	req3.Header.Set("User-Agent", "other")
-	if got := r.FingerprintOf(req3, body); got != want {
+	if got := r.Of(req3, body); got != want {
 		t.Error("an unconfigured header changed the fingerprint")
 	}
 }
 
 func TestFingerprintQueryAbsentVersusEmpty(t *testing.T) {
-	in := FingerprintInput{Method: "POST", Path: "/x", BodyMode: BodyRaw}
-	absent := Fingerprint(in)
+	in := Input{Method: "POST", Path: "/x", BodyMode: BodyRaw}
+	absent := Of(in)
 	in.IncludeQuery = true
-	if empty := Fingerprint(in); empty == absent {
+	if empty := Of(in); empty == absent {
 		t.Fatal("query excluded and query included-but-empty share a fingerprint")
 	}
 	// Excluded: the query's content does not matter.
-	a := Fingerprint(FingerprintInput{Method: "POST", Path: "/x", Query: "a=1", BodyMode: BodyRaw})
+	a := Of(Input{Method: "POST", Path: "/x", Query: "a=1", BodyMode: BodyRaw})
 	if a != absent {
 		t.Fatal("an excluded query changed the fingerprint")
 	}
@@ -230,10 +230,10 @@ func TestFingerprintQueryAbsentVersusEmpty(t *testing.T) {
 
 func TestFingerprintJSON(t *testing.T) {
 	fp := func(body string) string {
-		return Fingerprint(FingerprintInput{Method: "POST", Path: "/x", BodyMode: BodyJSON, Body: []byte(body)})
+		return Of(Input{Method: "POST", Path: "/x", BodyMode: BodyJSON, Body: []byte(body)})
 	}
 	raw := func(body string) string {
-		return Fingerprint(FingerprintInput{Method: "POST", Path: "/x", BodyMode: BodyRaw, Body: []byte(body)})
+		return Of(Input{Method: "POST", Path: "/x", BodyMode: BodyRaw, Body: []byte(body)})
 	}
 	same := [][2]string{
 		{`{"a":1,"b":2}`, `{"b":2,"a":1}`},
@@ -266,7 +266,7 @@ func TestFingerprintJSON(t *testing.T) {
 	// A body that is not canonical JSON falls back to raw bytes, tagged F,
 	// so it never collides with raw mode's B nor with a canonical J.
 	for _, b := range []string{`{"a":`, ``, `{"id":9007199254740993}`} {
-		enc := FingerprintEncoding(FingerprintInput{Method: "POST", Path: "/x", BodyMode: BodyJSON, Body: []byte(b)})
+		enc := Encoding(Input{Method: "POST", Path: "/x", BodyMode: BodyJSON, Body: []byte(b)})
 		if tag := enc[len(enc)-9-len(b)]; tag != 'F' {
 			t.Errorf("json mode %q: body tag %q, want F", b, tag)
 		}
@@ -298,9 +298,9 @@ func TestNumberExact(t *testing.T) {
 // fails on any byte sequence the encoder cannot produce. Together with
 // encoding(canonical(x)) == encoding(x) this proves that the encoding is
 // injective on canonical inputs.
-func decodeEncoding(t *testing.T, enc []byte) FingerprintInput {
+func decodeEncoding(t *testing.T, enc []byte) Input {
 	t.Helper()
-	var in FingerprintInput
+	var in Input
 	next := func() (byte, []byte) {
 		if len(enc) < 9 {
 			t.Fatalf("truncated record header: %x", enc)
@@ -339,7 +339,7 @@ func decodeEncoding(t *testing.T, enc []byte) FingerprintInput {
 		tag, v := next()
 		switch tag {
 		case 'H':
-			in.Headers = append(in.Headers, FingerprintHeader{Name: string(v)})
+			in.Headers = append(in.Headers, Header{Name: string(v)})
 			continue
 		case 'V':
 			if len(in.Headers) == 0 {
@@ -376,15 +376,15 @@ func decodeEncoding(t *testing.T, enc []byte) FingerprintInput {
 }
 
 // canonicalInput is what an input reduces to before encoding.
-func canonicalInput(in FingerprintInput) (FingerprintInput, string) {
-	out := FingerprintInput{Method: in.Method, Path: in.Path, IncludeQuery: in.IncludeQuery}
+func canonicalInput(in Input) (Input, string) {
+	out := Input{Method: in.Method, Path: in.Path, IncludeQuery: in.IncludeQuery}
 	if in.IncludeQuery {
 		out.Query = in.Query
 	}
 	for _, h := range in.Headers {
-		out.Headers = append(out.Headers, FingerprintHeader{Name: asciiLower(h.Name), Values: h.Values})
+		out.Headers = append(out.Headers, Header{Name: asciiLower(h.Name), Values: h.Values})
 	}
-	slices.SortStableFunc(out.Headers, func(a, b FingerprintHeader) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(out.Headers, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 	bodyTag := "B"
 	switch in.BodyMode {
 	case BodyIgnore:
@@ -409,7 +409,7 @@ func canonicalInput(in FingerprintInput) (FingerprintInput, string) {
 	return out, bodyTag
 }
 
-func equalInputs(a, b FingerprintInput) bool {
+func equalInputs(a, b Input) bool {
 	if a.Method != b.Method || a.Path != b.Path || a.IncludeQuery != b.IncludeQuery || a.Query != b.Query ||
 		a.BodyMode != b.BodyMode || !bytes.Equal(a.Body, b.Body) || len(a.Headers) != len(b.Headers) ||
 		!slices.Equal(a.Exclude, b.Exclude) {
@@ -425,13 +425,13 @@ func equalInputs(a, b FingerprintInput) bool {
 
 // fuzzInput builds an input from fuzz arguments: headers is split on "\n"
 // into lines "name:value1\x00value2" ("name" alone: absent).
-func fuzzInput(method, path string, query string, flags uint8, headers string, body []byte) FingerprintInput {
-	in := FingerprintInput{Method: method, Path: path, Query: query, IncludeQuery: flags&1 != 0, Body: body}
+func fuzzInput(method, path string, query string, flags uint8, headers string, body []byte) Input {
+	in := Input{Method: method, Path: path, Query: query, IncludeQuery: flags&1 != 0, Body: body}
 	in.BodyMode = []BodyMode{BodyRaw, BodyJSON, BodyIgnore}[int(flags>>1)%3]
 	if headers != "" {
 		for _, line := range strings.Split(headers, "\n") {
 			name, vals, ok := strings.Cut(line, ":")
-			h := FingerprintHeader{Name: name}
+			h := Header{Name: name}
 			if ok {
 				h.Values = strings.Split(vals, "\x00")
 			}
@@ -449,7 +449,7 @@ func FuzzFingerprint(f *testing.F) {
 	f.Add("P", "OST/a", "", uint8(2), "a:b\nc:d", []byte("[1,2]"), "PO", "ST/a", "", uint8(2), "c:d\na:b", []byte("[2,1]"))
 	f.Fuzz(func(t *testing.T, m1, p1, q1 string, f1 uint8, h1 string, b1 []byte, m2, p2, q2 string, f2 uint8, h2 string, b2 []byte) {
 		in1, in2 := fuzzInput(m1, p1, q1, f1, h1, b1), fuzzInput(m2, p2, q2, f2, h2, b2)
-		e1, e2 := FingerprintEncoding(in1), FingerprintEncoding(in2)
+		e1, e2 := Encoding(in1), Encoding(in2)
 		c1, _ := canonicalInput(in1)
 		c2, _ := canonicalInput(in2)
 		if d := decodeEncoding(t, e1); !equalInputs(d, c1) {
@@ -458,7 +458,7 @@ func FuzzFingerprint(f *testing.F) {
 		if bytes.Equal(e1, e2) != equalInputs(c1, c2) {
 			t.Fatalf("encodings equal = %v but canonical inputs equal = %v:\n%+v\n%+v", bytes.Equal(e1, e2), equalInputs(c1, c2), c1, c2)
 		}
-		if Fingerprint(in1) != "hs1:"+hex.EncodeToString(sha256Of(e1)) {
+		if Of(in1) != "hs1:"+hex.EncodeToString(sha256Of(e1)) {
 			t.Fatal("Fingerprint is not hs1: + SHA-256 of the encoding")
 		}
 	})
@@ -480,12 +480,12 @@ func BenchmarkFingerprint(b *testing.B) {
 	req := httptest.NewRequest("POST", "/v1/orders?source=web", nil)
 	req.Header.Set("Content-Type", "application/json")
 	for _, mode := range []BodyMode{BodyRaw, BodyJSON} {
-		r := &Route{Fingerprint: FingerprintSpec{Headers: []string{"content-type"}, Query: true, Body: mode}}
+		r := &Spec{Headers: []string{"content-type"}, Query: true, Body: mode}
 		b.Run(string(mode), func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				r.FingerprintOf(req, data)
+				r.Of(req, data)
 			}
 		})
 	}

@@ -1,13 +1,10 @@
-package policy
+package fingerprint
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/idemgate/idemgate/internal/jsonpointer"
 )
 
 // Record tags that only a fingerprint with exclusions
@@ -20,54 +17,6 @@ const (
 	tagExclude      = 'X' // one excluded JSON pointer, as configured; sorted, before the body
 	tagBodyExcluded = 'E' // RFC 8785 canonical JSON with the excluded members removed
 )
-
-// ErrPointerInvalid is wrapped by ParsePointer for a string that is not an
-// RFC 6901 JSON pointer usable by idemgate.
-var ErrPointerInvalid = errors.New("invalid JSON pointer")
-
-// ParsePointer splits an RFC 6901 JSON pointer into its reference tokens,
-// unescaped (~1 is "/", ~0 is "~"). It refuses the empty pointer (the
-// whole document, which excluding or reading as a key makes no sense), a
-// pointer that does not start with "/", a "~" not followed by 0 or 1, and
-// invalid UTF-8 (a JSON member name is always valid UTF-8, so such a
-// pointer could never match).
-func ParsePointer(p string) ([]string, error) {
-	switch {
-	case p == "":
-		return nil, fmt.Errorf("%w: the empty pointer names the whole body", ErrPointerInvalid)
-	case p[0] != '/':
-		return nil, fmt.Errorf("%w: %q must start with \"/\", e.g. /client_ts", ErrPointerInvalid, p)
-	case !utf8.ValidString(p):
-		return nil, fmt.Errorf("%w: %q is not valid UTF-8", ErrPointerInvalid, p)
-	}
-	tokens := strings.Split(p[1:], "/")
-	for i, tok := range tokens {
-		for j := 0; j < len(tok); j++ {
-			if tok[j] == '~' && (j+1 == len(tok) || (tok[j+1] != '0' && tok[j+1] != '1')) {
-				return nil, fmt.Errorf("%w: %q: \"~\" must be followed by 0 or 1 (RFC 6901: ~0 is \"~\", ~1 is \"/\")", ErrPointerInvalid, p)
-			}
-		}
-		// Order matters (RFC 6901 section 4): ~01 is "~1", not "/".
-		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-	}
-	return tokens, nil
-}
-
-// arrayIndex returns the index an RFC 6901 reference token names in an
-// array: "0" or digits without a leading zero; "-" and anything else name
-// no element.
-func arrayIndex(tok string) (int, bool) {
-	if tok == "" || len(tok) > 9 || (len(tok) > 1 && tok[0] == '0') {
-		return 0, false
-	}
-	for i := 0; i < len(tok); i++ {
-		if tok[i] < '0' || tok[i] > '9' {
-			return 0, false
-		}
-	}
-	n, err := strconv.Atoi(tok)
-	return n, err == nil
-}
 
 // excludeMembers returns the canonical JSON text canon (the output of
 // canonicalJSON) without the object members that the pointers name. A
@@ -100,7 +49,7 @@ func copyValue(b []byte, i int, ptrs [][]string, out []byte) (int, []byte) {
 			}
 			var sub [][]string
 			for _, p := range ptrs {
-				if k, ok := arrayIndex(p[0]); ok && k == n && len(p) > 1 {
+				if k, ok := jsonpointer.Index(p[0]); ok && k == n && len(p) > 1 {
 					sub = append(sub, p[1:])
 				}
 			}
@@ -178,13 +127,13 @@ func skipValue(b []byte, i int) int {
 	return i
 }
 
-// normalizeExclude validates fingerprint.exclude and returns it sorted and
+// NormalizeExclude validates fingerprint.exclude and returns it sorted and
 // without duplicates, as the recipe records it.
-func normalizeExclude(ptrs []string) ([]string, []error) {
+func NormalizeExclude(ptrs []string) ([]string, []error) {
 	var errs []error
 	var out []string
 	for _, p := range ptrs {
-		if _, err := ParsePointer(p); err != nil {
+		if _, err := jsonpointer.Parse(p); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -198,7 +147,7 @@ func normalizeExclude(ptrs []string) ([]string, []error) {
 func parsePointers(ptrs []string) [][]string {
 	out := make([][]string, 0, len(ptrs))
 	for _, p := range ptrs {
-		if toks, err := ParsePointer(p); err == nil {
+		if toks, err := jsonpointer.Parse(p); err == nil {
 			out = append(out, toks)
 		}
 	}

@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"encoding/binary"
@@ -98,8 +98,8 @@ func TestProtobufFingerprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest("POST", "http://x/orders.v1.Orders/Create", nil)
-	pb := FingerprintSpec{Body: BodyProtobuf, Proto: schema}
-	raw := FingerprintSpec{Body: BodyRaw}
+	pb := Spec{Body: BodyProtobuf, Proto: schema}
+	raw := Spec{Body: BodyRaw}
 	ab := createRequest([][2]any{{"apple", 1}, {"pear", 2}}, "r1", "n")
 	ba := createRequest([][2]any{{"pear", 2}, {"apple", 1}}, "r1", "n")
 	if raw.Of(req, ab) == raw.Of(req, ba) {
@@ -114,7 +114,7 @@ func TestProtobufFingerprint(t *testing.T) {
 	if pb.Of(req, ab) == pb.Of(req, createRequest([][2]any{{"apple", 1}, {"pear", 2}}, "r2", "n")) {
 		t.Error("another request_id without exclusion: same fingerprint")
 	}
-	ex := FingerprintSpec{Body: BodyProtobuf, Proto: schema, Exclude: []string{"/meta/request_id"}}
+	ex := Spec{Body: BodyProtobuf, Proto: schema, Exclude: []string{"/meta/request_id"}}
 	if ex.Of(req, ab) != ex.Of(req, createRequest([][2]any{{"pear", 2}, {"apple", 1}}, "r2", "n")) {
 		t.Error("excluded request_id still counts")
 	}
@@ -127,13 +127,13 @@ func TestProtobufFingerprint(t *testing.T) {
 	garbage := []byte{0, 0, 0, 0, 2, 0xff, 0xff}
 	compressed := append([]byte{1}, ab[1:]...)
 	for _, body := range [][]byte{garbage, compressed, nil} {
-		in := FingerprintInput{Method: "POST", Path: "/orders.v1.Orders/Create", BodyMode: BodyProtobuf, Body: body, Proto: schema}
-		if !strings.Contains(string(FingerprintEncoding(in)), "F") {
+		in := Input{Method: "POST", Path: "/orders.v1.Orders/Create", BodyMode: BodyProtobuf, Body: body, Proto: schema}
+		if !strings.Contains(string(Encoding(in)), "F") {
 			t.Errorf("body %x: not entered as its bytes", body)
 		}
 	}
 	other, _ := http.NewRequest("POST", "http://x/orders.v1.Orders/Delete", nil)
-	if pb.Of(other, ab) != (FingerprintSpec{Body: BodyProtobuf}).Of(other, ab) {
+	if pb.Of(other, ab) != (Spec{Body: BodyProtobuf}).Of(other, ab) {
 		t.Error("a method the descriptors do not have: not entered as bytes")
 	}
 	if r := pb.Recipe(); !strings.Contains(r, "b=protobuf") || !strings.Contains(r, "d="+schema.Digest) {

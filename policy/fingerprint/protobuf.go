@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"crypto/sha256"
@@ -156,7 +156,7 @@ func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([
 // carries what the descriptors cannot hold exactly (a field they lack, a
 // value out of its kind's range, a singular field sent twice) is accepted
 // and fingerprinted by its bytes: the server may well read it.
-func (s FingerprintSpec) CheckBody(req *http.Request, body []byte) error {
+func (s Spec) CheckBody(req *http.Request, body []byte) error {
 	if s.Body != BodyProtobuf || s.Proto == nil {
 		return nil
 	}
@@ -191,7 +191,7 @@ func clearField(m protoreflect.Message, path []string) {
 
 // protoBody returns the body record of a protobuf-mode input: the tag and
 // bytes encodeFingerprint writes after the exclusion records.
-func protoBody(in FingerprintInput) (byte, []byte) {
+func protoBody(in Input) (byte, []byte) {
 	if in.Proto == nil {
 		return tagBodyFallback, in.Body
 	}
@@ -208,15 +208,4 @@ func sortedExclude(ptrs []string) []string {
 		return ptrs
 	}
 	return slices.Compact(slices.Sorted(slices.Values(ptrs)))
-}
-
-// checkProtobuf reports a protobuf body mode without descriptors, and
-// descriptors without it.
-func checkProtobuf(r *Route, bad func(key, format string, args ...any)) {
-	switch {
-	case r.Fingerprint.Body == BodyProtobuf && r.Fingerprint.Proto == nil:
-		bad("fingerprint.descriptors", "body: protobuf decodes request messages with the service's descriptors: set descriptors to a FileDescriptorSet file (protoc --include_imports --descriptor_set_out, buf build -o)")
-	case r.Fingerprint.Body != BodyProtobuf && r.Fingerprint.Proto != nil:
-		bad("fingerprint.descriptors", "is only read with fingerprint.body: protobuf (it is %q)", r.Fingerprint.Body)
-	}
 }

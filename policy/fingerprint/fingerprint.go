@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ import (
 	"github.com/gowebpki/jcs"
 )
 
-// FingerprintPrefix starts every fingerprint of the hs1 format. The format
+// Prefix starts every fingerprint of the hs1 format. The format
 // (docs/protocol.md, "Request fingerprint (hs1)") is frozen: a change to it
 // is a new prefix (hs2:), never an edit, because stored records compare
 // fingerprints across versions of idemgate.
-const FingerprintPrefix = "hs1:"
+const Prefix = "hs1:"
 
 // Record tags of the hs1 encoding; each record is tag (1 byte) + length
 // (8 bytes, big-endian) + that many bytes.
@@ -38,8 +38,8 @@ const (
 	tagBodyIgnored  = 'I' // body: ignore, zero length
 )
 
-// FingerprintHeader is one configured header of a FingerprintInput.
-type FingerprintHeader struct {
+// Header is one configured header of a Input.
+type Header struct {
 	// Name is the field name; its ASCII letters are lowercased in the
 	// encoding.
 	Name string
@@ -48,9 +48,9 @@ type FingerprintHeader struct {
 	Values []string
 }
 
-// FingerprintInput is everything that enters an hs1 fingerprint, explicitly,
+// Input is everything that enters an hs1 fingerprint, explicitly,
 // so that vectors and fuzzing need no *http.Request.
-type FingerprintInput struct {
+type Input struct {
 	// Method is the request method as sent (case-sensitive).
 	Method string
 	// Path is the escaped path as sent (url.URL.EscapedPath).
@@ -63,8 +63,8 @@ type FingerprintInput struct {
 	Query string
 	// Headers are the configured headers; Fingerprint lowercases the names'
 	// ASCII letters and orders them by name bytewise (stable), as
-	// FingerprintSpec does.
-	Headers []FingerprintHeader
+	// Spec does.
+	Headers []Header
 	// BodyMode says how Body enters: raw, json or ignore; any other value
 	// counts as raw.
 	BodyMode BodyMode
@@ -84,35 +84,29 @@ type FingerprintInput struct {
 }
 
 // Fingerprint returns the hs1 fingerprint of in: "hs1:" + 64 lowercase hex
-// digits of SHA-256 over FingerprintEncoding(in).
-func Fingerprint(in FingerprintInput) string {
+// digits of SHA-256 over Encoding(in).
+func Of(in Input) string {
 	h := sha256.New()
 	encodeFingerprint(h, in)
 	return finish(h)
 }
 
-// FingerprintEncoding returns the exact bytes that Fingerprint hashes; the
+// Encoding returns the exact bytes that Fingerprint hashes; the
 // layout is in docs/protocol.md. Distinct inputs (after lowercasing and
 // ordering header names, and canonicalizing a JSON body) never share an
 // encoding.
-func FingerprintEncoding(in FingerprintInput) []byte {
+func Encoding(in Input) []byte {
 	var b bytes.Buffer
 	encodeFingerprint(&b, in)
 	return b.Bytes()
-}
-
-// FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
-// per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
-func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
-	return r.Fingerprint.Of(req, body)
 }
 
 // Of returns the hs1 fingerprint of req with the given body bytes under s;
 // the byte layout is frozen in docs/protocol.md. The proxy calls it with a
 // record's recorded recipe (ParseRecipe) to compare a retry the way its
 // first request was fingerprinted.
-func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
-	in := FingerprintInput{
+func (s Spec) Of(req *http.Request, body []byte) string {
+	in := Input{
 		Method:       req.Method,
 		IncludeQuery: s.Query,
 		BodyMode:     s.Body,
@@ -125,9 +119,9 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 		in.Query = req.URL.RawQuery
 	}
 	if len(s.Headers) > 0 {
-		in.Headers = make([]FingerprintHeader, len(s.Headers))
+		in.Headers = make([]Header, len(s.Headers))
 		for i, name := range s.Headers {
-			in.Headers[i] = FingerprintHeader{Name: name, Values: req.Header.Values(name)}
+			in.Headers[i] = Header{Name: name, Values: req.Header.Values(name)}
 			if s.NormalizeMediaTypes && name == "content-type" {
 				// The input changes, not the hs1 encoding: the recipe
 				// (m=normalize) says which input a record was taken from.
@@ -144,15 +138,15 @@ func (s FingerprintSpec) Of(req *http.Request, body []byte) string {
 			}
 		}
 	}
-	return Fingerprint(in)
+	return Of(in)
 }
 
 func finish(h hash.Hash) string {
 	var sum [sha256.Size]byte
 	// One allocation, the string: prefix and digits built in place.
-	var out [len(FingerprintPrefix) + 2*sha256.Size]byte
-	copy(out[:], FingerprintPrefix)
-	hex.Encode(out[len(FingerprintPrefix):], h.Sum(sum[:0]))
+	var out [len(Prefix) + 2*sha256.Size]byte
+	copy(out[:], Prefix)
+	hex.Encode(out[len(Prefix):], h.Sum(sum[:0]))
 	return string(out[:])
 }
 
@@ -203,7 +197,7 @@ func (e *fpEncoder) flush() {
 	}
 }
 
-func encodeFingerprint(w io.Writer, in FingerprintInput) {
+func encodeFingerprint(w io.Writer, in Input) {
 	e := &fpEncoder{w: w, buf: make([]byte, 0, 256)}
 	defer e.flush()
 	put, putString := e.put, e.putString
@@ -222,7 +216,7 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 		for i := range headers {
 			headers[i].Name = asciiLower(headers[i].Name)
 		}
-		slices.SortStableFunc(headers, func(a, b FingerprintHeader) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortStableFunc(headers, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 	}
 	for _, h := range headers {
 		putString(tagHeaderName, h.Name)
@@ -259,7 +253,7 @@ func encodeFingerprint(w io.Writer, in FingerprintInput) {
 // with the body bytes when the body is not canonicalizable. The X records
 // keep every such encoding apart from any encoding without exclusions, and
 // from one with other exclusions.
-func encodeExcluded(put func(byte, []byte), in FingerprintInput) {
+func encodeExcluded(put func(byte, []byte), in Input) {
 	ptrs := in.Exclude
 	if !slices.IsSorted(ptrs) || len(slices.Compact(slices.Clone(ptrs))) != len(ptrs) {
 		ptrs = slices.Compact(slices.Sorted(slices.Values(ptrs)))
@@ -288,7 +282,7 @@ func asciiLower(s string) string {
 	return string(b)
 }
 
-func sortedLower(hs []FingerprintHeader) bool {
+func sortedLower(hs []Header) bool {
 	for i, h := range hs {
 		for j := 0; j < len(h.Name); j++ {
 			if 'A' <= h.Name[j] && h.Name[j] <= 'Z' {

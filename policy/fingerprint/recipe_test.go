@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestRecipeRoundTrip(t *testing.T) {
-	for _, spec := range []FingerprintSpec{
+	for _, spec := range []Spec{
 		{Body: BodyRaw, Query: true, Headers: []string{"content-type"}},
 		{Body: BodyJSON},
 		{Body: BodyIgnore, Headers: []string{"a", "content-type", "x-client"}},
@@ -30,12 +30,9 @@ func TestRecipeRoundTrip(t *testing.T) {
 			t.Fatalf("round trip of %q = %+v, want %+v", spec.Recipe(), got, spec)
 		}
 	}
-	if got := DefaultRoute().Fingerprint.Recipe(); got != "b=raw&h=content-type&q=1&v=hs1" {
-		t.Fatalf("default recipe = %q; docs/protocol.md gives b=raw&h=content-type&q=1&v=hs1", got)
-	}
 	// Equal settings, equal recipe: header order and case do not matter.
-	a := FingerprintSpec{Body: BodyRaw, Headers: []string{"X-B", "x-a"}}.Recipe()
-	b := FingerprintSpec{Body: BodyRaw, Headers: []string{"x-a", "x-b"}}.Recipe()
+	a := Spec{Body: BodyRaw, Headers: []string{"X-B", "x-a"}}.Recipe()
+	b := Spec{Body: BodyRaw, Headers: []string{"x-a", "x-b"}}.Recipe()
 	if a != b {
 		t.Fatalf("recipes of equal settings differ: %q, %q", a, b)
 	}
@@ -57,8 +54,8 @@ func TestParseRecipeRefusesWhatItCannotFollow(t *testing.T) {
 // request fingerprinted under a recorded recipe gives the fingerprint the
 // first request got under those settings, whatever the route says now.
 func TestFingerprintUnderRecordedRecipe(t *testing.T) {
-	old := FingerprintSpec{Body: BodyRaw, Query: true, Headers: []string{"content-type"}}
-	now := FingerprintSpec{Body: BodyJSON, Headers: []string{"content-type", "x-extra"}}
+	old := Spec{Body: BodyRaw, Query: true, Headers: []string{"content-type"}}
+	now := Spec{Body: BodyJSON, Headers: []string{"content-type", "x-extra"}}
 	req := func() *http.Request {
 		r := httptest.NewRequest("POST", "/v1/orders?a=1", strings.NewReader(""))
 		r.Header.Set("Content-Type", "application/json")
@@ -89,7 +86,7 @@ func TestMediaTypes(t *testing.T) {
 		r.Header.Set("Content-Type", ct)
 		return r
 	}
-	exact := FingerprintSpec{Body: BodyRaw, Query: true, Headers: []string{"content-type"}}
+	exact := Spec{Body: BodyRaw, Query: true, Headers: []string{"content-type"}}
 	norm := exact
 	norm.NormalizeMediaTypes = true
 	same := []string{"application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8", "application/json ; charset=\"utf-8\""}

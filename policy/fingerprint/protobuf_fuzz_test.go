@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"bytes"
@@ -43,16 +43,16 @@ func FuzzProtobufCanonical(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	pb := FingerprintSpec{Body: BodyProtobuf, Proto: schema}
+	pb := Spec{Body: BodyProtobuf, Proto: schema}
 	f.Fuzz(func(t *testing.T, body []byte, k1, k2 string, v1, v2 int32, seed uint64) {
 		c, err := schema.canonical(path, body, nil)
 		checkErr := pb.CheckBody(req, body)
 		if (err == nil || errors.Is(err, errLossy)) != (checkErr == nil) {
 			t.Fatalf("canonical error %v but CheckBody error %v", err, checkErr)
 		}
-		in := FingerprintInput{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: body, Proto: schema}
+		in := Input{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: body, Proto: schema}
 		if err != nil {
-			if !bytes.Equal(FingerprintEncoding(in), FingerprintEncoding(FingerprintInput{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: body})) {
+			if !bytes.Equal(Encoding(in), Encoding(Input{Method: "POST", Path: path, BodyMode: BodyProtobuf, Body: body})) {
 				t.Fatal("a body that does not decode is not fingerprinted as its bytes")
 			}
 		} else {

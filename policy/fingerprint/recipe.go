@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"errors"
@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/idemgate/idemgate/internal/httptoken"
+	"github.com/idemgate/idemgate/internal/jsonpointer"
 )
 
 // recipeScheme is the "v" of every recipe this build writes: the
@@ -42,7 +45,7 @@ var ErrRecipeUnknown = errors.New("fingerprint recipe unknown to this build")
 // x nor m, so its recipe is the one earlier builds wrote and read. Equal
 // specs give equal strings; ParseRecipe reverses it. See docs/protocol.md,
 // "Fingerprint recipes".
-func (s FingerprintSpec) Recipe() string {
+func (s Spec) Recipe() string {
 	v := url.Values{"v": {recipeScheme}, "b": {string(s.Body)}, "q": {"0"}}
 	if s.Query {
 		v["q"] = []string{"1"}
@@ -70,56 +73,56 @@ func (s FingerprintSpec) Recipe() string {
 	return v.Encode()
 }
 
-// ParseRecipe parses a recipe written by FingerprintSpec.Recipe. It returns
+// ParseRecipe parses a recipe written by Spec.Recipe. It returns
 // an error wrapping ErrRecipeUnknown for another fingerprint format, an
 // unknown key or value, or a malformed string.
-func ParseRecipe(recipe string) (FingerprintSpec, error) {
+func ParseRecipe(recipe string) (Spec, error) {
 	v, err := url.ParseQuery(recipe)
 	if err != nil {
-		return FingerprintSpec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
+		return Spec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
 	}
 	one := func(k string) (string, bool) {
 		vals := v[k]
 		return strings.Join(vals, ""), len(vals) == 1
 	}
-	var s FingerprintSpec
+	var s Spec
 	if scheme, ok := one("v"); !ok || scheme != recipeScheme {
-		return FingerprintSpec{}, fmt.Errorf("%w: %q: fingerprint format %q", ErrRecipeUnknown, recipe, v["v"])
+		return Spec{}, fmt.Errorf("%w: %q: fingerprint format %q", ErrRecipeUnknown, recipe, v["v"])
 	}
 	switch q, _ := one("q"); q {
 	case "1":
 		s.Query = true
 	case "0":
 	default:
-		return FingerprintSpec{}, fmt.Errorf("%w: %q: query %q", ErrRecipeUnknown, recipe, v["q"])
+		return Spec{}, fmt.Errorf("%w: %q: query %q", ErrRecipeUnknown, recipe, v["q"])
 	}
 	b, _ := one("b")
 	s.Body = BodyMode(b)
 	switch s.Body {
 	case BodyRaw, BodyJSON, BodyIgnore:
 	default:
-		return FingerprintSpec{}, fmt.Errorf("%w: %q: body mode %q", ErrRecipeUnknown, recipe, v["b"])
+		return Spec{}, fmt.Errorf("%w: %q: body mode %q", ErrRecipeUnknown, recipe, v["b"])
 	}
 	for _, h := range v["h"] {
-		if !validToken(h) || h != strings.ToLower(h) {
-			return FingerprintSpec{}, fmt.Errorf("%w: %q: header %q", ErrRecipeUnknown, recipe, h)
+		if !httptoken.Valid(h) || h != strings.ToLower(h) {
+			return Spec{}, fmt.Errorf("%w: %q: header %q", ErrRecipeUnknown, recipe, h)
 		}
 	}
 	s.Headers = slices.Clone(v["h"])
 	if xs := v["x"]; len(xs) > 0 {
 		if s.Body != BodyJSON {
-			return FingerprintSpec{}, fmt.Errorf("%w: %q: exclusions with body mode %q", ErrRecipeUnknown, recipe, s.Body)
+			return Spec{}, fmt.Errorf("%w: %q: exclusions with body mode %q", ErrRecipeUnknown, recipe, s.Body)
 		}
 		for _, x := range xs {
-			if _, err := ParsePointer(x); err != nil {
-				return FingerprintSpec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
+			if _, err := jsonpointer.Parse(x); err != nil {
+				return Spec{}, fmt.Errorf("%w: %q: %w", ErrRecipeUnknown, recipe, err)
 			}
 		}
 		s.Exclude = slices.Compact(slices.Sorted(slices.Values(xs)))
 	}
 	if _, ok := v["m"]; ok {
 		if m, one := one("m"); !one || m != MediaTypesNormalize {
-			return FingerprintSpec{}, fmt.Errorf("%w: %q: media types %q", ErrRecipeUnknown, recipe, v["m"])
+			return Spec{}, fmt.Errorf("%w: %q: media types %q", ErrRecipeUnknown, recipe, v["m"])
 		}
 		s.NormalizeMediaTypes = true
 	}
@@ -127,7 +130,7 @@ func ParseRecipe(recipe string) (FingerprintSpec, error) {
 		switch k {
 		case "v", "q", "b", "h", "x", "m":
 		default:
-			return FingerprintSpec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
+			return Spec{}, fmt.Errorf("%w: %q: setting %q", ErrRecipeUnknown, recipe, k)
 		}
 	}
 	return s, nil

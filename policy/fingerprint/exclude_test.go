@@ -1,4 +1,4 @@
-package policy
+package fingerprint
 
 import (
 	"bytes"
@@ -12,27 +12,6 @@ import (
 
 	"github.com/gowebpki/jcs"
 )
-
-func TestParsePointer(t *testing.T) {
-	for p, want := range map[string][]string{
-		"/client_ts":       {"client_ts"},
-		"/meta/request_id": {"meta", "request_id"},
-		"/a~1b/m~0n":       {"a/b", "m~n"},
-		"/~01":             {"~1"},
-		"/":                {""},
-		"/items/0":         {"items", "0"},
-	} {
-		got, err := ParsePointer(p)
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("ParsePointer(%q) = %q, %v; want %q", p, got, err, want)
-		}
-	}
-	for _, p := range []string{"", "client_ts", "/a~", "/a~2", "/\xff", "#/a"} {
-		if _, err := ParsePointer(p); !errors.Is(err, ErrPointerInvalid) {
-			t.Errorf("ParsePointer(%q) = %v, want ErrPointerInvalid", p, err)
-		}
-	}
-}
 
 func TestExcludeMembers(t *testing.T) {
 	for _, c := range []struct {
@@ -71,24 +50,24 @@ func TestExcludeMembers(t *testing.T) {
 // and a different exclusion list another one again, so no recipe can be
 // answered with a record of another.
 func TestFingerprintExcludeSeparatesFromHS1(t *testing.T) {
-	in := FingerprintInput{Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON, Body: []byte(`{"amount":5}`)}
-	plain := Fingerprint(in)
+	in := Input{Method: "POST", Path: "/v1/orders", BodyMode: BodyJSON, Body: []byte(`{"amount":5}`)}
+	plain := Of(in)
 	in.Exclude = []string{"/client_ts"}
-	one := Fingerprint(in)
+	one := Of(in)
 	in.Exclude = []string{"/client_ts", "/meta/request_id"}
-	two := Fingerprint(in)
+	two := Of(in)
 	in.Exclude = []string{"/meta/request_id", "/client_ts", "/client_ts"}
 	if plain == one || one == two || plain == two {
 		t.Fatalf("fingerprints not distinct: %s %s %s", plain, one, two)
 	}
-	if Fingerprint(in) != two {
+	if Of(in) != two {
 		t.Fatal("pointer order or duplicates changed the fingerprint")
 	}
 	// Exclusions only apply to json mode.
-	raw := FingerprintInput{Method: "POST", Path: "/x", BodyMode: BodyRaw, Body: []byte("{}")}
+	raw := Input{Method: "POST", Path: "/x", BodyMode: BodyRaw, Body: []byte("{}")}
 	rawX := raw
 	rawX.Exclude = []string{"/a"}
-	if Fingerprint(raw) != Fingerprint(rawX) {
+	if Of(raw) != Of(rawX) {
 		t.Fatal("exclusions changed a raw-mode fingerprint")
 	}
 }
@@ -96,7 +75,7 @@ func TestFingerprintExcludeSeparatesFromHS1(t *testing.T) {
 // TestRouteFingerprintExclude: a retry whose excluded field changed has the
 // first request's fingerprint; a change anywhere else does not.
 func TestRouteFingerprintExclude(t *testing.T) {
-	spec := FingerprintSpec{Body: BodyJSON, Headers: []string{"content-type"}, Exclude: []string{"/client_ts", "/meta/request_id"}}
+	spec := Spec{Body: BodyJSON, Headers: []string{"content-type"}, Exclude: []string{"/client_ts", "/meta/request_id"}}
 	fp := func(body string) string {
 		r := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
@@ -118,7 +97,7 @@ func TestRouteFingerprintExclude(t *testing.T) {
 }
 
 func TestRecipeWithExclusions(t *testing.T) {
-	spec := FingerprintSpec{Body: BodyJSON, Query: true, Headers: []string{"content-type"}, Exclude: []string{"/meta/request_id", "/client_ts", "/a~1b"}}
+	spec := Spec{Body: BodyJSON, Query: true, Headers: []string{"content-type"}, Exclude: []string{"/meta/request_id", "/client_ts", "/a~1b"}}
 	rec := spec.Recipe()
 	if want := "b=json&h=content-type&q=1&v=hs1&x=%2Fa~1b&x=%2Fclient_ts&x=%2Fmeta%2Frequest_id"; rec != want {
 		t.Fatalf("Recipe = %q, want %q (docs/protocol.md)", rec, want)
@@ -140,32 +119,6 @@ func TestRecipeWithExclusions(t *testing.T) {
 	}
 }
 
-func TestNewValidatesExclude(t *testing.T) {
-	d := DefaultRoute()
-	d.Fingerprint.Exclude = []string{"/ok"}
-	_, err := New(d, nil)
-	if err == nil || !strings.Contains(err.Error(), "defaults.fingerprint.exclude") || !strings.Contains(err.Error(), "fingerprint.body: json") {
-		t.Fatalf("exclude with body raw: %v", err)
-	}
-	d.Fingerprint.Body = BodyJSON
-	d.Fingerprint.Exclude = []string{"client_ts", "/b", "/a", "/b"}
-	_, err = New(d, nil)
-	if err == nil || !strings.Contains(err.Error(), `defaults.fingerprint.exclude: invalid JSON pointer: "client_ts"`) {
-		t.Fatalf("bad pointer: %v", err)
-	}
-	d.Fingerprint.Exclude = []string{"/b", "/a", "/b"}
-	p, err := New(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := p.Defaults().Fingerprint.Exclude; !reflect.DeepEqual(got, []string{"/a", "/b"}) {
-		t.Fatalf("Exclude = %q, want sorted and deduplicated", got)
-	}
-	if got := p.Defaults().Recipe(); !strings.Contains(got, "x=%2Fa&x=%2Fb") {
-		t.Fatalf("recipe %q lacks the exclusions", got)
-	}
-}
-
 // FuzzFingerprintExclude checks the exclusion path: the encoding decodes
 // back to its canonical input (so it is injective), never equals the
 // encoding of the same request without exclusions, the E body is canonical
@@ -178,18 +131,18 @@ func FuzzFingerprintExclude(f *testing.F) {
 	f.Add([]byte(`[{"a":1},{"a":2}]`), "/1/a\n/0", "{}")
 	f.Fuzz(func(t *testing.T, body []byte, ptrs string, repl string) {
 		exclude := strings.Split(ptrs, "\n")
-		in := FingerprintInput{Method: "POST", Path: "/v1/x", BodyMode: BodyJSON, Body: body, Exclude: exclude}
-		enc := FingerprintEncoding(in)
+		in := Input{Method: "POST", Path: "/v1/x", BodyMode: BodyJSON, Body: body, Exclude: exclude}
+		enc := Encoding(in)
 		canon, tag := canonicalInput(in)
 		if d := decodeEncoding(t, enc); !equalInputs(d, canon) {
 			t.Fatalf("decode(encode(x)) != canonical(x):\n%+v\n%+v", d, canon)
 		}
 		plain := in
 		plain.Exclude = nil
-		if bytes.Equal(enc, FingerprintEncoding(plain)) {
+		if bytes.Equal(enc, Encoding(plain)) {
 			t.Fatal("an encoding with exclusions equals the one without")
 		}
-		if Fingerprint(in) != "hs1:"+hex.EncodeToString(sha256Of(enc)) {
+		if Of(in) != "hs1:"+hex.EncodeToString(sha256Of(enc)) {
 			t.Fatal("Fingerprint is not hs1: + SHA-256 of the encoding")
 		}
 		if tag != "E" {
@@ -223,7 +176,7 @@ func FuzzFingerprintExclude(f *testing.F) {
 			}
 			in2 := in
 			in2.Body = mod
-			if _, ok := canonicalJSON(mod); ok && Fingerprint(in2) != Fingerprint(in) {
+			if _, ok := canonicalJSON(mod); ok && Of(in2) != Of(in) {
 				t.Fatalf("changing excluded %q changed the fingerprint: %s vs %s", p[0], body, mod)
 			}
 		}
