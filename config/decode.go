@@ -214,7 +214,7 @@ type rawSettings struct {
 	Key              *rawKey         `mapstructure:"key"`
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
-	Owner            *[]string       `mapstructure:"owner"` // one source, or a list (policy.ParseOwnerSources)
+	Owner            *[]string       `mapstructure:"owner"` // one source, or a list (identity.ParseOwnerSources)
 	JWT              *rawJWT         `mapstructure:"jwt"`
 	AllowGlobalKeys  *bool           `mapstructure:"allow_global_keys"`
 	Fingerprint      *rawFingerprint `mapstructure:"fingerprint"`
@@ -233,7 +233,7 @@ type rawSettings struct {
 	TombstoneMethods *[]string       `mapstructure:"tombstone_methods"`
 }
 
-// rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
+// rawJWT is a `jwt:` section (owner: jwt); see identity.JWTSettings.
 type rawJWT struct {
 	JWKSFile  *string   `mapstructure:"jwks_file"`
 	JWKSURL   *string   `mapstructure:"jwks_url"`
@@ -242,7 +242,7 @@ type rawJWT struct {
 	Claims    *[]string `mapstructure:"claims"`
 }
 
-// rawKey is a `key:` section; see policy.KeySource. With from: header,
+// rawKey is a `key:` section; see identity.KeySource. With from: header,
 // name is the key field, like `header:`.
 type rawKey struct {
 	From    *string `mapstructure:"from"`

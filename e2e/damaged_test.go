@@ -7,7 +7,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -39,7 +39,7 @@ func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
 		}
 		// Cut the last 5 bytes of the record (the p fields joined): the
 		// tail of the (uncompressed, short) body, as a lost write would.
-		rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "default", Key: key})
+		rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: key})
 		pn, err := c.Do(t.Context(), c.B().Hget().Key(rk).Field("pn").Build()).ToString()
 		if err != nil {
 			t.Fatalf("%s: the record has no pn field: %v", path, err)

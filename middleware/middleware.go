@@ -68,6 +68,7 @@ import (
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -152,7 +153,7 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 		// in tests), which stays registered after the first one's ctx ends.
 		return nil, fmt.Errorf("middleware: %w (one Registerer takes the metrics of one middleware only, and keeps them after its ctx ends: give each middleware.New a Registerer of its own, e.g. prometheus.NewRegistry() in tests, or prometheus.WrapRegistererWith(prometheus.Labels{\"idemgate_handler\": \"<name>\"}, reg) to serve several from one registry)", err)
 	}
-	keys, err := policy.NewKeyRing(policy.JWKSOptions{
+	keys, err := identity.NewKeyRing(identity.JWKSOptions{
 		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		Now:    time.Now,
 		Logger: log,

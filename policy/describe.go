@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // Describe writes the effective policy of every route, in Routes order
@@ -66,9 +67,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
 	kv("required", strconv.FormatBool(r.Required))
 	switch r.Owner.Kind {
-	case OwnerAuthorization:
+	case identity.OwnerAuthorization:
 		kv("owner", strconv.Quote(r.Owner.String())+" # "+AuthorizationOwnerTradeoff)
-	case OwnerList:
+	case identity.OwnerList:
 		quoted := make([]string, len(r.Owner.Parts))
 		for i, p := range r.Owner.Parts {
 			quoted[i] = strconv.Quote(p.String())
@@ -83,7 +84,7 @@ func (r *Route) describe(w *bufio.Writer) {
 			src = "jwks_url: " + strconv.Quote(j.JWKSURL)
 		}
 		fmt.Fprintf(w, "  jwt: {%s, issuers: [%s], audiences: [%s], claims: [%s]} # exp/nbf checked with %v leeway\n",
-			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
+			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), identity.JWTLeeway)
 	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
 	exclude := ""

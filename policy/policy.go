@@ -1,14 +1,13 @@
-// Package policy decides, per request, whether and how idempotency is enforced.
 package policy
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -57,32 +56,6 @@ const (
 	AbandonedReject OnAbandoned = "reject"
 )
 
-// OwnerKind names where a request's owner comes from.
-type OwnerKind string
-
-// Owner sources.
-const (
-	OwnerHeader        OwnerKind = "header"        // header:NAME, a trusted header the auth layer sets
-	OwnerAuthorization OwnerKind = "authorization" // SHA-256 of the Authorization header
-	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate's names (CertOwner)
-	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
-	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
-	// OwnerList is an owner made of several sources (`owner: [authorization,
-	// "header:Stripe-Account"]`): one credential acting for many accounts
-	// is a principal per account (ListOwner).
-	OwnerList OwnerKind = "list"
-)
-
-// OwnerSource is a parsed `owner:` setting.
-type OwnerSource struct {
-	Kind   OwnerKind
-	Header string // canonical header name, for OwnerHeader
-	// Parts are the sources of an OwnerList, in the order written, at
-	// least two, none of them none or a list, each kind at most once per
-	// header name (ParseOwnerSources).
-	Parts []OwnerSource
-}
-
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
 type StatusRange struct{ Min, Max int }
 
@@ -109,11 +82,11 @@ type Route struct {
 	HeaderName string
 	// Key says where the key is read: the Header field (the default) or a
 	// member of a JSON body (`key: {from: body, pointer: /id}`).
-	Key              KeySource
+	Key              identity.KeySource
 	Methods          []string
 	Required         bool
-	Owner            OwnerSource
-	JWT              *JWTSettings // the `jwt:` section; set exactly when Owner.Kind is OwnerJWT
+	Owner            identity.OwnerSource
+	JWT              *identity.JWTSettings // the `jwt:` section; set exactly when Owner.Kind is identity.OwnerJWT
 	AllowGlobalKeys  bool
 	Fingerprint      fingerprint.Spec
 	Lease            time.Duration
@@ -147,9 +120,9 @@ type Route struct {
 	// lives in the policy so that a reload replaces it with the rules.
 	Problems *problem.Format
 
-	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
+	// jwt verifies bearer tokens for identity.OwnerJWT; set by identity.KeyRing.Bind before
 	// the policy is published, nil until then.
-	jwt *JWTVerifier
+	jwt *identity.JWTVerifier
 
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
@@ -201,18 +174,3 @@ func (r *Route) Recipe() string {
 func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
 	return r.Fingerprint.Of(req, body)
 }
-
-// Errors of key and owner extraction; the proxy maps each to a problem type.
-var (
-	// ErrKeyMissing: the idempotency key field is absent.
-	ErrKeyMissing = errors.New("idempotency key missing")
-	// ErrKeyInvalid: the field is present but not a valid key (see ParseKey).
-	ErrKeyInvalid = errors.New("idempotency key invalid")
-	// ErrOwnerMissing: the request carries a key but no owner value.
-	ErrOwnerMissing = errors.New("owner missing")
-	// ErrInvalidCredentials: the owner comes from credentials (owner: jwt)
-	// and they are absent, malformed, unverifiable, expired, or issued by or
-	// for someone else. Unlike ErrOwnerMissing it means 401: the request is
-	// never treated as anonymous.
-	ErrInvalidCredentials = errors.New("invalid credentials")
-)

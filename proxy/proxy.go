@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -92,7 +93,7 @@ type Options struct {
 	// PassHost sends the client's Host to the upstream instead of the
 	// upstream URL's host (upstream.pass_host), and so makes the host part
 	// of the key scope of routes whose pattern names none
-	// (policy.Scoping).
+	// (identity.Scoping).
 	PassHost bool
 	// NoAccessLog turns the per-request line off (log.access: false);
 	// failures are still logged as warnings.
@@ -147,7 +148,7 @@ type Proxy struct {
 	previous     func() []*policy.Policy
 	trusted      []netip.Prefix
 	passHost     bool
-	scoping      policy.Scoping
+	scoping      identity.Scoping
 	access       bool
 	logQuery     bool
 	requestIDs   *requestIDs
@@ -193,7 +194,7 @@ func New(opts Options) (*Proxy, error) {
 		previous:     opts.PreviousPolicies,
 		trusted:      opts.TrustedProxies,
 		passHost:     opts.PassHost,
-		scoping:      policy.Scoping{PassHost: opts.PassHost},
+		scoping:      identity.Scoping{PassHost: opts.PassHost},
 		access:       !opts.NoAccessLog,
 		logQuery:     !opts.NoLogQuery,
 		requestIDs:   newRequestIDs(),

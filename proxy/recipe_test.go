@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -41,7 +42,7 @@ func TestRecordsKeepTheirRecipe(t *testing.T) {
 		return old.Of(req, []byte(body))
 	}
 	id := func(key string) store.Identity {
-		return store.Identity{Owner: policy.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: key}
+		return store.Identity{Owner: identity.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: key}
 	}
 	ctx := context.Background()
 

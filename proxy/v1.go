@@ -8,6 +8,7 @@ import (
 	"github.com/idemgate/idemgate/policy"
 
 	"github.com/idemgate/idemgate/internal/logdigest"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -26,7 +27,7 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 		rec *store.Record
 	)
 	for _, name := range p.v1Names(r, ex) {
-		old, _ = policy.Layout1Identity(ex.id, name)
+		old, _ = identity.Layout1(ex.id, name)
 		ctx, cancel := p.storeCtx(r.Context())
 		var err error
 		rec, err = p.store.Get(ctx, old)
@@ -69,7 +70,7 @@ func (p *Proxy) v1Names(r *http.Request, ex *exchange) []string {
 	}
 	var names []string
 	add := func(name string) {
-		if _, ok := policy.Layout1Identity(ex.id, name); ok && !slices.Contains(names, name) {
+		if _, ok := identity.Layout1(ex.id, name); ok && !slices.Contains(names, name) {
 			names = append(names, name)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -51,7 +52,7 @@ func TestV1RecordsFoundAfterRename(t *testing.T) {
 	// A layout 1 record: scoped by the route's name, no recipe.
 	req, _ := http.NewRequest("POST", "http://x/v1/orders", strings.NewReader(`{}`))
 	req.Header.Set("Content-Type", "application/json")
-	id := store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "orders", Key: "k2"}
+	id := store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "orders", Key: "k2"}
 	ctx := context.Background()
 	if _, err := st.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: baseRoute().Fingerprint.Of(req, []byte(`{}`)), Token: "t", Lease: time.Second, Retention: time.Hour}); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // waitLimit bounds every wait for the watcher; generous for loaded CI
@@ -32,7 +33,7 @@ func baseRoute() policy.Route {
 		Mode:             policy.ModeEnforce,
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST"},
-		Owner:            policy.OwnerSource{Kind: policy.OwnerAuthorization},
+		Owner:            identity.OwnerSource{Kind: identity.OwnerAuthorization},
 		Fingerprint:      fingerprint.Spec{Body: fingerprint.BodyRaw},
 		Lease:            time.Second,
 		Concurrent:       policy.ConcurrentWait,
@@ -605,7 +606,7 @@ func TestReloadRemembersAndWarnsOfScopeChanges(t *testing.T) {
 func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
 	writeFile(t, path, "orders")
-	header, owner := "Idempotency-Key", policy.OwnerSource{Kind: policy.OwnerAuthorization}
+	header, owner := "Idempotency-Key", identity.OwnerSource{Kind: identity.OwnerAuthorization}
 	logs := &syncbuf.Buffer{}
 	r, err := New(Options{
 		Path: path,
@@ -626,7 +627,7 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 	if !strings.Contains(logs.String(), "key source changed") || !strings.Contains(logs.String(), "new_header=X-Idempotency-Key") {
 		t.Fatalf("no warning for the key field change:\n%s", logs)
 	}
-	owner = policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}
+	owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemgate/idemgate/internal/httptoken"
+	"github.com/idemgate/idemgate/internal/httpsyntax"
 	"github.com/idemgate/idemgate/internal/jsonpointer"
 )
 
@@ -104,7 +104,7 @@ func ParseRecipe(recipe string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%w: %q: body mode %q", ErrRecipeUnknown, recipe, v["b"])
 	}
 	for _, h := range v["h"] {
-		if !httptoken.Valid(h) || h != strings.ToLower(h) {
+		if !httpsyntax.IsToken(h) || h != strings.ToLower(h) {
 			return Spec{}, fmt.Errorf("%w: %q: header %q", ErrRecipeUnknown, recipe, h)
 		}
 	}

@@ -7,6 +7,13 @@ import (
 	"strings"
 )
 
+// Routes overlap when one may govern a variant of a request that another
+// matched (Policy.Decide). New finds, per route and enforced method, the
+// overlapping routes that could take a request from it: those of another
+// key scope at least as strict (rivals), indexed by literal path prefix and
+// path shape, so that Decide checks a canonical request against them
+// without building its variants.
+
 // mayVary reports whether a canonical request (isCanonicalPath) matched to
 // route with method could have a case, trailing-slash, extension or
 // trailing-dot variant governed by a rival: a route of another scope at least as strict (and enforcing),

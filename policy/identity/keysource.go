@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 
 	"github.com/idemgate/idemgate/internal/jsonpointer"
@@ -41,49 +40,6 @@ type KeySource struct {
 // FromBody reports whether the key is read from the request body, which
 // must then be read before the key.
 func (k KeySource) FromBody() bool { return k.From == KeyFromBody }
-
-// check validates k at path ("routes[i].key").
-func (k *KeySource) check(path string) []error {
-	var errs []error
-	switch k.From {
-	case "":
-		k.From = KeyFromHeader
-		fallthrough
-	case KeyFromHeader:
-		if k.Pointer != "" {
-			errs = append(errs, fieldErr(path+".pointer", "applies only with key.from: body (from is header; the field is key.name or header)"))
-		}
-	case KeyFromBody:
-		if k.Pointer == "" {
-			errs = append(errs, fieldErr(path+".pointer", "is required with key.from: body, e.g. /id"))
-		} else if _, err := jsonpointer.Parse(k.Pointer); err != nil {
-			errs = append(errs, fieldErr(path+".pointer", "%v", err))
-		}
-	default:
-		errs = append(errs, fieldErr(path+".from", "%q must be header or body", k.From))
-	}
-	return errs
-}
-
-// KeyOf returns the idempotency key of req per the route's key source:
-// ParseKey of the Header field, or, for a body key, the member of the JSON
-// body (the complete body bytes) at the pointer (BodyKey).
-func (r *Route) KeyOf(req *http.Request, body []byte) (string, error) {
-	if r.Key.FromBody() {
-		return BodyKey(body, r.Key.Pointer)
-	}
-	return ParseKey(req.Header.Values(r.Header))
-}
-
-// KeyName says where a route's key is read, for problem details and the
-// published policy: "the Idempotency-Key field" or "the JSON body member
-// /id".
-func (r *Route) KeyName() string {
-	if r.Key.FromBody() {
-		return "the JSON body member " + r.Key.Pointer
-	}
-	return "the " + r.Header + " field"
-}
 
 // BodyKey returns the idempotency key at pointer in the JSON text body. The
 // value must be a string of 1..255 printable ASCII characters (0x20-0x7E),

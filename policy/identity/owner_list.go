@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"encoding/hex"
@@ -92,37 +92,35 @@ func ListOwner(parts []string) (string, error) {
 	return ownerListPrefix + string(b), nil
 }
 
-// listOwner is OwnerOf for an OwnerList: every part must yield its owner,
-// or the request has none (ErrOwnerMissing or ErrInvalidCredentials,
-// naming the part), never an owner made of fewer parts.
-func (r *Route) listOwner(req *http.Request) (string, error) {
-	parts := make([]string, len(r.Owner.Parts))
-	for i, src := range r.Owner.Parts {
-		o, err := r.ownerBy(src, req)
+// listOwner is Of for an OwnerList: every part must yield its owner, or
+// the request has none (ErrOwnerMissing or ErrInvalidCredentials, naming
+// the part), never an owner made of fewer parts.
+func (o OwnerSource) listOwner(req *http.Request, v *JWTVerifier) (string, error) {
+	parts := make([]string, len(o.Parts))
+	for i, src := range o.Parts {
+		owner, err := src.single(req, v)
 		if err != nil {
 			return "", fmt.Errorf("owner part %s: %w", src, err)
 		}
-		parts[i] = o
+		parts[i] = owner
 	}
 	return ListOwner(parts)
 }
 
-// listOwnerFromValue is OwnerFromValue for an OwnerList: raw is a JSON
+// listFromValue is FromValue for an OwnerList: raw is a JSON
 // array with one raw value per part, in the list's order, each what
-// OwnerFromValue takes for that source alone (a string; for a jwt part the
+// FromValue takes for that source alone (a string; for a jwt part the
 // JSON array of its claims' values).
-func (r *Route) listOwnerFromValue(raw string) (string, error) {
+func (o OwnerSource) listFromValue(raw string, claims []string) (string, error) {
 	var values []json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &values); err != nil {
-		return "", fmt.Errorf("owner_value must be a JSON array of one raw value per owner source %s: %w", r.Owner, err)
+		return "", fmt.Errorf("owner_value must be a JSON array of one raw value per owner source %s: %w", o, err)
 	}
-	if len(values) != len(r.Owner.Parts) {
-		return "", fmt.Errorf("owner_value has %d values, the route's owner %s has %d sources", len(values), r.Owner, len(r.Owner.Parts))
+	if len(values) != len(o.Parts) {
+		return "", fmt.Errorf("owner_value has %d values, the route's owner %s has %d sources", len(values), o, len(o.Parts))
 	}
 	parts := make([]string, len(values))
-	for i, src := range r.Owner.Parts {
-		part := *r
-		part.Owner = src
+	for i, src := range o.Parts {
 		v := string(values[i])
 		if src.Kind != OwnerJWT {
 			var s string
@@ -131,11 +129,11 @@ func (r *Route) listOwnerFromValue(raw string) (string, error) {
 			}
 			v = s
 		}
-		o, err := part.OwnerFromValue(v)
+		owner, err := src.FromValue(v, claims)
 		if err != nil {
 			return "", fmt.Errorf("owner_value[%d] (%s): %w", i, src, err)
 		}
-		parts[i] = o
+		parts[i] = owner
 	}
 	return ListOwner(parts)
 }

@@ -1,8 +1,9 @@
-package policy
+package identity
 
 import (
 	"strings"
 
+	"github.com/idemgate/idemgate/internal/httpsyntax"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -17,6 +18,18 @@ import (
 // replayed 201), and the default port made another scope; the e2e tests
 // TestAdminPurgesPerHostRecord, TestTombstonesPerHost and
 // TestDefaultPortIsOneScope pin the three.
+
+// Scoped is what Scoping reads of a route; package policy's *Route is
+// one.
+type Scoped interface {
+	// RecordScope is the route's own key scope (its `scope` setting,
+	// "default" unless set): records are found by owner, scope and key,
+	// never by the route's name or match.
+	RecordScope() string
+	// HostPattern reports whether the route's pattern names a host, which
+	// keeps its records in a scope of their own already.
+	HostPattern() bool
+}
 
 // Scoping is how the key scope of a request's record is derived beyond the
 // route's own `scope`: the settings outside the policy that change it. The
@@ -43,7 +56,7 @@ type Origin struct {
 // Identity returns the identity of the record of a request with owner and
 // key (the stored forms: Route.OwnerOf, Route.KeyOf) that route governs,
 // sent to at: (owner, Scope, key).
-func (s Scoping) Identity(route *Route, owner, key string, at Origin) store.Identity {
+func (s Scoping) Identity(route Scoped, owner, key string, at Origin) store.Identity {
 	return store.Identity{Owner: owner, Scope: s.Scope(route, at), Key: key}
 }
 
@@ -51,7 +64,7 @@ func (s Scoping) Identity(route *Route, owner, key string, at Origin) store.Iden
 // of owner that route indexes (resource_from) a request sent to at
 // tombstones: the index entry Identity's record is filed under, so a
 // DELETE reaches exactly the records its creates wrote.
-func (s Scoping) Resource(route *Route, owner, path string, at Origin) store.Resource {
+func (s Scoping) Resource(route Scoped, owner, path string, at Origin) store.Resource {
 	return store.Resource{Owner: owner, Scope: s.Scope(route, at), Path: path}
 }
 
@@ -59,29 +72,29 @@ func (s Scoping) Resource(route *Route, owner, path string, at Origin) store.Res
 // governs, sent to at: the route's scope (Route.Scope), and with PassHost
 // also "@" and the request's host in its canonical form (OriginHost) when
 // the route's pattern names no host.
-func (s Scoping) Scope(route *Route, at Origin) string {
+func (s Scoping) Scope(route Scoped, at Origin) string {
 	if !s.HostScoped(route) {
-		return route.Scope
+		return route.RecordScope()
 	}
-	return route.Scope + "@" + OriginHost(at)
+	return route.RecordScope() + "@" + OriginHost(at)
 }
 
 // HostScoped reports whether the host a request was sent to is part of the
 // scope of route's records, so a lookup of one of them (the admin API's)
 // must name the host.
-func (s Scoping) HostScoped(route *Route) bool {
+func (s Scoping) HostScoped(route Scoped) bool {
 	return s.PassHost && !route.HostPattern()
 }
 
 // OriginHost returns the host of at as it enters a key scope: lowercased
-// and without a trailing dot on the name (CanonicalHost), and without the
+// and without a trailing dot on the name (as routes compare it), and without the
 // port when it is empty or the default port of at's scheme (80 for http,
 // 443 for https). RFC 3986 section 6.2.3 and RFC 9110 section 4.2.3 make
 // "t1.example", "T1.Example.", "t1.example:" and "t1.example:80" one
 // origin over http, so they are one scope; "t1.example:443" over http and
 // "t1.example:8080" are other origins and keep their port.
 func OriginHost(at Origin) string {
-	h := CanonicalHost(at.Host)
+	h := strings.ToLower(httpsyntax.Host(at.Host))
 	i := strings.LastIndexByte(h, ':')
 	if i < 0 || strings.Contains(h[i:], "]") {
 		return h // no port ("[::1]" has colons of its own)
@@ -96,12 +109,12 @@ func OriginHost(at Origin) string {
 	return h
 }
 
-// Layout1Identity returns where a build before layout 2 kept the record of
+// Layout1 returns where a build before layout 2 kept the record of
 // id for the route named routeName (scoped by that name; docs/protocol.md,
 // "Layout versions"), and false when that is id itself. Only a record of
 // layout 1 (store.Record.Layout1) found there is id's: a route name is
 // also a legal scope, and another route's current record can lie there.
-func Layout1Identity(id store.Identity, routeName string) (store.Identity, bool) {
+func Layout1(id store.Identity, routeName string) (store.Identity, bool) {
 	if id.Scope == routeName {
 		return id, false
 	}

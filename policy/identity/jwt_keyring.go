@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"context"
@@ -35,6 +35,32 @@ func NewKeyRing(opts JWKSOptions) (*KeyRing, error) {
 	return &KeyRing{opts: o, sets: map[string]*JWKS{}}, nil
 }
 
+// JWTRoute is one route of a compiled policy as KeyRing binds it.
+type JWTRoute struct {
+	// Name is the route's name, for Unready and Check.
+	Name string
+	// Defaults marks the defaults route.
+	Defaults bool
+	// Owner is the route's owner source; only a route that uses OwnerJWT
+	// is bound.
+	Owner OwnerSource
+	// JWT is the route's jwt: section, nil when it has none.
+	JWT *JWTSettings
+	// Field returns err as an error of the route's config key at suffix
+	// (".jwt.jwks_file"), naming where in the file the setting is.
+	Field func(suffix string, err error) error
+	// Use gives the route the verifier of its tokens.
+	Use func(*JWTVerifier)
+}
+
+// JWTRoutes is a compiled policy as KeyRing sees it; package policy's
+// *Policy is one.
+type JWTRoutes interface {
+	// JWTRoutes returns every route: the defaults route first, then the
+	// routes in file order.
+	JWTRoutes() []JWTRoute
+}
+
 // Bind gives every owner: jwt route of p its verifier. It must run before p
 // serves requests (the reloader publishes p only after its load function,
 // which calls Bind, returns). Routes with the same jwks_file or jwks_url
@@ -44,33 +70,26 @@ func NewKeyRing(opts JWKSOptions) (*KeyRing, error) {
 // cached keys, a new one is fetched by Run or by the first token that
 // needs it. On success p's key sets become the ones Run refreshes.
 //
-// It returns errors.Join of *FieldError with paths "defaults.jwt.jwks_file"
-// or "routes[i].jwt.jwks_file", a set shared by several routes reported
+// It returns errors.Join of the routes' Field errors (package policy makes
+// them *policy.FieldError with paths "defaults.jwt.jwks_file" or
+// "routes[i].jwt.jwks_file"), a set shared by several routes reported
 // once, at the first of defaults and routes in file order.
-func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
+func (k *KeyRing) Bind(ctx context.Context, p JWTRoutes) error {
 	if p == nil {
-		return errors.New("policy: KeyRing.Bind of a nil policy")
+		return errors.New("identity: KeyRing.Bind of a nil policy")
+	}
+	all := p.JWTRoutes()
+	if all == nil {
+		return errors.New("identity: KeyRing.Bind of a nil policy")
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	type named struct {
-		path string
-		r    *Route
-	}
-	var all []named
-	if p.defaults != nil {
-		all = append(all, named{"defaults", p.defaults})
-	}
-	for i, r := range p.routes {
-		all = append(all, named{fmt.Sprintf("routes[%d]", i), r})
-	}
 	next := map[string]*JWKS{}
 	routes := map[string][]string{}
 	failed := map[string]bool{}
 	var verifiers []*JWTVerifier
 	var errs []error
-	for _, n := range all {
-		r := n.r
+	for _, r := range all {
 		if !r.Owner.Uses(OwnerJWT) || r.JWT == nil {
 			continue
 		}
@@ -86,7 +105,7 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 				if r.JWT.JWKSURL != "" {
 					field = ".jwt.jwks_url"
 				}
-				errs = append(errs, &FieldError{Path: n.path + field, Err: err})
+				errs = append(errs, r.Field(field, err))
 				failed[src] = true
 				continue
 			}
@@ -97,17 +116,17 @@ func (k *KeyRing) Bind(ctx context.Context, p *Policy) error {
 		// (Plan: a JWT is verified once per request).
 		i := slices.IndexFunc(verifiers, func(v *JWTVerifier) bool { return v.keys == set && sameJWTSettings(v.settings, *r.JWT) })
 		if i >= 0 {
-			r.jwt = verifiers[i]
+			r.Use(verifiers[i])
 			routes[src] = append(routes[src], r.Name)
 			continue
 		}
 		v, err := NewJWTVerifier(*r.JWT, set, k.opts.Now)
 		if err != nil {
-			errs = append(errs, &FieldError{Path: n.path + ".jwt", Err: err})
+			errs = append(errs, r.Field(".jwt", err))
 			continue
 		}
 		verifiers = append(verifiers, v)
-		r.jwt = v
+		r.Use(v)
 		routes[src] = append(routes[src], r.Name)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -148,13 +167,20 @@ func (k *KeyRing) Unready() error {
 // each set that cannot be read or holds no usable key. idemgate validate
 // uses it to warn that a jwks_url does not answer (serve would refuse every
 // token of its routes and stay not ready until it does).
-func (k *KeyRing) Check(ctx context.Context, p *Policy, timeout time.Duration) error {
+func (k *KeyRing) Check(ctx context.Context, p JWTRoutes, timeout time.Duration) error {
 	if p == nil {
 		return nil
 	}
 	seen := map[string]bool{}
 	var errs []error
-	for _, r := range p.Routes() {
+	// Routes first, then the defaults (Policy.Routes' order): a set the
+	// defaults share with a route is reported under the route that names
+	// it in the file.
+	all := p.JWTRoutes()
+	if len(all) > 0 && all[0].Defaults {
+		all = append(all[1:len(all):len(all)], all[0])
+	}
+	for _, r := range all {
 		if r.Owner.Kind != OwnerJWT || r.JWT == nil || r.JWT.JWKSURL == "" || seen[r.JWT.Source()] {
 			continue
 		}

@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"bytes"
@@ -10,19 +10,21 @@ import (
 	"strings"
 )
 
-// OwnerFromValue derives the stored owner of r from raw, the value an
+// FromValue derives the stored owner of o from raw, the value an
 // operator knows (the admin API's owner_value): for header:NAME the field's
 // value (h:VALUE); for authorization the whole Authorization value, e.g.
 // "Bearer abc" (sha256:HEX); for client-cert the client's certificate in
 // PEM (CertOwner: cert:HEX of its names); for jwt the JSON array of the configured
 // claims' values, e.g. ["https://issuer.example","alice"] (j:[...]); for
 // none the empty value; for an owner list the JSON array of those raw
-// values, one per source in the list's order (["Bearer abc","acct_1"]). It derives exactly as OwnerOf does for a request,
-// so the result finds the record.
-func (r *Route) OwnerFromValue(raw string) (string, error) {
-	switch r.Owner.Kind {
+// values, one per source in the list's order (["Bearer abc","acct_1"]).
+// claims are the route's jwt claims (JWTSettings.Claims, default
+// DefaultJWTClaims). It derives exactly as Of does for a request, so the
+// result finds the record.
+func (o OwnerSource) FromValue(raw string, claims []string) (string, error) {
+	switch o.Kind {
 	case OwnerList:
-		return r.listOwnerFromValue(raw)
+		return o.listFromValue(raw, claims)
 	case OwnerNone:
 		if raw != "" {
 			return "", errors.New("the route's owner is none: owner_value must be empty")
@@ -30,7 +32,7 @@ func (r *Route) OwnerFromValue(raw string) (string, error) {
 		return "", nil
 	case OwnerHeader:
 		if strings.Trim(raw, " \t") == "" {
-			return "", fmt.Errorf("owner_value is empty; give the value of the %s field", r.Owner.Header)
+			return "", fmt.Errorf("owner_value is empty; give the value of the %s field", o.Header)
 		}
 		return HeaderOwner(raw), nil
 	case OwnerAuthorization:
@@ -53,53 +55,44 @@ func (r *Route) OwnerFromValue(raw string) (string, error) {
 		dec.UseNumber() // as the verifier reads claims: 1 stays "1" in the owner
 		var values []any
 		if err := dec.Decode(&values); err != nil {
-			return "", fmt.Errorf("owner_value must be the JSON array of the claims %v, e.g. [\"https://issuer.example\",\"alice\"]: %w", r.jwtClaims(), err)
+			return "", fmt.Errorf("owner_value must be the JSON array of the claims %v, e.g. [\"https://issuer.example\",\"alice\"]: %w", claims, err)
 		}
-		if n := len(r.jwtClaims()); len(values) != n {
-			return "", fmt.Errorf("owner_value has %d values, the route's claims %v are %d", len(values), r.jwtClaims(), n)
+		if n := len(claims); len(values) != n {
+			return "", fmt.Errorf("owner_value has %d values, the route's claims %v are %d", len(values), claims, n)
 		}
 		return JWTOwner(values)
 	}
-	return "", fmt.Errorf("route %s has no valid owner source", r.Name)
+	return "", fmt.Errorf("%q is no valid owner source", o.Kind)
 }
 
-func (r *Route) jwtClaims() []string {
-	if r.JWT == nil {
-		return DefaultJWTClaims()
-	}
-	return r.JWT.Claims
-}
-
-// StoredOwnerForm describes the stored owner of r's source, for errors that
-// must tell an operator what to send: e.g. "h:VALUE (the X-User field's
-// value)".
-func (r *Route) StoredOwnerForm() string {
-	switch r.Owner.Kind {
+// StoredForm describes the stored owner of o, for errors that must tell
+// an operator what to send: e.g. "h:VALUE (the X-User field's value)".
+// claims are as FromValue takes them.
+func (o OwnerSource) StoredForm(claims []string) string {
+	switch o.Kind {
 	case OwnerHeader:
-		return "h:VALUE (VALUE: the " + r.Owner.Header + " field)"
+		return "h:VALUE (VALUE: the " + o.Header + " field)"
 	case OwnerAuthorization:
 		return "sha256:HEX (SHA-256 of the whole Authorization value)"
 	case OwnerClientCert:
 		return "cert:HEX (SHA-256 of the client certificate's issuer, subject and every alternative name)"
 	case OwnerJWT:
-		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", r.jwtClaims())
+		return fmt.Sprintf("j:[...] (the JSON array of the claims %v)", claims)
 	case OwnerList:
-		forms := make([]string, len(r.Owner.Parts))
-		for i, src := range r.Owner.Parts {
-			part := *r
-			part.Owner = src
-			forms[i] = part.StoredOwnerForm()
+		forms := make([]string, len(o.Parts))
+		for i, src := range o.Parts {
+			forms[i] = src.StoredForm(claims)
 		}
-		return "m:[...] (the JSON array of the owners of the sources " + r.Owner.String() + ": " + strings.Join(forms, "; ") + ")"
+		return "m:[...] (the JSON array of the owners of the sources " + o.String() + ": " + strings.Join(forms, "; ") + ")"
 	}
 	return "the empty owner"
 }
 
-// HasStoredOwnerForm reports whether owner has the prefix of r's source, so
-// that a value given in another form (owner=carol on a header:X-User
+// HasStoredForm reports whether owner has the prefix of o's stored form,
+// so that a value given in another form (owner=carol on a header:X-User
 // route) is refused with a hint instead of answering "not found".
-func (r *Route) HasStoredOwnerForm(owner string) bool {
-	switch r.Owner.Kind {
+func (o OwnerSource) HasStoredForm(owner string) bool {
+	switch o.Kind {
 	case OwnerHeader:
 		return strings.HasPrefix(owner, ownerHeaderPrefix)
 	case OwnerAuthorization:

@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"context"
@@ -15,43 +15,44 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"github.com/idemgate/idemgate/internal/jwttest"
 )
 
 // TestJWKSRotationURL: a new kid is picked up by refetching, at most once
 // per MinRefetchInterval, and a key removed from the set stops verifying.
 func TestJWKSRotationURL(t *testing.T) {
-	clock := newFakeClock()
-	old, next := newECKey(t, "2026-01"), newECKey(t, "2026-02")
-	srv := startJWKSServer(t, jwksOf(t, old))
-	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/.well-known/jwks.json", Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	clock := jwttest.NewClock()
+	old, next := jwttest.NewECKey(t, "2026-01"), jwttest.NewECKey(t, "2026-02")
+	srv := jwttest.StartJWKSServer(t, jwttest.JWKSOf(t, old))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/.well-known/jwks.json", Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}, clock)
 	route := p.Defaults()
-	owner := func(k testKey) (string, error) {
-		return route.OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+	owner := func(k jwttest.Key) (string, error) {
+		return route.OwnerOf(jwttest.Bearer(k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))))
 	}
 
-	if srv.fetches.Load() != 0 {
+	if srv.Fetches.Load() != 0 {
 		t.Fatal("Bind fetched a JWKS URL; it must not do network IO while a config loads")
 	}
 	if _, err := owner(old); err != nil {
 		t.Fatalf("first token: %v", err)
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches after the first token, want 1", n)
 	}
 	// The issuer rotates: its set now holds only the new key.
-	srv.set(jwksOf(t, next), http.StatusOK)
+	srv.Set(jwttest.JWKSOf(t, next), http.StatusOK)
 	clock.Add(DefaultJWKSMinRefetchInterval / 2)
 	if _, err := owner(next); !errors.Is(err, ErrInvalidCredentials) {
 		t.Fatalf("new kid within the refetch limit: %v; want a refusal", err)
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches: an unknown kid refetched inside the rate limit", n)
 	}
 	clock.Add(DefaultJWKSMinRefetchInterval)
 	if _, err := owner(next); err != nil {
 		t.Fatalf("new kid after the refetch limit: %v", err)
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2", n)
 	}
 	if _, err := owner(old); !errors.Is(err, ErrInvalidCredentials) {
@@ -59,9 +60,9 @@ func TestJWKSRotationURL(t *testing.T) {
 	}
 	// A flood of made-up kids costs no fetch.
 	for i := range 50 {
-		_, _ = owner(newEdKey(t, "bogus-"+string(rune('a'+i%26))))
+		_, _ = owner(jwttest.NewEdKey(t, "bogus-"+string(rune('a'+i%26))))
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches after a flood of unknown kids, want 2", n)
 	}
 }
@@ -69,15 +70,15 @@ func TestJWKSRotationURL(t *testing.T) {
 // TestJWKSConcurrentUnknownKid: callers that meet one new kid at once share
 // one fetch.
 func TestJWKSConcurrentUnknownKid(t *testing.T) {
-	clock := newFakeClock()
-	k := newECKey(t, "k1")
-	srv := startJWKSServer(t, jwksOf(t, k))
-	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
-	tok := k.sign(t, claimsAt(clock.Now(), "alice"))
+	clock := jwttest.NewClock()
+	k := jwttest.NewECKey(t, "k1")
+	srv := jwttest.StartJWKSServer(t, jwttest.JWKSOf(t, k))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}, clock)
+	tok := k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))
 	errs := make(chan error, 16)
 	for range cap(errs) {
 		go func() {
-			_, err := p.Defaults().OwnerOf(bearer(tok))
+			_, err := p.Defaults().OwnerOf(jwttest.Bearer(tok))
 			errs <- err
 		}()
 	}
@@ -86,7 +87,7 @@ func TestJWKSConcurrentUnknownKid(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Errorf("%d fetches for 16 concurrent first tokens, want 1", n)
 	}
 }
@@ -94,16 +95,10 @@ func TestJWKSConcurrentUnknownKid(t *testing.T) {
 // TestJWKSPeriodicRefresh: KeyRing.Run fetches a URL again once it is
 // RefreshInterval old, keeps the old keys when the fetch fails, and retries.
 func TestJWKSPeriodicRefresh(t *testing.T) {
-	clock := newFakeClock()
-	a, b := newECKey(t, "a"), newECKey(t, "b")
-	srv := startJWKSServer(t, jwksOf(t, a))
-	d := DefaultRoute()
-	d.Owner = OwnerSource{Kind: OwnerJWT}
-	d.JWT = &JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
-	p, err := New(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock := jwttest.NewClock()
+	a, b := jwttest.NewECKey(t, "a"), jwttest.NewECKey(t, "b")
+	srv := jwttest.StartJWKSServer(t, jwttest.JWKSOf(t, a))
+	p := newTestPolicy(JWTSettings{JWKSURL: srv.URL, Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()})
 	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{}, Now: clock.Now, PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -119,34 +114,34 @@ func TestJWKSPeriodicRefresh(t *testing.T) {
 	waitFetches := func(n int32) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for srv.fetches.Load() < n {
+		for srv.Fetches.Load() < n {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d fetches, want %d", srv.fetches.Load(), n)
+				t.Fatalf("%d fetches, want %d", srv.Fetches.Load(), n)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
 	waitFetches(1) // Run fetches a set never fetched at once
 	time.Sleep(30 * time.Millisecond)
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches before RefreshInterval passed, want 1", n)
 	}
-	owner := func(k testKey) error {
-		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+	owner := func(k jwttest.Key) error {
+		_, err := p.Defaults().OwnerOf(jwttest.Bearer(k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))))
 		return err
 	}
 	if err := owner(a); err != nil {
 		t.Fatal(err)
 	}
 	// The issuer fails for a while: the cached keys keep working.
-	srv.set([]byte("oops"), http.StatusInternalServerError)
+	srv.Set([]byte("oops"), http.StatusInternalServerError)
 	clock.Add(DefaultJWKSRefreshInterval)
 	waitFetches(2)
 	if err := owner(a); err != nil {
 		t.Fatalf("a failed refresh dropped the cached keys: %v", err)
 	}
 	// It recovers with a rotated set; Run retries after MinRefetchInterval.
-	srv.set(jwksOf(t, b), http.StatusOK)
+	srv.Set(jwttest.JWKSOf(t, b), http.StatusOK)
 	clock.Add(DefaultJWKSMinRefetchInterval)
 	waitFetches(3)
 	deadline := time.Now().Add(5 * time.Second)
@@ -161,20 +156,20 @@ func TestJWKSPeriodicRefresh(t *testing.T) {
 // TestJWKSFile: Bind reads the file (so a config reload rereads it), an
 // unknown kid rereads it too, and Run sees a changed file.
 func TestJWKSFile(t *testing.T) {
-	clock := newFakeClock()
-	a, b, c := newECKey(t, "a"), newEdKey(t, "b"), newECKey(t, "c")
+	clock := jwttest.NewClock()
+	a, b, c := jwttest.NewECKey(t, "a"), jwttest.NewEdKey(t, "b"), jwttest.NewECKey(t, "c")
 	path := filepath.Join(t.TempDir(), "jwks.json")
-	write := func(keys ...testKey) {
+	write := func(keys ...jwttest.Key) {
 		t.Helper()
-		if err := os.WriteFile(path, jwksOf(t, keys...), 0o600); err != nil {
+		if err := os.WriteFile(path, jwttest.JWKSOf(t, keys...), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(a)
-	settings := JWTSettings{JWKSFile: path, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
+	settings := JWTSettings{JWKSFile: path, Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}
 	p, ring := jwtPolicy(t, settings, clock)
-	owner := func(p *Policy, k testKey) error {
-		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+	owner := func(p *testPolicy, k jwttest.Key) error {
+		_, err := p.Defaults().OwnerOf(jwttest.Bearer(k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))))
 		return err
 	}
 	if err := owner(p, a); err != nil {
@@ -188,10 +183,7 @@ func TestJWKSFile(t *testing.T) {
 	}
 	// A config reload binds a new policy, which reads the file at once.
 	write(c)
-	p2, err := New(p.Defaults().withJWT(settings), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := newTestPolicy(settings)
 	if err := ring.Bind(t.Context(), p2); err != nil {
 		t.Fatal(err)
 	}
@@ -209,68 +201,19 @@ func TestJWKSFile(t *testing.T) {
 	}
 }
 
-func (r *Route) withJWT(s JWTSettings) Route {
-	c := *r
-	c.JWT = &s
-	c.jwt = nil
-	return c
-}
-
-func TestKeyRingBindErrors(t *testing.T) {
-	dir := t.TempDir()
-	sym := filepath.Join(dir, "symmetric.json")
-	if err := os.WriteFile(sym, []byte(`{"keys":[{"kty":"oct","kid":"h","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	missing := filepath.Join(dir, "missing.json")
-	d := DefaultRoute()
-	d.Owner = OwnerSource{Kind: OwnerJWT}
-	d.JWT = &JWTSettings{JWKSFile: missing, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
-	r0 := testRoute("orders", "/v1/orders")
-	r0.Owner, r0.JWT = d.Owner, d.JWT // same file as defaults: reported once
-	r1 := testRoute("pay", "/v1/pay")
-	r1.Owner = d.Owner
-	r1.JWT = &JWTSettings{JWKSFile: sym, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}
-	p, err := New(d, []Route{r0, r1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{}, Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = ring.Bind(t.Context(), p)
-	var paths []string
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *FieldError
-		if errors.As(e, &fe) {
-			paths = append(paths, fe.Path)
-		}
-	}
-	if strings.Join(paths, " ") != "defaults.jwt.jwks_file routes[1].jwt.jwks_file" {
-		t.Fatalf("Bind errors at %v: %v", paths, err)
-	}
-	if !strings.Contains(err.Error(), "no usable signing key") || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Bind error does not say why: %v", err)
-	}
-	if _, err := NewKeyRing(JWKSOptions{Now: time.Now}); err == nil {
-		t.Error("NewKeyRing without a Client")
-	}
-}
-
 func TestParseJWKS(t *testing.T) {
-	ec := newECKey(t, "ec")
+	ec := jwttest.NewECKey(t, "ec")
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, err := json.Marshal(jose.JSONWebKey{Key: ec.priv, KeyID: "private", Algorithm: "ES256"})
+	priv, err := json.Marshal(jose.JSONWebKey{Key: ec.Priv, KeyID: "private", Algorithm: "ES256"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, _ := json.Marshal(jose.JSONWebKey{Key: ec.priv.Public(), KeyID: "enc", Use: "enc"})
+	enc, _ := json.Marshal(jose.JSONWebKey{Key: ec.Priv.Public(), KeyID: "enc", Use: "enc"})
 	weak, _ := json.Marshal(jose.JSONWebKey{Key: &small.PublicKey, KeyID: "weak"})
-	hs, _ := json.Marshal(jose.JSONWebKey{Key: ec.priv.Public(), KeyID: "hs", Algorithm: "HS256"})
+	hs, _ := json.Marshal(jose.JSONWebKey{Key: ec.Priv.Public(), KeyID: "hs", Algorithm: "HS256"})
 	doc := `{"keys":[` + string(priv) + `,` + string(enc) + `,` + string(weak) + `,` + string(hs) +
 		`,{"kty":"oct","kid":"sym","k":"c2VjcmV0"},{"kty":"XYZ","kid":"odd"}]}`
 	ks, skipped, err := parseJWKS([]byte(doc))
@@ -299,28 +242,28 @@ func TestParseJWKS(t *testing.T) {
 // TestJWKSFetchFailures: a URL that fails, answers non-200 or oversized
 // leaves a verifier refusing tokens, never accepting them.
 func TestJWKSFetchFailures(t *testing.T) {
-	clock := newFakeClock()
-	k := newECKey(t, "k")
-	srv := startJWKSServer(t, []byte(`{"keys":[]}`))
-	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
-	tok := k.sign(t, claimsAt(clock.Now(), "alice"))
+	clock := jwttest.NewClock()
+	k := jwttest.NewECKey(t, "k")
+	srv := jwttest.StartJWKSServer(t, []byte(`{"keys":[]}`))
+	p, _ := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}, clock)
+	tok := k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))
 	for _, c := range []struct {
 		doc    []byte
 		status int
 	}{
 		{[]byte(`{"keys":[]}`), 200},
-		{jwksOf(t, k), 404},
+		{jwttest.JWKSOf(t, k), 404},
 		{append(append([]byte(`{"keys":[],"pad":"`), strings.Repeat("x", maxJWKSBytes)...), `"}`...), 200},
 	} {
-		srv.set(c.doc, c.status)
+		srv.Set(c.doc, c.status)
 		clock.Add(DefaultJWKSMinRefetchInterval)
-		if _, err := p.Defaults().OwnerOf(bearer(tok)); !errors.Is(err, ErrInvalidCredentials) {
+		if _, err := p.Defaults().OwnerOf(jwttest.Bearer(tok)); !errors.Is(err, ErrInvalidCredentials) {
 			t.Errorf("status %d: %v", c.status, err)
 		}
 	}
-	srv.set(jwksOf(t, k), 200)
+	srv.Set(jwttest.JWKSOf(t, k), 200)
 	clock.Add(DefaultJWKSMinRefetchInterval)
-	if _, err := p.Defaults().OwnerOf(bearer(tok)); err != nil {
+	if _, err := p.Defaults().OwnerOf(jwttest.Bearer(tok)); err != nil {
 		t.Errorf("after recovery: %v", err)
 	}
 }
@@ -329,10 +272,10 @@ func TestJWKSFetchFailures(t *testing.T) {
 // read (KeyRing.Run) is taken on its first use; only reads caused by
 // unknown kids count against MinRefetchInterval, shared by all callers.
 func TestJWKSNewKidAfterPeriodicRead(t *testing.T) {
-	clock := newFakeClock()
-	old, next := newECKey(t, "2026-01"), newECKey(t, "2026-02")
-	srv := startJWKSServer(t, jwksOf(t, old))
-	p, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	clock := jwttest.NewClock()
+	old, next := jwttest.NewECKey(t, "2026-01"), jwttest.NewECKey(t, "2026-02")
+	srv := jwttest.StartJWKSServer(t, jwttest.JWKSOf(t, old))
+	p, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL, Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}, clock)
 	if err := ring.Unready(); err == nil || !strings.Contains(err.Error(), "route default") || !strings.Contains(err.Error(), "not read yet") {
 		t.Fatalf("Unready before any read: %v", err)
 	}
@@ -342,38 +285,38 @@ func TestJWKSNewKidAfterPeriodicRead(t *testing.T) {
 	if err := ring.Unready(); err != nil {
 		t.Fatalf("Unready after a read: %v", err)
 	}
-	owner := func(k testKey) error {
-		_, err := p.Defaults().OwnerOf(bearer(k.sign(t, claimsAt(clock.Now(), "alice"))))
+	owner := func(k jwttest.Key) error {
+		_, err := p.Defaults().OwnerOf(jwttest.Bearer(k.Sign(t, jwttest.ClaimsAt(clock.Now(), "alice"))))
 		return err
 	}
-	srv.set(jwksOf(t, old, next), http.StatusOK)
+	srv.Set(jwttest.JWKSOf(t, old, next), http.StatusOK)
 	clock.Add(time.Second)
 	if err := owner(next); err != nil {
 		t.Fatalf("key published after the periodic read refused on first use: %v", err)
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2", n)
 	}
 	errs := make(chan error, 32)
 	for i := range cap(errs) {
-		go func() { errs <- owner(newEdKey(t, fmt.Sprintf("bogus-%d", i))) }()
+		go func() { errs <- owner(jwttest.NewEdKey(t, fmt.Sprintf("bogus-%d", i))) }()
 	}
 	for range cap(errs) {
 		if err := <-errs; !errors.Is(err, ErrInvalidCredentials) {
 			t.Errorf("unknown kid: %v", err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches after a flood inside the interval, want 2", n)
 	}
 	clock.Add(DefaultJWKSMinRefetchInterval)
 	for i := range cap(errs) {
-		go func() { errs <- owner(newEdKey(t, fmt.Sprintf("bogus2-%d", i))) }()
+		go func() { errs <- owner(jwttest.NewEdKey(t, fmt.Sprintf("bogus2-%d", i))) }()
 	}
 	for range cap(errs) {
 		<-errs
 	}
-	if n := srv.fetches.Load(); n != 3 {
+	if n := srv.Fetches.Load(); n != 3 {
 		t.Fatalf("%d fetches after a flood in the next interval, want 3", n)
 	}
 }
@@ -381,10 +324,10 @@ func TestJWKSNewKidAfterPeriodicRead(t *testing.T) {
 // TestJWKSUnreadyNamesFailure: a URL that cannot be read leaves the ring
 // unready, naming the route and the reason.
 func TestJWKSUnreadyNamesFailure(t *testing.T) {
-	clock := newFakeClock()
-	srv := startJWKSServer(t, []byte("oops"))
-	srv.set([]byte("oops"), http.StatusNotFound)
-	_, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/jwks", Issuers: []string{testIssuer}, Claims: DefaultJWTClaims()}, clock)
+	clock := jwttest.NewClock()
+	srv := jwttest.StartJWKSServer(t, []byte("oops"))
+	srv.Set([]byte("oops"), http.StatusNotFound)
+	_, ring := jwtPolicy(t, JWTSettings{JWKSURL: srv.URL + "/jwks", Issuers: []string{jwttest.Issuer}, Claims: DefaultJWTClaims()}, clock)
 	for _, s := range ring.sets {
 		s.refreshIfDue(t.Context())
 	}

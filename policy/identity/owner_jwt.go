@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"bytes"
@@ -78,7 +78,8 @@ func (s *JWTSettings) Source() string {
 	return "file:" + s.JWKSFile
 }
 
-func (s *JWTSettings) clone() *JWTSettings {
+// Clone returns a copy of s that shares no slice with it; nil for nil.
+func (s *JWTSettings) Clone() *JWTSettings {
 	if s == nil {
 		return nil
 	}
@@ -89,12 +90,10 @@ func (s *JWTSettings) clone() *JWTSettings {
 	return &c
 }
 
-// check returns the problems of s as *FieldError with paths path+".jwt…".
-func (s *JWTSettings) check(path string) []error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fieldErr(path+".jwt"+field, format, args...))
-	}
+// Check reports each problem of s to bad, with the key below the `jwt:`
+// section it is about ("" for the section itself, ".jwks_url",
+// ".issuers", ".audiences", ".claims").
+func (s *JWTSettings) Check(bad func(key, format string, args ...any)) {
 	switch {
 	case s.JWKSFile != "" && s.JWKSURL != "":
 		bad("", "set either jwks_file or jwks_url, not both")
@@ -138,7 +137,6 @@ func (s *JWTSettings) check(path string) []error {
 			seen = append(seen, c)
 		}
 	}
-	return errs
 }
 
 // quoteURL quotes u for an error message, unless it may carry a credential.
@@ -219,7 +217,7 @@ func NewJWTVerifier(s JWTSettings, keys *JWKS, now func() time.Time) (*JWTVerifi
 	if len(s.Audiences) > 0 {
 		opts = append(opts, jwt.WithAudience(s.Audiences...))
 	}
-	return &JWTVerifier{settings: *s.clone(), keys: keys, parser: jwt.NewParser(opts...)}, nil
+	return &JWTVerifier{settings: *s.Clone(), keys: keys, parser: jwt.NewParser(opts...)}, nil
 }
 
 // Owner verifies token (the compact JWS serialization, RFC 7515 section
@@ -280,10 +278,10 @@ func (v *JWTVerifier) Owner(ctx context.Context, token string) (string, error) {
 	return owner, nil
 }
 
-// jwtOwner returns the owner of req for owner: jwt: the verified token of
+// bearerOwner returns the owner of req for owner: jwt, verified by v: the verified token of
 // its single "Authorization: Bearer" field (RFC 6750 section 2.1; the
 // scheme is case-insensitive).
-func (r *Route) jwtOwner(req *http.Request) (string, error) {
+func bearerOwner(req *http.Request, v *JWTVerifier) (string, error) {
 	vs := req.Header.Values("Authorization")
 	switch {
 	case len(vs) == 0 || strings.Trim(vs[0], " \t") == "":
@@ -296,8 +294,8 @@ func (r *Route) jwtOwner(req *http.Request) (string, error) {
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", fmt.Errorf("%w: the Authorization header does not carry a Bearer token", ErrInvalidCredentials)
 	}
-	if r.jwt == nil {
-		return "", fmt.Errorf("%w: route %s has no key set bound for owner: jwt", ErrInvalidCredentials, r.Name)
+	if v == nil {
+		return "", fmt.Errorf("%w: no key set is bound for owner: jwt", ErrInvalidCredentials)
 	}
-	return r.jwt.Owner(req.Context(), token)
+	return v.Owner(req.Context(), token)
 }

@@ -1,4 +1,4 @@
-package policy
+package identity
 
 import (
 	"crypto/sha256"
@@ -13,8 +13,34 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgate/idemgate/internal/httptoken"
+	"github.com/idemgate/idemgate/internal/httpsyntax"
 )
+
+// OwnerKind names where a request's owner comes from.
+type OwnerKind string
+
+// Owner sources.
+const (
+	OwnerHeader        OwnerKind = "header"        // header:NAME, a trusted header the auth layer sets
+	OwnerAuthorization OwnerKind = "authorization" // SHA-256 of the Authorization header
+	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate's names (CertOwner)
+	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
+	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
+	// OwnerList is an owner made of several sources (`owner: [authorization,
+	// "header:Stripe-Account"]`): one credential acting for many accounts
+	// is a principal per account (ListOwner).
+	OwnerList OwnerKind = "list"
+)
+
+// OwnerSource is a parsed `owner:` setting.
+type OwnerSource struct {
+	Kind   OwnerKind
+	Header string // canonical header name, for OwnerHeader
+	// Parts are the sources of an OwnerList, in the order written, at
+	// least two, none of them none or a list, each kind at most once per
+	// header name (ParseOwnerSources).
+	Parts []OwnerSource
+}
 
 // Owner value prefixes. They keep the forms of different sources apart, so
 // that a trusted header value can never equal a hash of a credential; the
@@ -41,7 +67,7 @@ func ParseOwnerSource(s string) (OwnerSource, error) {
 	if !ok {
 		return OwnerSource{}, fmt.Errorf("unknown owner source %q; want header:NAME, authorization, jwt, client-cert or none", s)
 	}
-	if !httptoken.Valid(name) {
+	if !httpsyntax.IsToken(name) {
 		return OwnerSource{}, fmt.Errorf("owner header %q is not a valid field name", name)
 	}
 	name = textproto.CanonicalMIMEHeaderKey(name)
@@ -176,7 +202,7 @@ func prefixed(prefix string, vs []string) []string {
 	return out
 }
 
-// OwnerOf returns the owner value of req per r.Owner: the trusted header's
+// Of returns the owner value of req per o: the trusted header's
 // value, "sha256:"+hex of the Authorization header, "j:"+the claims of a
 // verified JWT, CertOwner of the verified leaf certificate, or ""
 // for none. It returns ErrOwnerMissing when the source yields no value, and
@@ -189,16 +215,19 @@ func prefixed(prefix string, vs []string) []string {
 // certificate is no owner). A source field sent more than once is ambiguous
 // and also yields ErrOwnerMissing (wrapped), or ErrInvalidCredentials for
 // jwt, never a pick of one value.
-func (r *Route) OwnerOf(req *http.Request) (string, error) {
-	if r.Owner.Kind == OwnerList {
-		return r.listOwner(req)
+//
+// v verifies the bearer tokens of a jwt source (the route's, bound by
+// KeyRing.Bind); nil refuses every token.
+func (o OwnerSource) Of(req *http.Request, v *JWTVerifier) (string, error) {
+	if o.Kind == OwnerList {
+		return o.listOwner(req, v)
 	}
-	return r.ownerBy(r.Owner, req)
+	return o.single(req, v)
 }
 
-// ownerBy is OwnerOf for one source: the route's own, or a part of its
-// owner list.
-func (r *Route) ownerBy(src OwnerSource, req *http.Request) (string, error) {
+// single is Of for one source: the route's own, or a part of its owner
+// list.
+func (src OwnerSource) single(req *http.Request, v *JWTVerifier) (string, error) {
 	switch src.Kind {
 	case OwnerNone:
 		return "", nil
@@ -221,14 +250,14 @@ func (r *Route) ownerBy(src OwnerSource, req *http.Request) (string, error) {
 		}
 		return AuthorizationOwner(v), nil
 	case OwnerJWT:
-		return r.jwtOwner(req)
+		return bearerOwner(req, v)
 	case OwnerClientCert:
 		if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
 			return "", fmt.Errorf("%w: no verified client certificate", ErrOwnerMissing)
 		}
 		return CertOwner(req.TLS.VerifiedChains[0][0]), nil
 	}
-	return "", fmt.Errorf("%w: route %s has no valid owner source", ErrOwnerMissing, r.Name)
+	return "", fmt.Errorf("%w: %q is no valid owner source", ErrOwnerMissing, src.Kind)
 }
 
 func singleValue(h http.Header, name string) (string, error) {
