@@ -14,27 +14,6 @@ import (
 	"github.com/idemgate/idemgate/policy/identity"
 )
 
-// jwtPolicy compiles a policy whose defaults route uses owner: jwt with s,
-// and binds it with a identity.KeyRing on clock.
-func jwtPolicy(t testing.TB, s identity.JWTSettings, clock *jwttest.Clock) (*Policy, *identity.KeyRing) {
-	t.Helper()
-	d := DefaultRoute()
-	d.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}
-	d.JWT = &s
-	p, err := New(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := identity.NewKeyRing(identity.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ring.Bind(t.Context(), p); err != nil {
-		t.Fatal(err)
-	}
-	return p, ring
-}
-
 func TestKeyRingBindErrors(t *testing.T) {
 	dir := t.TempDir()
 	sym := filepath.Join(dir, "symmetric.json")
@@ -75,13 +54,6 @@ func TestKeyRingBindErrors(t *testing.T) {
 	if _, err := identity.NewKeyRing(identity.JWKSOptions{Now: time.Now}); err == nil {
 		t.Error("identity.NewKeyRing without a Client")
 	}
-}
-
-func (r *Route) withJWT(s identity.JWTSettings) Route {
-	c := *r
-	c.JWT = &s
-	c.jwt = nil
-	return c
 }
 
 func TestJWTSettingsValidation(t *testing.T) {
