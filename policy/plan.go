@@ -89,7 +89,7 @@ type ownerMemo struct {
 // tombstone rules. See Plan for the steps that follow.
 func (p *Policy) Ask(r *http.Request, s identity.Scoping) Plan {
 	pl := Plan{Decision: p.Decide(r), policy: p, req: r, scoping: s}
-	pl.settle()
+	pl.applyDecision()
 	return pl
 }
 
@@ -97,13 +97,13 @@ func (p *Policy) Ask(r *http.Request, s identity.Scoping) Plan {
 // as read (DecideBody), then what Ask does for a final decision.
 func (pl *Plan) Body(body []byte) {
 	pl.Decision = pl.policy.DecideBody(pl.req, body)
-	pl.settle()
+	pl.applyDecision()
 }
 
-// settle fills in what the decision fixes: the key that a body read must
+// applyDecision fills in what the decision fixes: the key that a body read must
 // not wait for, while the decision needs the body; the tombstone rules once
 // it is final and not refused.
-func (pl *Plan) settle() {
+func (pl *Plan) applyDecision() {
 	switch {
 	case pl.NeedBody:
 		pl.parseHeaderKey()

@@ -157,6 +157,7 @@ type Proxy struct {
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
 	pending      pending
+	health       storeHealth
 	slots        waiterSlots
 	admission    storeAdmission
 	h2c          bool
