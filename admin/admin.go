@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -68,11 +69,11 @@ type Options struct {
 	// Scoping is how the host a request was sent to joins the scope of
 	// its record (upstream.pass_host), given as the proxy's is, so that
 	// /admin/records derives the identity the proxy stored the record
-	// under (policy.Scoping.Identity).
-	Scoping policy.Scoping
+	// under (identity.Scoping.Identity).
+	Scoping identity.Scoping
 	// ProxyHTTPS says the proxy listener serves TLS (server.tls): the
 	// default port that a host= given with a port may carry is 443, else
-	// 80 (policy.OriginHost).
+	// 80 (identity.OriginHost).
 	ProxyHTTPS bool
 	// Draining reports whether the process is shutting down; while it
 	// returns true, /readyz answers 503 not-ready ("shutting down") before
@@ -85,7 +86,7 @@ type Options struct {
 	// (idemgate_store_up) changes together with /readyz, never after it.
 	StoreChecked func(start time.Time, err error)
 	// KeySets reports the JWK Sets of owner: jwt routes that hold no keys
-	// yet (policy.KeyRing.Unready): while it returns an error, those routes
+	// yet (identity.KeyRing.Unready): while it returns an error, those routes
 	// refuse every token, so /readyz answers 503 with the error's text
 	// (naming the routes and key sets). nil means no such check.
 	KeySets func() error
@@ -121,7 +122,7 @@ type handler struct {
 //     stored form names the form it needs; authorization=RAW may replace owner for
 //     routes whose owner is the Authorization header (a credential in a URL
 //     may reach access logs on the way; prefer owner=sha256:HEX, see
-//     policy.AuthorizationOwner). DELETE answers 204, 404
+//     identity.AuthorizationOwner). DELETE answers 204, 404
 //     when absent, and 409 for a record still running within its lease
 //     unless force=true is given (completed and abandoned records purge
 //     freely).
@@ -422,7 +423,7 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		owner = derived
 	}
 	if hasAuth {
-		if route.Owner.Kind != policy.OwnerAuthorization {
+		if route.Owner.Kind != identity.OwnerAuthorization {
 			problem.Write(w, problem.AdminBadRequest.With(
 				fmt.Sprintf("route %q takes its owner from %q, not the Authorization header; give owner instead", route.Name, route.Owner.Kind)))
 			return store.Identity{}, false
@@ -435,9 +436,9 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 		}
 		// The one derivation the proxy uses, so the operator's hash always
 		// matches the stored owner.
-		owner = policy.AuthorizationOwner(raw)
+		owner = identity.AuthorizationOwner(raw)
 	}
-	at := policy.Origin{Host: q.Get("host"), HTTPS: h.opts.ProxyHTTPS}
+	at := identity.Origin{Host: q.Get("host"), HTTPS: h.opts.ProxyHTTPS}
 	if h.opts.Scoping.HostScoped(route) {
 		if at.Host == "" {
 			problem.Write(w, problem.AdminBadRequest.With(fmt.Sprintf(
@@ -451,7 +452,7 @@ func (h *handler) identity(w http.ResponseWriter, r *http.Request) (store.Identi
 			return store.Identity{}, false
 		}
 	}
-	// The one derivation the proxy uses (policy.Scoping), so the record
+	// The one derivation the proxy uses (identity.Scoping), so the record
 	// found is the one the proxy stored.
 	return h.opts.Scoping.Identity(route, owner, key, at), true
 }
@@ -469,8 +470,8 @@ func (h *handler) recordNotFound(w http.ResponseWriter, r *http.Request, id stor
 				continue
 			}
 			hint := ""
-			if rt.Owner.Kind == policy.OwnerHeader {
-				hint = fmt.Sprintf(" (here owner=%s)", policy.HeaderOwner(id.Owner))
+			if rt.Owner.Kind == identity.OwnerHeader {
+				hint = fmt.Sprintf(" (here owner=%s)", identity.HeaderOwner(id.Owner))
 			}
 			detail += fmt.Sprintf("; the owner given is not of the form route %q stores: it takes its owner from %s and stores %s, so give owner in that form%s, or owner_value with the raw value",
 				rt.Name, rt.Owner, rt.StoredOwnerForm(), hint)
@@ -562,13 +563,13 @@ func wantsJSON(accept []string) bool {
 }
 
 // v1Identity is where a build before layout 2 kept the record of id for
-// route (policy.Layout1Identity, as the proxy's v1_lookup reads it), or
+// route (identity.Layout1, as the proxy's v1_lookup reads it), or
 // false when that is id itself or layout 1 lookups are off.
 func (h *handler) v1Identity(id store.Identity, routeName string) (store.Identity, bool) {
 	if !h.opts.V1Lookup {
 		return id, false
 	}
-	return policy.Layout1Identity(id, routeName)
+	return identity.Layout1(id, routeName)
 }
 
 // getV1 reads the layout 1 record at old: nil when there is none or the

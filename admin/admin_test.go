@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -104,7 +106,7 @@ func (c *testClock) Advance(d time.Duration) {
 // t0 has a millisecond part so that the millisecond formatting is checked.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 125_000_000, time.UTC)
 
-func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
+func testRoute(name, match string, owner identity.OwnerSource) policy.Route {
 	return policy.Route{
 		Name:             name,
 		Match:            match,
@@ -112,8 +114,8 @@ func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST"},
 		Owner:            owner,
-		AllowGlobalKeys:  owner.Kind == policy.OwnerNone,
-		Fingerprint:      policy.FingerprintSpec{Body: policy.BodyRaw},
+		AllowGlobalKeys:  owner.Kind == identity.OwnerNone,
+		Fingerprint:      fingerprint.Spec{Body: fingerprint.BodyRaw},
 		Lease:            30 * time.Second,
 		Retention:        24 * time.Hour,
 		Concurrent:       policy.ConcurrentWait,
@@ -133,11 +135,11 @@ func testRoute(name, match string, owner policy.OwnerSource) policy.Route {
 // Options.V1Lookup).
 func testPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	orders := testRoute("orders", "POST /orders", policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"})
+	orders := testRoute("orders", "POST /orders", identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"})
 	orders.Scope = "orders"
-	payments := testRoute("payments", "POST /payments", policy.OwnerSource{Kind: policy.OwnerAuthorization})
+	payments := testRoute("payments", "POST /payments", identity.OwnerSource{Kind: identity.OwnerAuthorization})
 	payments.Scope = "payments"
-	p, err := policy.New(testRoute("", "", policy.OwnerSource{Kind: policy.OwnerNone}), []policy.Route{orders, payments})
+	p, err := policy.New(testRoute("", "", identity.OwnerSource{Kind: identity.OwnerNone}), []policy.Route{orders, payments})
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)
 	}
@@ -680,12 +682,12 @@ func catalogTitle(slug string) string {
 
 // TestRecordsPerHost: with upstream.pass_host (Options.Scoping) a route
 // whose pattern names no host keeps a record per host, and /admin/records
-// derives its identity as the proxy does (policy.Scoping.Identity): host=
+// derives its identity as the proxy does (identity.Scoping.Identity): host=
 // is required there (a 400 that says so), the host's case, trailing dot
 // and the listener scheme's default port do not matter, and a purge takes
 // only that host's record.
 func TestRecordsPerHost(t *testing.T) {
-	f := newFixture(t, func(o *Options) { o.Scoping = policy.Scoping{PassHost: true} })
+	f := newFixture(t, func(o *Options) { o.Scoping = identity.Scoping{PassHost: true} })
 	pol := testPolicy(t)
 	var orders *policy.Route
 	for _, r := range pol.Routes() {
@@ -724,7 +726,7 @@ func TestRecordsPerHost(t *testing.T) {
 		t.Error("purge of t1.example's record removed t2.example's")
 	}
 
-	tls := newFixture(t, func(o *Options) { o.Scoping, o.ProxyHTTPS = policy.Scoping{PassHost: true}, true })
+	tls := newFixture(t, func(o *Options) { o.Scoping, o.ProxyHTTPS = identity.Scoping{PassHost: true}, true })
 	tls.claim(t, t1, "fp", "tok", time.Minute, time.Hour)
 	if rec := tls.do(t, http.MethodGet, target+"&host=t1.example:443", authed()); rec.Code != http.StatusOK {
 		t.Errorf("GET host=t1.example:443 on a TLS proxy = %d %s, want t1.example's record", rec.Code, rec.Body)

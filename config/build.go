@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -345,7 +347,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		r.Required = *s.Required
 	}
 	if s.Owner != nil {
-		o, err := policy.ParseOwnerSources(*s.Owner)
+		o, err := identity.ParseOwnerSources(*s.Owner)
 		if err != nil {
 			b.bad(path+".owner", "%v", err)
 		} else {
@@ -354,7 +356,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 	}
 	if j := s.JWT; j != nil {
 		r.JWT = mergeJWT(r.JWT, j)
-	} else if r.JWT != nil && !r.Owner.Uses(policy.OwnerJWT) {
+	} else if r.JWT != nil && !r.Owner.Uses(identity.OwnerJWT) {
 		// Inherited from defaults by a route that chose another owner.
 		r.JWT = nil
 	}
@@ -369,7 +371,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 			r.Fingerprint.Query = *f.Query
 		}
 		if f.Body != nil {
-			r.Fingerprint.Body = policy.BodyMode(*f.Body)
+			r.Fingerprint.Body = fingerprint.BodyMode(*f.Body)
 		}
 		if f.Exclude != nil {
 			r.Fingerprint.Exclude = append([]string(nil), (*f.Exclude)...)
@@ -377,7 +379,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		if f.Descriptors != nil {
 			r.Fingerprint.Proto = nil
 			if *f.Descriptors != "" {
-				schema, err := policy.LoadProtoSchema(*f.Descriptors)
+				schema, err := fingerprint.LoadProtoSchema(*f.Descriptors)
 				if err != nil {
 					b.bad(path+".fingerprint.descriptors", "%v", err)
 				} else {
@@ -387,12 +389,12 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		}
 		if m := f.MediaTypes; m != nil {
 			switch *m {
-			case policy.MediaTypesExact:
+			case fingerprint.MediaTypesExact:
 				r.Fingerprint.NormalizeMediaTypes = false
-			case policy.MediaTypesNormalize:
+			case fingerprint.MediaTypesNormalize:
 				r.Fingerprint.NormalizeMediaTypes = true
 			default:
-				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, policy.MediaTypesExact, policy.MediaTypesNormalize)
+				b.bad(path+".fingerprint.media_types", "%q must be %s or %s", *m, fingerprint.MediaTypesExact, fingerprint.MediaTypesNormalize)
 			}
 		}
 	}
@@ -454,7 +456,7 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 // the key field with from: header, so it and `header:` must not disagree.
 func (b *builder) key(r *policy.Route, k *rawKey, headerSet bool, path string) {
 	if k.From != nil {
-		r.Key = policy.KeySource{From: policy.KeyFrom(strings.TrimSpace(*k.From))}
+		r.Key = identity.KeySource{From: identity.KeyFrom(strings.TrimSpace(*k.From))}
 	}
 	if k.Pointer != nil {
 		r.Key.Pointer = strings.TrimSpace(*k.Pointer)
@@ -476,9 +478,9 @@ func (b *builder) key(r *policy.Route, k *rawKey, headerSet bool, path string) {
 // mergeJWT returns the `jwt:` settings of a route whose inherited settings
 // are base (nil if none) and whose own section is j: every key j sets
 // replaces the inherited one, and jwks_file and jwks_url replace each other,
-// being one choice. Claims default to policy.DefaultJWTClaims.
-func mergeJWT(base *policy.JWTSettings, j *rawJWT) *policy.JWTSettings {
-	out := &policy.JWTSettings{Claims: policy.DefaultJWTClaims()}
+// being one choice. Claims default to identity.DefaultJWTClaims.
+func mergeJWT(base *identity.JWTSettings, j *rawJWT) *identity.JWTSettings {
+	out := &identity.JWTSettings{Claims: identity.DefaultJWTClaims()}
 	if base != nil {
 		out.JWKSFile, out.JWKSURL = base.JWKSFile, base.JWKSURL
 		out.Issuers = append([]string(nil), base.Issuers...)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 const base = "upstream: {url: 'http://127.0.0.1:3000'}\n"
@@ -72,7 +74,7 @@ func TestExampleLoads(t *testing.T) {
 	if r := route(t, c, "create-order"); !r.Required || !slices.Equal(r.Methods, []string{"POST"}) {
 		t.Errorf("create-order = %+v", r)
 	}
-	if r := route(t, c, "capture-payment"); r.Fingerprint.Body != policy.BodyJSON || !r.Fingerprint.Query || !slices.Equal(r.Fingerprint.Headers, []string{"content-type"}) {
+	if r := route(t, c, "capture-payment"); r.Fingerprint.Body != fingerprint.BodyJSON || !r.Fingerprint.Query || !slices.Equal(r.Fingerprint.Headers, []string{"content-type"}) {
 		t.Errorf("capture-payment fingerprint = %+v", r.Fingerprint)
 	}
 	if r := route(t, c, "uploads"); r.Mode != policy.ModePassthrough || r.Enforces("POST") {
@@ -248,17 +250,17 @@ routes:
 		t.Errorf("defaults lost built-in values: %+v", d)
 	}
 	a := route(t, c, "a")
-	if a.Lease != 7*time.Second || a.Retention != 0 || a.Owner.Kind != policy.OwnerHeader || a.MaxRequestBytes != 64<<10 {
+	if a.Lease != 7*time.Second || a.Retention != 0 || a.Owner.Kind != identity.OwnerHeader || a.MaxRequestBytes != 64<<10 {
 		t.Errorf("a = %+v", a)
 	}
-	if a.Fingerprint.Body != policy.BodyJSON || a.Fingerprint.Query || !slices.Equal(a.Fingerprint.Headers, []string{"content-type", "x-tenant"}) {
+	if a.Fingerprint.Body != fingerprint.BodyJSON || a.Fingerprint.Query || !slices.Equal(a.Fingerprint.Headers, []string{"content-type", "x-tenant"}) {
 		t.Errorf("a fingerprint subfields did not inherit individually: %+v", a.Fingerprint)
 	}
 	if !slices.Equal(a.ReplayStatuses, []policy.StatusRange{{Min: 200, Max: 299}, {Min: 409, Max: 409}}) || !slices.Equal(a.Methods, []string{"POST"}) {
 		t.Errorf("a = %+v", a)
 	}
 	b := route(t, c, "b")
-	if b.Lease != 3*time.Second || b.Owner.Kind != policy.OwnerAuthorization || !b.Fingerprint.Query || len(b.Fingerprint.Headers) != 0 || b.Fingerprint.Body != policy.BodyRaw {
+	if b.Lease != 3*time.Second || b.Owner.Kind != identity.OwnerAuthorization || !b.Fingerprint.Query || len(b.Fingerprint.Headers) != 0 || b.Fingerprint.Body != fingerprint.BodyRaw {
 		t.Errorf("b = %+v", b)
 	}
 	if !slices.Equal(b.ReplayStatuses, []policy.StatusRange{{Min: 201, Max: 201}}) || !slices.Equal(b.Methods, []string{"POST", "PATCH"}) {
@@ -289,17 +291,17 @@ routes:
     owner: authorization
 `)
 	d := c.Policy.Defaults()
-	want := policy.JWTSettings{JWKSFile: "/etc/idemgate/jwks.json", Issuers: []string{"https://issuer.example"},
+	want := identity.JWTSettings{JWKSFile: "/etc/idemgate/jwks.json", Issuers: []string{"https://issuer.example"},
 		Audiences: []string{"orders-api"}, Claims: []string{"iss", "sub"}}
-	if d.Owner.Kind != policy.OwnerJWT || d.JWT == nil || !jwtEqual(*d.JWT, want) {
+	if d.Owner.Kind != identity.OwnerJWT || d.JWT == nil || !jwtEqual(*d.JWT, want) {
 		t.Errorf("defaults jwt = %+v", d.JWT)
 	}
 	o := route(t, c, "orders")
 	want.JWKSFile, want.JWKSURL, want.Claims = "", "https://issuer.example/.well-known/jwks.json", []string{"sub", "tenant"}
-	if o.Owner.Kind != policy.OwnerJWT || o.JWT == nil || !jwtEqual(*o.JWT, want) {
+	if o.Owner.Kind != identity.OwnerJWT || o.JWT == nil || !jwtEqual(*o.JWT, want) {
 		t.Errorf("orders jwt = %+v", o.JWT)
 	}
-	if l := route(t, c, "legacy"); l.Owner.Kind != policy.OwnerAuthorization || l.JWT != nil {
+	if l := route(t, c, "legacy"); l.Owner.Kind != identity.OwnerAuthorization || l.JWT != nil {
 		t.Errorf("legacy = %v %+v", l.Owner, l.JWT)
 	}
 	var buf bytes.Buffer
@@ -316,7 +318,7 @@ routes:
 	}
 }
 
-func jwtEqual(a, b policy.JWTSettings) bool {
+func jwtEqual(a, b identity.JWTSettings) bool {
 	return a.JWKSFile == b.JWKSFile && a.JWKSURL == b.JWKSURL && slices.Equal(a.Issuers, b.Issuers) &&
 		slices.Equal(a.Audiences, b.Audiences) && slices.Equal(a.Claims, b.Claims)
 }
@@ -722,7 +724,7 @@ routes:
 	if got := route(t, c, "charges").Owner.String(); got != "[authorization, header:Stripe-Account]" {
 		t.Errorf("charges owner = %s", got)
 	}
-	if got := route(t, c, "refunds").Owner; got.Kind != policy.OwnerAuthorization {
+	if got := route(t, c, "refunds").Owner; got.Kind != identity.OwnerAuthorization {
 		t.Errorf("a list of one = %+v, want authorization itself", got)
 	}
 	for _, tc := range []struct{ name, doc, want string }{

@@ -215,7 +215,7 @@ type rawSettings struct {
 	Key              *rawKey         `mapstructure:"key"`
 	Methods          *[]string       `mapstructure:"methods"`
 	Required         *bool           `mapstructure:"required"`
-	Owner            *[]string       `mapstructure:"owner"` // one source, or a list (policy.ParseOwnerSources)
+	Owner            *[]string       `mapstructure:"owner"` // one source, or a list (identity.ParseOwnerSources)
 	JWT              *rawJWT         `mapstructure:"jwt"`
 	AllowGlobalKeys  *bool           `mapstructure:"allow_global_keys"`
 	Fingerprint      *rawFingerprint `mapstructure:"fingerprint"`
@@ -234,7 +234,7 @@ type rawSettings struct {
 	TombstoneMethods *[]string       `mapstructure:"tombstone_methods"`
 }
 
-// rawJWT is a `jwt:` section (owner: jwt); see policy.JWTSettings.
+// rawJWT is a `jwt:` section (owner: jwt); see identity.JWTSettings.
 type rawJWT struct {
 	JWKSFile  *string   `mapstructure:"jwks_file"`
 	JWKSURL   *string   `mapstructure:"jwks_url"`
@@ -243,7 +243,7 @@ type rawJWT struct {
 	Claims    *[]string `mapstructure:"claims"`
 }
 
-// rawKey is a `key:` section; see policy.KeySource. With from: header,
+// rawKey is a `key:` section; see identity.KeySource. With from: header,
 // name is the key field, like `header:`.
 type rawKey struct {
 	From    *string `mapstructure:"from"`
@@ -251,7 +251,7 @@ type rawKey struct {
 	Pointer *string `mapstructure:"pointer"`
 }
 
-// rawFingerprint is a `fingerprint:` section; see policy.FingerprintSpec.
+// rawFingerprint is a `fingerprint:` section; see fingerprint.Spec.
 type rawFingerprint struct {
 	Headers    *[]string `mapstructure:"headers"`
 	Query      *bool     `mapstructure:"query"`
@@ -259,7 +259,7 @@ type rawFingerprint struct {
 	Exclude    *[]string `mapstructure:"exclude"`
 	MediaTypes *string   `mapstructure:"media_types"`
 	// Descriptors is fingerprint.descriptors: a FileDescriptorSet file
-	// for body: protobuf (policy.LoadProtoSchema).
+	// for body: protobuf (fingerprint.LoadProtoSchema).
 	Descriptors *string `mapstructure:"descriptors"`
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 func TestFingerprintExcludeAndKeySection(t *testing.T) {
@@ -29,13 +29,13 @@ routes:
 	if got := route(t, c, "orders").Fingerprint.Exclude; !reflect.DeepEqual(got, []string{"/client_ts", "/meta/request_id"}) {
 		t.Errorf("exclude = %q", got)
 	}
-	if r := route(t, c, "github"); r.Header != "X-Github-Delivery" || r.Key.From != policy.KeyFromHeader {
+	if r := route(t, c, "github"); r.Header != "X-Github-Delivery" || r.Key.From != identity.KeyFromHeader {
 		t.Errorf("github key: header %q, %+v", r.Header, r.Key)
 	}
-	if r := route(t, c, "stripe"); r.Key != (policy.KeySource{From: policy.KeyFromBody, Pointer: "/id"}) {
+	if r := route(t, c, "stripe"); r.Key != (identity.KeySource{From: identity.KeyFromBody, Pointer: "/id"}) {
 		t.Errorf("stripe key: %+v", r.Key)
 	}
-	if r := route(t, c, "default"); r.Header != "Idempotency-Key" || r.Key.From != policy.KeyFromHeader {
+	if r := route(t, c, "default"); r.Header != "Idempotency-Key" || r.Key.From != identity.KeyFromHeader {
 		t.Errorf("default key: %q %+v", r.Header, r.Key)
 	}
 }
@@ -71,10 +71,10 @@ routes:
   - name: other
     match: "POST /other"
 `)
-	if r := route(t, c, "gh"); r.Key != (policy.KeySource{From: policy.KeyFromHeader}) || r.Header != "X-Github-Delivery" {
+	if r := route(t, c, "gh"); r.Key != (identity.KeySource{From: identity.KeyFromHeader}) || r.Header != "X-Github-Delivery" {
 		t.Errorf("gh: %+v %q", r.Key, r.Header)
 	}
-	if r := route(t, c, "other"); r.Key != (policy.KeySource{From: policy.KeyFromBody, Pointer: "/id"}) {
+	if r := route(t, c, "other"); r.Key != (identity.KeySource{From: identity.KeyFromBody, Pointer: "/id"}) {
 		t.Errorf("other: %+v", r.Key)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/certfile"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // Client authentication modes of server.tls.client_auth.
@@ -292,7 +293,7 @@ func (c *Config) validateTLS() []error {
 	if c.Policy != nil && !s.VerifiesClients() {
 		routes := c.Policy.Routes()
 		for i, r := range routes {
-			if !r.Owner.Uses(policy.OwnerClientCert) {
+			if !r.Owner.Uses(identity.OwnerClientCert) {
 				continue
 			}
 			path := fmt.Sprintf("routes[%d].owner", i)

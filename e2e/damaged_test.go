@@ -7,7 +7,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -39,7 +39,7 @@ func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
 		}
 		// Cut the last 5 bytes of the record (the p fields joined): the
 		// tail of the (uncompressed, short) body, as a lost write would.
-		rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "default", Key: key})
+		rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: key})
 		rec := readRecord(t, c, rk)
 		writeRecord(t, c, rk, rec[:len(rec)-5])
 		retry := mustPost(t, g.URL+path, "alice", key, `{"n":1}`)
@@ -121,7 +121,7 @@ func TestE2ECheckFlagLostNeverReplayed(t *testing.T) {
 	if first.Status != 201 {
 		t.Fatalf("first: %v", first)
 	}
-	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "default", Key: "flag"})
+	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: "flag"})
 	rec := []byte(readRecord(t, c, rk))
 	// The response follows 7 netstrings (owner .. stored at); its first
 	// byte is the flags.

@@ -18,7 +18,7 @@ import (
 // With upstream.pass_host the host a request was sent to joins the key
 // scope of routes whose pattern names none (default@t1.example), and every
 // place that reads or changes a record must derive that scope the way the
-// proxy does (policy.Scoping): the admin API and CLI, tombstones, and the
+// proxy does (identity.Scoping): the admin API and CLI, tombstones, and the
 // host's canonical form, default port included.
 
 // passHost turns upstream.pass_host on in a generated config.

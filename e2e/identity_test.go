@@ -15,6 +15,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/valkey"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -179,7 +180,7 @@ func TestV1RecordsReplayAfterUpgrade(t *testing.T) {
 	ms := func(n int64) string { return strconv.FormatInt(n, 10) }
 	writeV1 := func(key string) {
 		t.Helper()
-		id := store.Identity{Owner: policy.HeaderOwner("alice"), Scope: "orders", Key: key}
+		id := store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "orders", Key: key}
 		now := time.Now().UnixMilli()
 		h := valkey.EncodeHeader(http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/orders/legacy"}})
 		err := c.Do(t.Context(), c.B().Hset().Key(valkey.Key(valkey.DefaultKeyPrefix, id)).FieldValue().

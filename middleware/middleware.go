@@ -63,7 +63,7 @@
 //   - The handler sees the client's Host and may serve each host as
 //     another tenant (a ServeMux's host patterns), while the fingerprint
 //     does not cover the host, so the request's host joins the key scope
-//     of routes whose pattern names none (policy.Scoping), as the proxy's
+//     of routes whose pattern names none (identity.Scoping), as the proxy's
 //     does with upstream.pass_host: the same key on two hosts is two
 //     operations, and no host is answered another host's record.
 //   - A Valkey or PostgreSQL store that cannot be reached when New runs
@@ -99,6 +99,7 @@ import (
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -183,7 +184,7 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 		// in tests), which stays registered after the first one's ctx ends.
 		return nil, fmt.Errorf("middleware: %w (one Registerer takes the metrics of one middleware only, and keeps them after its ctx ends: give each middleware.New a Registerer of its own, e.g. prometheus.NewRegistry() in tests, or prometheus.WrapRegistererWith(prometheus.Labels{\"idemgate_handler\": \"<name>\"}, reg) to serve several from one registry)", err)
 	}
-	keys, err := policy.NewKeyRing(policy.JWKSOptions{
+	keys, err := identity.NewKeyRing(identity.JWKSOptions{
 		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		Now:    time.Now,
 		Logger: log,

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // TestAttackMatchHostIsCaseInsensitive: host names are case-insensitive and
@@ -80,8 +82,8 @@ func TestAttackHostInFingerprintHeaders(t *testing.T) {
 	if route.FingerprintOf(a, nil) == route.FingerprintOf(b, nil) {
 		t.Error("requests for two hosts share a fingerprint although Host is a fingerprint header")
 	}
-	want := Fingerprint(FingerprintInput{Method: "POST", Path: "/a", IncludeQuery: true,
-		Headers: []FingerprintHeader{{Name: "content-type"}, {Name: "host", Values: []string{"tenant-a.example.com"}}}, BodyMode: BodyRaw})
+	want := fingerprint.Of(fingerprint.Input{Method: "POST", Path: "/a", IncludeQuery: true,
+		Headers: []fingerprint.Header{{Name: "content-type"}, {Name: "host", Values: []string{"tenant-a.example.com"}}}, BodyMode: fingerprint.BodyRaw})
 	if got := route.FingerprintOf(a, nil); got != want {
 		t.Errorf("FingerprintOf = %s, want the hs1 fingerprint with the Host value as one field line: %s", got, want)
 	}
@@ -113,7 +115,7 @@ func TestAttackStoredResponseLimit(t *testing.T) {
 // field differently from 1 gets the replay of the other form.
 func TestAttackJSONFingerprintEdgeCases(t *testing.T) {
 	fp := func(body string) string {
-		return Fingerprint(FingerprintInput{Method: "POST", Path: "/a", BodyMode: BodyJSON, Body: []byte(body)})
+		return fingerprint.Of(fingerprint.Input{Method: "POST", Path: "/a", BodyMode: fingerprint.BodyJSON, Body: []byte(body)})
 	}
 	for _, pair := range [][2]string{
 		{`{"a":1,"a":2}`, `{"a":2}`},

@@ -12,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/httpsyntax"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // DefaultRouteName is the Name of the defaults route, which requests that
@@ -220,23 +224,23 @@ func checkPatternHost(r *Route) error {
 // leave out "iss" collide across issuers.
 func ownerNamespace(r *Route) string {
 	switch r.Owner.Kind {
-	case OwnerHeader:
+	case identity.OwnerHeader:
 		return r.Owner.String()
-	case OwnerList:
+	case identity.OwnerList:
 		// Lists of other sources produce values of one form ("m:[...]"),
 		// so only the same list (with the same jwt claims) may share.
 		ns := "owner list " + r.Owner.String()
-		if r.Owner.Uses(OwnerJWT) {
+		if r.Owner.Uses(identity.OwnerJWT) {
 			jwt := *r
-			jwt.Owner = OwnerSource{Kind: OwnerJWT}
+			jwt.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}
 			ns += " with " + ownerNamespace(&jwt)
 		}
 		return ns
-	case OwnerJWT:
+	case identity.OwnerJWT:
 		if r.JWT == nil {
-			return string(OwnerJWT)
+			return string(identity.OwnerJWT)
 		}
-		ns := string(OwnerJWT) + " claims " + strings.Join(r.JWT.Claims, ",")
+		ns := string(identity.OwnerJWT) + " claims " + strings.Join(r.JWT.Claims, ",")
 		if !slices.Contains(r.JWT.Claims, "iss") {
 			iss := slices.Clone(r.JWT.Issuers)
 			slices.Sort(iss)
@@ -258,8 +262,8 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 	type first struct {
 		path, name, host string
 		upstream         string
-		owners           map[OwnerKind]string // kind -> namespace
-		ownerPath        map[OwnerKind]string
+		owners           map[identity.OwnerKind]string // kind -> namespace
+		ownerPath        map[identity.OwnerKind]string
 	}
 	show := func(h string) string {
 		if h == "" {
@@ -279,7 +283,7 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 		f := byScope[r.Scope]
 		if f == nil {
 			byScope[r.Scope] = &first{path: path, name: r.Name, host: host, upstream: up,
-				owners: map[OwnerKind]string{r.Owner.Kind: ns}, ownerPath: map[OwnerKind]string{r.Owner.Kind: path}}
+				owners: map[identity.OwnerKind]string{r.Owner.Kind: ns}, ownerPath: map[identity.OwnerKind]string{r.Owner.Kind: path}}
 			continue
 		}
 		if host != f.host {
@@ -356,29 +360,8 @@ func lowerPatternHost(pattern string) string {
 	return pattern[:start] + strings.ToLower(rest[:slash]) + rest[slash:]
 }
 
-// CanonicalHost returns host as routes compare it (see canonicalHost),
-// lowercased: the form in which a request's host enters a key scope.
-func CanonicalHost(host string) string { return strings.ToLower(canonicalHost(host)) }
-
 // HostPattern reports whether the route's pattern names a host.
 func (r *Route) HostPattern() bool { return patternHost(r.Match) != "" }
-
-// canonicalHost returns the request host (with any port) as ServeMux should
-// compare it: host names are case-insensitive and a fully qualified name may
-// end in one dot (RFC 3986 section 3.2.2, RFC 1034 section 3.1), so
-// "API.Example.COM." is "api.example.com".
-func canonicalHost(host string) string {
-	name, port := host, ""
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
-		name, port = host[:i], host[i:]
-	}
-	if strings.HasSuffix(name, ".") && !strings.HasSuffix(name, "..") {
-		name = name[:len(name)-1]
-	} else if !strings.ContainsFunc(name, func(c rune) bool { return 'A' <= c && c <= 'Z' }) {
-		return host
-	}
-	return strings.ToLower(name) + port
-}
 
 // matchError explains why r's pattern did not register: either it is
 // invalid alone, or it conflicts with an earlier route, which it names.
@@ -419,7 +402,7 @@ func cloneRoute(r Route) *Route {
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
 	r.ReplayGRPCCodes = slices.Clone(r.ReplayGRPCCodes)
 	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
-	r.JWT = r.JWT.clone()
+	r.JWT = r.JWT.Clone()
 	r.jwt = nil
 	return &r
 }
@@ -441,7 +424,7 @@ func normalize(r *Route, path string) []error {
 	if r.Mode != ModeEnforce && r.Mode != ModePassthrough {
 		bad("mode", "%q must be enforce or passthrough", r.Mode)
 	}
-	if !validToken(r.Header) {
+	if !httpsyntax.IsToken(r.Header) {
 		bad("header", "%q is not a valid field name", r.Header)
 	} else {
 		if !strings.EqualFold(r.HeaderName, r.Header) {
@@ -449,13 +432,13 @@ func normalize(r *Route, path string) []error {
 		}
 		r.Header = textproto.CanonicalMIMEHeaderKey(r.Header)
 	}
-	errs = append(errs, r.Key.check(path+".key")...)
+	errs = append(errs, checkKeySource(&r.Key, path+".key")...)
 	if len(r.Methods) == 0 {
 		bad("methods", "must list at least one method")
 	}
 	var methods []string
 	for _, m := range r.Methods {
-		if !validToken(m) {
+		if !httpsyntax.IsToken(m) {
 			bad("methods", "%q is not a valid method token", m)
 		} else if m != strings.ToUpper(m) {
 			// Methods are case-sensitive (RFC 9110 section 9.1): "post"
@@ -473,7 +456,7 @@ func normalize(r *Route, path string) []error {
 	}
 	var tombstoning []string
 	for _, m := range r.TombstoneMethods {
-		if !validToken(m) || m != strings.ToUpper(m) {
+		if !httpsyntax.IsToken(m) || m != strings.ToUpper(m) {
 			bad("tombstone_methods", "%q is not an upper-case method token, e.g. DELETE", m)
 		} else if !slices.Contains(tombstoning, m) {
 			tombstoning = append(tombstoning, m)
@@ -484,51 +467,51 @@ func normalize(r *Route, path string) []error {
 		bad("tombstone_methods", "must list at least one method when resource_from is set")
 	}
 	switch r.Owner.Kind {
-	case OwnerHeader:
-		if o, err := ParseOwnerSource(r.Owner.String()); err != nil {
+	case identity.OwnerHeader:
+		if o, err := identity.ParseOwnerSource(r.Owner.String()); err != nil {
 			bad("owner", "%v", err)
 		} else {
 			r.Owner = o
 		}
-	case OwnerAuthorization, OwnerClientCert:
-	case OwnerList:
+	case identity.OwnerAuthorization, identity.OwnerClientCert:
+	case identity.OwnerList:
 		names := make([]string, len(r.Owner.Parts))
 		for i, p := range r.Owner.Parts {
 			names[i] = p.String()
 		}
-		if o, err := ParseOwnerSources(names); err != nil {
+		if o, err := identity.ParseOwnerSources(names); err != nil {
 			bad("owner", "%v", err)
-		} else if o.Kind != OwnerList {
+		} else if o.Kind != identity.OwnerList {
 			bad("owner", "a list of one source is that source; write owner: %s", o)
 		} else {
 			r.Owner = o
 		}
-		if r.Owner.Uses(OwnerJWT) {
+		if r.Owner.Uses(identity.OwnerJWT) {
 			if r.JWT == nil {
 				bad("jwt", "is required with a jwt owner source (jwks_file or jwks_url, and issuers)")
 			} else {
-				errs = append(errs, r.JWT.check(path)...)
+				errs = append(errs, checkJWT(r.JWT, path)...)
 			}
 		}
-	case OwnerJWT:
+	case identity.OwnerJWT:
 		if r.JWT == nil {
 			bad("jwt", "is required with owner: jwt (jwks_file or jwks_url, and issuers)")
 		} else {
-			errs = append(errs, r.JWT.check(path)...)
+			errs = append(errs, checkJWT(r.JWT, path)...)
 		}
-	case OwnerNone:
+	case identity.OwnerNone:
 		if !r.AllowGlobalKeys {
 			bad("owner", "none shares keys between all clients and needs allow_global_keys: true")
 		}
 	default:
 		bad("owner", "unknown owner source %q", r.Owner.Kind)
 	}
-	if r.JWT != nil && !r.Owner.Uses(OwnerJWT) {
+	if r.JWT != nil && !r.Owner.Uses(identity.OwnerJWT) {
 		bad("jwt", "is set but owner is %q: the jwt: section applies only with owner: jwt", r.Owner)
 	}
 	var fh []string
 	for _, h := range r.Fingerprint.Headers {
-		if !validToken(h) {
+		if !httpsyntax.IsToken(h) {
 			bad("fingerprint.headers", "%q is not a valid field name", h)
 			continue
 		}
@@ -546,22 +529,22 @@ func normalize(r *Route, path string) []error {
 	slices.Sort(fh)
 	r.Fingerprint.Headers = fh
 	switch r.Fingerprint.Body {
-	case BodyRaw, BodyJSON, BodyIgnore, BodyProtobuf:
+	case fingerprint.BodyRaw, fingerprint.BodyJSON, fingerprint.BodyIgnore, fingerprint.BodyProtobuf:
 	default:
 		bad("fingerprint.body", "%q must be raw, json, protobuf or ignore", r.Fingerprint.Body)
 	}
 	checkProtobuf(r, bad)
-	ex, exErrs := normalizeExclude(r.Fingerprint.Exclude)
+	ex, exErrs := fingerprint.NormalizeExclude(r.Fingerprint.Exclude)
 	for _, err := range exErrs {
 		bad("fingerprint.exclude", "%v", err)
 	}
 	r.Fingerprint.Exclude = ex
-	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != BodyJSON && r.Fingerprint.Body != BodyProtobuf {
+	if len(r.Fingerprint.Exclude) > 0 && r.Fingerprint.Body != fingerprint.BodyJSON && r.Fingerprint.Body != fingerprint.BodyProtobuf {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
-	if len(r.recipe) > MaxRecipeBytes {
-		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), MaxRecipeBytes)
+	if len(r.recipe) > fingerprint.MaxRecipeBytes {
+		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), fingerprint.MaxRecipeBytes)
 	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match, r.Upstream)
@@ -672,7 +655,7 @@ func (p *Policy) match(req *http.Request, method string) (*Route, bool) {
 			return p.defaults, true
 		}
 		lookup := req
-		if host := canonicalHost(req.Host); host != req.Host || method != req.Method {
+		if host := httpsyntax.Host(req.Host); host != req.Host || method != req.Method {
 			lookup = &http.Request{Method: method, Host: host, Header: req.Header, URL: req.URL}
 		}
 		return p.lookup(lookup), true
@@ -692,7 +675,7 @@ func (p *Policy) match(req *http.Request, method string) (*Route, bool) {
 		lookup = &http.Request{Method: method, Host: req.Host, Header: req.Header,
 			URL: &url.URL{Path: unesc, RawPath: clean}}
 	}
-	if host := canonicalHost(req.Host); host != req.Host || method != req.Method {
+	if host := httpsyntax.Host(req.Host); host != req.Host || method != req.Method {
 		if lookup == req {
 			lookup = &http.Request{Method: method, Header: req.Header, URL: req.URL}
 		}
@@ -760,8 +743,8 @@ func DefaultRoute() Route {
 		Mode:             ModeEnforce,
 		Header:           "Idempotency-Key",
 		Methods:          []string{http.MethodPost, http.MethodPatch},
-		Owner:            OwnerSource{Kind: OwnerAuthorization},
-		Fingerprint:      FingerprintSpec{Headers: []string{"content-type"}, Query: true, Body: BodyRaw},
+		Owner:            identity.OwnerSource{Kind: identity.OwnerAuthorization},
+		Fingerprint:      fingerprint.Spec{Headers: []string{"content-type"}, Query: true, Body: fingerprint.BodyRaw},
 		Lease:            10 * time.Second,
 		Retention:        24 * time.Hour,
 		Concurrent:       ConcurrentWait,

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/idemgate/idemgate/internal/httpsyntax"
 )
 
 // Strictness orders how strongly a route treats a request method:
@@ -397,7 +399,7 @@ func (p *Policy) matchPath(r *http.Request, method, path string, escaped bool) *
 		}
 		u = &url.URL{Path: unesc, RawPath: path}
 	}
-	return p.lookup(&http.Request{Method: method, Host: canonicalHost(r.Host), URL: u})
+	return p.lookup(&http.Request{Method: method, Host: httpsyntax.Host(r.Host), URL: u})
 }
 
 func (p *Policy) lookup(req *http.Request) *Route {

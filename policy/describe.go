@@ -6,6 +6,9 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // Describe writes the effective policy of every route, in Routes order
@@ -64,9 +67,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("methods", "["+strings.Join(r.Methods, ", ")+"]")
 	kv("required", strconv.FormatBool(r.Required))
 	switch r.Owner.Kind {
-	case OwnerAuthorization:
+	case identity.OwnerAuthorization:
 		kv("owner", strconv.Quote(r.Owner.String())+" # "+AuthorizationOwnerTradeoff)
-	case OwnerList:
+	case identity.OwnerList:
 		quoted := make([]string, len(r.Owner.Parts))
 		for i, p := range r.Owner.Parts {
 			quoted[i] = strconv.Quote(p.String())
@@ -81,7 +84,7 @@ func (r *Route) describe(w *bufio.Writer) {
 			src = "jwks_url: " + strconv.Quote(j.JWKSURL)
 		}
 		fmt.Fprintf(w, "  jwt: {%s, issuers: [%s], audiences: [%s], claims: [%s]} # exp/nbf checked with %v leeway\n",
-			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), JWTLeeway)
+			src, quoteList(j.Issuers), quoteList(j.Audiences), quoteList(j.Claims), identity.JWTLeeway)
 	}
 	kv("allow_global_keys", strconv.FormatBool(r.AllowGlobalKeys))
 	exclude := ""
@@ -91,9 +94,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	if r.Fingerprint.Proto != nil {
 		exclude += ", descriptors: " + strconv.Quote(r.Fingerprint.Proto.Path)
 	}
-	media := MediaTypesExact
+	media := fingerprint.MediaTypesExact
 	if r.Fingerprint.NormalizeMediaTypes {
-		media = MediaTypesNormalize
+		media = fingerprint.MediaTypesNormalize
 	}
 	fmt.Fprintf(w, "  fingerprint: {headers: [%s], query: %t, body: %s%s, media_types: %s}\n",
 		strings.Join(r.Fingerprint.Headers, ", "), r.Fingerprint.Query, r.Fingerprint.Body, exclude, media)

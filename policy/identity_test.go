@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -27,10 +28,10 @@ func TestScopingIdentity(t *testing.T) {
 	for _, r := range p.Routes() {
 		route[r.Name] = r
 	}
-	on, off := Scoping{PassHost: true}, Scoping{}
+	on, off := identity.Scoping{PassHost: true}, identity.Scoping{}
 	for _, tc := range []struct {
 		name    string
-		s       Scoping
+		s       identity.Scoping
 		route   string
 		host    string
 		https   bool
@@ -63,7 +64,7 @@ func TestScopingIdentity(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := route[tc.route]
-			at := Origin{Host: tc.host, HTTPS: tc.https}
+			at := identity.Origin{Host: tc.host, HTTPS: tc.https}
 			want := store.Identity{Owner: "h:alice", Scope: tc.want, Key: "k1"}
 			if got := tc.s.Identity(r, "h:alice", "k1", at); got != want {
 				t.Errorf("Identity = %+v, want %+v", got, want)
@@ -84,10 +85,10 @@ func TestScopingIdentity(t *testing.T) {
 // own scope.
 func TestLayout1Identity(t *testing.T) {
 	id := store.Identity{Owner: "h:alice", Scope: "default@t1.example", Key: "k1"}
-	if old, ok := Layout1Identity(id, "orders"); !ok || old != (store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}) {
-		t.Errorf("Layout1Identity(orders) = %+v, %v", old, ok)
+	if old, ok := identity.Layout1(id, "orders"); !ok || old != (store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}) {
+		t.Errorf("identity.Layout1(orders) = %+v, %v", old, ok)
 	}
-	if _, ok := Layout1Identity(store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}, "orders"); ok {
-		t.Error("Layout1Identity of a scope equal to the route name: want none")
+	if _, ok := identity.Layout1(store.Identity{Owner: "h:alice", Scope: "orders", Key: "k1"}, "orders"); ok {
+		t.Error("Layout1 of a scope equal to the route name: want none")
 	}
 }

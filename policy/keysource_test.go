@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 func TestBodyKey(t *testing.T) {
@@ -17,16 +19,16 @@ func TestBodyKey(t *testing.T) {
 		{`{"id":"with spaces ok"}`, "/id", "with spaces ok"},
 		{`{"a/b":"x"}`, "/a~1b", "x"},
 	} {
-		got, err := BodyKey([]byte(c.body), c.ptr)
+		got, err := identity.BodyKey([]byte(c.body), c.ptr)
 		if err != nil || got != c.want {
-			t.Errorf("BodyKey(%s, %s) = %q, %v; want %q", c.body, c.ptr, got, err, c.want)
+			t.Errorf("identity.BodyKey(%s, %s) = %q, %v; want %q", c.body, c.ptr, got, err, c.want)
 		}
 	}
 	for _, c := range []struct{ body, ptr string }{
 		{``, "/id"}, {`{}`, "/id"}, {`{"id":null}`, "/id"}, {`{"a":1}`, "/a/b"}, {`{"e":[]}`, "/e/0"}, {`{"e":[1]}`, "/e/-"},
 	} {
-		if _, err := BodyKey([]byte(c.body), c.ptr); !errors.Is(err, ErrKeyMissing) {
-			t.Errorf("BodyKey(%s, %s) = %v, want ErrKeyMissing", c.body, c.ptr, err)
+		if _, err := identity.BodyKey([]byte(c.body), c.ptr); !errors.Is(err, identity.ErrKeyMissing) {
+			t.Errorf("identity.BodyKey(%s, %s) = %v, want identity.ErrKeyMissing", c.body, c.ptr, err)
 		}
 	}
 	for _, c := range []struct{ body, ptr string }{
@@ -35,8 +37,8 @@ func TestBodyKey(t *testing.T) {
 		{`{"id":"caf\u00e9"}`, "/id"}, {`{"id":"a\nb"}`, "/id"}, {`{"id":"` + strings.Repeat("x", 256) + `"}`, "/id"},
 		{`{"id":1}`, "id"},
 	} {
-		if _, err := BodyKey([]byte(c.body), c.ptr); !errors.Is(err, ErrKeyInvalid) {
-			t.Errorf("BodyKey(%s, %s) = %v, want ErrKeyInvalid", c.body, c.ptr, err)
+		if _, err := identity.BodyKey([]byte(c.body), c.ptr); !errors.Is(err, identity.ErrKeyInvalid) {
+			t.Errorf("identity.BodyKey(%s, %s) = %v, want identity.ErrKeyInvalid", c.body, c.ptr, err)
 		}
 	}
 }
@@ -45,10 +47,10 @@ func TestRouteKeyOf(t *testing.T) {
 	d := DefaultRoute()
 	gh := DefaultRoute()
 	gh.Name, gh.Match, gh.Header, gh.Scope = "github", "POST /hooks/github", "X-GitHub-Delivery", "github"
-	gh.Owner, gh.AllowGlobalKeys = OwnerSource{Kind: OwnerNone}, true
+	gh.Owner, gh.AllowGlobalKeys = identity.OwnerSource{Kind: identity.OwnerNone}, true
 	stripe := gh
 	stripe.Name, stripe.Match, stripe.Scope = "stripe", "POST /hooks/stripe", "stripe"
-	stripe.Key = KeySource{From: KeyFromBody, Pointer: "/id"}
+	stripe.Key = identity.KeySource{From: identity.KeyFromBody, Pointer: "/id"}
 	p, err := New(d, []Route{gh, stripe})
 	if err != nil {
 		t.Fatal(err)
@@ -67,20 +69,20 @@ func TestRouteKeyOf(t *testing.T) {
 	if rt.KeyName() != "the JSON body member /id" || p.Defaults().KeyName() != "the Idempotency-Key field" {
 		t.Errorf("KeyName = %q, %q", rt.KeyName(), p.Defaults().KeyName())
 	}
-	if p.Defaults().Key.From != KeyFromHeader {
+	if p.Defaults().Key.From != identity.KeyFromHeader {
 		t.Errorf("default key source = %q, want header", p.Defaults().Key.From)
 	}
 }
 
 func TestNewValidatesKeySource(t *testing.T) {
 	for _, c := range []struct {
-		key  KeySource
+		key  identity.KeySource
 		says string
 	}{
-		{KeySource{From: KeyFromBody}, "defaults.key.pointer: is required"},
-		{KeySource{From: KeyFromBody, Pointer: "id"}, `defaults.key.pointer: invalid JSON pointer: "id"`},
-		{KeySource{From: KeyFromHeader, Pointer: "/id"}, "defaults.key.pointer: applies only with key.from: body"},
-		{KeySource{From: "query"}, `defaults.key.from: "query" must be header or body`},
+		{identity.KeySource{From: identity.KeyFromBody}, "defaults.key.pointer: is required"},
+		{identity.KeySource{From: identity.KeyFromBody, Pointer: "id"}, `defaults.key.pointer: invalid JSON pointer: "id"`},
+		{identity.KeySource{From: identity.KeyFromHeader, Pointer: "/id"}, "defaults.key.pointer: applies only with key.from: body"},
+		{identity.KeySource{From: "query"}, `defaults.key.from: "query" must be header or body`},
 	} {
 		d := DefaultRoute()
 		d.Key = c.key

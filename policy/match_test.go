@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // testRoute returns a route named name with the default settings and its
@@ -159,8 +162,8 @@ func TestNewErrors(t *testing.T) {
 		{"no methods", []Route{mod("a", "/a", func(r *Route) { r.Methods = nil })}, "routes[0].methods", "at least one"},
 		{"lowercase method", []Route{mod("a", "/a", func(r *Route) { r.Methods = []string{"post"} })}, "routes[0].methods", "upper case"},
 		{"bad method", []Route{mod("a", "/a", func(r *Route) { r.Methods = []string{"PO ST"} })}, "routes[0].methods", "valid method"},
-		{"owner none", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: OwnerNone} })}, "routes[0].owner", "allow_global_keys"},
-		{"owner kind", []Route{mod("a", "/a", func(r *Route) { r.Owner = OwnerSource{Kind: "ip"} })}, "routes[0].owner", "unknown owner"},
+		{"owner none", []Route{mod("a", "/a", func(r *Route) { r.Owner = identity.OwnerSource{Kind: identity.OwnerNone} })}, "routes[0].owner", "allow_global_keys"},
+		{"owner kind", []Route{mod("a", "/a", func(r *Route) { r.Owner = identity.OwnerSource{Kind: "ip"} })}, "routes[0].owner", "unknown owner"},
 		{"fingerprint header", []Route{mod("a", "/a", func(r *Route) { r.Fingerprint.Headers = []string{"a b"} })}, "routes[0].fingerprint.headers", "valid field name"},
 		{"bare-word host", []Route{mod("orders", "POST v1/orders", nil)}, "routes[0].match", `route "orders": pattern "POST v1/orders" reads as host "v1" and path "/orders", and no request carries a host without a dot: if "v1" is part of the path, write "POST /v1/orders"`},
 		{"bare-word host without method", []Route{mod("orders", "api/v1/orders", nil)}, "routes[0].match", `write "/api/v1/orders"`},
@@ -274,9 +277,9 @@ func TestParseStatus(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	r := testRoute("capture-payment", "POST /v1/payments/{id}/capture")
-	r.Fingerprint.Body = BodyJSON
+	r.Fingerprint.Body = fingerprint.BodyJSON
 	r.Retention = 0
-	r.Owner = OwnerSource{Kind: OwnerHeader, Header: "X-User"}
+	r.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 	r.ReplayStatuses = []StatusRange{{200, 299}, {409, 409}}
 	p := mustNew(t, r)
 	var buf bytes.Buffer

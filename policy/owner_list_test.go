@@ -6,28 +6,30 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 func TestParseOwnerSources(t *testing.T) {
-	one, err := ParseOwnerSources([]string{" authorization "})
-	if err != nil || !reflect.DeepEqual(one, OwnerSource{Kind: OwnerAuthorization}) {
+	one, err := identity.ParseOwnerSources([]string{" authorization "})
+	if err != nil || !reflect.DeepEqual(one, identity.OwnerSource{Kind: identity.OwnerAuthorization}) {
 		t.Fatalf("a list of one = %+v, %v; want that source, so its owners are those of owner: authorization", one, err)
 	}
-	two, err := ParseOwnerSources([]string{"authorization", "header:stripe-account"})
-	want := OwnerSource{Kind: OwnerList, Parts: []OwnerSource{{Kind: OwnerAuthorization}, {Kind: OwnerHeader, Header: "Stripe-Account"}}}
+	two, err := identity.ParseOwnerSources([]string{"authorization", "header:stripe-account"})
+	want := identity.OwnerSource{Kind: identity.OwnerList, Parts: []identity.OwnerSource{{Kind: identity.OwnerAuthorization}, {Kind: identity.OwnerHeader, Header: "Stripe-Account"}}}
 	if err != nil || !reflect.DeepEqual(two, want) {
-		t.Fatalf("ParseOwnerSources = %+v, %v; want %+v", two, err, want)
+		t.Fatalf("identity.ParseOwnerSources = %+v, %v; want %+v", two, err, want)
 	}
 	if got := two.String(); got != "[authorization, header:Stripe-Account]" {
 		t.Errorf("String() = %q", got)
 	}
-	if !two.Uses(OwnerHeader) || two.Uses(OwnerJWT) {
-		t.Errorf("Uses: header %v jwt %v", two.Uses(OwnerHeader), two.Uses(OwnerJWT))
+	if !two.Uses(identity.OwnerHeader) || two.Uses(identity.OwnerJWT) {
+		t.Errorf("Uses: header %v jwt %v", two.Uses(identity.OwnerHeader), two.Uses(identity.OwnerJWT))
 	}
 	for _, bad := range [][]string{{}, {"authorization", "none"}, {"authorization", "authorization"},
 		{"header:X-A", "header:x-a"}, {"authorization", "ip"}} {
-		if got, err := ParseOwnerSources(bad); err == nil {
-			t.Errorf("ParseOwnerSources(%q) = %+v; want an error", bad, got)
+		if got, err := identity.ParseOwnerSources(bad); err == nil {
+			t.Errorf("identity.ParseOwnerSources(%q) = %+v; want an error", bad, got)
 		}
 	}
 }
@@ -37,7 +39,7 @@ func TestParseOwnerSources(t *testing.T) {
 // Stripe-Account) is one owner per account; every part must be present;
 // the join is unambiguous whatever the header values hold.
 func TestListOwner(t *testing.T) {
-	src, err := ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
+	src, err := identity.ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,22 +59,22 @@ func TestListOwner(t *testing.T) {
 	if errA != nil || errB != nil || a == b {
 		t.Fatalf("accounts A and B under one credential: %q %v, %q %v; want two owners", a, errA, b, errB)
 	}
-	want := `m:["` + AuthorizationOwner("Bearer sk_platform") + `","h:acct_A"]`
+	want := `m:["` + identity.AuthorizationOwner("Bearer sk_platform") + `","h:acct_A"]`
 	if a != want {
 		t.Errorf("owner = %s, want %s", a, want)
 	}
 	if again, _ := owner("Bearer sk_platform", "acct_A"); again != a {
 		t.Error("the same credential and account is another owner")
 	}
-	if _, err := owner("Bearer sk_platform", ""); !errors.Is(err, ErrOwnerMissing) || !strings.Contains(err.Error(), "Stripe-Account") {
-		t.Errorf("without the account header: %v; want ErrOwnerMissing naming the part", err)
+	if _, err := owner("Bearer sk_platform", ""); !errors.Is(err, identity.ErrOwnerMissing) || !strings.Contains(err.Error(), "Stripe-Account") {
+		t.Errorf("without the account header: %v; want identity.ErrOwnerMissing naming the part", err)
 	}
-	if _, err := owner("", "acct_A"); !errors.Is(err, ErrOwnerMissing) {
-		t.Errorf("without Authorization: %v; want ErrOwnerMissing", err)
+	if _, err := owner("", "acct_A"); !errors.Is(err, identity.ErrOwnerMissing) {
+		t.Errorf("without Authorization: %v; want identity.ErrOwnerMissing", err)
 	}
 	// Values that a naive join ("," or ":") would confuse stay apart.
-	x, _ := ListOwner([]string{"h:a,b", "h:c"})
-	y, _ := ListOwner([]string{"h:a", "b,h:c"})
+	x, _ := identity.ListOwner([]string{"h:a,b", "h:c"})
+	y, _ := identity.ListOwner([]string{"h:a", "b,h:c"})
 	if x == y {
 		t.Errorf("ambiguous join: %s", x)
 	}
@@ -96,7 +98,7 @@ func TestListOwner(t *testing.T) {
 // JSON join of the raw parts made both "h:acct_\ufffd", and one account's
 // stored response replayed to the other under the shared credential.
 func TestListOwnerKeepsNonUTF8HeaderValuesApart(t *testing.T) {
-	src, err := ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
+	src, err := identity.ParseOwnerSources([]string{"authorization", "header:Stripe-Account"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestListOwnerKeepsNonUTF8HeaderValuesApart(t *testing.T) {
 	}
 	// Valid UTF-8 parts keep the owner they had, so records stored before
 	// still match.
-	if got, want := owner("acct_A"), `m:["`+AuthorizationOwner("Bearer sk_platform")+`","h:acct_A"]`; got != want {
+	if got, want := owner("acct_A"), `m:["`+identity.AuthorizationOwner("Bearer sk_platform")+`","h:acct_A"]`; got != want {
 		t.Errorf("owner = %s, want %s (unchanged for UTF-8 values)", got, want)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 func selfSignedCert(t *testing.T) *x509.Certificate {
@@ -47,9 +49,9 @@ func TestOwnerOf(t *testing.T) {
 	authSum := sha256.Sum256([]byte("Bearer s3cret"))
 
 	route := func(src string) *Route {
-		o, err := ParseOwnerSource(src)
+		o, err := identity.ParseOwnerSource(src)
 		if err != nil {
-			t.Fatalf("ParseOwnerSource(%q): %v", src, err)
+			t.Fatalf("identity.ParseOwnerSource(%q): %v", src, err)
 		}
 		return &Route{Name: "r", Owner: o, AllowGlobalKeys: src == "none"}
 	}
@@ -70,7 +72,7 @@ func TestOwnerOf(t *testing.T) {
 		{name: "authorization", source: "authorization", setup: func(h map[string][]string) { h["Authorization"] = []string{"Bearer s3cret"} }, want: "sha256:" + hex.EncodeToString(authSum[:])},
 		{name: "authorization absent", source: "authorization", missing: true},
 		{name: "authorization twice", source: "authorization", setup: func(h map[string][]string) { h["Authorization"] = []string{"a", "b"} }, missing: true},
-		{name: "client cert verified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}, VerifiedChains: [][]*x509.Certificate{{cert}}}, want: CertOwner(cert)},
+		{name: "client cert verified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}, VerifiedChains: [][]*x509.Certificate{{cert}}}, want: identity.CertOwner(cert)},
 		{name: "client cert unverified", source: "client-cert", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}, missing: true},
 		{name: "client cert plain http", source: "client-cert", missing: true},
 		{name: "none", source: "none", setup: func(h map[string][]string) { h["Authorization"] = []string{"x"} }, want: ""},
@@ -84,8 +86,8 @@ func TestOwnerOf(t *testing.T) {
 			req.TLS = tt.tls
 			got, err := route(tt.source).OwnerOf(req)
 			if tt.missing {
-				if !errors.Is(err, ErrOwnerMissing) || got != "" {
-					t.Fatalf("OwnerOf = %q, %v; want ErrOwnerMissing", got, err)
+				if !errors.Is(err, identity.ErrOwnerMissing) || got != "" {
+					t.Fatalf("OwnerOf = %q, %v; want identity.ErrOwnerMissing", got, err)
 				}
 				return
 			}
@@ -94,30 +96,30 @@ func TestOwnerOf(t *testing.T) {
 			}
 		})
 	}
-	if got := AuthorizationOwner("Bearer s3cret"); got != "sha256:"+hex.EncodeToString(authSum[:]) {
-		t.Errorf("AuthorizationOwner = %q", got)
+	if got := identity.AuthorizationOwner("Bearer s3cret"); got != "sha256:"+hex.EncodeToString(authSum[:]) {
+		t.Errorf("identity.AuthorizationOwner = %q", got)
 	}
-	if strings.Contains(AuthorizationOwner("Bearer s3cret"), "s3cret") {
+	if strings.Contains(identity.AuthorizationOwner("Bearer s3cret"), "s3cret") {
 		t.Error("the raw credential leaks into the owner")
 	}
 }
 
 func TestParseOwnerSource(t *testing.T) {
-	good := map[string]OwnerSource{
-		"authorization":        {Kind: OwnerAuthorization},
-		"client-cert":          {Kind: OwnerClientCert},
-		"none":                 {Kind: OwnerNone},
-		"header:x-tenant-user": {Kind: OwnerHeader, Header: "X-Tenant-User"},
+	good := map[string]identity.OwnerSource{
+		"authorization":        {Kind: identity.OwnerAuthorization},
+		"client-cert":          {Kind: identity.OwnerClientCert},
+		"none":                 {Kind: identity.OwnerNone},
+		"header:x-tenant-user": {Kind: identity.OwnerHeader, Header: "X-Tenant-User"},
 	}
 	for in, want := range good {
-		got, err := ParseOwnerSource(in)
+		got, err := identity.ParseOwnerSource(in)
 		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("ParseOwnerSource(%q) = %+v, %v; want %+v", in, got, err, want)
+			t.Errorf("identity.ParseOwnerSource(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "header:", "header:bad name", "cookie", "Authorization", "header:Authorization", "header:cookie", "anonymous"} {
-		if got, err := ParseOwnerSource(in); err == nil {
-			t.Errorf("ParseOwnerSource(%q) = %+v; want an error", in, got)
+		if got, err := identity.ParseOwnerSource(in); err == nil {
+			t.Errorf("identity.ParseOwnerSource(%q) = %+v; want an error", in, got)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/internal/testcerts"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // TestOwnerFromValueMatchesOwnerOf: for every owner kind the admin API's
@@ -22,13 +23,13 @@ func TestOwnerFromValueMatchesOwnerOf(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer abc")
 	req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
 	for _, c := range []struct {
-		owner OwnerSource
+		owner identity.OwnerSource
 		value string
 	}{
-		{OwnerSource{Kind: OwnerHeader, Header: "X-User"}, "carol"},
-		{OwnerSource{Kind: OwnerAuthorization}, "Bearer abc"},
-		{OwnerSource{Kind: OwnerClientCert}, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.DER}))},
-		{OwnerSource{Kind: OwnerNone}, ""},
+		{identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}, "carol"},
+		{identity.OwnerSource{Kind: identity.OwnerAuthorization}, "Bearer abc"},
+		{identity.OwnerSource{Kind: identity.OwnerClientCert}, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.DER}))},
+		{identity.OwnerSource{Kind: identity.OwnerNone}, ""},
 	} {
 		r := &Route{Name: "r", Owner: c.owner}
 		want, err := r.OwnerOf(req)
@@ -43,18 +44,18 @@ func TestOwnerFromValueMatchesOwnerOf(t *testing.T) {
 			t.Errorf("%s: %q not of its own form", c.owner, got)
 		}
 	}
-	r := &Route{Name: "r", Owner: OwnerSource{Kind: OwnerJWT}, JWT: &JWTSettings{Claims: []string{"iss", "sub"}}}
-	want, _ := JWTOwner([]any{"https://issuer.example", json.Number("42")})
+	r := &Route{Name: "r", Owner: identity.OwnerSource{Kind: identity.OwnerJWT}, JWT: &identity.JWTSettings{Claims: []string{"iss", "sub"}}}
+	want, _ := identity.JWTOwner([]any{"https://issuer.example", json.Number("42")})
 	if got, err := r.OwnerFromValue(`["https://issuer.example", 42]`); err != nil || got != want {
 		t.Errorf("jwt: %q %v, want %q", got, err, want)
 	}
 	if _, err := r.OwnerFromValue(`["only-one"]`); err == nil {
 		t.Error("jwt with too few values accepted")
 	}
-	if _, err := (&Route{Owner: OwnerSource{Kind: OwnerClientCert}}).OwnerFromValue("abc"); err == nil {
+	if _, err := (&Route{Owner: identity.OwnerSource{Kind: identity.OwnerClientCert}}).OwnerFromValue("abc"); err == nil {
 		t.Error("client-cert without PEM accepted")
 	}
-	if (&Route{Owner: OwnerSource{Kind: OwnerHeader, Header: "X-User"}}).HasStoredOwnerForm("carol") {
+	if (&Route{Owner: identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}}).HasStoredOwnerForm("carol") {
 		t.Error("carol is of the h: form")
 	}
 }

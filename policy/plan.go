@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -31,7 +32,7 @@ type Plan struct {
 	// Decision is the route decision (Policy.Decide, Policy.DecideBody).
 	Decision
 	// Tombstones are the resources a 2xx answer to the request would
-	// tombstone (resource_from, tombstone_methods; Scoping.Resource): for
+	// tombstone (resource_from, tombstone_methods; identity.Scoping.Resource): for
 	// each route with resource_from that lists the request's method, the
 	// request's owner as that route computes it on the request Ask was
 	// given (the proxy gives what the upstream will get: no field named in
@@ -40,7 +41,7 @@ type Plan struct {
 	// decision is final and not refused.
 	Tombstones []store.Resource
 	// Key is the request's idempotency key as stored, and KeyErr why there
-	// is none (ErrKeyMissing, or wrapping ErrKeyInvalid); Route.KeyOf. Ask
+	// is none (identity.ErrKeyMissing, or wrapping identity.ErrKeyInvalid); Route.KeyOf. Ask
 	// and Body set them, from the route's Header field, for a decision that
 	// needs the body (a malformed key is refused before the body is read);
 	// Identify sets them per the route's key source.
@@ -51,7 +52,7 @@ type Plan struct {
 	Owner    string
 	OwnerErr error
 	// Identity is the identity of the request's record
-	// (Scoping.Identity: owner, the route's scope with the canonical host
+	// (identity.Scoping.Identity: owner, the route's scope with the canonical host
 	// under pass_host, key); set by Identify when KeyErr and OwnerErr are
 	// nil.
 	Identity store.Identity
@@ -61,7 +62,7 @@ type Plan struct {
 
 	policy  *Policy
 	req     *http.Request
-	scoping Scoping
+	scoping identity.Scoping
 	// keyRoute is the route whose Header field Key was parsed from (nil:
 	// not parsed), and keyFields how many values it had, so that Identify
 	// parses it again only for another route or a changed field (the proxy
@@ -86,9 +87,9 @@ type ownerMemo struct {
 // Ask starts the plan for r as received, under scoping: the route decision
 // without the body (Decide) and, when it is final and not refused, the
 // tombstone rules. See Plan for the steps that follow.
-func (p *Policy) Ask(r *http.Request, s Scoping) Plan {
+func (p *Policy) Ask(r *http.Request, s identity.Scoping) Plan {
 	pl := Plan{Decision: p.Decide(r), policy: p, req: r, scoping: s}
-	pl.settle()
+	pl.applyDecision()
 	return pl
 }
 
@@ -96,13 +97,13 @@ func (p *Policy) Ask(r *http.Request, s Scoping) Plan {
 // as read (DecideBody), then what Ask does for a final decision.
 func (pl *Plan) Body(body []byte) {
 	pl.Decision = pl.policy.DecideBody(pl.req, body)
-	pl.settle()
+	pl.applyDecision()
 }
 
-// settle fills in what the decision fixes: the key that a body read must
+// applyDecision fills in what the decision fixes: the key that a body read must
 // not wait for, while the decision needs the body; the tombstone rules once
 // it is final and not refused.
-func (pl *Plan) settle() {
+func (pl *Plan) applyDecision() {
 	switch {
 	case pl.NeedBody:
 		pl.parseHeaderKey()
@@ -114,7 +115,7 @@ func (pl *Plan) settle() {
 // parseHeaderKey parses the route's Header field into Key and KeyErr.
 func (pl *Plan) parseHeaderKey() {
 	vs := pl.req.Header.Values(pl.Route.Header)
-	pl.Key, pl.KeyErr = ParseKey(vs)
+	pl.Key, pl.KeyErr = identity.ParseKey(vs)
 	pl.keyRoute, pl.keyFields = pl.Route, len(vs)
 }
 
@@ -151,7 +152,7 @@ func (pl *Plan) Identify(body []byte) {
 	pl.Recipe = route.Recipe()
 	switch {
 	case route.Key.FromBody():
-		pl.Key, pl.KeyErr = BodyKey(body, route.Key.Pointer)
+		pl.Key, pl.KeyErr = identity.BodyKey(body, route.Key.Pointer)
 	case pl.keyRoute != route || len(r.Header.Values(route.Header)) != pl.keyFields:
 		pl.parseHeaderKey()
 	}
@@ -166,8 +167,8 @@ func (pl *Plan) Identify(body []byte) {
 }
 
 // origin is where the request was sent, as the record identity reads it.
-func (pl *Plan) origin() Origin {
-	return Origin{Host: pl.req.Host, HTTPS: pl.req.TLS != nil}
+func (pl *Plan) origin() identity.Origin {
+	return identity.Origin{Host: pl.req.Host, HTTPS: pl.req.TLS != nil}
 }
 
 // ownerOf is route.OwnerOf for the plan's request, computed once per owner
@@ -179,17 +180,17 @@ func (pl *Plan) ownerOf(route *Route) (string, error) {
 	for i := range pl.owners[:pl.nOwners] {
 		m := &pl.owners[i]
 		if sameOwner(m.route, route) {
-			if route.Owner.fieldValues(h) == m.fields {
+			if ownerFieldValues(route.Owner, h) == m.fields {
 				return m.owner, m.err
 			}
 			m.owner, m.err = route.OwnerOf(pl.req)
-			m.route, m.fields = route, route.Owner.fieldValues(h)
+			m.route, m.fields = route, ownerFieldValues(route.Owner, h)
 			return m.owner, m.err
 		}
 	}
 	owner, err := route.OwnerOf(pl.req)
 	if pl.nOwners < len(pl.owners) {
-		pl.owners[pl.nOwners] = ownerMemo{route: route, owner: owner, err: err, fields: route.Owner.fieldValues(h)}
+		pl.owners[pl.nOwners] = ownerMemo{route: route, owner: owner, err: err, fields: ownerFieldValues(route.Owner, h)}
 		pl.nOwners++
 	}
 	return owner, err
@@ -197,7 +198,7 @@ func (pl *Plan) ownerOf(route *Route) (string, error) {
 
 // sameOwner reports whether routes a and b compute the same owner of any
 // request: the same route, or owner sources alike in every respect, and
-// for owner: jwt one bound verifier (KeyRing.Bind gives routes with the
+// for owner: jwt one bound verifier (identity.KeyRing.Bind gives routes with the
 // same jwt settings one). A source of unknown kind, or a jwt route not
 // bound yet, is only the same as itself: their errors name the route.
 func sameOwner(a, b *Route) bool {
@@ -207,35 +208,35 @@ func sameOwner(a, b *Route) bool {
 	if !sameOwnerSource(a.Owner, b.Owner) {
 		return false
 	}
-	return !a.Owner.Uses(OwnerJWT) || a.jwt != nil && a.jwt == b.jwt
+	return !a.Owner.Uses(identity.OwnerJWT) || a.jwt != nil && a.jwt == b.jwt
 }
 
-func sameOwnerSource(a, b OwnerSource) bool {
+func sameOwnerSource(a, b identity.OwnerSource) bool {
 	switch a.Kind {
-	case OwnerNone, OwnerAuthorization, OwnerJWT, OwnerClientCert:
+	case identity.OwnerNone, identity.OwnerAuthorization, identity.OwnerJWT, identity.OwnerClientCert:
 		return a.Kind == b.Kind
-	case OwnerHeader:
-		return b.Kind == OwnerHeader && a.Header == b.Header
-	case OwnerList:
-		return b.Kind == OwnerList && slices.EqualFunc(a.Parts, b.Parts, sameOwnerSource)
+	case identity.OwnerHeader:
+		return b.Kind == identity.OwnerHeader && a.Header == b.Header
+	case identity.OwnerList:
+		return b.Kind == identity.OwnerList && slices.EqualFunc(a.Parts, b.Parts, sameOwnerSource)
 	}
 	return false
 }
 
-// fieldValues counts the values of the header fields owner source o reads
+// ownerFieldValues counts the values of the header fields owner source o reads
 // in h (the Authorization field, or the named header; a part read twice
 // counts twice). Fields are only ever removed from a request's header, so
 // an unchanged count means unchanged fields.
-func (o OwnerSource) fieldValues(h http.Header) int {
+func ownerFieldValues(o identity.OwnerSource, h http.Header) int {
 	switch o.Kind {
-	case OwnerHeader:
+	case identity.OwnerHeader:
 		return len(h.Values(o.Header))
-	case OwnerAuthorization, OwnerJWT:
+	case identity.OwnerAuthorization, identity.OwnerJWT:
 		return len(h.Values("Authorization"))
-	case OwnerList:
+	case identity.OwnerList:
 		n := 0
 		for _, part := range o.Parts {
-			n += part.fieldValues(h)
+			n += ownerFieldValues(part, h)
 		}
 		return n
 	}

@@ -6,23 +6,23 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/jwttest"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 )
 
 // TestPlanAsksOnce: Ask and Identify give what Decide, TombstonesFor,
-// KeyOf, OwnerOf and Scoping.Identity give for the same request; the
+// KeyOf, OwnerOf and identity.Scoping.Identity give for the same request; the
 // owner computed for the tombstone rules serves the request's own while
 // its field is unchanged, and is computed again once the field is gone (the
 // proxy removed it as hop-by-hop: TestAttackOwnerFieldNamedByConnectionIsNoOwner).
 func TestPlanAsksOnce(t *testing.T) {
 	d := DefaultRoute()
 	d.Methods = []string{"POST", "DELETE"}
-	d.Owner = OwnerSource{Kind: OwnerHeader, Header: "X-User"}
+	d.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 	d.ResourceFrom = ResourceFromLocation
 	d.TombstoneMethods = []string{"DELETE"}
 	del := d
@@ -31,7 +31,7 @@ func TestPlanAsksOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := Scoping{PassHost: true}
+	s := identity.Scoping{PassHost: true}
 	r := httptest.NewRequest("DELETE", "http://Shop.Example.:80/v1/orders/./7", nil)
 	r.Header.Set("X-User", "alice")
 	r.Header.Set("Idempotency-Key", `"k1"`)
@@ -40,7 +40,7 @@ func TestPlanAsksOnce(t *testing.T) {
 	if pl.Route.Name != "deletes" || pl.Refuse != "" || pl.NeedBody {
 		t.Fatalf("decision = %s %q %v, want route deletes", pl.Route.Name, pl.Refuse, pl.NeedBody)
 	}
-	want := []store.Resource{{Owner: HeaderOwner("alice"), Scope: DefaultScope + "@shop.example", Path: "/v1/orders/7"}}
+	want := []store.Resource{{Owner: identity.HeaderOwner("alice"), Scope: DefaultScope + "@shop.example", Path: "/v1/orders/7"}}
 	if len(pl.Tombstones) != 1 || pl.Tombstones[0] != want[0] {
 		t.Fatalf("tombstones = %+v, want %+v", pl.Tombstones, want)
 	}
@@ -48,7 +48,7 @@ func TestPlanAsksOnce(t *testing.T) {
 		t.Fatalf("%d owners computed for the tombstone rules, want 1", pl.nOwners)
 	}
 	pl.Identify(nil)
-	wantID := store.Identity{Owner: HeaderOwner("alice"), Scope: DefaultScope + "@shop.example", Key: "k1"}
+	wantID := store.Identity{Owner: identity.HeaderOwner("alice"), Scope: DefaultScope + "@shop.example", Key: "k1"}
 	if pl.KeyErr != nil || pl.OwnerErr != nil || pl.Identity != wantID || pl.Recipe != pl.Route.Recipe() {
 		t.Fatalf("identify = %v %v %+v %q, want %+v", pl.KeyErr, pl.OwnerErr, pl.Identity, pl.Recipe, wantID)
 	}
@@ -60,17 +60,21 @@ func TestPlanAsksOnce(t *testing.T) {
 	pl = p.Ask(r, s)
 	r.Header.Del("X-User")
 	pl.Identify(nil)
-	if !errors.Is(pl.OwnerErr, ErrOwnerMissing) {
-		t.Fatalf("owner after its field was removed: %q %v, want ErrOwnerMissing", pl.Owner, pl.OwnerErr)
+	if !errors.Is(pl.OwnerErr, identity.ErrOwnerMissing) {
+		t.Fatalf("owner after its field was removed: %q %v, want identity.ErrOwnerMissing", pl.Owner, pl.OwnerErr)
 	}
 }
 
 // TestSameOwner: routes share an owner computation exactly when their
 // sources are alike and, for jwt, bound to one verifier.
 func TestSameOwner(t *testing.T) {
-	hdr := func(name string) OwnerSource { return OwnerSource{Kind: OwnerHeader, Header: name} }
-	list := func(parts ...OwnerSource) OwnerSource { return OwnerSource{Kind: OwnerList, Parts: parts} }
-	v1, v2 := &JWTVerifier{}, &JWTVerifier{}
+	hdr := func(name string) identity.OwnerSource {
+		return identity.OwnerSource{Kind: identity.OwnerHeader, Header: name}
+	}
+	list := func(parts ...identity.OwnerSource) identity.OwnerSource {
+		return identity.OwnerSource{Kind: identity.OwnerList, Parts: parts}
+	}
+	v1, v2 := &identity.JWTVerifier{}, &identity.JWTVerifier{}
 	cases := []struct {
 		name string
 		a, b Route
@@ -78,13 +82,13 @@ func TestSameOwner(t *testing.T) {
 	}{
 		{"one header", Route{Owner: hdr("X-User")}, Route{Owner: hdr("X-User")}, true},
 		{"two headers", Route{Owner: hdr("X-User")}, Route{Owner: hdr("X-Tenant")}, false},
-		{"header and authorization", Route{Owner: hdr("Authorization")}, Route{Owner: OwnerSource{Kind: OwnerAuthorization}}, false},
-		{"lists", Route{Owner: list(OwnerSource{Kind: OwnerAuthorization}, hdr("X-A"))}, Route{Owner: list(OwnerSource{Kind: OwnerAuthorization}, hdr("X-A"))}, true},
-		{"lists in another order", Route{Owner: list(OwnerSource{Kind: OwnerAuthorization}, hdr("X-A"))}, Route{Owner: list(hdr("X-A"), OwnerSource{Kind: OwnerAuthorization})}, false},
-		{"one verifier", Route{Owner: OwnerSource{Kind: OwnerJWT}, jwt: v1}, Route{Owner: OwnerSource{Kind: OwnerJWT}, jwt: v1}, true},
-		{"two verifiers", Route{Owner: OwnerSource{Kind: OwnerJWT}, jwt: v1}, Route{Owner: OwnerSource{Kind: OwnerJWT}, jwt: v2}, false},
-		{"unbound", Route{Owner: OwnerSource{Kind: OwnerJWT}}, Route{Owner: OwnerSource{Kind: OwnerJWT}}, false},
-		{"unknown kind", Route{Owner: OwnerSource{Kind: "x"}}, Route{Owner: OwnerSource{Kind: "x"}}, false},
+		{"header and authorization", Route{Owner: hdr("Authorization")}, Route{Owner: identity.OwnerSource{Kind: identity.OwnerAuthorization}}, false},
+		{"lists", Route{Owner: list(identity.OwnerSource{Kind: identity.OwnerAuthorization}, hdr("X-A"))}, Route{Owner: list(identity.OwnerSource{Kind: identity.OwnerAuthorization}, hdr("X-A"))}, true},
+		{"lists in another order", Route{Owner: list(identity.OwnerSource{Kind: identity.OwnerAuthorization}, hdr("X-A"))}, Route{Owner: list(hdr("X-A"), identity.OwnerSource{Kind: identity.OwnerAuthorization})}, false},
+		{"one verifier", Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}, jwt: v1}, Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}, jwt: v1}, true},
+		{"two verifiers", Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}, jwt: v1}, Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}, jwt: v2}, false},
+		{"unbound", Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}}, Route{Owner: identity.OwnerSource{Kind: identity.OwnerJWT}}, false},
+		{"unknown kind", Route{Owner: identity.OwnerSource{Kind: "x"}}, Route{Owner: identity.OwnerSource{Kind: "x"}}, false},
 	}
 	for _, c := range cases {
 		if got := sameOwner(&c.a, &c.b); got != c.same {
@@ -98,23 +102,23 @@ func TestSameOwner(t *testing.T) {
 // (sameOwner); routes that verify otherwise (another claim) get their own.
 func TestBindSharesVerifiers(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(file, jwksOf(t, newECKey(t, "k1")), 0o600); err != nil {
+	if err := os.WriteFile(file, jwttest.JWKSOf(t, jwttest.NewECKey(t, "k1")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := DefaultRoute()
-	d.Owner = OwnerSource{Kind: OwnerJWT}
-	d.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: DefaultJWTClaims()}
+	d.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}
+	d.JWT = &identity.JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: identity.DefaultJWTClaims()}
 	same := d
 	same.Name, same.Match = "same", "POST /v1/a"
-	same.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: DefaultJWTClaims()}
+	same.JWT = &identity.JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: identity.DefaultJWTClaims()}
 	other := d
 	other.Name, other.Match, other.Scope = "other", "POST /v1/b", "other"
-	other.JWT = &JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: []string{"sub"}}
+	other.JWT = &identity.JWTSettings{JWKSFile: file, Issuers: []string{"https://issuer.test"}, Claims: []string{"sub"}}
 	p, err := New(d, []Route{same, other})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := NewKeyRing(JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: time.Now})
+	ring, err := identity.NewKeyRing(identity.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,32 +135,5 @@ func TestBindSharesVerifiers(t *testing.T) {
 	}
 	if b.jwt == nil || b.jwt == def.jwt || sameOwner(def, b) {
 		t.Fatalf("a route with other claims shares the defaults' verifier")
-	}
-}
-
-// TestSameJWTSettingsSeesEveryField: routes share a verifier only when
-// their jwt settings verify alike, so a field added to JWTSettings that
-// sameJWTSettings does not compare would let one route verify tokens with
-// another's issuers or audiences.
-func TestSameJWTSettingsSeesEveryField(t *testing.T) {
-	base := JWTSettings{JWKSFile: "f", JWKSURL: "u", Issuers: []string{"i"}, Audiences: []string{"a"}, Claims: []string{"c"}}
-	typ := reflect.TypeFor[JWTSettings]()
-	for i := range typ.NumField() {
-		other := base
-		f := reflect.ValueOf(&other).Elem().Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(f.String() + "-other")
-		case reflect.Slice:
-			f.Set(reflect.Append(reflect.ValueOf(slices.Clone(f.Interface().([]string))), reflect.ValueOf("other")))
-		default:
-			t.Fatalf("JWTSettings.%s is a %s: teach sameJWTSettings and this test to compare it", typ.Field(i).Name, f.Kind())
-		}
-		if sameJWTSettings(base, other) {
-			t.Errorf("settings that differ in %s are the same to sameJWTSettings", typ.Field(i).Name)
-		}
-	}
-	if !sameJWTSettings(base, base) {
-		t.Error("equal settings differ")
 	}
 }

@@ -1,12 +1,13 @@
-// Package policy decides, per request, whether and how idempotency is enforced.
 package policy
 
 import (
-	"errors"
+	"net/http"
 	"net/url"
 	"slices"
 	"time"
 
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -55,62 +56,6 @@ const (
 	AbandonedReject OnAbandoned = "reject"
 )
 
-// BodyMode says how the request body enters the fingerprint.
-type BodyMode string
-
-// Body modes.
-const (
-	BodyRaw    BodyMode = "raw"
-	BodyJSON   BodyMode = "json"
-	BodyIgnore BodyMode = "ignore"
-)
-
-// OwnerKind names where a request's owner comes from.
-type OwnerKind string
-
-// Owner sources.
-const (
-	OwnerHeader        OwnerKind = "header"        // header:NAME, a trusted header the auth layer sets
-	OwnerAuthorization OwnerKind = "authorization" // SHA-256 of the Authorization header
-	OwnerClientCert    OwnerKind = "client-cert"   // SHA-256 of the verified leaf certificate's names (CertOwner)
-	OwnerJWT           OwnerKind = "jwt"           // claims of a verified JWT bearer token; needs Route.JWT
-	OwnerNone          OwnerKind = "none"          // global keys; needs allow_global_keys
-	// OwnerList is an owner made of several sources (`owner: [authorization,
-	// "header:Stripe-Account"]`): one credential acting for many accounts
-	// is a principal per account (ListOwner).
-	OwnerList OwnerKind = "list"
-)
-
-// OwnerSource is a parsed `owner:` setting.
-type OwnerSource struct {
-	Kind   OwnerKind
-	Header string // canonical header name, for OwnerHeader
-	// Parts are the sources of an OwnerList, in the order written, at
-	// least two, none of them none or a list, each kind at most once per
-	// header name (ParseOwnerSources).
-	Parts []OwnerSource
-}
-
-// FingerprintSpec is a parsed `fingerprint:` setting.
-type FingerprintSpec struct {
-	Headers []string // header names, lowercased and sorted
-	Query   bool
-	Body    BodyMode
-	// Exclude holds RFC 6901 JSON pointers (fingerprint.exclude), sorted
-	// and without duplicates: the members they name are removed from a
-	// JSON body before it is canonicalized. Only with Body json.
-	Exclude []string
-	// NormalizeMediaTypes (`media_types: normalize`) fingerprints a
-	// Content-Type value in its normal form (NormalizeMediaType), so a
-	// retry that differs only by letter case, spacing, parameter order or
-	// a parameter the media type defines as default is the same request
-	// (TestMediaTypes). Off (`exact`, the default), the value enters as sent.
-	NormalizeMediaTypes bool
-	// Proto (`fingerprint.descriptors`, a FileDescriptorSet file) decodes
-	// the request messages of Body protobuf; set exactly with it.
-	Proto *ProtoSchema
-}
-
 // StatusRange is an inclusive range of status codes; "2xx" is {200, 299}.
 type StatusRange struct{ Min, Max int }
 
@@ -137,13 +82,13 @@ type Route struct {
 	HeaderName string
 	// Key says where the key is read: the Header field (the default) or a
 	// member of a JSON body (`key: {from: body, pointer: /id}`).
-	Key              KeySource
+	Key              identity.KeySource
 	Methods          []string
 	Required         bool
-	Owner            OwnerSource
-	JWT              *JWTSettings // the `jwt:` section; set exactly when Owner.Kind is OwnerJWT
+	Owner            identity.OwnerSource
+	JWT              *identity.JWTSettings // the `jwt:` section; set exactly when Owner.Kind is identity.OwnerJWT
 	AllowGlobalKeys  bool
-	Fingerprint      FingerprintSpec
+	Fingerprint      fingerprint.Spec
 	Lease            time.Duration
 	Retention        time.Duration // 0 keeps completed records forever
 	Concurrent       Concurrent
@@ -175,9 +120,9 @@ type Route struct {
 	// lives in the policy so that a reload replaces it with the rules.
 	Problems *problem.Format
 
-	// jwt verifies bearer tokens for OwnerJWT; set by KeyRing.Bind before
+	// jwt verifies bearer tokens for identity.OwnerJWT; set by identity.KeyRing.Bind before
 	// the policy is published, nil until then.
-	jwt *JWTVerifier
+	jwt *identity.JWTVerifier
 
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
@@ -224,17 +169,8 @@ func (r *Route) Recipe() string {
 	return r.recipe
 }
 
-// Errors of key and owner extraction; the proxy maps each to a problem type.
-var (
-	// ErrKeyMissing: the idempotency key field is absent.
-	ErrKeyMissing = errors.New("idempotency key missing")
-	// ErrKeyInvalid: the field is present but not a valid key (see ParseKey).
-	ErrKeyInvalid = errors.New("idempotency key invalid")
-	// ErrOwnerMissing: the request carries a key but no owner value.
-	ErrOwnerMissing = errors.New("owner missing")
-	// ErrInvalidCredentials: the owner comes from credentials (owner: jwt)
-	// and they are absent, malformed, unverifiable, expired, or issued by or
-	// for someone else. Unlike ErrOwnerMissing it means 401: the request is
-	// never treated as anonymous.
-	ErrInvalidCredentials = errors.New("invalid credentials")
-)
+// FingerprintOf returns the hs1 fingerprint of req with the given body bytes,
+// per r.Fingerprint; the byte layout is frozen in docs/protocol.md.
+func (r *Route) FingerprintOf(req *http.Request, body []byte) string {
+	return r.Fingerprint.Of(req, body)
+}

@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // TestScopesKeepHostsAndOwnerSourcesApart pins the rules that make a shared
@@ -14,7 +16,7 @@ import (
 func TestScopesKeepHostsAndOwnerSourcesApart(t *testing.T) {
 	header := func(name, match, owner string) Route {
 		r := sharedScopeRoute(name, match)
-		o, err := ParseOwnerSource(owner)
+		o, err := identity.ParseOwnerSource(owner)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,9 +54,9 @@ func TestScopesKeepHostsAndOwnerSourcesApart(t *testing.T) {
 			`routes[1].owner: route "p" takes owners from header:X-Partner but shares scope "default" with routes[0], which takes them from header:X-User`},
 		{"jwt owners without iss across issuers", func() []Route {
 			a, b := sharedScopeRoute("a", "POST /v1/a"), sharedScopeRoute("b", "POST /v1/b")
-			a.Owner, b.Owner = OwnerSource{Kind: OwnerJWT}, OwnerSource{Kind: OwnerJWT}
-			a.JWT = &JWTSettings{JWKSFile: "/x", Issuers: []string{"https://one"}, Claims: []string{"sub"}}
-			b.JWT = &JWTSettings{JWKSFile: "/x", Issuers: []string{"https://two"}, Claims: []string{"sub"}}
+			a.Owner, b.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}, identity.OwnerSource{Kind: identity.OwnerJWT}
+			a.JWT = &identity.JWTSettings{JWKSFile: "/x", Issuers: []string{"https://one"}, Claims: []string{"sub"}}
+			b.JWT = &identity.JWTSettings{JWKSFile: "/x", Issuers: []string{"https://two"}, Claims: []string{"sub"}}
 			return []Route{a, b}
 		}(), `routes[1].owner: route "b" takes owners from jwt claims sub of issuers https://two`},
 	} {
@@ -67,8 +69,8 @@ func TestScopesKeepHostsAndOwnerSourcesApart(t *testing.T) {
 	}
 	// The same jwt claims with iss may span issuers: iss is in the owner.
 	a, b := sharedScopeRoute("a", "POST /v1/a"), sharedScopeRoute("b", "POST /v1/b")
-	a.Owner, b.Owner = OwnerSource{Kind: OwnerJWT}, OwnerSource{Kind: OwnerJWT}
-	a.JWT = &JWTSettings{JWKSFile: "/x", Issuers: []string{"https://one"}, Claims: []string{"iss", "sub"}}
-	b.JWT = &JWTSettings{JWKSFile: "/x", Issuers: []string{"https://two"}, Claims: []string{"iss", "sub"}}
+	a.Owner, b.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}, identity.OwnerSource{Kind: identity.OwnerJWT}
+	a.JWT = &identity.JWTSettings{JWKSFile: "/x", Issuers: []string{"https://one"}, Claims: []string{"iss", "sub"}}
+	b.JWT = &identity.JWTSettings{JWKSFile: "/x", Issuers: []string{"https://two"}, Claims: []string{"iss", "sub"}}
 	mustNew(t, a, b)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -56,7 +57,7 @@ type action struct {
 	// retry is the Retry-After of stepWait when the wait times out.
 	retry int
 	// spec fingerprints the request again for stepRecompute.
-	spec policy.FingerprintSpec
+	spec fingerprint.Spec
 	// record is the completed record a wait ended on, for stepClaimAgain:
 	// the next claim's answer, with no round trip (claim).
 	record *store.Record
@@ -127,7 +128,7 @@ func decideClaim(s claimState) action {
 		// The record was fingerprinted under other settings (the route's
 		// fingerprint changed, or another instance runs another config):
 		// compare this request the way the record's first one was.
-		spec, err := policy.ParseRecipe(res.Recipe)
+		spec, err := fingerprint.ParseRecipe(res.Recipe)
 		if err != nil {
 			return answer(problem.KeyReused.With(detailRecipe))
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -20,7 +21,7 @@ func TestDecideClaim(t *testing.T) {
 	wait := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentWait, OnStoreError: policy.FailClosed}
 	conflictRoute := &policy.Route{Name: "r", Lease: 10 * time.Second, Concurrent: policy.ConcurrentConflict}
 	failOpen := &policy.Route{Name: "r", OnStoreError: policy.FailOpen}
-	otherRecipe := (policy.FingerprintSpec{Query: true, Body: policy.BodyRaw}).Recipe()
+	otherRecipe := (fingerprint.Spec{Query: true, Body: fingerprint.BodyRaw}).Recipe()
 	resp := &store.Response{Status: 201, Body: []byte("ok")}
 	running := store.ClaimResult{State: store.Running, Fingerprint: "fp", Recipe: "rc", LeaseEnd: now.Add(2500 * time.Millisecond)}
 

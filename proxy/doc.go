@@ -42,7 +42,7 @@
 //     so that a live holder can record its response.
 //  3. Decide again (decision.go). decideClaim turns the claim result, the
 //     route and the exchange's state into an action, a value: forward,
-//     look for a layout 1 record (v1.go, decideV1), replay, wait, claim
+//     look for a layout 1 record (layout1.go, decideV1), replay, wait, claim
 //     again, fingerprint again under the record's recipe, answer with a
 //     problem, or handle a store failure; and what becomes of the claim
 //     first (kept, released now, released in the background, or completed

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -69,7 +70,7 @@ func TestDrainStartsNoNewUpstreamCalls(t *testing.T) {
 	if n := up.count("/v1/orders"); n != 2 {
 		t.Fatalf("upstream got %d requests, want 2 (no new call during the drain)", n)
 	}
-	if rec, _ := st.Get(context.Background(), store.Identity{Owner: policy.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: "slow"}); rec != nil {
+	if rec, _ := st.Get(context.Background(), store.Identity{Owner: identity.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: "slow"}); rec != nil {
 		t.Fatalf("the refused request kept its claim: %+v", rec)
 	}
 	if r := h.do("POST", "/v1/orders", "alice", "done", `{}`); r.status != 201 || r.header.Get(proxy.ReplayedHeader) != "true" {

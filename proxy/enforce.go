@@ -41,10 +41,10 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	}
 }
 
-// turn is one round of the claim loop, what act carries out: the
-// decision on a claim's answer, for the request of ex, with what it acts
-// on.
-type turn struct {
+// claimOutcome is what one round of the claim loop ends on, what act
+// carries out: the decision on a claim's answer, for the request of ex,
+// with what it acts on.
+type claimOutcome struct {
 	ex *exchange
 	a  action
 	// token is the claim this request holds, "" for none.
@@ -56,17 +56,17 @@ type turn struct {
 
 // claimRound is one round of enforce's store calls, the ones admission
 // bounds: a pending completion, the claim and the decision on its answer,
-// with the layout 1 lookup. It returns the turn to act on, or the error of
+// with the layout 1 lookup. It returns the outcome to act on, or the error of
 // the pending completion. The admission ends when it returns, before the
 // action: a forward, a wait or a completion is not a wait for the store's
 // answer to a claim.
-func (p *Proxy) claimRound(r *http.Request, ex *exchange) (turn, error) {
+func (p *Proxy) claimRound(r *http.Request, ex *exchange) (claimOutcome, error) {
 	defer p.leaveStore()
 	// A response this instance could not record yet is recorded first:
 	// the claim below would otherwise find the record past its lease and
 	// run the operation again.
 	if err := p.recordPending(r.Context(), ex.id); err != nil {
-		return turn{}, err
+		return claimOutcome{}, err
 	}
 	s, token := p.claim(r, ex)
 	a := decideClaim(s)
@@ -79,7 +79,7 @@ func (p *Proxy) claimRound(r *http.Request, ex *exchange) (turn, error) {
 	if a.step == stepLookV1 {
 		a, waitOn = p.checkV1(r, ex)
 	}
-	return turn{ex: ex, a: a, token: token, waitOn: waitOn}, nil
+	return claimOutcome{ex: ex, a: a, token: token, waitOn: waitOn}, nil
 }
 
 // claim claims ex's identity with a new token and returns what decideClaim
@@ -162,7 +162,7 @@ func (p *Proxy) abandonedStart(r *http.Request, id store.Identity) time.Time {
 // while the connector finds the store down (Options.StoreDown) enforce
 // refuses before it gets here.
 func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
-	if p.pending.failing.Load() != 0 {
+	if p.health.failing.Load() != 0 {
 		return nil
 	}
 	ctx, cancel := p.storeCtx(r.Context())
@@ -182,7 +182,7 @@ func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 // t.token, then the step; a wait goes on with the action its end decides
 // (decideWait). It reports whether the loop claims again; when it returns
 // false the request has been answered, or its client has left.
-func (p *Proxy) act(t turn) bool {
+func (p *Proxy) act(t claimOutcome) bool {
 	ex, a, token := t.ex, t.a, t.token
 	w, r := http.ResponseWriter(ex.w), ex.r
 	if a.takeover {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/proxy"
 )
 
@@ -12,7 +13,7 @@ import (
 // change anywhere else is 422 key-reused.
 func TestFingerprintExclusions(t *testing.T) {
 	h := newHarness(t, created, func(_ *proxy.Options, d *policy.Route, _ *[]policy.Route) {
-		d.Fingerprint = policy.FingerprintSpec{Headers: []string{"Content-Type"}, Body: policy.BodyJSON,
+		d.Fingerprint = fingerprint.Spec{Headers: []string{"Content-Type"}, Body: fingerprint.BodyJSON,
 			Exclude: []string{"/client_ts", "/meta/request_id"}}
 	})
 	first := h.do("POST", "/v1/orders", "alice", "k1", `{"amount":5,"client_ts":"10:00:00","meta":{"request_id":"r1","app":"ios"}}`)

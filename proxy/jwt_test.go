@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/memory"
 )
@@ -60,14 +61,14 @@ func TestJWTOwnerThroughTheProxy(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
 	d := baseRoute()
-	d.Owner = policy.OwnerSource{Kind: policy.OwnerJWT}
-	d.JWT = &policy.JWTSettings{JWKSURL: idp.URL + "/jwks.json", Issuers: []string{jwtIssuer},
-		Audiences: []string{"orders-api"}, Claims: policy.DefaultJWTClaims()}
+	d.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}
+	d.JWT = &identity.JWTSettings{JWKSURL: idp.URL + "/jwks.json", Issuers: []string{jwtIssuer},
+		Audiences: []string{"orders-api"}, Claims: identity.DefaultJWTClaims()}
 	pol, err := policy.New(d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := policy.NewKeyRing(policy.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: time.Now})
+	ring, err := identity.NewKeyRing(identity.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +179,8 @@ func TestJWTVerifiedOncePerRequest(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	d := baseRoute()
 	d.Methods = []string{"POST", "DELETE"}
-	d.Owner = policy.OwnerSource{Kind: policy.OwnerJWT}
-	d.JWT = &policy.JWTSettings{JWKSFile: jwksFile, Issuers: []string{jwtIssuer}, Claims: policy.DefaultJWTClaims()}
+	d.Owner = identity.OwnerSource{Kind: identity.OwnerJWT}
+	d.JWT = &identity.JWTSettings{JWKSFile: jwksFile, Issuers: []string{jwtIssuer}, Claims: identity.DefaultJWTClaims()}
 	d.ResourceFrom = policy.ResourceFromLocation
 	d.TombstoneMethods = []string{http.MethodDelete}
 	del := d
@@ -189,7 +190,7 @@ func TestJWTVerifiedOncePerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var clockReads atomic.Int64
-	ring, err := policy.NewKeyRing(policy.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second},
+	ring, err := identity.NewKeyRing(identity.JWKSOptions{Client: &http.Client{Timeout: 5 * time.Second},
 		Now: func() time.Time { clockReads.Add(1); return time.Now() }})
 	if err != nil {
 		t.Fatal(err)

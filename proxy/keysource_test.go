@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 )
 
@@ -17,8 +18,8 @@ import (
 // invalid-key, and a body over max_request_bytes 413, none forwarded.
 func TestBodyKey(t *testing.T) {
 	h := newHarness(t, created, func(_ *proxy.Options, d *policy.Route, _ *[]policy.Route) {
-		d.Key = policy.KeySource{From: policy.KeyFromBody, Pointer: "/id"}
-		d.Owner, d.AllowGlobalKeys = policy.OwnerSource{Kind: policy.OwnerNone}, true
+		d.Key = identity.KeySource{From: identity.KeyFromBody, Pointer: "/id"}
+		d.Owner, d.AllowGlobalKeys = identity.OwnerSource{Kind: identity.OwnerNone}, true
 		d.Required = true
 	})
 	event := `{"id":"evt_1","type":"payment_intent.succeeded"}`

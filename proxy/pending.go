@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/logdigest"
-	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -27,14 +26,12 @@ type pendingCompletion struct {
 	done  chan struct{} // closed once recorded, lost to a takeover, or given up
 }
 
-// pending tracks responses waiting to be recorded and when the store last
-// failed. Both exist for one danger: the operation ran, the store was away,
-// and once it is back a retry would find a running record past its lease and
-// take it over, running the operation a second time. This instance keeps
-// retrying Complete in the background, records it before any claim of the
-// same identity it serves, and, once the store answers again after a
-// failure it saw, holds takeovers back for one lease so that the instance
-// holding the response (this one or another) gets to record it first.
+// pending tracks responses waiting to be recorded. It exists for one
+// danger: the operation ran, the store was away, and once it is back a
+// retry would find a running record past its lease and take it over,
+// running the operation a second time. This instance keeps retrying
+// Complete in the background and records it before any claim of the same
+// identity it serves; storeHealth holds takeovers back meanwhile.
 type pending struct {
 	mu   sync.Mutex
 	byID map[string]*pendingCompletion
@@ -42,40 +39,6 @@ type pending struct {
 	// key it would build) while nothing is pending, which is nearly always.
 	count atomic.Int64
 	wg    sync.WaitGroup
-	// failing is set (unix nanoseconds) by a store failure and cleared by the
-	// next successful claim, which sets recovered.
-	failing   atomic.Int64
-	recovered atomic.Int64
-}
-
-// noteStoreError remembers that the store just failed.
-func (p *Proxy) noteStoreError() { p.pending.failing.CompareAndSwap(0, time.Now().UnixNano()) }
-
-// NoteStoreFailure tells the proxy that the store may have been
-// unreachable although no request of this instance saw it fail (for
-// example the Valkey store's events subscription was lost). Until the store
-// has answered a claim again and one lease has passed since, this instance
-// answers 409 instead of taking over a claim whose lease ended: its holder
-// may be alive and about to record its response. Safe for concurrent use.
-func (p *Proxy) NoteStoreFailure() { p.noteStoreError() }
-
-// noteStoreOK remembers that the store answered a claim.
-func (p *Proxy) noteStoreOK() {
-	if since := p.pending.failing.Load(); since != 0 && p.pending.failing.CompareAndSwap(since, 0) {
-		p.pending.recovered.Store(time.Now().UnixNano())
-	}
-}
-
-// holdTakeover reports whether a takeover on route must wait: the store has
-// failed since its last answer, or answered again less than a lease ago, so
-// a claim past its lease end may belong to an instance that is alive and
-// about to record the response.
-func (p *Proxy) holdTakeover(route *policy.Route) bool {
-	if p.pending.failing.Load() != 0 {
-		return true
-	}
-	last := p.pending.recovered.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < route.Lease
 }
 
 // recordPending records a response still pending for id before id is

@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -92,7 +93,7 @@ type Options struct {
 	// PassHost sends the client's Host to the upstream instead of the
 	// upstream URL's host (upstream.pass_host), and so makes the host part
 	// of the key scope of routes whose pattern names none
-	// (policy.Scoping). With Next it is not read: the handler always sees
+	// (identity.Scoping). With Next it is not read: the handler always sees
 	// the client's Host, so the host is always part of that scope.
 	PassHost bool
 	// NoAccessLog turns the per-request line off (log.access: false);
@@ -164,7 +165,7 @@ type Proxy struct {
 	previous     func() []*policy.Policy
 	trusted      []netip.Prefix
 	passHost     bool
-	scoping      policy.Scoping
+	scoping      identity.Scoping
 	access       bool
 	logQuery     bool
 	requestIDs   *requestIDs
@@ -173,6 +174,7 @@ type Proxy struct {
 	passthrough  *httputil.ReverseProxy
 	waits        singleflight.Group
 	pending      pending
+	health       storeHealth
 	slots        waiterSlots
 	admission    storeAdmission
 	h2c          bool
@@ -190,7 +192,7 @@ func New(opts Options) (*Proxy, error) {
 	// says, so the host is in the scope, as the proxy's with PassHost
 	// (TestInProcessHostsNeverShareRecords, TestCaddySitesNeverShareRecords):
 	// one scope for all hosts answered tenant t2 with t1's record.
-	scoping := policy.Scoping{PassHost: opts.PassHost || opts.Next != nil}
+	scoping := identity.Scoping{PassHost: opts.PassHost || opts.Next != nil}
 	if opts.Next != nil {
 		opts.Upstream, opts.Transport, opts.PassHost = nil, handlerTransport{next: opts.Next}, false
 	} else if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -31,8 +33,8 @@ func baseRoute() policy.Route {
 	return policy.Route{
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST", "PATCH"},
-		Owner:            policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"},
-		Fingerprint:      policy.FingerprintSpec{Headers: []string{"Content-Type"}, Query: true, Body: policy.BodyRaw},
+		Owner:            identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"},
+		Fingerprint:      fingerprint.Spec{Headers: []string{"Content-Type"}, Query: true, Body: fingerprint.BodyRaw},
 		Lease:            2 * time.Second,
 		Retention:        time.Hour,
 		Concurrent:       policy.ConcurrentWait,
@@ -697,7 +699,7 @@ func TestStreamingPassthroughIsFlushed(t *testing.T) {
 
 func TestLogsNeverContainSecrets(t *testing.T) {
 	h := newHarness(t, created, func(_ *proxy.Options, d *policy.Route, _ *[]policy.Route) {
-		d.Owner = policy.OwnerSource{Kind: policy.OwnerAuthorization}
+		d.Owner = identity.OwnerSource{Kind: identity.OwnerAuthorization}
 	})
 	const key, auth = "secret-key-123456", "Bearer top-secret-token"
 	h.do("POST", "/v1/orders", "", key, "{}", "Authorization", auth, "Cookie", "session=cookie-secret")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -32,7 +34,7 @@ func TestRecordsKeepTheirRecipe(t *testing.T) {
 	old := baseRoute().Fingerprint // content-type, query, raw
 	h := newHarness(t, created, func(o *proxy.Options, d *policy.Route, _ *[]policy.Route) {
 		o.Store = st
-		d.Fingerprint = policy.FingerprintSpec{Headers: []string{"Content-Type", "X-Trace"}, Body: policy.BodyJSON}
+		d.Fingerprint = fingerprint.Spec{Headers: []string{"Content-Type", "X-Trace"}, Body: fingerprint.BodyJSON}
 	})
 	fpOld := func(path, body string) string {
 		req, _ := http.NewRequest("POST", "http://x"+path, strings.NewReader(body))
@@ -40,7 +42,7 @@ func TestRecordsKeepTheirRecipe(t *testing.T) {
 		return old.Of(req, []byte(body))
 	}
 	id := func(key string) store.Identity {
-		return store.Identity{Owner: policy.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: key}
+		return store.Identity{Owner: identity.HeaderOwner("alice"), Scope: policy.DefaultScope, Key: key}
 	}
 	ctx := context.Background()
 
@@ -122,8 +124,8 @@ func TestHostRoutesNeverShareRecords(t *testing.T) {
 // TestRecipeBoundsAgree: the policy refuses a route whose recipe the stores
 // would refuse at every claim.
 func TestRecipeBoundsAgree(t *testing.T) {
-	if policy.MaxRecipeBytes != store.MaxRecipeBytes {
-		t.Fatalf("policy.MaxRecipeBytes %d != store.MaxRecipeBytes %d", policy.MaxRecipeBytes, store.MaxRecipeBytes)
+	if fingerprint.MaxRecipeBytes != store.MaxRecipeBytes {
+		t.Fatalf("fingerprint.MaxRecipeBytes %d != store.MaxRecipeBytes %d", fingerprint.MaxRecipeBytes, store.MaxRecipeBytes)
 	}
 	r := baseRoute()
 	for i := range 200 {

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -47,7 +48,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// body sends 100 Continue, and a client told to send it for a
 		// request refused anyway wastes the upload (RFC 9110 section
 		// 10.1.1).
-		if err := pl.KeyErr; err != nil && !errors.Is(err, policy.ErrKeyMissing) {
+		if err := pl.KeyErr; err != nil && !errors.Is(err, identity.ErrKeyMissing) {
 			p.fail(w, ex, problem.InvalidKey.With(err.Error()))
 			return
 		}
@@ -82,7 +83,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	pl.Identify(ex.body)
 	switch err := pl.KeyErr; {
-	case errors.Is(err, policy.ErrKeyMissing):
+	case errors.Is(err, identity.ErrKeyMissing):
 		if !route.Required {
 			p.passthroughServe(w, r, ex)
 			return
@@ -94,7 +95,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := pl.OwnerErr
-	if errors.Is(err, policy.ErrInvalidCredentials) {
+	if errors.Is(err, identity.ErrInvalidCredentials) {
 		// owner: jwt. Never anonymous: a 401, and nothing goes upstream.
 		challenge := `Bearer error="invalid_token"`
 		if r.Header.Get("Authorization") == "" {
@@ -129,7 +130,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // error ("header X-User is absent or empty", "no verified client
 // certificate", ...).
 func ownerMissingWhy(route *policy.Route, err error) string {
-	if why, ok := strings.CutPrefix(err.Error(), policy.ErrOwnerMissing.Error()+": "); ok {
+	if why, ok := strings.CutPrefix(err.Error(), identity.ErrOwnerMissing.Error()+": "); ok {
 		return why + " (owner: " + route.Owner.String() + ")"
 	}
 	return "owner: " + route.Owner.String()

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // waitLimit bounds every wait for the watcher; generous for loaded CI
@@ -31,8 +33,8 @@ func baseRoute() policy.Route {
 		Mode:             policy.ModeEnforce,
 		Header:           "Idempotency-Key",
 		Methods:          []string{"POST"},
-		Owner:            policy.OwnerSource{Kind: policy.OwnerAuthorization},
-		Fingerprint:      policy.FingerprintSpec{Body: policy.BodyRaw},
+		Owner:            identity.OwnerSource{Kind: identity.OwnerAuthorization},
+		Fingerprint:      fingerprint.Spec{Body: fingerprint.BodyRaw},
 		Lease:            time.Second,
 		Concurrent:       policy.ConcurrentWait,
 		WaitTimeout:      time.Second,
@@ -604,7 +606,7 @@ func TestReloadRemembersAndWarnsOfScopeChanges(t *testing.T) {
 func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
 	writeFile(t, path, "orders")
-	header, owner := "Idempotency-Key", policy.OwnerSource{Kind: policy.OwnerAuthorization}
+	header, owner := "Idempotency-Key", identity.OwnerSource{Kind: identity.OwnerAuthorization}
 	logs := &syncbuf.Buffer{}
 	r, err := New(Options{
 		Path: path,
@@ -625,7 +627,7 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 	if !strings.Contains(logs.String(), "key source changed") || !strings.Contains(logs.String(), "new_header=X-Idempotency-Key") {
 		t.Fatalf("no warning for the key field change:\n%s", logs)
 	}
-	owner = policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}
+	owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -96,10 +96,10 @@ func (s State) String() string {
 // ClaimParams are the inputs of Claim; Validate checks the bounds below.
 type ClaimParams struct {
 	Identity Identity
-	// Fingerprint identifies the request (see policy.Fingerprint), at most
+	// Fingerprint identifies the request (see fingerprint.Of in package policy/fingerprint), at most
 	// MaxFingerprintBytes.
 	Fingerprint string
-	// Recipe names how Fingerprint was computed (policy.FingerprintSpec.Recipe,
+	// Recipe names how Fingerprint was computed (fingerprint.Spec.Recipe,
 	// at most MaxRecipeBytes); the record keeps it, so a retry made after the
 	// route's fingerprint settings changed is compared the way its first
 	// request was fingerprinted. The store never interprets it.

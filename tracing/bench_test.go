@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/memory"
 	"github.com/idemgate/idemgate/tracing"
@@ -63,7 +64,7 @@ func BenchmarkEnforcedRequest(b *testing.B) {
 			mem := memory.New()
 			b.Cleanup(func() { mem.Close() })
 			defaults := policy.DefaultRoute()
-			defaults.Owner = policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}
+			defaults.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 			pol, err := policy.New(defaults, nil)
 			if err != nil {
 				b.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/memory"
@@ -81,7 +82,7 @@ func newRig(t *testing.T, wrapStore func(store.Store) store.Store, backend http.
 		st = wrapStore(st)
 	}
 	defaults := policy.DefaultRoute()
-	defaults.Owner = policy.OwnerSource{Kind: policy.OwnerHeader, Header: "X-User"}
+	defaults.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
 	defaults.Lease = 5 * time.Second // no heartbeat tick within a test
 	defaults.WaitTimeout = time.Second
 	orders := defaults

@@ -33,6 +33,7 @@ import (
 	"github.com/idemgate/idemgate/internal/serverlog"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
@@ -148,7 +149,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	for _, r := range cfg.Policy.Routes() {
-		if r.Owner.Kind == policy.OwnerAuthorization {
+		if r.Owner.Kind == identity.OwnerAuthorization {
 			fmt.Fprint(stdout, authorizationNote)
 			break
 		}
@@ -569,7 +570,7 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 			Logger:   log,
 			Draining: draining.Load,
 			// The record identity the proxy derives (pass_host, scheme).
-			Scoping:    policy.Scoping{PassHost: cfg.Upstream.PassHost},
+			Scoping:    identity.Scoping{PassHost: cfg.Upstream.PassHost},
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
 			// idemgate_store_up follows every /readyz store check.
 			StoreChecked: sc.Note,
@@ -692,8 +693,8 @@ const jwksCheckTimeout = 5 * time.Second
 // newKeyRing returns the KeyRing that keeps the JWK Sets of owner: jwt
 // routes, with its own HTTP client (no shared default transport) and the
 // wall clock.
-func newKeyRing(log *slog.Logger) (*policy.KeyRing, error) {
-	return policy.NewKeyRing(policy.JWKSOptions{
+func newKeyRing(log *slog.Logger) (*identity.KeyRing, error) {
+	return identity.NewKeyRing(identity.JWKSOptions{
 		Client: &http.Client{
 			Timeout:   jwksClientTimeout,
 			Transport: http.DefaultTransport.(*http.Transport).Clone(),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
 
@@ -165,7 +166,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 			Methods: slices.Clone(r.Methods),
 			// HeaderName: the spelling the operator wrote, not the
 			// canonical form (X-GitHub-Delivery, not X-Github-Delivery).
-			Key: publishedKey{From: string(policy.KeyFromHeader), Header: cmp.Or(r.HeaderName, r.Header), Required: r.Required, MaxLength: policy.MaxKeyLength,
+			Key: publishedKey{From: string(identity.KeyFromHeader), Header: cmp.Or(r.HeaderName, r.Header), Required: r.Required, MaxLength: identity.MaxKeyLength,
 				Syntax: keySyntax,
 				Scope:  ownerScope(r)},
 			Fingerprint: publishedFingerprint{Method: true, Path: true, Query: r.Fingerprint.Query,
@@ -178,7 +179,7 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 			AdvertiseExpiry:  r.AdvertiseExpiry,
 		}
 		if r.Key.FromBody() {
-			pr.Key.From, pr.Key.Header, pr.Key.Pointer = string(policy.KeyFromBody), "", r.Key.Pointer
+			pr.Key.From, pr.Key.Header, pr.Key.Pointer = string(identity.KeyFromBody), "", r.Key.Pointer
 			pr.Key.Syntax = "a string of 1-255 printable ASCII characters (not all spaces) or an integer, at the JSON pointer in the JSON body"
 		}
 		if r.Match != "" {
@@ -207,15 +208,15 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 // ownerScope says, for clients, whose keys share one key space.
 func ownerScope(r *policy.Route) string {
 	switch r.Owner.Kind {
-	case policy.OwnerNone:
+	case identity.OwnerNone:
 		return "global: one key space for every client of scope " + strconv.Quote(r.Scope)
-	case policy.OwnerAuthorization:
+	case identity.OwnerAuthorization:
 		return "per Authorization field value (a refreshed token is a new owner)"
-	case policy.OwnerJWT:
+	case identity.OwnerJWT:
 		return "per verified bearer token subject (claims " + strings.Join(r.JWT.Claims, ", ") + ")"
-	case policy.OwnerClientCert:
+	case identity.OwnerClientCert:
 		return "per TLS client certificate"
-	case policy.OwnerList:
+	case identity.OwnerList:
 		return "per combination of " + r.Owner.String()
 	}
 	return "per authenticated client (" + r.Owner.String() + ")"
@@ -227,9 +228,9 @@ func applies(r *policy.Route, k problem.Kind) bool {
 	case problem.MissingKey:
 		return r.Required
 	case problem.MissingOwner:
-		return r.Owner.Kind != policy.OwnerNone && r.Owner.Kind != policy.OwnerJWT
+		return r.Owner.Kind != identity.OwnerNone && r.Owner.Kind != identity.OwnerJWT
 	case problem.InvalidCredentials:
-		return r.Owner.Uses(policy.OwnerJWT)
+		return r.Owner.Uses(identity.OwnerJWT)
 	case problem.OutcomeUnknown:
 		return r.OnAbandoned == policy.AbandonedReject
 	case problem.StoreUnavailable:
@@ -270,7 +271,7 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			title += " (gRPC `" + r.GRPCMethod + "`)"
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n", title)
-		if r.Key.From == string(policy.KeyFromBody) {
+		if r.Key.From == string(identity.KeyFromBody) {
 			fmt.Fprintf(&b, "- **Key**: the JSON body member `%s`: %s.", r.Key.Pointer, r.Key.Syntax)
 		} else {
 			fmt.Fprintf(&b, "- **Key**: the `%s` header: %s.", r.Key.Header, r.Key.Syntax)
@@ -365,7 +366,7 @@ func openAPI(doc publishedPolicy) map[string]any {
 	advertised := false
 	for _, r := range doc.Routes {
 		keyParam := "IdempotencyKey"
-		if r.Key.From == string(policy.KeyFromHeader) {
+		if r.Key.From == string(identity.KeyFromHeader) {
 			if r.Key.Header != "Idempotency-Key" || r.Key.Required {
 				keyParam = "IdempotencyKey_" + r.Name
 			}
@@ -397,7 +398,7 @@ func openAPI(doc publishedPolicy) map[string]any {
 			paths[path] = item
 		}
 		var parameters []any
-		if r.Key.From == string(policy.KeyFromHeader) {
+		if r.Key.From == string(identity.KeyFromHeader) {
 			parameters = append(parameters, map[string]any{"$ref": "#/components/parameters/" + keyParam})
 		}
 		for _, m := range pathParamRE.FindAllStringSubmatch(r.Path, -1) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 )
 
 // specs are every description in testdata: the published ones and the
@@ -130,35 +131,35 @@ func TestRules(t *testing.T) {
 		header       string
 		required     bool
 		owner        string
-		body         policy.BodyMode
+		body         fingerprint.BodyMode
 		retention    string
 	}{
 		// required Idempotency-Key through $ref, spelled in lower case; JSON body through a $ref'd requestBody
-		{"create-order", "POST /v1/orders", []string{"POST"}, "Idempotency-Key", true, "authorization", policy.BodyJSON, "48h0m0s"},
+		{"create-order", "POST /v1/orders", []string{"POST"}, "Idempotency-Key", true, "authorization", fingerprint.BodyJSON, "48h0m0s"},
 		// optional key through a $ref to a $ref; +json media type; path parameter from the path item
-		{"update-order", "PATCH /v1/orders/{order_id}", []string{"PATCH"}, "Idempotency-Key", false, "authorization", policy.BodyJSON, "48h0m0s"},
+		{"update-order", "PATCH /v1/orders/{order_id}", []string{"PATCH"}, "Idempotency-Key", false, "authorization", fingerprint.BodyJSON, "48h0m0s"},
 		// DELETE declaring a key is enforced
-		{"delete-order", "DELETE /v1/orders/{order_id}", []string{"DELETE"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "48h0m0s"},
+		{"delete-order", "DELETE /v1/orders/{order_id}", []string{"DELETE"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "48h0m0s"},
 		// PUT declaring a required key
-		{"put-settings", "PUT /v1/settings", []string{"PUT"}, "Idempotency-Key", true, "authorization", policy.BodyRaw, "48h0m0s"},
+		{"put-settings", "PUT /v1/settings", []string{"PUT"}, "Idempotency-Key", true, "authorization", fingerprint.BodyRaw, "48h0m0s"},
 		// operation security basic; form body; ISO 8601 retention on the operation
-		{"capture-order", "POST /v1/orders/{order_id}/capture", []string{"POST"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "2h0m0s"},
+		{"capture-order", "POST /v1/orders/{order_id}/capture", []string{"POST"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "2h0m0s"},
 		// apiKey in a header; multipart; no operationId
-		{"post-v1-uploads", "POST /v1/uploads", []string{"POST"}, "Idempotency-Key", false, "header:X-Api-Key", policy.BodyRaw, "48h0m0s"},
+		{"post-v1-uploads", "POST /v1/uploads", []string{"POST"}, "Idempotency-Key", false, "header:X-Api-Key", fingerprint.BodyRaw, "48h0m0s"},
 		// oauth2 and OpenID Connect
-		{"create-token", "POST /v1/tokens", []string{"POST"}, "Idempotency-Key", false, "jwt", policy.BodyRaw, "48h0m0s"},
-		{"create-session", "POST /v1/sessions", []string{"POST"}, "Idempotency-Key", false, "jwt", policy.BodyRaw, "48h0m0s"},
+		{"create-token", "POST /v1/tokens", []string{"POST"}, "Idempotency-Key", false, "jwt", fingerprint.BodyRaw, "48h0m0s"},
+		{"create-session", "POST /v1/sessions", []string{"POST"}, "Idempotency-Key", false, "jwt", fingerprint.BodyRaw, "48h0m0s"},
 		// two schemes required together; alternatives (the first is taken, the other reviewed)
-		{"both", "POST /v1/both", []string{"POST"}, "Idempotency-Key", false, "[header:X-Api-Key, authorization]", policy.BodyRaw, "48h0m0s"},
-		{"either", "POST /v1/either", []string{"POST"}, "Idempotency-Key", false, "header:X-Api-Key", policy.BodyRaw, "48h0m0s"},
+		{"both", "POST /v1/both", []string{"POST"}, "Idempotency-Key", false, "[header:X-Api-Key, authorization]", fingerprint.BodyRaw, "48h0m0s"},
+		{"either", "POST /v1/either", []string{"POST"}, "Idempotency-Key", false, "header:X-Api-Key", fingerprint.BodyRaw, "48h0m0s"},
 		// another header marked as the key; trailing slash is that path alone; seconds retention
-		{"create-transfer", "POST /v1/transfers/{$}", []string{"POST"}, "X-Request-Id", true, "authorization", policy.BodyRaw, "1h0m0s"},
+		{"create-transfer", "POST /v1/transfers/{$}", []string{"POST"}, "X-Request-Id", true, "authorization", fingerprint.BodyRaw, "1h0m0s"},
 		// gRPC is raw
-		{"grpc-create", "POST /grpc/orders.v1.Orders/Create", []string{"POST"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "48h0m0s"},
+		{"grpc-create", "POST /grpc/orders.v1.Orders/Create", []string{"POST"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "48h0m0s"},
 		// no security, security: [], apiKey in query, mutualTLS: a placeholder owner, marked
-		{"signup", "POST /v1/public/signup", []string{"POST"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "48h0m0s"},
-		{"query-key", "POST /v1/query-key", []string{"POST"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "48h0m0s"},
-		{"mtls", "POST /v1/mtls", []string{"POST"}, "Idempotency-Key", false, "authorization", policy.BodyRaw, "48h0m0s"},
+		{"signup", "POST /v1/public/signup", []string{"POST"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "48h0m0s"},
+		{"query-key", "POST /v1/query-key", []string{"POST"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "48h0m0s"},
+		{"mtls", "POST /v1/mtls", []string{"POST"}, "Idempotency-Key", false, "authorization", fingerprint.BodyRaw, "48h0m0s"},
 	}
 	for _, c := range cases {
 		r := route(c.route)
@@ -274,7 +275,7 @@ func TestRealDescriptions(t *testing.T) {
 	if len(p.Routes) != 174 || len(p.Skipped) != 0 {
 		t.Errorf("stripe: %d routes, %d skipped; want 174, 0", len(p.Routes), len(p.Skipped))
 	}
-	if d := cfg.Policy.Defaults(); d.Owner.String() != "authorization" || d.Fingerprint.Body != policy.BodyRaw {
+	if d := cfg.Policy.Defaults(); d.Owner.String() != "authorization" || d.Fingerprint.Body != fingerprint.BodyRaw {
 		t.Errorf("stripe defaults: owner %s body %s; want authorization (basic or bearer), raw (form bodies)", d.Owner, d.Fingerprint.Body)
 	}
 	if !strings.Contains(string(text), "    match: \"POST /v1/customers/{customer}/sources/{id}/verify\"") {

@@ -44,9 +44,9 @@ type hotPathStage struct {
 var hotPathStages = []hotPathStage{
 	{name: "accept and parse (net/http readRequest)", funcs: []string{"net/http.(*conn).readRequest"}},
 	{name: "decide (policy.Ask)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Ask", "github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
-	{name: "key, owner and identity (Plan.Identify)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).Identify", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf"}},
+	{name: "key, owner and identity (Plan.Identify)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).Identify", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf", "github.com/idemgate/idemgate/policy/identity.OwnerSource.Of"}},
 	{name: "body read", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).readBody"}},
-	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy.Fingerprint"}},
+	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy/fingerprint.Spec.Of", "github.com/idemgate/idemgate/policy/fingerprint.Of"}},
 	{name: "claim (store call included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).claim"}},
 	{name: "forward (complete included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).forward"}},
 	{name: "upstream round trip", nested: true, funcs: []string{"github.com/idemgate/idemgate/proxy.timedTransport.RoundTrip"}},

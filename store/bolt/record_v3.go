@@ -24,7 +24,7 @@ const (
 	knownFlagsV3               = flagTakeover | flagOmitted | flagHeaderSet | flagBodySet | flagTrailerSet | flagBodyZstd | flagFingerprintPacked
 )
 
-// fingerprintPrefix is the prefix of an hs1 fingerprint (policy.FingerprintPrefix;
+// fingerprintPrefix is the prefix of an hs1 fingerprint (fingerprint.Prefix;
 // docs/protocol.md, "Request fingerprint (hs1)"), whose hex digest version
 // 3 stores as bytes.
 const fingerprintPrefix = "hs1:"
