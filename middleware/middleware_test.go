@@ -145,9 +145,20 @@ func post(t *testing.T, ctx context.Context, url, user, key, body string) (answe
 
 func postWith(t *testing.T, c *http.Client, ctx context.Context, url, user, key, body string) (answer, error) {
 	t.Helper()
+	return postHost(t, c, ctx, url, "", user, key, body)
+}
+
+// postHost is postWith with the Host field host (the URL's when empty):
+// instances that share records must see one Host, as behind a load
+// balancer, since the host joins the key scope in process.
+func postHost(t *testing.T, c *http.Client, ctx context.Context, url, host, user, key, body string) (answer, error) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/orders", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User", user)
