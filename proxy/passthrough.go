@@ -30,6 +30,17 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 		p.next.ServeHTTP(w, r)
 		return
 	}
+	// A streamed body is still the transport's when the upstream may
+	// already be answering: net/http's HTTP/1 server closes the request
+	// body when the response header is written unless the handler is full
+	// duplex, and the transport, reading the body once more past its
+	// declared length, then fails and closes the connection the answer is
+	// arriving on, cutting it (golang/go#40747; a few large answers in a
+	// hundred on a loaded machine, TestPassthroughStreamedBodyAnswerArrivesWhole).
+	// HTTP/2 is full duplex already (ErrNotSupported).
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		p.log.Warn("passthrough: full duplex", "err", err)
+	}
 	p.passthrough.ServeHTTP(w, r)
 }
 

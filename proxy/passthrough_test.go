@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/earlyanswer"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/memory"
@@ -104,6 +105,18 @@ func newFront(t *testing.T, upstream string, transport ...http.RoundTripper) str
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
 	return front.URL
+}
+
+// TestPassthroughStreamedBodyAnswerArrivesWhole pins that a streamed
+// passthrough body (over 16 KiB) whose upstream answers as soon as it has
+// read it gets its whole answer, in the order that a loaded machine
+// produces now and then (earlyanswer.Check): without full duplex the
+// transport's connection was closed under the answer, and the client got
+// 201 and part of the body.
+func TestPassthroughStreamedBodyAnswerArrivesWhole(t *testing.T) {
+	earlyanswer.Check(t, func(upstream string, transport http.RoundTripper) string {
+		return newFront(t, upstream, transport)
+	}, proxy.NewTransport(5*time.Second), "/v1/orders", http.Header{"X-User": {"alice"}})
 }
 
 // TestPassthroughSmallBodyLeavesWithItsHeader pins why small passthrough

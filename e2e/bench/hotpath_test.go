@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +22,7 @@ func TestHotPathSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	o := options{workloads: []string{wHotPath}, targets: "D", hotPathScale: 0.02}
 	rep := &report{opts: o, started: time.Now()}
 	if err := runHotPath(ctx, o, root, rep); err != nil {
