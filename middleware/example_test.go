@@ -51,7 +51,9 @@ func ExampleNew() {
 	go func() {
 		log.Print(http.ListenAndServe("127.0.0.1:9090", promhttp.Handler()))
 	}()
-	srv := &http.Server{Addr: ":8080", Handler: idem(mux)}
+	// Loopback for a trial; ":8080" (every interface) when other machines
+	// must reach it.
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: idem(mux)}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
@@ -96,7 +98,7 @@ func ExampleNew_grpc() {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // h2c: gRPC without TLS
-	srv := &http.Server{Addr: ":8080", Handler: idem(mux), Protocols: &protocols}
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: idem(mux), Protocols: &protocols}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())

@@ -143,6 +143,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "  - %s\n", line)
 		}
 	}
+	warnSharedHostScope(stderr, cfg)
 	fmt.Fprintf(stdout, "%s is valid. Upstream %s, store %s.\n\n", *path, cfg.Upstream.URL, cfg.Store.Driver)
 	if err := cfg.Policy.Describe(stdout); err != nil {
 		fmt.Fprintf(stderr, "idemgate validate: %v\n", err)

@@ -203,3 +203,42 @@ func TestSchemeH2CAgrees(t *testing.T) {
 		t.Fatalf("config.SchemeH2C %q, proxy.SchemeH2C %q", config.SchemeH2C, proxy.SchemeH2C)
 	}
 }
+
+// TestValidateWarnsSharedHostScope: without upstream.pass_host, routes that
+// name no host share one key scope across client Hosts; validate says so
+// (a warning: exit 0) and names the routes, and stays quiet once pass_host
+// or a host pattern separates the hosts.
+func TestValidateWarnsSharedHostScope(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, cfg string
+		warn      string // "" for no warning
+	}{
+		{"shared", "upstream: {url: \"http://127.0.0.1:3000\"}\nroutes:\n  - {name: orders, match: \"POST /v1/orders\"}\n", "routes orders, default (no host in their match)"},
+		{"pass_host", "upstream: {url: \"http://127.0.0.1:3000\", pass_host: true}\nroutes:\n  - {name: orders, match: \"POST /v1/orders\"}\n", ""},
+		{"host patterns", "upstream: {url: \"http://127.0.0.1:3000\"}\ndefaults: {mode: passthrough}\nroutes:\n  - {name: t1, match: \"POST t1.example/v1/orders\", mode: enforce}\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			if code := run([]string{"validate", "--config", path}, &out, &errOut); code != 0 {
+				t.Fatalf("exit %d, want 0 (a warning is no error):\n%s", code, errOut.String())
+			}
+			got := errOut.String()
+			if tc.warn == "" {
+				if strings.Contains(got, "pass_host") {
+					t.Errorf("unexpected shared-scope warning:\n%s", got)
+				}
+				return
+			}
+			for _, want := range []string{"WARNING", tc.warn, "one shared key scope", "Host or X-Forwarded-Host", "upstream.pass_host: true"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("validate stderr lacks %q:\n%s", want, got)
+				}
+			}
+		})
+	}
+}

@@ -97,6 +97,11 @@ func TestGeneratedConfigsLoad(t *testing.T) {
 				if !slices.Equal(d.Unenforced, skipped) || len(d.Orphans) > 0 {
 					t.Errorf("Check on the generated configuration: %+v; want only the skipped %q", d, skipped)
 				}
+				// A first trial listens on this machine only; serve's default
+				// (every interface) needs a deliberate edit.
+				if cfg.Listen != "127.0.0.1:8080" {
+					t.Errorf("listen %q, want 127.0.0.1:8080", cfg.Listen)
+				}
 				if o.Upstream != "" && cfg.Upstream.URL.String() != o.Upstream {
 					t.Errorf("upstream %s, want --upstream %s", cfg.Upstream.URL, o.Upstream)
 				}
@@ -348,6 +353,49 @@ func TestConflictingTemplatesSkipped(t *testing.T) {
 	}
 	if len(p.Routes) != 1 || len(p.Skipped) != 1 || !strings.Contains(p.Skipped[0].Reason, "cannot be a route") {
 		t.Errorf("routes %v, skipped %+v; want one route and one skipped with ServeMux's reason", p.Enforced(), p.Skipped)
+	}
+}
+
+// TestSkipReasonWhole: the REVIEW skipped comment carries the whole
+// reason, wrapped over comment lines, so the reader learns why and what a
+// wider route would do.
+func TestSkipReasonWhole(t *testing.T) {
+	doc, err := Read([]byte("openapi: 3.0.0\npaths:\n  /files/{name}.{ext}: {post: {operationId: upload}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Generate(doc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Skipped) != 1 {
+		t.Fatalf("skipped %+v, want the one operation", p.Skipped)
+	}
+	var buf bytes.Buffer
+	if err := p.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	_, tail, ok := strings.Cut(buf.String(), "# REVIEW skipped")
+	if !ok {
+		t.Fatalf("no REVIEW skipped section:\n%s", buf.String())
+	}
+	var words []string
+	for _, line := range strings.Split(tail, "\n")[1:] {
+		c, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			break
+		}
+		if len(line) > 110 {
+			t.Errorf("comment line of %d characters, want it wrapped: %q", len(line), line)
+		}
+		words = append(words, strings.Fields(c)...)
+	}
+	got := strings.Join(words, " ")
+	if want := "POST /files/{name}.{ext} (upload): " + p.Skipped[0].Reason; got != want {
+		t.Errorf("skip comment says\n %q\nwant the whole reason\n %q", got, want)
+	}
+	if _, err := config.Parse(buf.Bytes(), nil); err != nil {
+		t.Errorf("the configuration does not load: %v", err)
 	}
 }
 

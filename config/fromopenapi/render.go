@@ -20,6 +20,11 @@ func (p *Plan) Render(w io.Writer) error {
 	b.WriteString("# Mapping rules: docs/openapi.md. Search for REVIEW: each marks a choice the description\n")
 	b.WriteString("# could not make. `idemgate init --from-openapi SPEC --check --config FILE` reports drift.\n\n")
 
+	// Loopback unless widened on purpose: serve's own default (:8080) is
+	// every interface, which a first trial on a laptop should not open.
+	b.WriteString("listen: \"127.0.0.1:8080\"  # this machine only; widen it deliberately (\":8080\", every interface,\n")
+	b.WriteString("                            #   as a proxy in a container needs) or override with --listen\n\n")
+
 	b.WriteString("upstream:\n")
 	fmt.Fprintf(&b, "  url: %s  # %s\n", quote(p.Upstream), comment(p.UpstreamNote))
 	if len(d.Servers) > 1 || (p.UpstreamNote == "--upstream" && len(d.Servers) > 0) {
@@ -96,7 +101,14 @@ func (p *Plan) Render(w io.Writer) error {
 	if len(p.Skipped) > 0 {
 		b.WriteString("\n# REVIEW skipped: unsafe operations no route could express; add routes by hand.\n")
 		for _, s := range p.Skipped {
-			fmt.Fprintf(&b, "#   %s %s%s: %s\n", s.Op.Method, comment(s.Op.Path), idNote(s.Op), comment(s.Reason))
+			// The reason is what the reader acts on: wrapped, never cut.
+			for i, line := range wrap(s.Op.Method+" "+comment(s.Op.Path)+idNote(s.Op)+": "+s.Reason, 100) {
+				indent := "#   "
+				if i > 0 {
+					indent = "#     "
+				}
+				b.WriteString(indent + line + "\n")
+			}
 		}
 	}
 	if len(d.Warnings) > 0 {
