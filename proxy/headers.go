@@ -100,9 +100,12 @@ func removeFields(h http.Header, extra ...string) {
 // whether a response is a replay), in any letter case. Values keep their
 // order; Set-Cookie lines stay separate.
 func StoredHeader(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	for name, values := range h {
-		out[name] = append([]string(nil), values...)
+	// Clone puts every value in one backing array, each name's slice
+	// capped at its own values: one allocation for them instead of one per
+	// name, and an append to one name's values never reaches another's.
+	out := h.Clone()
+	if out == nil {
+		out = make(http.Header)
 	}
 	removeFields(out, "Content-Length", ReplayedHeader)
 	return out

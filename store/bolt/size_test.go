@@ -79,9 +79,12 @@ func TestFileSizePerCompletedRecord(t *testing.T) {
 	// 100,000 records; docs/performance.md). The target is at most
 	// half, which bbolt's per-entry overhead and half-full B-tree pages
 	// keep out of reach (docs/performance.md says why); this bound keeps
-	// what version 3 won from being lost again.
-	if perHWM > 866 {
-		t.Errorf("high-water mark per completed record = %.0f bytes, want at most 866 (80 %% of version 2's 1,083)", perHWM)
+	// what version 3 won from being lost again. The bench's 227-byte body
+	// is stored as it is (under layout.MinCompressBytes: its zstd frame
+	// saved 96 of its bytes for 3-4 µs of CPU on every fresh request), 922 bytes
+	// measured where the frame made 788.
+	if perHWM > 940 {
+		t.Errorf("high-water mark per completed record = %.0f bytes, want at most 940 (87 %% of version 2's 1,083, the body stored uncompressed)", perHWM)
 	}
 	res, err := s.Claim(ctx, store.ClaimParams{Identity: p.Identity, Fingerprint: p.Fingerprint, Token: "other", Lease: time.Minute})
 	if err != nil || res.State != store.Completed || string(res.Response.Body) != string(resp.Body) {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"reflect"
@@ -39,6 +40,9 @@ func TestReadsLayout2Rows(t *testing.T) {
 	q, _ := QuoteTable(table)
 	p, resp := storetest.BenchRecord(7)
 	resp.Trailer = http.Header{"Grpc-Status": {"0"}}
+	// Over layout.MinCompressBytes, so that this build's completion is a
+	// compressed layout 3 response.
+	resp.Body = bytes.Repeat(resp.Body, 3)
 	srv.Exec(`INSERT INTO `+q+` (id, owner, scope, key, state, fingerprint, recipe, created, expiry, retention_ms,
   status, headers, body, omitted, stored_at, version, trailers)
 VALUES ($1, $2, $3, $4, 2, $5, $6, now(), now() + interval '1 hour', 3600000, 201, $7, $8, false, now(), 2, $9)`,

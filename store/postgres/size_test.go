@@ -61,9 +61,12 @@ func TestSizePerCompletedRow(t *testing.T) {
 	// pages. The target of half (docs/performance.md, "bolt and Postgres")
 	// is out of reach for a row whose identity,
 	// fingerprint, recipe and headers alone outweigh the compressed body
-	// (docs/performance.md says why); this bound keeps layout 3's gain.
-	if rowBytes > 556 {
-		t.Errorf("one completed row = %d bytes, want at most 556 (90 %% of layout 2's 618)", rowBytes)
+	// (docs/performance.md says why). The bench's 227-byte body is stored
+	// as it is (under layout.MinCompressBytes: its zstd frame saved 74
+	// bytes a row for 3-4 µs of CPU on every fresh request), so the row
+	// is 627 bytes where its frame made 556; the bound keeps that.
+	if rowBytes > 640 {
+		t.Errorf("one completed row = %d bytes, want at most 640 (the body stored uncompressed, 627 measured)", rowBytes)
 	}
 	res, err := s.Claim(ctx, store.ClaimParams{Identity: p.Identity, Fingerprint: p.Fingerprint, Token: "other", Lease: time.Minute})
 	if err != nil || res.State != store.Completed || string(res.Response.Body) != string(resp.Body) {

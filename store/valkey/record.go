@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/store"
@@ -17,8 +18,21 @@ import (
 // hex SHA-256 of IdentityBytes(id) + "}". The braces make the whole digest
 // the Cluster hash tag.
 func Key(prefix string, id store.Identity) string {
-	sum := sha256.Sum256(IdentityBytes(id))
-	return prefix + "{" + hex.EncodeToString(sum[:]) + "}"
+	// The identity's bytes and the digest's hex stay on the stack (the
+	// former unless the identity is longer than buf): Key runs two or
+	// three times per keyed request, and the key string is its one
+	// allocation (TestKeyAllocatesOnce).
+	var buf [256]byte
+	sum := sha256.Sum256(layout.AppendIdentity(buf[:0], id))
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	var b strings.Builder
+	b.Grow(len(prefix) + len(h) + 2)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.Write(h[:])
+	b.WriteByte('}')
+	return b.String()
 }
 
 // IdentityBytes is the encoding of id that Key hashes, the one every

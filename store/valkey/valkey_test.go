@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -228,6 +229,20 @@ func TestExpiryIsAlwaysSet(t *testing.T) {
 	}
 }
 
+// TestKeyAllocatesOnce: Key, which runs two or three times per keyed
+// request, allocates only the key it returns, and an identity longer than
+// its stack buffer still hashes to the key of its bytes.
+func TestKeyAllocatesOnce(t *testing.T) {
+	id := store.Identity{Owner: "user-1234", Scope: "POST /v1/orders", Key: "123e4567-e89b-12d3-a456-426614174000"}
+	if n := testing.AllocsPerRun(100, func() { _ = valkey.Key("idemgate:", id) }); n != 1 {
+		t.Fatalf("Key allocates %v times, want 1", n)
+	}
+	long := store.Identity{Owner: strings.Repeat("o", 300), Scope: "POST /v1/orders", Key: "k"}
+	if sum := sha256.Sum256(valkey.IdentityBytes(long)); valkey.Key("p:", long) != "p:{"+hex.EncodeToString(sum[:])+"}" {
+		t.Fatalf("Key of a long identity = %q, want p:{hex SHA-256 of its bytes}", valkey.Key("p:", long))
+	}
+}
+
 func TestRecordLayout(t *testing.T) {
 	srv := valkeytest.Start(t)
 	c := raw(t, srv.Addr())
@@ -240,6 +255,9 @@ func TestRecordLayout(t *testing.T) {
 	wantBytes := []byte("\x00\x00\x00\x00\x00\x00\x00\x05alice\x00\x00\x00\x00\x00\x00\x00\x0cPOST /orders\x00\x00\x00\x00\x00\x00\x00\x02k1")
 	if got := valkey.IdentityBytes(id); !bytes.Equal(got, wantBytes) {
 		t.Fatalf("IdentityBytes = %q, want %q", got, wantBytes)
+	}
+	if sum := sha256.Sum256(wantBytes); s.Key(id) != "layout:{"+hex.EncodeToString(sum[:])+"}" {
+		t.Fatalf("Key = %q, want layout:{hex SHA-256 of %q}", s.Key(id), wantBytes)
 	}
 	if _, err := s.Claim(ctx, store.ClaimParams{Identity: id, Fingerprint: "fp", Recipe: "b=raw&q=1&v=hs1", Token: "tok", Lease: time.Minute, Retention: time.Hour}); err != nil {
 		t.Fatal(err)

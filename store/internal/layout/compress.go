@@ -9,11 +9,15 @@ import (
 )
 
 // MinCompressBytes is the smallest body a BodyCodec tries to compress.
-// Measured on the bench's JSON answer: 227 bytes compress to 150 (a third
-// saved) and its first 128 bytes to 99, but below that the zstd frame
-// (about 10 bytes) eats most of the gain while every store and replay
-// still pays the CPU.
-const MinCompressBytes = 128
+// zstd's cost is nearly fixed up to about 1 KiB (it builds its entropy
+// tables for every frame: 3.1-4.3 µs of CPU per body,
+// BenchmarkCompressBySize), while what it saves grows with the body:
+// 96 bytes of a 227-byte JSON answer (a tenth of its Valkey record, most
+// of which is the key, identity and headers), 235 of 384, 345 of 512 (over
+// a quarter of the record). Below this size the frame buys too few bytes
+// for the CPU it costs on every fresh request (docs/performance.md,
+// "zstd on small bodies"); a stored frame of any size is still read.
+const MinCompressBytes = 512
 
 // maxDecodedBytes bounds what one stored body may decompress to. Stored
 // bodies are capped by max_response_bytes well below this; the bound only

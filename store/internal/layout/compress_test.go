@@ -18,7 +18,7 @@ func TestBodyCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	json := bytes.Repeat([]byte(`{"id":"ord_1","status":"created"},`), 10)
+	json := bytes.Repeat([]byte(`{"id":"ord_1","status":"created"},`), 20)
 	noise := make([]byte, 4096)
 	_, _ = rand.Read(noise)
 	for _, tc := range []struct {

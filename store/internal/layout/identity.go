@@ -13,12 +13,17 @@ import (
 // fields can shift a boundary, so distinct identities never share an
 // encoding.
 func IdentityBytes(id store.Identity) []byte {
-	b := make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key))
+	return AppendIdentity(make([]byte, 0, 24+len(id.Owner)+len(id.Scope)+len(id.Key)), id)
+}
+
+// AppendIdentity appends IdentityBytes(id) to dst, so that a caller that
+// only hashes them can keep them in a buffer of its own stack.
+func AppendIdentity(dst []byte, id store.Identity) []byte {
 	for _, f := range []string{id.Owner, id.Scope, id.Key} {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
-		b = append(b, f...)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(len(f)))
+		dst = append(dst, f...)
 	}
-	return b
+	return dst
 }
 
 // ResourceBytes is the encoding of res that the stores hash into its
