@@ -52,7 +52,8 @@
 // only the first is known not to have acted. So an error that wraps
 // reverseproxy.DialError (the connection was never made), or
 // reverse_proxy's "no upstreams available" (it tried none), releases the
-// key (middleware.NothingDone): the adapter writes the error's status
+// key (middleware.NothingDone) when no upstream got a connection earlier
+// in the call (reverse_proxy returns its last error only: neverSent): the adapter writes the error's status
 // with an empty body, as Caddy does when no handle_errors route is set,
 // and a retry runs again. Every other error leaves the outcome unknown
 // (middleware.OutcomeUnknown), as the standalone proxy's for an upstream
@@ -86,6 +87,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -427,6 +429,13 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &wroteWriter{ResponseWriter: w}
+	// Whether any upstream got a connection during the call: reverse_proxy
+	// returns its last error only, and a dial failure last does not prove
+	// that nothing was sent before it (neverSent).
+	var connected atomic.Bool
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
 	err := c.next.ServeHTTP(rec, r)
 	if err == nil {
 		return
@@ -442,7 +451,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	if neverSent(err) {
+	if neverSent(err) && !connected.Load() {
 		middleware.NothingDone(r)
 		h.logger.Error("next handler could not reach its upstream on a keyed request: key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
@@ -460,7 +469,15 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 }
 
 // neverSent reports whether err, returned by reverse_proxy with nothing
-// written, proves that no byte of the request reached an upstream: a dial
+// written, says that its last attempt sent no byte of the request to an
+// upstream. It proves nothing of the call as a whole: reverse_proxy returns
+// the last error only, after an upstream may have had the request (an
+// upstream that answered, then a handle_response route whose own
+// reverse_proxy could not dial; an upstream that failed mid-call, then a
+// retry allowed by lb_retry_match on one that could not be dialed), so
+// callNext releases the key only when, besides, no connection to any
+// upstream was made during the call (its httptrace GotConn never ran;
+// TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim). A dial
 // failure (reverseproxy.DialError; TestCaddyNextErrorReleasesKey), or no
 // upstream available to try (all of them unhealthy or at their request
 // limit; TestCaddyNoUpstreamReleasesKey), which reverse_proxy, too, takes
