@@ -59,7 +59,11 @@
 //   - Two middlewares nested around one handler: the inner one finds the
 //     request inside the outer one's call and passes it to the handler
 //     untouched (no claim, no access line, no metrics), since the outer
-//     claim already covers it.
+//     claim already covers it. The request is the outer one's when it has
+//     the header the outer engine gave its handler (a router passes the
+//     request on) or the same idempotency key field; a request the
+//     handler makes of its own during the call (a batch's item, with its
+//     own key) is enforced by the engine it reaches.
 //   - The handler sees the client's Host and may serve each host as
 //     another tenant (a ServeMux's host patterns), while the fingerprint
 //     does not cover the host, so the request's host joins the key scope
