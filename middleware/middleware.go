@@ -49,7 +49,9 @@
 //     have acted and does not know the result: nothing stored, the claim
 //     kept until the lease ends, then on_abandoned decides; the client
 //     gets 502 upstream-failed or 504 upstream-timeout, as from the proxy).
-//     ReverseProxyErrorHandler makes httputil.ReverseProxy say them.
+//     ReverseProxyErrorHandler makes httputil.ReverseProxy say them, and
+//     ReverseProxyTransport keeps net/http from re-sending a bodiless
+//     keyed request by itself.
 //   - A handler that panics has its claim kept until the lease ends, as
 //     the proxy keeps it for an upstream whose connection was cut after it
 //     got the request (which is what net/http does to the client of a
