@@ -274,3 +274,49 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyEmptyBodyNotResentOnReusedConnection: a keyed POST without a
+// body through reverse_proxy, on a keep-alive connection to the upstream
+// that an earlier request left idle; the upstream acts and closes the
+// connection without an answer. reverse_proxy gives its transport a nil
+// body for a length of 0, and net/http's transport re-sends such a
+// request when it carries Idempotency-Key and a reused connection broke:
+// the upstream would run it twice. It runs once, with the client's key
+// field, and the outcome is unknown.
+func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusOK) // leaves the connection idle for reuse
+			return
+		}
+		if r.Header.Get("Idempotency-Key") != "k" {
+			t.Errorf("upstream got Idempotency-Key %q, want the client's", r.Header.Get("Idempotency-Key"))
+		}
+		execs.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // acted, then the connection ends without an answer
+		}
+	}))
+	t.Cleanup(up.Close)
+	c := runCaddy(t, caddySite{
+		YAML:        fmt.Sprintf(conflictYAML, "10s"),
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-reuse:", vk.Addr()),
+		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+	})
+	resp, err := http.Get(c.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	first := post(t, c.URL, "alice", "k", "")
+	retry := post(t, c.URL, "alice", "k", "")
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+	}
+	if retry.Status != http.StatusConflict || retry.replayed() {
+		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
+	}
+}
