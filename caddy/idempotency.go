@@ -52,7 +52,8 @@
 // only the first is known not to have acted. So an error that wraps
 // reverseproxy.DialError (the connection was never made), or
 // reverse_proxy's "no upstreams available" (it tried none), releases the
-// key (middleware.NothingDone): the adapter writes the error's status
+// key (middleware.NothingDone) when no upstream got a connection earlier
+// in the call (reverse_proxy returns its last error only: neverSent): the adapter writes the error's status
 // with an empty body, as Caddy does when no handle_errors route is set,
 // and a retry runs again. Every other error leaves the outcome unknown
 // (middleware.OutcomeUnknown), as the standalone proxy's for an upstream
@@ -86,6 +87,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -427,6 +429,16 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &wroteWriter{ResponseWriter: w}
+	// Whether any upstream got a connection during the call: reverse_proxy
+	// returns its last error only, and a dial failure last does not prove
+	// that nothing was sent before it (neverSent).
+	var connected atomic.Bool
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
+	if r.ContentLength == 0 {
+		hideKeyFields(r.Header)
+	}
 	err := c.next.ServeHTTP(rec, r)
 	if err == nil {
 		return
@@ -442,7 +454,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	if neverSent(err) {
+	if neverSent(err) && !connected.Load() {
 		middleware.NothingDone(r)
 		h.logger.Error("next handler could not reach its upstream on a keyed request: key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
@@ -459,8 +471,38 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 }
 
+// hideKeyFields keeps net/http's transport from sending a keyed request
+// without a body a second time by itself. reverse_proxy hands its
+// transport a nil body for a request of length 0, and net/http re-sends a
+// request with a nil body and an Idempotency-Key or X-Idempotency-Key
+// field (looked up by its canonical name) on a new connection when a
+// reused one breaks before the answer, after the upstream may have acted
+// (TestCaddyEmptyBodyNotResentOnReusedConnection). The fields move to
+// their lowercase names in h, the header of the engine's own copy of the
+// request: the upstream gets them as sent (field names are
+// case-insensitive on the wire), and a handler after the module that
+// looks them up by name (a placeholder, a matcher, header_up) no longer
+// finds them on a bodiless keyed request. The length cannot be made
+// unknown instead: php_fastcgi refuses a body of unknown length (411).
+func hideKeyFields(h http.Header) {
+	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := h[name]; ok {
+			delete(h, name)
+			h[strings.ToLower(name)] = v
+		}
+	}
+}
+
 // neverSent reports whether err, returned by reverse_proxy with nothing
-// written, proves that no byte of the request reached an upstream: a dial
+// written, says that its last attempt sent no byte of the request to an
+// upstream. It proves nothing of the call as a whole: reverse_proxy returns
+// the last error only, after an upstream may have had the request (an
+// upstream that answered, then a handle_response route whose own
+// reverse_proxy could not dial; an upstream that failed mid-call, then a
+// retry allowed by lb_retry_match on one that could not be dialed), so
+// callNext releases the key only when, besides, no connection to any
+// upstream was made during the call (its httptrace GotConn never ran;
+// TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim). A dial
 // failure (reverseproxy.DialError; TestCaddyNextErrorReleasesKey), or no
 // upstream available to try (all of them unhealthy or at their request
 // limit; TestCaddyNoUpstreamReleasesKey), which reverse_proxy, too, takes

@@ -110,7 +110,8 @@ func ExampleNew_grpc() {
 
 // httputil.ReverseProxy as the handler: a backend that could not be
 // reached releases the key, and one that failed after it got the request
-// leaves the outcome unknown (the retry is refused, never sent on).
+// leaves the outcome unknown (the retry is refused, never sent on), and
+// net/http never sends a bodiless keyed request a second time by itself.
 func ExampleReverseProxyErrorHandler() {
 	cfg, err := config.Load("idemgate.yaml", os.Environ(), config.InProcess())
 	if err != nil {
@@ -123,6 +124,7 @@ func ExampleReverseProxyErrorHandler() {
 	backend, _ := url.Parse("http://127.0.0.1:3000")
 	rp := &httputil.ReverseProxy{
 		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(backend) },
+		Transport:    middleware.ReverseProxyTransport(nil),
 		ErrorHandler: middleware.ReverseProxyErrorHandler(slog.Default()),
 	}
 	log.Fatal(http.ListenAndServe(":8080", idem(rp)))

@@ -49,7 +49,9 @@
 //     have acted and does not know the result: nothing stored, the claim
 //     kept until the lease ends, then on_abandoned decides; the client
 //     gets 502 upstream-failed or 504 upstream-timeout, as from the proxy).
-//     ReverseProxyErrorHandler makes httputil.ReverseProxy say them.
+//     ReverseProxyErrorHandler makes httputil.ReverseProxy say them, and
+//     ReverseProxyTransport keeps net/http from re-sending a bodiless
+//     keyed request by itself.
 //   - A handler that panics has its claim kept until the lease ends, as
 //     the proxy keeps it for an upstream whose connection was cut after it
 //     got the request (which is what net/http does to the client of a
@@ -59,7 +61,11 @@
 //   - Two middlewares nested around one handler: the inner one finds the
 //     request inside the outer one's call and passes it to the handler
 //     untouched (no claim, no access line, no metrics), since the outer
-//     claim already covers it.
+//     claim already covers it. The request is the outer one's when it has
+//     the header the outer engine gave its handler (a router passes the
+//     request on) or the same idempotency key field; a request the
+//     handler makes of its own during the call (a batch's item, with its
+//     own key) is enforced by the engine it reaches.
 //   - The handler sees the client's Host and may serve each host as
 //     another tenant (a ServeMux's host patterns), while the fingerprint
 //     does not cover the host, so the request's host joins the key scope

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -61,6 +62,49 @@ func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.
 		w.WriteHeader(http.StatusBadGateway)
 	}
 }
+
+// ReverseProxyTransport returns the Transport for httputil.ReverseProxy
+// used as a handler behind the middleware: base (http.DefaultTransport
+// when nil), except that a request carrying Idempotency-Key or
+// X-Idempotency-Key without a body goes out with an empty body of its own
+// (sent chunked, as the standalone proxy sends it) instead of none.
+// ReverseProxy gives the transport a nil body for a request of length 0,
+// and net/http's transport re-sends a request with a nil body and one of
+// those fields on a new connection when a reused one breaks before the
+// answer, after the backend may have acted (Request.isReplayable): a
+// second run that the engine never sees
+// (TestReverseProxyEmptyBodyNotResentOnReusedConnection). With a body that
+// cannot be sent again, the failure reaches the ErrorHandler instead.
+func ReverseProxyTransport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return noResend{base: base}
+}
+
+// noResend is ReverseProxyTransport's RoundTripper.
+type noResend struct{ base http.RoundTripper }
+
+// RoundTrip sends r through base, with a body of its own when r has none
+// and carries a key field (a shallow copy: a RoundTripper must not modify
+// its request).
+func (t noResend) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	if (key || xkey) && (r.Body == nil || r.Body == http.NoBody) {
+		out := r.WithContext(r.Context())
+		out.Body, out.GetBody = emptyBody{}, nil
+		return t.base.RoundTrip(out)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// emptyBody is a body without bytes that net/http cannot send again (it
+// is neither nil nor http.NoBody, and no GetBody goes with it).
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // neverSent reports whether err, a failed round trip's, proves that no
 // byte of the request reached the backend: the connection to it was never

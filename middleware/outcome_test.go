@@ -41,11 +41,12 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // proxyTo is httputil.ReverseProxy to target with
-// middleware.ReverseProxyErrorHandler.
+// middleware.ReverseProxyErrorHandler and middleware.ReverseProxyTransport.
 func proxyTo(target string) http.Handler {
 	u, _ := url.Parse(target)
 	return &httputil.ReverseProxy{
 		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:    middleware.ReverseProxyTransport(nil),
 		ErrorHandler: middleware.ReverseProxyErrorHandler(nil),
 	}
 }
@@ -170,5 +171,53 @@ func TestInProcessLateSuccessIsStored(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestReverseProxyEmptyBodyNotResentOnReusedConnection: a keyed POST with
+// no body behind httputil.ReverseProxy, on a keep-alive connection to the
+// backend that an earlier request left idle. The backend acts and closes
+// the connection without an answer. ReverseProxy sends a request of
+// length 0 with a nil body, and net/http's transport re-sends a request
+// with a nil body and an Idempotency-Key field on a new connection when a
+// reused one breaks before the answer (Request.isReplayable): the backend
+// would run it twice, behind the engine's back. With
+// middleware.ReverseProxyTransport it runs once, and the outcome is
+// unknown.
+func TestReverseProxyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusOK) // leaves the connection idle for reuse
+			return
+		}
+		execs.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // acted, then the connection ends without an answer
+		}
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	rp := &httputil.ReverseProxy{
+		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:    middleware.ReverseProxyTransport(&http.Transport{}),
+		ErrorHandler: middleware.ReverseProxyErrorHandler(nil),
+	}
+	gate := serve(t, testConfig(vk.Addr(), "rp-reuse:"), rp)
+	resp, err := http.Get(gate.URL + "/v1/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	first := mustPost(t, gate.URL, "alice", "k", "")
+	retry := mustPost(t, gate.URL, "alice", "k", "")
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("backend executed %d times, want 1 (first: %d %s; retry: %d %s)", n, first.status, first.body, retry.status, retry.body)
+	}
+	if retry.status != http.StatusConflict {
+		t.Fatalf("retry: %d %s; want 409 (outcome unknown)", retry.status, retry.body)
 	}
 }

@@ -48,6 +48,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
 	})
 	out := p.outbound(ctx, r, ex.body)
+	call.of(out, route)
 	upStart := time.Now()
 	resp, err := p.transport.RoundTrip(out)
 	var nothingDone, unknown bool
@@ -441,12 +442,16 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
+	var call *handlerCall
 	if p.next != nil {
 		// No claim: the handler's reports count for nothing, but an
 		// engine nested inside must still pass the request through.
-		ctx = withCall(ctx, &handlerCall{})
+		call = &handlerCall{}
+		ctx = withCall(ctx, call)
 	}
-	resp, err := p.transport.RoundTrip(p.outbound(ctx, r, ex.body))
+	out := p.outbound(ctx, r, ex.body)
+	call.of(out, ex.route)
+	resp, err := p.transport.RoundTrip(out)
 	if hp, ok := err.(*handlerPanic); ok {
 		panic(hp.value) // in process: nothing was claimed, the panic goes on
 	}

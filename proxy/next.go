@@ -67,6 +67,9 @@ import (
 //     its handler untouched, without access line or metrics: the outer
 //     engine's claim already covers it, and claiming again would wait
 //     on that claim until wait_timeout (TestNestedMiddlewaresRunOnce).
+//     Only the call's own request passes so (handlerCall.covers); another
+//     request the handler makes during the call, under its context, is
+//     enforced as any (TestInnerEngineEnforcesAnotherRequest).
 //   - Requests a route does not enforce go to the handler as they came.
 
 // handlerTransport is the http.RoundTripper of a Proxy with Options.Next:

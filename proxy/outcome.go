@@ -5,7 +5,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
 	"sync"
+
+	"github.com/idemgate/idemgate/policy"
 )
 
 // A handler in process (Options.Next) answers by what it writes, as an
@@ -30,6 +34,42 @@ type handlerCall struct {
 	nothing bool
 	unknown bool
 	cause   error
+	// header is the header of the request the handler was given, and
+	// keyName and keyValues its idempotency key field (none for a key in
+	// the body): what tells a nested engine's request (covers). Set
+	// before the handler runs and never changed.
+	header    http.Header
+	keyName   string
+	keyValues []string
+}
+
+// of records out, the request the handler of c runs, governed by route.
+func (c *handlerCall) of(out *http.Request, route *policy.Route) {
+	if c == nil {
+		return
+	}
+	c.header = out.Header
+	if !route.Key.FromBody() {
+		c.keyName, c.keyValues = route.Header, out.Header.Values(route.Header)
+	}
+}
+
+// covers reports whether r, a request that reaches another engine in
+// process during c, is c's own request (two middlewares nested around one
+// handler), which c's claim covers: r has the header c's handler was
+// given (a router passes the request on, or a shallow copy of it), or the
+// same idempotency key field. A request the handler makes of its own (a
+// batch endpoint that runs each item, with the item's key, through a
+// service under another engine) is not: that engine enforces it
+// (TestInnerEngineEnforcesAnotherRequest).
+func (c *handlerCall) covers(r *http.Request) bool {
+	if c == nil {
+		return false
+	}
+	if reflect.ValueOf(c.header).UnsafePointer() == reflect.ValueOf(r.Header).UnsafePointer() {
+		return true
+	}
+	return len(c.keyValues) > 0 && slices.Equal(r.Header.Values(c.keyName), c.keyValues)
 }
 
 // callKey is the request context key of the handler call in progress.

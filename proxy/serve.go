@@ -23,10 +23,11 @@ import (
 // also when the response is aborted with http.ErrAbortHandler: the steps
 // below only set the exchange's outcome and status.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.next != nil && callOf(r.Context()) != nil {
+	if p.next != nil && callOf(r.Context()).covers(r) {
 		// In process, inside another engine's call of this handler (two
 		// middlewares nested): that call's claim covers the request, and
-		// a claim of this engine's would wait on it (next.go).
+		// a claim of this engine's would wait on it (next.go). Another
+		// request made during that call is enforced as any.
 		p.next.ServeHTTP(w, r)
 		return
 	}

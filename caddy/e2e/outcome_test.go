@@ -203,3 +203,120 @@ func TestCaddyNoUpstreamReleasesKey(t *testing.T) {
 		t.Fatalf("upstream executed %d times, want 1", n)
 	}
 }
+
+// TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim: reverse_proxy
+// returns a dial failure (or "no upstreams available") at the end of a
+// call in which an upstream already had the request: an upstream that
+// acted and answered, then a handle_response route whose own
+// reverse_proxy cannot dial (the X-Accel-Redirect pattern); or an
+// upstream that acted and died, then reverse_proxy's retry (lb_retry_match,
+// lb_retries) on another upstream that cannot be dialed. The last error
+// says nothing was sent, but the call did send: the outcome is unknown,
+// the retry is refused 409, and the upstream runs once.
+func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
+	vk := valkeytest.Start(t)
+	cases := []struct {
+		name     string
+		upstream func(w http.ResponseWriter, r *http.Request)
+		proxy    func(up string, dead int) string
+	}{
+		{
+			name: "handle_response reverse_proxy that cannot dial",
+			upstream: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("X-Accel-Redirect", "/receipt")
+				w.WriteHeader(http.StatusCreated)
+			},
+			proxy: func(up string, dead int) string {
+				return fmt.Sprintf("reverse_proxy %s {\n\t\t@accel header X-Accel-Redirect *\n\t\thandle_response @accel {\n\t\t\treverse_proxy 127.0.0.1:%d\n\t\t}\n\t}", up, dead)
+			},
+		},
+		{
+			name: "lb_retry_match onto an upstream that cannot dial",
+			upstream: func(w http.ResponseWriter, _ *http.Request) {
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					_ = conn.(*net.TCPConn).SetLinger(0)
+					conn.Close()
+				}
+			},
+			proxy: func(up string, dead int) string {
+				return fmt.Sprintf("reverse_proxy %s 127.0.0.1:%d {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tfail_duration 30s\n\t\tmax_fails 1\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}\n\t}", up, dead)
+			},
+		},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var execs atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				if r.Method != http.MethodPost {
+					w.WriteHeader(http.StatusOK) // runCaddy's readiness probe
+					return
+				}
+				execs.Add(1)
+				tc.upstream(w, r)
+			}))
+			t.Cleanup(up.Close)
+			dead := valkeytest.FreePort(t) // nothing listens there
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, "10s"),
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-acted-%d:", vk.Addr(), i),
+				After:       tc.proxy(strings.TrimPrefix(up.URL, "http://"), dead),
+			})
+			first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			if n := execs.Load(); n != 1 {
+				t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+			}
+			if retry.Status != http.StatusConflict || retry.replayed() {
+				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
+			}
+		})
+	}
+}
+
+// TestCaddyEmptyBodyNotResentOnReusedConnection: a keyed POST without a
+// body through reverse_proxy, on a keep-alive connection to the upstream
+// that an earlier request left idle; the upstream acts and closes the
+// connection without an answer. reverse_proxy gives its transport a nil
+// body for a length of 0, and net/http's transport re-sends such a
+// request when it carries Idempotency-Key and a reused connection broke:
+// the upstream would run it twice. It runs once, with the client's key
+// field, and the outcome is unknown.
+func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusOK) // leaves the connection idle for reuse
+			return
+		}
+		if r.Header.Get("Idempotency-Key") != "k" {
+			t.Errorf("upstream got Idempotency-Key %q, want the client's", r.Header.Get("Idempotency-Key"))
+		}
+		execs.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // acted, then the connection ends without an answer
+		}
+	}))
+	t.Cleanup(up.Close)
+	c := runCaddy(t, caddySite{
+		YAML:        fmt.Sprintf(conflictYAML, "10s"),
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-reuse:", vk.Addr()),
+		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+	})
+	resp, err := http.Get(c.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	first := post(t, c.URL, "alice", "k", "")
+	retry := post(t, c.URL, "alice", "k", "")
+	if n := execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+	}
+	if retry.Status != http.StatusConflict || retry.replayed() {
+		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
+	}
+}
