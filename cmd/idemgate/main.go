@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/config/drivers"
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/internal/logbuf"
@@ -38,7 +39,6 @@ import (
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/lazy"
 	"github.com/idemgate/idemgate/tracing"
 )
