@@ -16,6 +16,7 @@ import (
 	"github.com/idemgate/idemgate/internal/httpsyntax"
 	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/policy/identity"
+	"github.com/idemgate/idemgate/store"
 )
 
 // DefaultRouteName is the Name of the defaults route, which requests that
@@ -543,8 +544,8 @@ func normalize(r *Route, path string) []error {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
-	if len(r.recipe) > fingerprint.MaxRecipeBytes {
-		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), fingerprint.MaxRecipeBytes)
+	if len(r.recipe) > store.MaxRecipeBytes { // every store refuses a longer one, so the route could never claim a key
+		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), store.MaxRecipeBytes)
 	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match, r.Upstream)
