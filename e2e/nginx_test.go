@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/nginxtest"
+	"github.com/idemgate/idemgate/e2e/internal/nginxtest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 

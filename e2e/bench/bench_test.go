@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/nginxtest"
+	"github.com/idemgate/idemgate/e2e/internal/nginxtest"
 )
 
 // TestBenchSmoke runs every workload of the benchmark briefly against

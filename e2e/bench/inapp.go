@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/aptget"
+	"github.com/idemgate/idemgate/e2e/internal/aptget"
 )
 
 // wInapp is the comparison with idempotency inside the application: one
