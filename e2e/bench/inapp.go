@@ -413,15 +413,6 @@ func inappStorm(ctx context.Context, client *http.Client, r *inappRow, key strin
 	return err
 }
 
-// stormExec returns the executions of all storms together.
-func (r *inappRow) stormExec() int {
-	n := 0
-	for _, e := range r.stormExecs {
-		n += e
-	}
-	return n
-}
-
 // mismatchBody is requestBody with another quantity: the same key sent
 // with it is another operation.
 var mismatchBody = bytes.Replace(requestBody, []byte(`"qty":1`), []byte(`"qty":2`), 1)

@@ -69,3 +69,12 @@ func TestBenchInappSmoke(t *testing.T) {
 		t.Errorf("report without the in-app table:\n%s", md)
 	}
 }
+
+// stormExec returns the executions of all storms together.
+func (r *inappRow) stormExec() int {
+	n := 0
+	for _, e := range r.stormExecs {
+		n += e
+	}
+	return n
+}
