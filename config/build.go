@@ -313,7 +313,7 @@ func (b *builder) routeUpstream(path, raw string, global *url.URL) *url.URL {
 	}
 	u, err := url.Parse(strings.TrimSpace(raw))
 	switch {
-	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != SchemeH2C):
+	case err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != policy.SchemeH2C):
 		b.bad(path, "%s is not an absolute http, https or h2c URL", shown)
 		return nil
 	case u.Host == "":

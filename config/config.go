@@ -60,7 +60,7 @@ type Config struct {
 type UpstreamConfig struct {
 	// URL is the absolute http, https or h2c URL of the backend
 	// (upstream.url); h2c:// speaks HTTP/2 with prior knowledge without
-	// TLS (proxy.SchemeH2C), as a gRPC server usually does in a cluster.
+	// TLS (policy.SchemeH2C), as a gRPC server usually does in a cluster.
 	URL *url.URL
 	// Timeout bounds one upstream exchange; past it the client gets 504
 	// (upstream.timeout, default 60s).
@@ -135,13 +135,6 @@ type ValkeyConfig struct {
 // DefaultValkeyLayout is store.valkey.layout when unset: layout 3, which
 // every build reads.
 const DefaultValkeyLayout = 3
-
-// SchemeH2C is the upstream URL scheme of HTTP/2 with prior knowledge
-// without TLS (h2c://host:port), for upstream.url and a route's own
-// upstream; proxy.SchemeH2C is the same word, which the proxy's transport
-// answers to. config does not import proxy (the package boundary runs the
-// other way), so TestSchemeH2CAgrees keeps the two equal.
-const SchemeH2C = "h2c"
 
 // DefaultCacheBytes is store.valkey.cache_bytes when unset: 32 MiB, a
 // few tens of thousands of typical completed records.
@@ -366,7 +359,7 @@ func (c *Config) Validate() error {
 	switch u := c.Upstream.URL; {
 	case u == nil:
 		bad("upstream.url", "is required (an absolute http, https or h2c URL)")
-	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != SchemeH2C:
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != policy.SchemeH2C:
 		bad("upstream.url", "%s must be an absolute http, https or h2c URL", showURL(u))
 	case u.Host == "":
 		bad("upstream.url", "%s has no host", showURL(u))

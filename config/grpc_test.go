@@ -6,7 +6,7 @@ import (
 )
 
 // TestH2CUpstreamURL: h2c:// is an upstream scheme, globally and per
-// route (HTTP/2 with prior knowledge without TLS, proxy.SchemeH2C).
+// route (HTTP/2 with prior knowledge without TLS, policy.SchemeH2C).
 func TestH2CUpstreamURL(t *testing.T) {
 	c, err := Load(writeFile(t, "upstream: {url: 'h2c://127.0.0.1:50051'}\n"+
 		"routes: [{name: billing, match: 'POST /billing.v1.Billing/Charge', upstream: 'h2c://billing:50051'}]\n"), nil)

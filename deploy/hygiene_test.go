@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bufio"
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -61,6 +62,29 @@ func TestNoInitSideEffects(t *testing.T) {
 			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "init" && !initAllowed[filepath.ToSlash(rel)] {
 				t.Errorf("%s: func init: inject the dependency or resolve the value where it is used instead", rel)
 			}
+		}
+		return nil
+	})
+}
+
+// maxFileLines bounds a non-test Go file, in lines: past it a file holds
+// more than one concern, and a reader has to scroll to find which; split it
+// by concern, moving whole functions.
+const maxFileLines = 700
+
+// TestNoLongFiles: no non-test Go file of the repository, in any module,
+// is longer than maxFileLines.
+func TestNoLongFiles(t *testing.T) {
+	walkGo(t, func(rel, p string) error {
+		if strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if n := bytes.Count(b, []byte("\n")); n > maxFileLines {
+			t.Errorf("%s: %d lines, more than %d: split it by concern into files of its package", rel, n, maxFileLines)
 		}
 		return nil
 	})

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // needPrometheus returns the path of the prometheus server, failing the
@@ -27,7 +29,7 @@ func needPrometheus(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Fatal("prometheus is required to check that the dashboard's and the rules' queries find idemgate's series: " +
+		needs.Missing(t, "prometheus", "prometheus is required to check that the dashboard's and the rules' queries find idemgate's series: "+
 			"`apt-get install -y prometheus` (Debian 12; scripts/test.sh installs it when missing)")
 	}
 	return p

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/needs"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -33,7 +34,7 @@ func needPromtool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Fatal("promtool is required to check the alert rules: `apt-get install -y prometheus` " +
+		needs.Missing(t, "promtool", "promtool is required to check the alert rules: `apt-get install -y prometheus` "+
 			"(Debian's package ships promtool; scripts/test.sh installs it when missing)")
 	}
 	return p

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // needValkey returns the paths of valkey-server and valkey-cli, failing the
@@ -24,7 +26,7 @@ func needValkey(t *testing.T) (server, cli string) {
 	server, err1 := exec.LookPath("valkey-server")
 	cli, err2 := exec.LookPath("valkey-cli")
 	if err1 != nil || err2 != nil {
-		t.Fatalf("valkey-server and valkey-cli are required (Valkey >= 7.2, the compose image is 8): " +
+		needs.Missing(t, "valkey-server and valkey-cli", "valkey-server and valkey-cli are required (Valkey >= 7.2, the compose image is 8): "+
 			"run `bash scripts/install-valkey.sh` or `apt-get install valkey-server` (Debian 12: from bookworm-backports)")
 	}
 	return server, cli

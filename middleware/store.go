@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/config/drivers"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/lazy"
 )
 

@@ -6,16 +6,15 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	pathpkg "path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/httpsyntax"
 	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/policy/identity"
+	"github.com/idemgate/idemgate/store"
 )
 
 // DefaultRouteName is the Name of the defaults route, which requests that
@@ -312,38 +311,6 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 	return errs
 }
 
-// register adds r's pattern to mux, turning ServeMux's panic on an invalid
-// or conflicting pattern into an error.
-func register(mux *http.ServeMux, r *Route) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%v", v)
-		}
-	}()
-	mux.Handle(lowerPatternHost(r.Match), routeHandler{route: r})
-	return nil
-}
-
-// fallbackHandler marks the catch-all pattern that New adds below every
-// route: a match of it means the defaults route, as no match does.
-type fallbackHandler struct{}
-
-// ServeHTTP is never called: the mux is only asked which handler matches.
-func (fallbackHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
-// registerFallback adds the catch-all pattern "/" to mux, unless a route's
-// pattern already matches every request (it conflicts with "/" then, and
-// the error says so).
-func registerFallback(mux *http.ServeMux) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%v", v)
-		}
-	}()
-	mux.Handle("/", fallbackHandler{})
-	return nil
-}
-
 // lowerPatternHost lowercases the host of a ServeMux pattern
 // "[METHOD ][HOST]/[PATH]", since Match compares it with a lowercased
 // request host.
@@ -543,8 +510,8 @@ func normalize(r *Route, path string) []error {
 		bad("fingerprint.exclude", "removes members of a JSON body and needs fingerprint.body: json (it is %q)", r.Fingerprint.Body)
 	}
 	r.recipe = r.Fingerprint.Recipe()
-	if len(r.recipe) > fingerprint.MaxRecipeBytes {
-		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), fingerprint.MaxRecipeBytes)
+	if len(r.recipe) > store.MaxRecipeBytes { // every store refuses a longer one, so the route could never claim a key
+		bad("fingerprint.headers", "%d headers and %d exclusions make a fingerprint recipe of %d bytes; the stores keep at most %d (store.MaxRecipeBytes)", len(r.Fingerprint.Headers), len(r.Fingerprint.Exclude), len(r.recipe), store.MaxRecipeBytes)
 	}
 	if r.Scope == "" {
 		r.Scope = derivedScope(r.Match, r.Upstream)
@@ -604,33 +571,6 @@ func normalize(r *Route, path string) []error {
 	return errs
 }
 
-// ParseStatus parses one replay_statuses entry: a class "1xx".."5xx" (also
-// "2XX") or a code 100..599.
-func ParseStatus(s string) (StatusRange, error) {
-	s = strings.TrimSpace(s)
-	if len(s) == 3 && (s[1:] == "xx" || s[1:] == "XX") && '1' <= s[0] && s[0] <= '5' {
-		base := int(s[0]-'0') * 100
-		return StatusRange{Min: base, Max: base + 99}, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 100 || n > 599 {
-		return StatusRange{}, fmt.Errorf("%q is neither a status class 1xx..5xx nor a code 100..599", s)
-	}
-	return StatusRange{Min: n, Max: n}, nil
-}
-
-// String returns "2xx" for a whole class, "409" for one code, else
-// "200-204".
-func (s StatusRange) String() string {
-	switch {
-	case s.Min == s.Max:
-		return strconv.Itoa(s.Min)
-	case s.Min%100 == 0 && s.Max == s.Min+99:
-		return strconv.Itoa(s.Min/100) + "xx"
-	}
-	return strconv.Itoa(s.Min) + "-" + strconv.Itoa(s.Max)
-}
-
 // Match returns the route for req by net/http ServeMux precedence (most
 // specific pattern wins), or the defaults route (Name "default") when no
 // route matches. Never nil.
@@ -684,23 +624,6 @@ func (p *Policy) match(req *http.Request, method string) (*Route, bool) {
 	return p.lookup(lookup), canonical
 }
 
-// CleanPath returns p as net/http's ServeMux matches it: rooted, dot
-// segments resolved, repeated slashes merged, a trailing slash kept. The
-// proxy uses it too, so a route decision and its bypass checks see one path.
-func CleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := pathpkg.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
-
 // Routes returns every route in file order, then the defaults route. The
 // routes are shared: callers must not modify them.
 func (p *Policy) Routes() []*Route {
@@ -716,17 +639,6 @@ func (p *Policy) Defaults() *Route { return p.defaults }
 // enforce and method listed).
 func (r *Route) Enforces(method string) bool {
 	return r.Mode == ModeEnforce && slices.Contains(r.Methods, method)
-}
-
-// Replayable reports whether a response with this status is stored and
-// replayed (replay_statuses).
-func (r *Route) Replayable(status int) bool {
-	for _, s := range r.ReplayStatuses {
-		if s.Min <= status && status <= s.Max {
-			return true
-		}
-	}
-	return false
 }
 
 // DefaultRoute returns the built-in defaults route, which a config file's

@@ -1,18 +1,16 @@
 package problem
 
-import (
-	"net/http"
-
-	"github.com/idemgate/idemgate/metrics"
-)
+import "net/http"
 
 // Kind is one documented problem case: its type (Base+Slug), status and
 // title, which never vary between answers of the case, and the outcome label
-// under which the proxy counts it (metrics.Outcome*; "" for the admin
-// listener's cases, which are not counted). Keeping the outcome here, next to
-// the status, defines each (outcome, problem) pair once: the proxy counts a
-// request by the kind it answers with, never by a second argument that could
-// drift from it. README.md's "Problem types" tables list every kind
+// under which the proxy counts it (one of metrics.Outcome*, written here as
+// the plain label so that problem stays below metrics, which
+// TestKindOutcomesAreMetricsLabels holds to the constants; "" for the admin
+// listener's cases, which are not counted). Keeping the outcome here, next
+// to the status, defines each (outcome, problem) pair once: the proxy counts
+// a request by the kind it answers with, never by a second argument that
+// could drift from it. README.md's "Problem types" tables list every kind
 // (TestCatalogMatchesREADME).
 type Kind struct {
 	// Slug names the case; the type URI is Base+Slug.
@@ -38,25 +36,25 @@ func (k Kind) With(detail string) Details {
 // The proxy's cases: what a client of an enforced route may get from
 // idemgate itself.
 var (
-	InvalidKey         = Kind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key", metrics.OutcomeInvalidKey}
-	MissingKey         = Kind{"missing-key", http.StatusBadRequest, "Idempotency key required", metrics.OutcomeMissingKey}
-	MissingOwner       = Kind{"missing-owner", http.StatusBadRequest, "Request owner missing", metrics.OutcomeMissingOwner}
-	InvalidCredentials = Kind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid", metrics.OutcomeInvalidCredentials}
-	BadRequest         = Kind{"bad-request", http.StatusBadRequest, "Request body could not be read", metrics.OutcomeBadRequest}
-	Ambiguous          = Kind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous", metrics.OutcomeBadRequest}
-	TooLarge           = Kind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large", metrics.OutcomeTooLarge}
-	KeyReused          = Kind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request", metrics.OutcomeMismatch}
-	InProgress         = Kind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress", metrics.OutcomeConflict}
-	NotRetained        = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", metrics.OutcomeAbandoned}
-	OutcomeUnknown     = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", metrics.OutcomeAbandoned}
+	InvalidKey         = Kind{"invalid-key", http.StatusBadRequest, "Invalid idempotency key", "invalid_key"}
+	MissingKey         = Kind{"missing-key", http.StatusBadRequest, "Idempotency key required", "missing_key"}
+	MissingOwner       = Kind{"missing-owner", http.StatusBadRequest, "Request owner missing", "missing_owner"}
+	InvalidCredentials = Kind{"invalid-credentials", http.StatusUnauthorized, "Credentials missing or invalid", "invalid_credentials"}
+	BadRequest         = Kind{"bad-request", http.StatusBadRequest, "Request body could not be read", "bad_request"}
+	Ambiguous          = Kind{"ambiguous-request", http.StatusBadRequest, "Request form is ambiguous", "bad_request"}
+	TooLarge           = Kind{"request-too-large", http.StatusRequestEntityTooLarge, "Request body too large", "too_large"}
+	KeyReused          = Kind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused for a different request", "mismatch"}
+	InProgress         = Kind{"request-in-progress", http.StatusConflict, "A request with this idempotency key is still in progress", "conflict"}
+	NotRetained        = Kind{"response-not-retained", http.StatusConflict, "The original response was not retained", "abandoned"}
+	OutcomeUnknown     = Kind{"outcome-unknown", http.StatusConflict, "The outcome of the original request is unknown", "abandoned"}
 	// ResourceDeleted answers a retry whose record is a tombstone: the
 	// resource its first request created was deleted since (docs/protocol.md,
 	// "Resource index and tombstones").
 	// Counted as replayed: the answer comes from the record, and the
 	// upstream is not called.
-	ResourceDeleted  = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", metrics.OutcomeReplayed}
-	ShuttingDown     = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", metrics.OutcomeShuttingDown}
-	StoreUnavailable = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", metrics.OutcomeStoreError}
+	ResourceDeleted  = Kind{"resource-deleted", http.StatusGone, "The resource this request created was deleted", "replayed"}
+	ShuttingDown     = Kind{"shutting-down", http.StatusServiceUnavailable, "idemgate is shutting down", "shutting_down"}
+	StoreUnavailable = Kind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable", "store_error"}
 	// Overloaded answers a keyed request that found this instance with as
 	// many requests waiting for a store answer as it admits
 	// (server.max_store_waiting): refused at once, before anything is
@@ -64,15 +62,15 @@ var (
 	// timeout. On fail_open routes too: the store is answering, only
 	// slower than the traffic, and forwarding unprotected would pass the
 	// overload on to the upstream.
-	Overloaded = Kind{"overloaded", http.StatusServiceUnavailable, "Too many requests wait for the idempotency store", metrics.OutcomeOverloaded}
+	Overloaded = Kind{"overloaded", http.StatusServiceUnavailable, "Too many requests wait for the idempotency store", "overloaded"}
 	// StoredResponseDamaged answers a retry whose stored response failed
 	// its integrity check (store.ErrStoredResponseDamaged): it is neither
 	// replayed nor run again, even on a fail_open route, since the
 	// operation did run; an operator inspects and purges the record.
-	StoredResponseDamaged = Kind{"stored-response-damaged", http.StatusInternalServerError, "The stored response failed its integrity check", metrics.OutcomeStoreError}
-	UpstreamUnreachable   = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", metrics.OutcomeUpstreamError}
-	UpstreamFailed        = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", metrics.OutcomeUpstreamError}
-	UpstreamTimeout       = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", metrics.OutcomeUpstreamError}
+	StoredResponseDamaged = Kind{"stored-response-damaged", http.StatusInternalServerError, "The stored response failed its integrity check", "store_error"}
+	UpstreamUnreachable   = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", "upstream_error"}
+	UpstreamFailed        = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", "upstream_error"}
+	UpstreamTimeout       = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", "upstream_error"}
 )
 
 // The proxy's refusals of a request's protocol form, on any route; they
@@ -84,7 +82,7 @@ var (
 	// fingerprint does not cover them, so two requests that differ only in
 	// a trailer would be one operation (docs/protocol.md, "Fingerprint
 	// recipes").
-	RequestTrailers = Kind{"request-trailers", http.StatusBadRequest, "Request trailers are not accepted with an idempotency key", metrics.OutcomeBadRequest}
+	RequestTrailers = Kind{"request-trailers", http.StatusBadRequest, "Request trailers are not accepted with an idempotency key", "bad_request"}
 	// HTTP2Preface answers a request with method PRI: the HTTP/2
 	// connection preface (RFC 9113 section 3.4) read as an HTTP/1.1
 	// request, which is what net/http hands the handler when HTTP/2
@@ -93,13 +91,13 @@ var (
 	// 15.6.6). The whole preface on a listener without h2c is answered in
 	// HTTP/2 instead, a GOAWAY with the reason (proxy's goAwayPreface);
 	// this kind answers the rest.
-	HTTP2Preface = Kind{"http2-preface", http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not served here", metrics.OutcomeBadRequest}
+	HTTP2Preface = Kind{"http2-preface", http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not served here", "bad_request"}
 	// AsteriskTarget answers a request whose target is "*" (the asterisk
 	// form, RFC 9112 section 3.2.4) with a method other than OPTIONS: the
 	// form names the server, never a resource, so it is no path to
 	// forward. OPTIONS * itself is answered by idemgate (net/http's
 	// server-wide OPTIONS handler), never forwarded.
-	AsteriskTarget = Kind{"asterisk-target", http.StatusBadRequest, "Request target * is only valid with OPTIONS", metrics.OutcomeBadRequest}
+	AsteriskTarget = Kind{"asterisk-target", http.StatusBadRequest, "Request target * is only valid with OPTIONS", "bad_request"}
 )
 
 // The admin listener's own cases; it also answers StoreUnavailable.

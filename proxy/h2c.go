@@ -8,15 +8,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
-)
 
-// SchemeH2C is the upstream URL scheme (upstream.url, a route's upstream)
-// for HTTP/2 with prior knowledge over plain TCP (RFC 9113 section 3.3),
-// the usual protocol of a gRPC server behind a sidecar or inside a
-// cluster: `h2c://orders:50051`. Requests go out as http:// over a
-// transport that speaks only unencrypted HTTP/2 (http.Protocols with
-// SetUnencryptedHTTP2), never HTTP/1.1.
-const SchemeH2C = "h2c"
+	"github.com/idemgate/idemgate/policy"
+)
 
 // ErrProtocolMismatch is wrapped by the error of an exchange with an h2c
 // upstream whose first bytes were not the HTTP/2 server connection
@@ -31,9 +25,10 @@ const SchemeH2C = "h2c"
 // (TestH2CSilentServerKeepsTheClaim).
 var ErrProtocolMismatch = errors.New("the upstream did not answer in HTTP/2 (no server connection preface), so the request was not processed")
 
-// registerH2C makes t send requests to h2c:// URLs over a transport of
-// its own that speaks only HTTP/2 without TLS, with t's dialer, idle
-// connection limits and response header timeout.
+// registerH2C makes t send requests to h2c:// URLs (policy.SchemeH2C)
+// over a transport of its own that speaks only HTTP/2 without TLS
+// (http.Protocols with SetUnencryptedHTTP2), never HTTP/1.1, with t's
+// dialer, idle connection limits and response header timeout.
 func registerH2C(t *http.Transport) {
 	dial := t.DialContext
 	if dial == nil {
@@ -55,7 +50,7 @@ func registerH2C(t *http.Transport) {
 		IdleConnTimeout:       t.IdleConnTimeout,
 		ResponseHeaderTimeout: t.ResponseHeaderTimeout,
 	}
-	t.RegisterProtocol(SchemeH2C, &h2cTransport{t: h})
+	t.RegisterProtocol(policy.SchemeH2C, &h2cTransport{t: h})
 }
 
 // h2cTransport sends an h2c:// request as http:// over t, and marks the

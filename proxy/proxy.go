@@ -195,7 +195,7 @@ func New(opts Options) (*Proxy, error) {
 	scoping := identity.Scoping{PassHost: opts.PassHost || opts.Next != nil}
 	if opts.Next != nil {
 		opts.Upstream, opts.Transport, opts.PassHost = nil, handlerTransport{next: opts.Next}, false
-	} else if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != SchemeH2C) || opts.Upstream.Host == "" {
+	} else if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https" && opts.Upstream.Scheme != policy.SchemeH2C) || opts.Upstream.Host == "" {
 		return nil, errors.New("proxy: upstream must be an absolute http, https or h2c URL")
 	}
 	if opts.Store == nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/config/drivers"
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/internal/logbuf"
@@ -38,7 +39,6 @@ import (
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/lazy"
 	"github.com/idemgate/idemgate/tracing"
 )
@@ -176,28 +176,6 @@ func parseExit(err error) int {
 		return 0
 	}
 	return 2
-}
-
-func healthcheck(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	target := fs.String("url", "http://127.0.0.1:9090/healthz", "health endpoint to GET")
-	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
-	if err := fs.Parse(args); err != nil {
-		return parseExit(err)
-	}
-	client := &http.Client{Timeout: *timeout}
-	resp, err := client.Get(*target)
-	if err != nil {
-		fmt.Fprintf(stderr, "idemgate healthcheck: %v\n", err)
-		return 1
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "idemgate healthcheck: %s answered %s\n", *target, resp.Status)
-		return 1
-	}
-	return 0
 }
 
 // serveFlags are the command-line overrides of serve and demo.
@@ -626,47 +604,6 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		return err
 	}
 	log.Info("idemgate stopped")
-	return nil
-}
-
-// drain shuts the servers down after SIGTERM, within budget (0: no limit;
-// config.Validate keeps it above upstream.timeout). The proxy listener
-// closes at once; every request in flight gets its upstream answer (each
-// call is bounded by upstream.timeout), records it in the store and writes
-// it; responses the store refused are then given the rest of the budget to
-// be recorded in the background (proxy.Proxy.Wait). Only then does the
-// admin listener stop; the caller closes the store after drain returns.
-// The caller marks the process draining before, so /readyz already says
-// not ready. Past the budget drain returns an error and the process exits
-// with whatever still runs cut off.
-func drain(srv, adminSrv *http.Server, p *proxy.Proxy, budget time.Duration, log *slog.Logger) error {
-	log.Info("shutting down: not ready, no new connections; waiting for requests in flight to finish and record their responses",
-		"shutdown_timeout", budget.String())
-	start := time.Now()
-	p.Drain()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if budget > 0 {
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeout(ctx, budget)
-		defer stop()
-	}
-	// Shutdown returns once every handler has returned, and a handler
-	// returns once its outcome is recorded or handed to the proxy's
-	// background retry.
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		err = fmt.Errorf("requests still running: %w", err)
-	} else if werr := p.Wait(ctx); werr != nil {
-		err = werr
-	}
-	if aerr := adminSrv.Shutdown(ctx); aerr != nil {
-		_ = adminSrv.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("graceful shutdown not finished within server.shutdown_timeout (%v): %w", budget, err)
-	}
-	log.Info("drained", "took_ms", time.Since(start).Milliseconds())
 	return nil
 }
 

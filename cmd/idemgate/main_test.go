@@ -9,9 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/proxy"
 )
 
 func TestValidateExampleConfig(t *testing.T) {
@@ -193,14 +190,6 @@ store: {driver: memory, bolt: {path: /file.db}}
 	// A bad flag value is named by the key it overrides.
 	if _, err := configLoader(serveFlags{upstream: "ftp://x"}, nil)(""); err == nil || !strings.Contains(err.Error(), "upstream.url") {
 		t.Errorf("--upstream ftp://x: %v, want an upstream.url error", err)
-	}
-}
-
-// TestSchemeH2CAgrees: config accepts the h2c scheme that the proxy's
-// transport answers to; config cannot import proxy to share the constant.
-func TestSchemeH2CAgrees(t *testing.T) {
-	if config.SchemeH2C != proxy.SchemeH2C {
-		t.Fatalf("config.SchemeH2C %q, proxy.SchemeH2C %q", config.SchemeH2C, proxy.SchemeH2C)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/store/drivers"
+	"github.com/idemgate/idemgate/config/drivers"
 	"github.com/idemgate/idemgate/store/postgres"
 )
 

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/nginxtest"
+	"github.com/idemgate/idemgate/e2e/internal/nginxtest"
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // TestBenchSmoke runs every workload of the benchmark briefly against
@@ -19,7 +20,7 @@ import (
 // does, and without it the test fails saying how.
 func TestBenchSmoke(t *testing.T) {
 	if _, err := nginxtest.Find(); err != nil {
-		t.Fatal(err)
+		needs.Missing(t, "nginx", err.Error())
 	}
 	o := options{
 		duration: 100 * time.Millisecond, rounds: 1, concurrency: 8,
@@ -75,7 +76,7 @@ func TestBenchSmoke(t *testing.T) {
 func runBrief(t *testing.T, o options) *report {
 	t.Helper()
 	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
+		needs.Missing(t, "valkey-server", valkeyInstall)
 	}
 	root, err := moduleRoot()
 	if err != nil {

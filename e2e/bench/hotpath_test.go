@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // TestHotPathSmoke profiles each hot path briefly and checks that every
@@ -16,7 +18,7 @@ import (
 // of a file and replaced in place on the next run.
 func TestHotPathSmoke(t *testing.T) {
 	if _, err := exec.LookPath("valkey-server"); err != nil {
-		t.Fatal(valkeyInstall)
+		needs.Missing(t, "valkey-server", valkeyInstall)
 	}
 	root, err := moduleRoot()
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/aptget"
+	"github.com/idemgate/idemgate/e2e/internal/aptget"
 )
 
 // wInapp is the comparison with idempotency inside the application: one
@@ -411,15 +411,6 @@ func inappStorm(ctx context.Context, client *http.Client, r *inappRow, key strin
 	n, _, err := executions(ctx, client, r.shape, key)
 	r.stormExecs = append(r.stormExecs, n)
 	return err
-}
-
-// stormExec returns the executions of all storms together.
-func (r *inappRow) stormExec() int {
-	n := 0
-	for _, e := range r.stormExecs {
-		n += e
-	}
-	return n
 }
 
 // mismatchBody is requestBody with another quantity: the same key sent

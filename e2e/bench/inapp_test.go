@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // TestBenchInappSmoke runs the in-app comparison briefly: scenarios (a)
@@ -22,10 +24,10 @@ import (
 // the test fails saying how.
 func TestBenchInappSmoke(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal(nodeInstallHint)
+		needs.Missing(t, "node", nodeInstallHint)
 	}
 	if _, err := exec.LookPath("npm"); err != nil {
-		t.Fatal(nodeInstallHint)
+		needs.Missing(t, "npm", nodeInstallHint)
 	}
 	o := options{
 		duration: time.Second, rounds: 1, concurrency: 8, replayKeys: 50,
@@ -66,4 +68,13 @@ func TestBenchInappSmoke(t *testing.T) {
 	if md := rep.markdown(); !strings.Contains(md, "### Against in-app middleware") {
 		t.Errorf("report without the in-app table:\n%s", md)
 	}
+}
+
+// stormExec returns the executions of all storms together.
+func (r *inappRow) stormExec() int {
+	n := 0
+	for _, e := range r.stormExecs {
+		n += e
+	}
+	return n
 }

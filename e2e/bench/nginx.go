@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgate/idemgate/internal/nginxtest"
+	"github.com/idemgate/idemgate/e2e/internal/nginxtest"
 )
 
 // nginxHTTP is target N's http block: a reverse proxy to the upstream as

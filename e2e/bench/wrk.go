@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/aptget"
+	"github.com/idemgate/idemgate/e2e/internal/aptget"
 )
 
 // Loaders of the closed-loop phases (-loader). A throughput ratio on a

@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // TestBenchWrkSmoke runs the closed loop with wrk, as the bench does by
@@ -12,7 +14,7 @@ import (
 // none fails, and wrk's own CPU is what the load generator column shows.
 func TestBenchWrkSmoke(t *testing.T) {
 	if _, err := exec.LookPath("wrk"); err != nil {
-		t.Fatal(wrkInstallHint)
+		needs.Missing(t, "wrk", wrkInstallHint)
 	}
 	o := options{
 		duration: time.Second, rounds: 1, concurrency: 8, warmup: time.Second,

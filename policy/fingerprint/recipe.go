@@ -16,12 +16,6 @@ import (
 // "Request fingerprint (hs1)").
 const recipeScheme = "hs1"
 
-// MaxRecipeBytes bounds a route's recipe, in bytes: every store refuses a
-// claim whose recipe is longer (store.MaxRecipeBytes, which a test in
-// package proxy keeps equal), so a route whose recipe exceeds it could never
-// claim a key.
-const MaxRecipeBytes = 1024
-
 // ErrRecipeUnknown is returned by ParseRecipe for a recipe this build cannot
 // follow (another fingerprint format or an unknown setting), e.g. one
 // written by a newer idemgate. A retry of such a record can be neither

@@ -193,11 +193,6 @@ func (s *seen) isString(key string) bool {
 	return ok
 }
 
-func (s *seen) has(key string) bool {
-	_, ok := s.lookup(key)
-	return ok
-}
-
 // lookup reports whether key was seen, and its decoded record if any.
 func (s *seen) lookup(key string) (*decoded, bool) {
 	s.mu.Lock()
@@ -257,12 +252,6 @@ func (s *seen) clear() {
 	clear(s.keys)
 	clear(s.strings)
 	s.decodedBytes = 0
-}
-
-func (s *seen) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.keys)
 }
 
 // onInvalidations is valkey-go's ClientOption.OnInvalidations: it runs on

@@ -273,3 +273,16 @@ func TestCachedReplayDecodesOnce(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// has reports whether key was seen.
+func (s *seen) has(key string) bool {
+	_, ok := s.lookup(key)
+	return ok
+}
+
+// len is the number of keys seen.
+func (s *seen) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}

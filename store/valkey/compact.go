@@ -39,17 +39,6 @@ func encodeResponseParts(codec *layout.BodyCodec, resp store.Response) (head, ta
 	return layout.EncodeResponseParts(codec, resp)
 }
 
-// encode returns the whole layout 3 record, as complete.lua assembles it
-// (the concatenation of p0 .. p(pn-1)).
-func (c *compactRecord) encode() []byte {
-	var b []byte
-	for _, s := range []string{c.owner, c.scope, c.key, c.fingerprint, c.recipe,
-		strconv.FormatInt(c.createdMs, 10), strconv.FormatInt(c.storedAtMs, 10)} {
-		b = appendNetstring(b, s)
-	}
-	return c.resp.Append(b)
-}
-
 // decodeCompact parses a layout 3 record. It accepts only the one encoding
 // encode writes for what it returns (shortest decimals and uvarints,
 // header names in order, flags this build knows), so a record read back

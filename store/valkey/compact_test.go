@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/idemgate/idemgate/store/internal/layout"
@@ -23,4 +24,15 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decode(%q) re-encodes to %q", b, got)
 		}
 	})
+}
+
+// encode returns the whole layout 3 record, as complete.lua assembles it
+// (the concatenation of p0 .. p(pn-1)).
+func (c *compactRecord) encode() []byte {
+	var b []byte
+	for _, s := range []string{c.owner, c.scope, c.key, c.fingerprint, c.recipe,
+		strconv.FormatInt(c.createdMs, 10), strconv.FormatInt(c.storedAtMs, 10)} {
+		b = appendNetstring(b, s)
+	}
+	return c.resp.Append(b)
 }

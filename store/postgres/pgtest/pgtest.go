@@ -36,6 +36,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/needs"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -87,12 +88,12 @@ type Server struct {
 }
 
 // BinDir returns the directory holding initdb and postgres, or fails the
-// test with install instructions.
+// test with install instructions (skips it under -short).
 func BinDir(t testing.TB) string {
 	t.Helper()
 	d, err := binDir()
 	if err != nil {
-		t.Fatal(err)
+		needs.Missing(t, "PostgreSQL (initdb, postgres)", err.Error())
 	}
 	return d
 }
@@ -132,9 +133,11 @@ func isExec(p string) bool {
 
 // Start initializes a cluster in a fresh directory, starts it on a free
 // 127.0.0.1 port, waits until it accepts connections and stops it (and
-// removes the directory) in t.Cleanup.
+// removes the directory) in t.Cleanup. Without the server binaries it
+// fails the test with install instructions (skips it under -short).
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	BinDir(t)
 	var c config
 	for _, o := range opts {
 		o(&c)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/needs"
 )
 
 // installHint is the message of the t.Fatal raised when a binary is missing.
@@ -64,8 +66,8 @@ func withCluster() Option { return func(c *config) { c.cluster = true } }
 //
 // Every process this package starts binds 127.0.0.1 only, keeps its files
 // under t.TempDir() and is stopped by t.Cleanup. A missing valkey-server or
-// valkey-cli fails the test (t.Fatal) with install instructions; it never
-// skips.
+// valkey-cli fails the test (t.Fatal) with install instructions; only
+// under -short it skips the test instead (package needs).
 type Server struct {
 	t    testing.TB
 	port int
@@ -79,12 +81,13 @@ type Server struct {
 }
 
 // Binary returns the path of name (valkey-server, valkey-cli,
-// valkey-sentinel) on PATH, or fails the test with install instructions.
+// valkey-sentinel) on PATH, or fails the test with install instructions
+// (skips it under -short).
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("%s not found: %s", name, installHint)
+		needs.Missing(t, name, fmt.Sprintf("%s not found: %s", name, installHint))
 	}
 	return p
 }

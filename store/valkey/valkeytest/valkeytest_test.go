@@ -47,10 +47,12 @@ func TestClusterCoversAllSlots(t *testing.T) {
 	}
 }
 
-// fatalRecorder records Fatalf instead of failing the real test.
+// fatalRecorder records how the test would end (Fatal, Fatalf or, under
+// -short, Skipf) instead of ending the real test.
 type fatalRecorder struct {
 	testing.TB
-	msg string
+	msg     string
+	skipped bool
 }
 
 func (f *fatalRecorder) Fatalf(format string, args ...any) {
@@ -58,6 +60,19 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+func (f *fatalRecorder) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (f *fatalRecorder) Skipf(format string, args ...any) {
+	f.msg, f.skipped = fmt.Sprintf(format, args...), true
+	runtime.Goexit()
+}
+
+// TestMissingBinaryFailsWithInstallHint: without valkey-server the test
+// fails saying how to install it; under -short it is skipped, saying the
+// same.
 func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	rec := &fatalRecorder{TB: t}
@@ -69,6 +84,9 @@ func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 	<-done
 	if !strings.Contains(rec.msg, "valkey-server not found") || !strings.Contains(rec.msg, "scripts/install-valkey.sh") {
 		t.Fatalf("Fatalf message = %q, want the install hint", rec.msg)
+	}
+	if rec.skipped != testing.Short() {
+		t.Fatalf("skipped = %v under -short %v: a missing server skips only under -short", rec.skipped, testing.Short())
 	}
 }
 

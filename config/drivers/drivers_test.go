@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/config/drivers"
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/drivers"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 

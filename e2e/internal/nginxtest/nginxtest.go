@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/aptget"
+	"github.com/idemgate/idemgate/e2e/internal/aptget"
 )
 
 // InstallHint is the error text when nginx is missing.

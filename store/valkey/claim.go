@@ -1,0 +1,214 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Claim implements store.Store with claim.lua. Errors wrap
+// store.ErrUnavailable, or store.ErrInvalid for parameters p.Validate
+// rejects.
+//
+// A full server (maxmemory, noeviction) refuses claim.lua with -OOM before
+// it runs, since it may write; Claim then reads the record with get.lua
+// (no-writes), and answers what claim.lua answers before its first write
+// (Completed, Gone, another token's Running, an Abandoned record not taken
+// over; see claimRefused). Anything else stays the -OOM error: no claim is
+// made while the server is full.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := p.Validate(); err != nil {
+		return store.ClaimResult{}, err
+	}
+	if s.layout == Layout4 {
+		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
+		if !s.acks.On() {
+			return s.claim4(ctx, p, head)
+		}
+		return s.claimScript(ctx, p, claimArgs(p, head))
+	}
+	return s.claimScript(ctx, p, claimArgs(p, nil))
+}
+
+// claimArgs are claim.lua's arguments for p; head, when not nil, is the
+// running record of layout 4 it writes (ARGV[10]).
+func claimArgs(p store.ClaimParams, head []byte) []string {
+	noTakeover := "0"
+	if p.NoTakeover {
+		noTakeover = "1"
+	}
+	args := make([]string, 9, 10)
+	args[0], args[1], args[2], args[3], args[4] = p.Identity.Owner, p.Identity.Scope, p.Identity.Key, p.Fingerprint, p.Token
+	args[5], args[6], args[7], args[8] = ms(p.Lease), ms(p.Retention), noTakeover, p.Recipe
+	if head != nil {
+		args = append(args, valkey.BinaryString(head))
+	}
+	return args
+}
+
+// claimScript runs claim.lua with args (see Claim), with its
+// acknowledgement when acks are on.
+func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string) (store.ClaimResult, error) {
+	if s.acks.On() {
+		key := s.Key(p.Identity)
+		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
+		if err != nil {
+			return s.claimRefused(ctx, p, err)
+		}
+		out, str, err := parseClaim(s.codec, w.res)
+		if err != nil {
+			return store.ClaimResult{}, unavailable("claim", err)
+		}
+		// Only a claim wrote the record; any other answer reads what is
+		// there and needs no acknowledgement (a replay reads a completion
+		// whose own writer waits for its acknowledgement).
+		if out.State == store.Claimed {
+			if err := s.acked("claim", w); err != nil {
+				return store.ClaimResult{}, err
+			}
+		}
+		s.claimed(key, p, out, str)
+		return out, nil
+	}
+	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
+	if err != nil {
+		return s.claimRefused(ctx, p, err)
+	}
+	out, str, err := parseClaim(s.codec, res)
+	if err != nil {
+		return store.ClaimResult{}, unavailable("claim", err)
+	}
+	s.claimed(key, p, out, str)
+	return out, nil
+}
+
+// claimed notes what claim.lua answered: a completed record for the
+// replay cache, a claim of layout 4 for its Complete.
+func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool) {
+	switch {
+	case out.State == store.Completed && str:
+		s.sawCompleted4(key)
+	case out.State == store.Completed:
+		s.sawCompleted(key)
+	case out.State == store.Claimed && s.layout == Layout4:
+		// claim.lua wrote the record at lease end - lease (a repeated
+		// claim keeps its first time: this is an estimate).
+		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
+			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now()})
+	}
+}
+
+// claim4 is Claim writing layout 4 without acknowledgements: one SET NX
+// GET of the running record, pipelined with the PEXPIRETIME its times are
+// relative to. A key never seen is claimed there; a completed record of
+// layout 4 is answered from GET's reply; anything else (a running record,
+// a hash of layouts 1 to 3 or a tombstone, WRONGTYPE to SET ... GET, a
+// reply lost on the way) goes to claim.lua, which decides by the server's
+// clock and is safe to run after a SET that went through (a repeated
+// claim). Errors as Claim's.
+func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ClaimResult{}, unavailable("claim", err)
+	}
+	key := s.Key(p.Identity)
+	px := expiry4(p.Lease, p.Retention)
+	gap := px - p.Lease.Milliseconds()
+	// Appended in head's spare room: head's own bytes, which claim.lua
+	// may still be sent (claimArgs), are not written again.
+	val := appendRunning4Tail(head, p.Retention.Milliseconds(), gap, px, false)
+	rs, ok := awaitCall(ctx, func() []valkey.ValkeyResult {
+		return s.client.DoMulti(ctx,
+			s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().PxMilliseconds(px).Build(),
+			s.client.B().Pexpiretime().Key(key).Build())
+	})
+	if !ok {
+		return store.ClaimResult{}, unavailable("claim", ctx.Err())
+	}
+	old, err := rs[0].ToString()
+	e, eerr := rs[1].AsInt64()
+	switch {
+	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
+		// Claimed: the record is ours, its times those of the key's expiry.
+		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
+			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now()})
+		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
+	case err == nil && eerr == nil && strings.HasPrefix(old, v4Completed):
+		r, perr := parseRecord4(s.codec, 0, old, e)
+		if perr != nil {
+			return store.ClaimResult{}, unavailable("claim", perr)
+		}
+		s.sawCompleted4(key)
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, nil
+	case refusedForMemory(err):
+		return s.claimRefused(ctx, p, unavailable("claim", err))
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
+	}
+	return s.claimScript(ctx, p, claimArgs(p, head))
+}
+
+// claimRefused answers the Claim p whose script the server refused with
+// refused. When the refusal is -OOM (a full server under noeviction
+// refuses every script that may write, claim.lua included, while it still
+// runs get.lua, which declares no-writes), it reads the record, and every
+// record for which claim.lua answers before its first write answers as
+// claim.lua would have: a completed record Completed with its
+// fingerprint, recipe and response; a tombstone Gone; a record running
+// under another token Running with its fingerprint, recipe and lease end;
+// and one whose lease has ended, held by another token, Abandoned when
+// p.NoTakeover is set or its fingerprint is not p's. Get tells running
+// from abandoned by the server's clock, as claim.lua does. The read is
+// the claim's answer at the moment it ran, and the caller acts on it as on
+// any such answer: a different request with the key is still refused as
+// reused, and a duplicate of a call still running waits or gets 409
+// instead of 503 — on a fail_open route it was forwarded unprotected, and
+// the operation ran twice (TestFaultValkeyFullFailOpenKeepsARunningCallOnce).
+// Replays thus go on while a full Valkey refuses new claims
+// (docs/durability.md, "What a full Valkey still serves";
+// TestFullValkeyReplaysCompleted). An absent record, a repeated claim of
+// the holder's own token, a takeover, a record of another identity under
+// the same key (a SHA-256 collision, or a key written by hand), a read
+// that fails, and any refusal other than -OOM answer refused itself:
+// claiming them would need a write, so Claim fails closed. A stored
+// response that fails its integrity check answers that error
+// (store.ErrStoredResponseDamaged), as claim.lua's answer would have.
+func (s *Store) claimRefused(ctx context.Context, p store.ClaimParams, refused error) (store.ClaimResult, error) {
+	if !refusedForMemory(refused) || ctx.Err() != nil {
+		return store.ClaimResult{}, refused
+	}
+	id := p.Identity
+	r, err := s.Get(ctx, id)
+	switch {
+	case err != nil:
+		if errors.Is(err, store.ErrStoredResponseDamaged) {
+			return store.ClaimResult{}, err
+		}
+		return store.ClaimResult{}, refused
+	case r == nil || r.Identity != id:
+		return store.ClaimResult{}, refused
+	case r.State == store.Completed:
+		return store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, nil
+	case r.State == store.Gone:
+		return store.ClaimResult{State: store.Gone}, nil
+	case r.Token == p.Token:
+		// claim.lua repeats the holder's own claim: a write.
+	case r.State == store.Running:
+		return store.ClaimResult{State: store.Running, Fingerprint: r.Fingerprint, Recipe: r.Recipe, LeaseEnd: r.LeaseEnd}, nil
+	case r.State == store.Abandoned && (p.NoTakeover || r.Fingerprint != p.Fingerprint):
+		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.Fingerprint, Recipe: r.Recipe, LeaseEnd: r.LeaseEnd}, nil
+	}
+	return store.ClaimResult{}, refused
+}
+
+// refusedForMemory reports whether err carries the server's -OOM refusal
+// ("OOM command not allowed when used memory > 'maxmemory'."), which a
+// full server sends before a script that may write runs a single command.
+func refusedForMemory(err error) bool {
+	var verr *valkey.ValkeyError
+	return errors.As(err, &verr) && strings.HasPrefix(verr.Error(), "OOM ")
+}
