@@ -93,7 +93,8 @@ type StoreConfig struct {
 	Bolt BoltConfig
 	// Postgres configures the postgres driver.
 	Postgres PostgresConfig
-	// V1Lookup (store.v1_lookup, default true) makes a new key also look
+	// V1Lookup (store.v1_lookup, default true; false when loaded with
+	// InProcess unless the file sets it) makes a new key also look
 	// for a record written before layout 2, which scoped records by route
 	// name (docs/protocol.md, "Layout versions"): one more store read per
 	// fresh key, so that operations completed before an upgrade keep

@@ -758,3 +758,33 @@ func TestExampleKeepsMachineDefaults(t *testing.T) {
 		t.Errorf("max_waiters = %d on 1 CPU, want the default %d", c.Server.MaxWaiters, want)
 	}
 }
+
+// TestInProcessV1LookupDefaultsOff: loaded for the engine in process, a
+// configuration that does not set store.v1_lookup has it off (the
+// middleware and Caddy never wrote layout 1, and their host-scoped keys
+// would pay one more store read per fresh key for it); one that sets it
+// keeps it; the proxy's default stays on.
+func TestInProcessV1LookupDefaultsOff(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		yaml      string
+		inProcess bool
+		want      bool
+	}{
+		{"proxy default", "upstream: {url: http://127.0.0.1:1}\n", false, true},
+		{"in process default", "store: {driver: memory}\n", true, false},
+		{"in process set", "store: {driver: memory, v1_lookup: true}\n", true, true},
+	} {
+		var opts []LoadOption
+		if c.inProcess {
+			opts = append(opts, InProcess())
+		}
+		cfg, err := Parse([]byte(c.yaml), nil, opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cfg.Store.V1Lookup != c.want {
+			t.Errorf("%s: store.v1_lookup %v, want %v", c.name, cfg.Store.V1Lookup, c.want)
+		}
+	}
+}

@@ -116,6 +116,13 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 	b := builder{failed: map[string]bool{}}
 	c := b.build(&raw)
 	errs = append(errs, b.errs...)
+	if o.inProcess && raw.Store.V1Lookup == nil {
+		// The engine in process came after layout 2 and never wrote a
+		// layout 1 record, and its scopes carry the host, so the lookup
+		// would cost every fresh key one more store read for records only
+		// an old proxy fleet wrote (Config.Store.V1Lookup).
+		c.Store.V1Lookup = false
+	}
 	// Policy and validation errors may repeat a problem the builder
 	// already reported; they are filtered against it below.
 	var later []error
