@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -134,16 +131,7 @@ func TestREADMEGRPCWithoutProtoc(t *testing.T) {
 
 	// The engine in front, its Valkey absent: keyed calls are refused.
 	yaml := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [\"127.0.0.1:%d\"]\ndefaults:\n  owner: authorization\nroutes:\n  - name: create-order\n    match: \"grpc orders.v1.Orders/Create\"\n    required: true\n", valkeytest.FreePort(t))
-	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	idem := engine(t, yaml)
 	gate := httptest.NewUnstartedServer(idem(http.NotFoundHandler()))
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
