@@ -17,13 +17,21 @@ import (
 // store error fails the test.
 func Engine(t testing.TB, yaml string) func(http.Handler) http.Handler {
 	t.Helper()
+	return EngineWith(t, yaml, middleware.Options{})
+}
+
+// EngineWith is Engine with the options o; its Config is set to the
+// configuration yaml parsed for in process use.
+func EngineWith(t testing.TB, yaml string, o middleware.Options) func(http.Handler) http.Handler {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
+	o.Config = cfg
+	idem, err := middleware.New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
