@@ -68,11 +68,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 		if err := dec(msg); err != nil {
 			return nil, err
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		key := strings.Join(md.Get("idempotency-key"), ",")
-		b.mu.Lock()
-		b.calls[key]++
-		b.mu.Unlock()
+		b.count(ctx)
 		return msg, nil
 	}
 	s.RegisterService(&grpc.ServiceDesc{

@@ -68,12 +68,7 @@ func (b *grpcBackend) create(_ any, ctx context.Context, dec func(any) error, _ 
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	key := strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	b.calls[key]++
-	n := b.calls[key]
-	b.mu.Unlock()
+	key, n := b.count(ctx)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-order-id", fmt.Sprintf("ord-%s-%d", key, n)))
 	return b.handle(ctx, key, n, in)
 }
@@ -85,12 +80,19 @@ func (b *grpcBackend) tag(_ any, ctx context.Context, dec func(any) error, _ grp
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	key := strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	b.calls[key]++
-	b.mu.Unlock()
+	b.count(ctx)
 	return in, nil
+}
+
+// count counts a call under the Idempotency-Key of its metadata (the
+// values joined by commas) and returns that key and its count so far.
+func (b *grpcBackend) count(ctx context.Context) (key string, n int) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	key = strings.Join(md.Get("idempotency-key"), ",")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls[key]++
+	return key, b.calls[key]
 }
 
 // executions returns how many times key was executed.
