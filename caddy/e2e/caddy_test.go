@@ -591,9 +591,17 @@ func TestCaddyNextErrorReleasesKey(t *testing.T) {
 		t.Fatalf("upstream down: %d %s (replayed %v), want 502", a.Status, a.Body, a.replayed())
 	}
 	up := serveOn(t, port)
-	retry := post(t, c.URL, "alice", "k-3", `{"amount":3}`)
+	checkRetryRunsOnce(t, c.URL, "k-3", `{"amount":3}`, up, "up")
+}
+
+// checkRetryRunsOnce retries alice's POST of body with key at url once up
+// serves it: the answer is a fresh 201, not a replay, and up ran the
+// operation once. when says how up is in failures ("up", "back").
+func checkRetryRunsOnce(t *testing.T, url, key, body string, up *upstream, when string) {
+	t.Helper()
+	retry := post(t, url, "alice", key, body)
 	if retry.Status != http.StatusCreated || retry.replayed() {
-		t.Fatalf("retry with the upstream up: %d %s (replayed %v), want a fresh 201", retry.Status, retry.Body, retry.replayed())
+		t.Fatalf("retry with the upstream %s: %d %s (replayed %v), want a fresh 201", when, retry.Status, retry.Body, retry.replayed())
 	}
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times, want 1", n)
