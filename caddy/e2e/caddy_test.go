@@ -686,13 +686,7 @@ func TestReadmeCaddyfilesAdapt(t *testing.T) {
 func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // startCaddy's readiness probe
-			return
-		}
-		execs.Add(1)
+	up := countingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "100")
 		w.WriteHeader(http.StatusCreated)
@@ -702,8 +696,7 @@ func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 		if err == nil {
 			conn.Close()
 		}
-	}))
-	t.Cleanup(up.Close)
+	})
 	c := startCaddy(t, vk.Addr(), "caddy-broken:", up.URL)
 
 	// The client's connection is cut mid-body (or its own transparent

@@ -298,14 +298,14 @@ func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 }
 
 // countingUpstream starts an upstream, stopped in t.Cleanup, that answers
-// runCaddy's readiness probe (any method but POST) with 200 and hands
-// each POST, counted in execs, to handle.
+// the readiness probe of runCaddy and startCaddy (any method but POST)
+// with 200 and hands each POST, counted in execs, to handle.
 func countingUpstream(t *testing.T, execs *atomic.Int64, handle http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // runCaddy's readiness probe
+			w.WriteHeader(http.StatusOK) // the readiness probe
 			return
 		}
 		execs.Add(1)
