@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,13 +131,7 @@ func TestREADMEGRPCWithoutProtoc(t *testing.T) {
 	// The engine in front, its Valkey absent: keyed calls are refused.
 	yaml := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [\"127.0.0.1:%d\"]\ndefaults:\n  owner: authorization\nroutes:\n  - name: create-order\n    match: \"grpc orders.v1.Orders/Create\"\n    required: true\n", valkeytest.FreePort(t))
 	idem := engine(t, yaml)
-	gate := httptest.NewUnstartedServer(idem(http.NotFoundHandler()))
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	gate.Config.Protocols = &protocols
-	gate.Start()
-	t.Cleanup(gate.Close)
+	gate := serveH2C(t, idem(http.NotFoundHandler()))
 	out, err = exec.Command(bin, "-gate", strings.TrimPrefix(gate.URL, "http://")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "Unavailable: store-unavailable (request ") {
 		t.Fatalf("client through the engine with its store down: %v\n%s; want the ErrorInfo reason store-unavailable", err, out)
