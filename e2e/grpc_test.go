@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemgate/idemgate/internal/h1only"
+	"github.com/idemgate/idemgate/internal/protodesctest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -459,17 +458,7 @@ func writeTagDescriptors(t *testing.T) string {
 				InputType: proto.String(".google.protobuf.Struct"), OutputType: proto.String(".google.protobuf.Struct")}},
 		}},
 	}
-	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
-		protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders}}
-	b, err := proto.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "orders.binpb")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return protodesctest.Write(t, "orders.binpb", protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders)
 }
 
 // TestE2EGRPCMapFieldResends: a message with a map field (a Struct of 12
