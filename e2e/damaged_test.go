@@ -22,11 +22,7 @@ import (
 func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{v.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := storeClient(t, v.Addr())
 	routes := "  - name: orders\n    match: \"POST /v1/orders\"\n" +
 		"  - name: open\n    match: \"POST /v1/open\"\n    on_store_error: fail_open\n"
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
@@ -110,11 +106,7 @@ func writeRecord(t *testing.T, c vk.Client, rk, rec string) {
 func TestE2ECheckFlagLostNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{v.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := storeClient(t, v.Addr())
 	routes := "  - name: orders\n    match: \"POST /v1/orders\"\n"
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
 	first := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
@@ -152,4 +144,17 @@ func TestE2ECheckFlagLostNeverReplayed(t *testing.T) {
 	if got := metricValue(t, g, `idemgate_stored_responses_damaged_total{route="orders"}`); got != 1 {
 		t.Errorf("damaged records counted: %v, want 1", got)
 	}
+}
+
+// storeClient is a client of the Valkey at addr, without client-side cache,
+// for reading and altering stored records behind idemgate's back; it is
+// closed at the test's end.
+func storeClient(t *testing.T, addr string) vk.Client {
+	t.Helper()
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

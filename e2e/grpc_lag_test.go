@@ -2,12 +2,11 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/protodesctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -68,11 +67,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 		if err := dec(msg); err != nil {
 			return nil, err
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		key := strings.Join(md.Get("idempotency-key"), ",")
-		b.mu.Lock()
-		b.calls[key]++
-		b.mu.Unlock()
+		b.count(ctx)
 		return msg, nil
 	}
 	s.RegisterService(&grpc.ServiceDesc{
@@ -93,14 +88,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 // item, so the second call got the first one's OK, replayed, and the
 // client believed its second order placed.)
 func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
-	set, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{placeFile(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	descriptors := filepath.Join(t.TempDir(), "place.binpb")
-	if err := os.WriteFile(descriptors, set, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	descriptors := protodesctest.Write(t, "place.binpb", placeFile(true))
 	b := startGRPCBackend(t, echo)
 	c := grpcGateConfig(b.addr)
 	c.Routes += "  - name: place\n    match: \"grpc orders.v1.Placer/Place\"\n    required: true\n" +

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemgate/idemgate/internal/h1only"
+	"github.com/idemgate/idemgate/internal/protodesctest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -68,12 +67,7 @@ func (b *grpcBackend) create(_ any, ctx context.Context, dec func(any) error, _ 
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	key := strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	b.calls[key]++
-	n := b.calls[key]
-	b.mu.Unlock()
+	key, n := b.count(ctx)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-order-id", fmt.Sprintf("ord-%s-%d", key, n)))
 	return b.handle(ctx, key, n, in)
 }
@@ -85,12 +79,19 @@ func (b *grpcBackend) tag(_ any, ctx context.Context, dec func(any) error, _ grp
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	key := strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	b.calls[key]++
-	b.mu.Unlock()
+	b.count(ctx)
 	return in, nil
+}
+
+// count counts a call under the Idempotency-Key of its metadata (the
+// values joined by commas) and returns that key and its count so far.
+func (b *grpcBackend) count(ctx context.Context) (key string, n int) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	key = strings.Join(md.Get("idempotency-key"), ",")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls[key]++
+	return key, b.calls[key]
 }
 
 // executions returns how many times key was executed.
@@ -457,17 +458,7 @@ func writeTagDescriptors(t *testing.T) string {
 				InputType: proto.String(".google.protobuf.Struct"), OutputType: proto.String(".google.protobuf.Struct")}},
 		}},
 	}
-	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
-		protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders}}
-	b, err := proto.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "orders.binpb")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return protodesctest.Write(t, "orders.binpb", protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders)
 }
 
 // TestE2EGRPCMapFieldResends: a message with a map field (a Struct of 12

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
@@ -167,11 +165,7 @@ func TestTwoConfigVersionsConcurrentDuplicates(t *testing.T) {
 func TestV1RecordsReplayAfterUpgrade(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{v.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := storeClient(t, v.Addr())
 
 	body := `{"n":1}`
 	req, _ := http.NewRequest("POST", "http://gate/v1/orders", strings.NewReader(body))

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -67,16 +65,7 @@ routes:
 `, srv.Addr())
 	h := &countingOrders{runs: map[string]int{}}
 
-	cfg, err := config.Parse([]byte(common), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	idem := middlewaretest.Engine(t, common)
 	inApp := httptest.NewServer(idem(h))
 	t.Cleanup(inApp.Close)
 	upstream := httptest.NewServer(h)
@@ -128,7 +117,7 @@ routes:
 // handler never ran.
 func TestInProcessHostsNeverShareRecords(t *testing.T) {
 	srv := valkeytest.Start(t)
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`store:
+	idem := middlewaretest.Engine(t, fmt.Sprintf(`store:
   driver: valkey
   valkey: {addrs: [%q], key_prefix: "hosts:"}
 defaults:
@@ -136,16 +125,7 @@ defaults:
 routes:
   - name: orders
     match: "POST /v1/orders"
-`, srv.Addr())), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, srv.Addr()))
 	tenants := map[string]*countingOrders{"t1": {runs: map[string]int{}}, "t2": {runs: map[string]int{}}}
 	mux := http.NewServeMux()
 	for name, h := range tenants {

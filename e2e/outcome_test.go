@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -79,16 +79,7 @@ routes:
 	t.Cleanup(backend.Close)
 	edge := startGateYAML(t, fmt.Sprintf("upstream: {url: %q, timeout: %s}\n", backend.URL, timeout)+common)
 
-	cfg, err := config.Parse([]byte(fmt.Sprintf("log: {access: false}\nupstream: {timeout: %s}\n", timeout)+common), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	idem := middlewaretest.Engine(t, fmt.Sprintf("log: {access: false}\nupstream: {timeout: %s}\n", timeout)+common)
 	inApp := httptest.NewServer(idem(h))
 	t.Cleanup(inApp.Close)
 	target, _ := url.Parse(backend.URL)

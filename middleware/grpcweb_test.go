@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 
@@ -20,23 +19,5 @@ func TestMiddlewareGRPCWeb(t *testing.T) {
 	h := &grpcwebtest.Flaky{}
 	cfg := strings.Replace(testConfig(v.Addr(), "grpcweb:"), `match: "POST /v1/orders"`, `match: "grpc orders.v1.Orders/Create"`, 1)
 	srv := serve(t, cfg, h)
-	call := func(key, msg string) *http.Response {
-		resp, err := grpcwebtest.Call(http.DefaultClient, srv.URL+"/orders.v1.Orders/Create", key, msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	for i := range 3 {
-		resp := call("w1", "a")
-		if resp.StatusCode != http.StatusOK || (resp.Header.Get("Idempotent-Replayed") == "true") != (i == 2) {
-			t.Fatalf("call %d: %d, replayed %q", i+1, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
-		}
-	}
-	if n := h.Runs("w1"); n != 2 {
-		t.Fatalf("the handler ran %d times, want 2 (UNAVAILABLE, then OK, then its replay)", n)
-	}
-	if resp := call("w1", "b"); resp.StatusCode != http.StatusOK || resp.Header.Get("Grpc-Status") != "9" {
-		t.Fatalf("key reused: %d grpc-status %q, want 200 and 9", resp.StatusCode, resp.Header.Get("Grpc-Status"))
-	}
+	grpcwebtest.CheckRelease(t, srv.URL+"/orders.v1.Orders/Create", h, "the handler")
 }

@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -115,17 +114,7 @@ func serve(t *testing.T, yaml string, h http.Handler) *httptest.Server {
 // closed at the test's end.
 func engine(t *testing.T, yaml string) func(http.Handler) http.Handler {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return idem
+	return middlewaretest.Engine(t, yaml)
 }
 
 type answer struct {

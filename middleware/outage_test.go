@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -220,16 +221,7 @@ func TestStoreDownRefusesAtOnce(t *testing.T) {
 // server.
 func serveWith(t *testing.T, yaml string, h http.Handler, reg *prometheus.Registry) *httptest.Server {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg, Registerer: reg, WaitStore: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	idem := middlewaretest.EngineWith(t, yaml, middleware.Options{Registerer: reg, WaitStore: 10 * time.Second})
 	srv := httptest.NewServer(idem(h))
 	t.Cleanup(srv.Close)
 	return srv

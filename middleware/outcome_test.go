@@ -136,14 +136,7 @@ func TestHijackNotSupportedOnEnforcedRoutes(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, "hijack: not supported")
 	}))
-	first := mustPost(t, gate.URL, "alice", "k", `{}`)
-	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
-	if first.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" || retry.body != first.body {
-		t.Fatalf("first %d %s, retry %d %s", first.status, first.body, retry.status, retry.body)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
-	}
+	checkStoredOnce(t, gate.URL, &runs, "")
 }
 
 // TestInProcessLateSuccessIsStored: a handler that ignores its context
@@ -164,14 +157,7 @@ func TestInProcessLateSuccessIsStored(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"order":1}`)
 	}))
-	first := mustPost(t, gate.URL, "alice", "k", `{}`)
-	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
-	if first.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" || retry.body != first.body {
-		t.Fatalf("first %d %s, retry %d %s; want the late 201 stored and replayed", first.status, first.body, retry.status, retry.body)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
-	}
+	checkStoredOnce(t, gate.URL, &runs, "; want the late 201 stored and replayed")
 }
 
 // TestReverseProxyEmptyBodyNotResentOnReusedConnection: a keyed POST with
@@ -219,5 +205,20 @@ func TestReverseProxyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 	}
 	if retry.status != http.StatusConflict {
 		t.Fatalf("retry: %d %s; want 409 (outcome unknown)", retry.status, retry.body)
+	}
+}
+
+// checkStoredOnce posts one keyed call to gate twice as alice: the first
+// answer is a 201, the retry its replay, and the handler counted in runs
+// ran once. want ends the message of a wrong answer.
+func checkStoredOnce(t *testing.T, gate string, runs *atomic.Int64, want string) {
+	t.Helper()
+	first := mustPost(t, gate, "alice", "k", `{}`)
+	retry := mustPost(t, gate, "alice", "k", `{}`)
+	if first.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" || retry.body != first.body {
+		t.Fatalf("first %d %s, retry %d %s%s", first.status, first.body, retry.status, retry.body, want)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }

@@ -1,11 +1,9 @@
 package middleware_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -134,23 +130,8 @@ func TestREADMEGRPCWithoutProtoc(t *testing.T) {
 
 	// The engine in front, its Valkey absent: keyed calls are refused.
 	yaml := fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [\"127.0.0.1:%d\"]\ndefaults:\n  owner: authorization\nroutes:\n  - name: create-order\n    match: \"grpc orders.v1.Orders/Create\"\n    required: true\n", valkeytest.FreePort(t))
-	cfg, err := config.Parse([]byte(yaml), nil, config.InProcess())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := httptest.NewUnstartedServer(idem(http.NotFoundHandler()))
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	gate.Config.Protocols = &protocols
-	gate.Start()
-	t.Cleanup(gate.Close)
+	idem := engine(t, yaml)
+	gate := serveH2C(t, idem(http.NotFoundHandler()))
 	out, err = exec.Command(bin, "-gate", strings.TrimPrefix(gate.URL, "http://")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "Unavailable: store-unavailable (request ") {
 		t.Fatalf("client through the engine with its store down: %v\n%s; want the ErrorInfo reason store-unavailable", err, out)

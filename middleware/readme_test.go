@@ -81,13 +81,7 @@ func TestREADMEGoService(t *testing.T) {
 	mux.Handle("POST /orders.v1.Orders/", gs)
 	h := newOrders()
 	mux.Handle("POST /v1/orders", h)
-	srv := httptest.NewUnstartedServer(idem(mux))
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &protocols
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveH2C(t, idem(mux))
 
 	t.Run("HTTP", func(t *testing.T) {
 		do := func() answer {
@@ -150,4 +144,18 @@ func TestREADMEGoService(t *testing.T) {
 			t.Errorf("call without a key: %v; want INVALID_ARGUMENT naming the idempotency-key metadata entry", err)
 		}
 	})
+}
+
+// serveH2C serves h on a loopback server that speaks HTTP/1.1 and HTTP/2
+// without TLS (h2c, as a gRPC client calls), closed at the test's end.
+func serveH2C(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &protocols
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -81,18 +80,11 @@ func atkRoute(name, match string) policy.Route {
 // CRLF pair, body appended) and returns the status and body of the answer.
 func atkSend(t *testing.T, addr, head, body string) (int, string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if body != "" && !strings.Contains(strings.ToLower(head), "content-length") {
 		head += "\r\nContent-Length: " + itoa(len(body))
 	}
-	if _, err := io.WriteString(c, head+"\r\nConnection: close\r\n\r\n"+body); err != nil {
-		t.Fatal(err)
-	}
+	c := dialWrite(t, addr, head+"\r\nConnection: close\r\n\r\n"+body)
+	defer c.Close()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("%q: reading the response: %v", head, err)

@@ -11,19 +11,28 @@ import (
 	"time"
 )
 
-// rawAnswer writes req as is on a new connection to addr and reads one
-// response.
-func rawAnswer(t *testing.T, addr, req string) result {
+// dialWrite opens a connection to addr with a 5 s deadline and writes
+// data on it as is; the caller closes it.
+func dialWrite(t *testing.T, addr, data string) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
+	if _, err := io.WriteString(c, data); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
+	return c
+}
+
+// rawAnswer writes req as is on a new connection to addr and reads one
+// response.
+func rawAnswer(t *testing.T, addr, req string) result {
+	t.Helper()
+	c := dialWrite(t, addr, req)
+	defer c.Close()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("%q: no answer: %v", strings.SplitN(req, "\r\n", 2)[0], err)
@@ -85,15 +94,8 @@ func TestPrefaceAndAsteriskFormNeverForwarded(t *testing.T) {
 // the server's SETTINGS.
 func prefaceGoAway(t *testing.T, addr string) (uint32, string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialWrite(t, addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
-		t.Fatal(err)
-	}
 	r := bufio.NewReader(c)
 	for i := 0; ; i++ {
 		var head [9]byte

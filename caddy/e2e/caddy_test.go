@@ -591,9 +591,17 @@ func TestCaddyNextErrorReleasesKey(t *testing.T) {
 		t.Fatalf("upstream down: %d %s (replayed %v), want 502", a.Status, a.Body, a.replayed())
 	}
 	up := serveOn(t, port)
-	retry := post(t, c.URL, "alice", "k-3", `{"amount":3}`)
+	checkRetryRunsOnce(t, c.URL, "k-3", `{"amount":3}`, up, "up")
+}
+
+// checkRetryRunsOnce retries alice's POST of body with key at url once up
+// serves it: the answer is a fresh 201, not a replay, and up ran the
+// operation once. when says how up is in failures ("up", "back").
+func checkRetryRunsOnce(t *testing.T, url, key, body string, up *upstream, when string) {
+	t.Helper()
+	retry := post(t, url, "alice", key, body)
 	if retry.Status != http.StatusCreated || retry.replayed() {
-		t.Fatalf("retry with the upstream up: %d %s (replayed %v), want a fresh 201", retry.Status, retry.Body, retry.replayed())
+		t.Fatalf("retry with the upstream %s: %d %s (replayed %v), want a fresh 201", when, retry.Status, retry.Body, retry.replayed())
 	}
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times, want 1", n)
@@ -678,13 +686,7 @@ func TestReadmeCaddyfilesAdapt(t *testing.T) {
 func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // startCaddy's readiness probe
-			return
-		}
-		execs.Add(1)
+	up := countingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "100")
 		w.WriteHeader(http.StatusCreated)
@@ -694,8 +696,7 @@ func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 		if err == nil {
 			conn.Close()
 		}
-	}))
-	t.Cleanup(up.Close)
+	})
 	c := startCaddy(t, vk.Addr(), "caddy-broken:", up.URL)
 
 	// The client's connection is cut mid-body (or its own transparent

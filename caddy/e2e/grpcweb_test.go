@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -26,23 +25,5 @@ func TestCaddyGRPCWeb(t *testing.T) {
 		Idempotency: "store_addrs " + vk.Addr() + "\n\t\tkey_prefix caddy-grpcweb:",
 		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
 	})
-	call := func(key, msg string) *http.Response {
-		resp, err := grpcwebtest.Call(http.DefaultClient, c.URL+"/orders.v1.Orders/Create", key, msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	for i := range 3 {
-		resp := call("w1", "a")
-		if resp.StatusCode != http.StatusOK || (resp.Header.Get("Idempotent-Replayed") == "true") != (i == 2) {
-			t.Fatalf("call %d: %d, replayed %q", i+1, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
-		}
-	}
-	if n := h.Runs("w1"); n != 2 {
-		t.Fatalf("the upstream ran %d times, want 2 (UNAVAILABLE, then OK, then its replay)", n)
-	}
-	if resp := call("w1", "b"); resp.StatusCode != http.StatusOK || resp.Header.Get("Grpc-Status") != "9" {
-		t.Fatalf("key reused: %d grpc-status %q, want 200 and 9", resp.StatusCode, resp.Header.Get("Grpc-Status"))
-	}
+	grpcwebtest.CheckRelease(t, c.URL+"/orders.v1.Orders/Create", h, "the upstream")
 }

@@ -13,8 +13,7 @@ import (
 // the call's POST route, and idemgate policy names the gRPC method (or
 // service) and the grpc-status codes it stores.
 func TestPolicyListsGRPCMethods(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "idemgate.yaml")
-	if err := os.WriteFile(cfg, []byte(`upstream: {url: "h2c://127.0.0.1:50051"}
+	cfg := writePolicyConfig(t, `upstream: {url: "h2c://127.0.0.1:50051"}
 defaults:
   owner: authorization
 routes:
@@ -26,15 +25,9 @@ routes:
     match: "grpc billing.v1.Billing"
   - name: rest
     match: "POST /v1/orders"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errOut bytes.Buffer
-	if code := policyCommand([]string{"--config", cfg, "--format", "json"}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
+`)
 	var doc publishedPolicy
-	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+	if err := json.Unmarshal([]byte(policyOutput(t, cfg, "json")), &doc); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]publishedRoute{}
@@ -51,11 +44,7 @@ routes:
 	if r := got["rest"]; r.GRPCMethod != "" {
 		t.Errorf("rest route listed as gRPC %q", r.GRPCMethod)
 	}
-	out.Reset()
-	if code := policyCommand([]string{"--config", cfg, "--format", "markdown"}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	if md := out.String(); !strings.Contains(md, "(gRPC `orders.v1.Orders/Create`)") || !strings.Contains(md, "stored by `grpc-status`, for OK, ALREADY_EXISTS") {
+	if md := policyOutput(t, cfg, "markdown"); !strings.Contains(md, "(gRPC `orders.v1.Orders/Create`)") || !strings.Contains(md, "stored by `grpc-status`, for OK, ALREADY_EXISTS") {
 		t.Errorf("markdown:\n%s", md)
 	}
 }
@@ -66,8 +55,7 @@ routes:
 // and the characters a bare key may not hold are in code spans, not lost
 // in the sentence (`except ", , and ;`).
 func TestPolicyMarkdownReadsWell(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "idemgate.yaml")
-	if err := os.WriteFile(cfg, []byte(`upstream: {url: "h2c://127.0.0.1:50051"}
+	cfg := writePolicyConfig(t, `upstream: {url: "h2c://127.0.0.1:50051"}
 defaults:
   owner: authorization
 routes:
@@ -77,17 +65,12 @@ routes:
     match: "POST /v1/orders"
   - name: patch
     match: "PATCH /v1/items/{id}"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errOut bytes.Buffer
-	if code := policyCommand([]string{"--config", cfg, "--format", "markdown"}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	sections := strings.Split(out.String(), "\n## ")[1:]
+`)
+	md := policyOutput(t, cfg, "markdown")
+	sections := strings.Split(md, "\n## ")[1:]
 	want := map[string]bool{"/orders.v1.Orders/Create": true, "/v1/orders": false, "/v1/items/{id}": false, "on any other path": true}
 	if len(sections) != len(want) {
-		t.Fatalf("%d route sections, want %d:\n%s", len(sections), len(want), out.String())
+		t.Fatalf("%d route sections, want %d:\n%s", len(sections), len(want), md)
 	}
 	for _, sec := range sections {
 		title, _, _ := strings.Cut(sec, "\n")
@@ -108,4 +91,26 @@ routes:
 			t.Errorf("%s: key syntax loses the characters a bare key may not hold:\n%s", title, sec)
 		}
 	}
+}
+
+// writePolicyConfig writes yaml to a configuration file in a temporary
+// directory and returns its path.
+func writePolicyConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "idemgate.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// policyOutput runs idemgate policy on the configuration at cfg in format
+// and returns what it printed; an exit other than 0 fails the test.
+func policyOutput(t *testing.T, cfg, format string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := policyCommand([]string{"--config", cfg, "--format", format}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	return out.String()
 }

@@ -25,14 +25,7 @@ func FuzzRead(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p, err := Generate(doc, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := p.Render(&buf); err != nil {
-			t.Fatal(err)
-		}
+		buf := render(t, doc)
 		if _, err := config.Parse(buf.Bytes(), nil); err != nil {
 			t.Fatalf("the configuration generated from\n%s\ndoes not load: %v\n%s", data, err, buf.String())
 		}
@@ -54,16 +47,24 @@ func TestOddNamesStillLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := Generate(doc, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := p.Render(&buf); err != nil {
-			t.Fatal(err)
-		}
+		buf := render(t, doc)
 		if _, err := config.Parse(buf.Bytes(), nil); err != nil {
 			t.Errorf("%q: the generated configuration does not load: %v", in, err)
 		}
 	}
+}
+
+// render generates the configuration of doc with the default options and
+// renders it; an error from either fails the test.
+func render(t *testing.T, doc *Document) *bytes.Buffer {
+	t.Helper()
+	p, err := Generate(doc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := p.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return &buf
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Frame is one gRPC-Web frame: its flag (0 a message, 0x80 the
@@ -70,4 +71,33 @@ func Call(c *http.Client, url, key, msg string) (*http.Response, error) {
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp, err
+}
+
+// CheckRelease makes the calls every shape's gRPC-Web test asserts on
+// against url (the full method URL) served by h: three calls with one key
+// are 200s, only the third replayed, and h ran twice (the UNAVAILABLE
+// released the key, the OK was stored); the key reused with another
+// message is grpc-status 9 in the headers of an HTTP 200. ran names what
+// h stands for ("the handler", "the upstream") in failures.
+func CheckRelease(t testing.TB, url string, h *Flaky, ran string) {
+	t.Helper()
+	call := func(key, msg string) *http.Response {
+		resp, err := Call(http.DefaultClient, url, key, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := range 3 {
+		resp := call("w1", "a")
+		if resp.StatusCode != http.StatusOK || (resp.Header.Get("Idempotent-Replayed") == "true") != (i == 2) {
+			t.Fatalf("call %d: %d, replayed %q", i+1, resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	if n := h.Runs("w1"); n != 2 {
+		t.Fatalf("%s ran %d times, want 2 (UNAVAILABLE, then OK, then its replay)", ran, n)
+	}
+	if resp := call("w1", "b"); resp.StatusCode != http.StatusOK || resp.Header.Get("Grpc-Status") != "9" {
+		t.Fatalf("key reused: %d grpc-status %q, want 200 and 9", resp.StatusCode, resp.Header.Get("Grpc-Status"))
+	}
 }

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/idemgate/idemgate/internal/protodesctest"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -70,15 +69,7 @@ func writeProbeDescriptors(t testing.TB) string {
 			Method: []*descriptorpb.MethodDescriptorProto{{Name: proto.String("Send"), InputType: proto.String(".probe.v1.Probe"), OutputType: proto.String(".probe.v1.Probe")}},
 		}},
 	}
-	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{file}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "probe.binpb")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return protodesctest.Write(t, "probe.binpb", file)
 }
 
 // wire builds a protobuf message by hand, field by field, in the order

@@ -3,11 +3,10 @@ package fingerprint
 import (
 	"encoding/binary"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/idemgate/idemgate/internal/protodesctest"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -50,15 +49,7 @@ func writeOrdersDescriptors(t testing.TB) string {
 			Method: []*descriptorpb.MethodDescriptorProto{{Name: proto.String("Create"), InputType: proto.String(".orders.v1.CreateRequest"), OutputType: proto.String(".orders.v1.CreateRequest")}},
 		}},
 	}
-	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{file}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "orders.binpb")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return protodesctest.Write(t, "orders.binpb", file)
 }
 
 // createRequest encodes a CreateRequest by hand, map entries in the order
