@@ -143,7 +143,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("reading the response body: %w", err))
 		return
 	}
-	if p.grpcNotStored(w, r, ex, token, resp, body, cutShort, stopHeartbeat) {
+	if p.grpcNotStored(w, r, ex, token, resp, body, ctx, stopHeartbeat) {
 		return
 	}
 	if len(resp.Header["Date"]) == 0 {
@@ -302,7 +302,11 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 // is kept (no heartbeat) until its lease ends, and is never stored as a
 // success nor released.
 func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *exchange, ctx context.Context, err error) {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	// The transport's response header timeout is upstream.timeout too
+	// (NewTransport), and may fire a moment before the call's own
+	// deadline: either way the upstream did not answer in time
+	// (TestE2EGRPCUpstreamTimeout).
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || isTimeout(err) {
 		p.upstreamFailed(w, r, ex, problem.UpstreamTimeout.With(fmt.Sprintf(
 			"the upstream did not answer within %s; it may have acted, so the key stays claimed until its lease ends", p.timeout)), err)
 		return

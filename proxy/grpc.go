@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
@@ -177,22 +179,35 @@ func decodeGRPCWebText(b []byte) ([]byte, bool) {
 // with the claim kept until its lease ends (outcome unknown). It reports
 // whether it answered; false leaves the response to be stored. A body
 // over max_response_bytes (trailers not read yet) is left to the
-// not-retained path. cutShort says the call's deadline ended before the
-// answer (in process: the handler's context ended under it): a transient
-// code then leaves the outcome unknown too.
-func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, cutShort bool, stopHeartbeat func()) bool {
+// not-retained path. ctx is the call's: when its deadline ended before
+// the answer, the proxy answers an unknown outcome upstream-timeout, as
+// its own deadline is answered; in process (the handler's context ended
+// under it) the handler's status is passed on and a transient code leaves
+// the outcome unknown too.
+func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchange, token string, resp *http.Response, body []byte, ctx context.Context, stopHeartbeat func()) bool {
 	if !isGRPC(r.Header) || int64(len(body)) > ex.route.MaxResponseBytes {
 		return false
 	}
 	st, ok := grpcStatus(resp, body, isGRPCWeb(r.Header))
 	v := ex.route.GRPCVerdictOf(st, ok)
-	if v == policy.GRPCRelease && cutShort {
+	// The call's deadline had ended when its status came: the upstream's
+	// own deadline is the one idemgate sent (grpc-timeout, rounded up), so
+	// whatever it answered then is the timeout's.
+	late := ctx.Err() != nil
+	if v == policy.GRPCRelease && late && p.next != nil {
 		v = policy.GRPCUnknown
 	}
 	if v == policy.GRPCStore {
 		return false
 	}
 	stopHeartbeat()
+	if v == policy.GRPCUnknown && late && p.next == nil {
+		// Answered as the proxy answers a call its deadline cut:
+		// upstream-timeout, claim kept, whichever timer won the race at
+		// the deadline (TestE2EGRPCUpstreamTimeout).
+		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the upstream answered grpc-status %s after upstream.timeout", st))
+		return true
+	}
 	if v == policy.GRPCRelease {
 		p.release(r, ex, token)
 	} else {
