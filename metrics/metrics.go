@@ -1,4 +1,3 @@
-// Package metrics holds idemgate's Prometheus collectors, registered on an injected registry.
 package metrics
 
 import (

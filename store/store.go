@@ -1,4 +1,3 @@
-// Package store defines the atomic record store that idemgate keeps one idempotency record per identity in.
 package store
 
 import (
