@@ -1,4 +1,3 @@
-// Package config loads and validates idemgate's YAML configuration into a Config with a compiled policy.
 package config
 
 import (

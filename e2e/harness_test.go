@@ -1,4 +1,3 @@
-// Package e2e tests the real idemgate binary over HTTP, in front of real upstreams, on a real valkey-server.
 package e2e
 
 import (

@@ -15,23 +15,23 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// readmeMetric is one row of README's metrics table.
+// readmeMetric is one row of the metrics table of docs/operations.md.
 type readmeMetric struct {
 	typ    string
 	labels []string
 }
 
-// readmeMetrics parses the table of README's "### Metrics" section:
+// readmeMetrics parses the table of docs/operations.md's "### Metrics" section:
 // | `name` | type | `label`, `label` | meaning |.
 func readmeMetrics(t *testing.T) map[string]readmeMetric {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n### Metrics\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Metrics" section`)
+		t.Fatal(`docs/operations.md has no "### Metrics" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n### ")
 	row := regexp.MustCompile("^\\| `(idemgate_[a-z0-9_]+)` \\| ([a-z]+) \\|([^|]*)\\|")
@@ -48,12 +48,12 @@ func readmeMetrics(t *testing.T) map[string]readmeMetric {
 		}
 		slices.Sort(labels)
 		if _, dup := out[m[1]]; dup {
-			t.Errorf("README metrics table lists %s twice", m[1])
+			t.Errorf("docs/operations.md's metrics table lists %s twice", m[1])
 		}
 		out[m[1]] = readmeMetric{typ: m[2], labels: labels}
 	}
 	if len(out) == 0 {
-		t.Fatal("README metrics table: no rows parsed")
+		t.Fatal("docs/operations.md's metrics table: no rows parsed")
 	}
 	return out
 }
@@ -108,7 +108,7 @@ func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
 	return out
 }
 
-// TestMetricsTableMatchesRegistry: README's metrics table and what a real
+// TestMetricsTableMatchesRegistry: the metrics table of docs/operations.md and what a real
 // idemgate exports are the same list, both ways, with the same types and
 // labels. The gate runs on a real Valkey with a replica and
 // store.valkey.acks, so the acknowledgement metrics exist, and serves a
@@ -150,19 +150,19 @@ func TestMetricsTableMatchesRegistry(t *testing.T) {
 	for name, f := range got {
 		row, ok := table[name]
 		if !ok {
-			t.Errorf("%s (%s) is exported but not in README's metrics table", name, f.typ)
+			t.Errorf("%s (%s) is exported but not in the metrics table of docs/operations.md", name, f.typ)
 			continue
 		}
 		if row.typ != f.typ {
-			t.Errorf("%s: README says %s, exported as %s", name, row.typ, f.typ)
+			t.Errorf("%s: docs/operations.md says %s, exported as %s", name, row.typ, f.typ)
 		}
 		if !slices.Equal(row.labels, f.labels) {
-			t.Errorf("%s: README lists labels %v, exported with %v", name, row.labels, f.labels)
+			t.Errorf("%s: docs/operations.md lists labels %v, exported with %v", name, row.labels, f.labels)
 		}
 	}
 	for name := range table {
 		if _, ok := got[name]; !ok {
-			t.Errorf("README's metrics table lists %s, which idemgate does not export", name)
+			t.Errorf("the metrics table of docs/operations.md lists %s, which idemgate does not export", name)
 		}
 	}
 }

@@ -1,4 +1,3 @@
-// Package metrics holds idemgate's Prometheus collectors, registered on an injected registry.
 package metrics
 
 import (
@@ -60,7 +59,7 @@ const (
 	TLSOther           = "other"            // anything else (no cipher suite in common, an internal error)
 )
 
-// TLSHandshakeReasons lists every reason, in the order README gives them.
+// TLSHandshakeReasons lists every reason, in the order docs/operations.md gives them.
 var TLSHandshakeReasons = []string{TLSBadCertificate, TLSUnknownCA, TLSExpired, TLSNoCertificate,
 	TLSProtocolVersion, TLSNotTLS, TLSClosed, TLSTimeout, TLSOther}
 

@@ -37,10 +37,10 @@ func (d *describing) Unregister(prometheus.Collector) bool { return false }
 
 // TestEveryFamilyInReadme: every family metrics.New registers, including
 // those with no series until their first event (which a scrape does not
-// show, see e2e's TestMetricsTableMatchesRegistry), has a row in README's
-// metrics table.
+// show, see e2e's TestMetricsTableMatchesRegistry), has a row in the
+// metrics table of docs/operations.md.
 func TestEveryFamilyInReadme(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestEveryFamilyInReadme(t *testing.T) {
 	}
 	for name := range d.names {
 		if !regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\|").Match(b) {
-			t.Errorf("%s is registered but has no row in README's metrics table", name)
+			t.Errorf("%s is registered but has no row in the metrics table of docs/operations.md", name)
 		}
 	}
 }

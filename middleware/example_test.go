@@ -47,7 +47,7 @@ func ExampleNew() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprint(w, `{"id":"ord_1"}`)
 	})
-	// idemgate_* (README, "Metrics") with Go's own, for Prometheus.
+	// idemgate_* (docs/operations.md, "Metrics") with Go's own, for Prometheus.
 	go func() {
 		log.Print(http.ListenAndServe("127.0.0.1:9090", promhttp.Handler()))
 	}()

@@ -18,13 +18,20 @@ import (
 // (its "## " title) that contains has.
 func readmeBlock(t *testing.T, section, lang, has string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	return docBlock(t, "README.md", section, lang, has)
+}
+
+// docBlock returns the first ```lang block of the section (its "## "
+// title) of file, a path from the repository's root, that contains has.
+func docBlock(t *testing.T, file, section, lang, has string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, body, ok := strings.Cut(string(b), "\n## "+section+"\n")
 	if !ok {
-		t.Fatalf("README.md: no section %q", section)
+		t.Fatalf("%s: no section %q", file, section)
 	}
 	body, _, _ = strings.Cut(body, "\n## ")
 	for _, part := range strings.Split(body, "```"+lang+"\n")[1:] {
@@ -33,7 +40,7 @@ func readmeBlock(t *testing.T, section, lang, has string) string {
 			return block
 		}
 	}
-	t.Fatalf("README.md: no %s block with %q in %q", lang, has, section)
+	t.Fatalf("%s: no %s block with %q in %q", file, lang, has, section)
 	return ""
 }
 
@@ -94,14 +101,14 @@ func TestREADMEDependOnCheckout(t *testing.T) {
 	goIn(t, dir, "go", "build", "-o", "svc", ".")
 }
 
-// TestREADMEGRPCWithoutProtoc builds README's gRPC program without protoc
-// in a new module and runs its two halves: the server, called directly,
-// and the client through the engine, whose refusal (its store is not
-// there: 503 store-unavailable, a gRPC UNAVAILABLE) it reads from the
-// ErrorInfo the errdetails import registers.
+// TestREADMEGRPCWithoutProtoc builds the gRPC program of docs/grpc.md
+// ("Without protoc") in a new module and runs its two halves: the server,
+// called directly, and the client through the engine, whose refusal (its
+// store is not there: 503 store-unavailable, a gRPC UNAVAILABLE) it reads
+// from the ErrorInfo the errdetails import registers.
 func TestREADMEGRPCWithoutProtoc(t *testing.T) {
 	dir := serviceModule(t)
-	src := readmeBlock(t, "gRPC", "go", "grpc.ServiceDesc{")
+	src := docBlock(t, "docs/grpc.md", "Without protoc", "go", "grpc.ServiceDesc{")
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}

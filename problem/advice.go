@@ -1,8 +1,8 @@
 package problem
 
 // advice is what a client should do on each of the proxy's kinds: the
-// "what the client should do" column of README.md's problem table
-// (TestAdviceMatchesREADME), which `idemgate policy` publishes.
+// "what the client should do" column of the problem table of
+// docs/problems.md (TestAdviceMatchesREADME), which `idemgate policy` publishes.
 var advice = map[string]string{
 	InvalidKey.Slug:            "fix the key",
 	MissingKey.Slug:            "send a key",

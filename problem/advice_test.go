@@ -7,9 +7,10 @@ import (
 )
 
 // TestAdviceMatchesREADME: every kind a client of the proxy can get has
-// advice, and it is the README table's "what the client should do" cell.
+// advice, and it is the "what the client should do" cell of the problem
+// table in docs/problems.md.
 func TestAdviceMatchesREADME(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/problems.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,11 +23,11 @@ func TestAdviceMatchesREADME(t *testing.T) {
 		}
 		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(k.Slug) + "` \\| \\d+ \\| .* \\| ([^|]+) \\|$").FindSubmatch(data)
 		if row == nil {
-			t.Errorf("%s: no README row", k.Slug)
+			t.Errorf("%s: no row in docs/problems.md", k.Slug)
 			continue
 		}
 		if got := string(row[1]); got != k.Advice() {
-			t.Errorf("%s: advice %q, README says %q", k.Slug, k.Advice(), got)
+			t.Errorf("%s: advice %q, docs/problems.md says %q", k.Slug, k.Advice(), got)
 		}
 	}
 }

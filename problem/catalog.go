@@ -10,8 +10,8 @@ import "net/http"
 // listener's cases, which are not counted). Keeping the outcome here, next
 // to the status, defines each (outcome, problem) pair once: the proxy counts
 // a request by the kind it answers with, never by a second argument that
-// could drift from it. README.md's "Problem types" tables list every kind
-// (TestCatalogMatchesREADME).
+// could drift from it. The "Problem types" tables of docs/problems.md list
+// every kind (TestCatalogMatchesREADME).
 type Kind struct {
 	// Slug names the case; the type URI is Base+Slug.
 	Slug string

@@ -10,19 +10,19 @@ import (
 	"github.com/idemgate/idemgate/problem"
 )
 
-// TestCatalogMatchesREADME keeps the catalog and README.md's "Problem types"
-// tables one list: every kind has a row with its status, every row names a
+// TestCatalogMatchesREADME keeps the catalog and docs/problems.md's "Problem
+// types" tables one list: every kind has a row with its status, every row names a
 // kind with that status. Before the catalog, the admin listener and the
 // proxy each wrote their own titles and the two drifted.
 func TestCatalogMatchesREADME(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/problems.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(data)
 	start := strings.Index(text, "\n## Problem types\n")
 	if start < 0 {
-		t.Fatal(`README.md has no "## Problem types" section`)
+		t.Fatal(`docs/problems.md has no "## Problem types" section`)
 	}
 	section := text[start+1:]
 	if end := strings.Index(section[1:], "\n## "); end >= 0 {
@@ -33,7 +33,7 @@ func TestCatalogMatchesREADME(t *testing.T) {
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
 		status, _ := strconv.Atoi(m[2])
 		if old, ok := documented[m[1]]; ok && old != status {
-			t.Errorf("README documents %s with statuses %d and %d", m[1], old, status)
+			t.Errorf("docs/problems.md documents %s with statuses %d and %d", m[1], old, status)
 		}
 		documented[m[1]] = status
 	}
@@ -49,14 +49,14 @@ func TestCatalogMatchesREADME(t *testing.T) {
 		status, ok := documented[k.Slug]
 		switch {
 		case !ok:
-			t.Errorf("%s (%d) has no row in README's problem tables", k.Slug, k.Status)
+			t.Errorf("%s (%d) has no row in docs/problems.md's problem tables", k.Slug, k.Status)
 		case status != k.Status:
-			t.Errorf("%s: README says %d, the catalog %d", k.Slug, status, k.Status)
+			t.Errorf("%s: docs/problems.md says %d, the catalog %d", k.Slug, status, k.Status)
 		}
 	}
 	for slug := range documented {
 		if !inCatalog[slug] {
-			t.Errorf("README documents %s, which the catalog does not have", slug)
+			t.Errorf("docs/problems.md documents %s, which the catalog does not have", slug)
 		}
 	}
 }

@@ -41,7 +41,7 @@ type View struct {
 	// Type is the problem type URI (under problems.type_base when set).
 	Type string
 	// Slug is the kind's name in the catalog (e.g. "key-reused"), the
-	// last segment of Type; README.md lists every one.
+	// last segment of Type; docs/problems.md lists every one.
 	Slug string
 	// Title is the kind's fixed summary.
 	Title string
@@ -103,7 +103,7 @@ func NewFormat(tmpl *template.Template, contentType string, headers map[string]m
 	for slug, fields := range headers {
 		k, ok := proxyKind(slug)
 		if !ok {
-			errs = append(errs, &KeyError{Key: "headers." + slug, Err: fmt.Errorf("is not a problem kind of the proxy (README.md, \"Problem types\")")})
+			errs = append(errs, &KeyError{Key: "headers." + slug, Err: fmt.Errorf("is not a problem kind of the proxy (docs/problems.md, \"Problem types\")")})
 			continue
 		}
 		h := make(http.Header, len(fields))

@@ -12,7 +12,7 @@ import (
 )
 
 // stripeFormat is docs/problems-stripe.tmpl, the shipped example, as
-// README.md configures it.
+// docs/problems.md configures it.
 func stripeFormat(t *testing.T) *problem.Format {
 	t.Helper()
 	text, err := os.ReadFile("../docs/problems-stripe.tmpl")

@@ -18,7 +18,7 @@ import (
 const GRPCDomain = "idemgate"
 
 // grpcCodes maps each proxy kind to the gRPC status code a gRPC caller
-// gets for it (README.md, "gRPC", keeps the same table; a test compares
+// gets for it (docs/grpc.md, "Statuses idemgate answers with", keeps the same table; a test compares
 // them). The rule: a code a retry policy resends by default
 // (UNAVAILABLE) only where a retry with the same key is safe and may
 // succeed, never where the upstream may have acted and the outcome is

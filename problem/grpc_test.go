@@ -68,17 +68,17 @@ func TestWriteGRPC(t *testing.T) {
 	}
 }
 
-// TestGRPCMappingMatchesREADME keeps README.md's gRPC status table and
-// grpcCodes one list.
+// TestGRPCMappingMatchesREADME keeps the gRPC status table of docs/grpc.md
+// ("Statuses idemgate answers with") and grpcCodes one list.
 func TestGRPCMappingMatchesREADME(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/grpc.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(data)
-	start := strings.Index(text, "\n## gRPC\n")
+	start := strings.Index(text, "\n## Statuses idemgate answers with\n")
 	if start < 0 {
-		t.Fatal(`README.md has no "## gRPC" section`)
+		t.Fatal(`docs/grpc.md has no "## Statuses idemgate answers with" section`)
 	}
 	section := text[start+1:]
 	if end := strings.Index(section[1:], "\n## "); end >= 0 {
@@ -91,12 +91,12 @@ func TestGRPCMappingMatchesREADME(t *testing.T) {
 	}
 	for slug, code := range grpcCodes {
 		if got := documented[slug]; got != grpcName(code) {
-			t.Errorf("README gives %s as %q, the code is %s", slug, got, grpcName(code))
+			t.Errorf("docs/grpc.md gives %s as %q, the code is %s", slug, got, grpcName(code))
 		}
 		delete(documented, slug)
 	}
 	for slug := range documented {
-		t.Errorf("README maps %s, which has no gRPC code", slug)
+		t.Errorf("docs/grpc.md maps %s, which has no gRPC code", slug)
 	}
 }
 

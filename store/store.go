@@ -1,4 +1,3 @@
-// Package store defines the atomic record store that idemgate keeps one idempotency record per identity in.
 package store
 
 import (
@@ -16,8 +15,8 @@ import (
 //
 // Scope is a route's `scope` setting, shared by every route by default, and
 // never the route's name: adding, renaming or reordering routes, or changing
-// a route's match, must leave every record reachable by its retries (issue
-// 10). Records written before layout 2 used the route's name as the scope;
+// a route's match, must leave every record reachable by its retries.
+// Records written before layout 2 used the route's name as the scope;
 // docs/protocol.md, "Layout versions", says how they are still found.
 type Identity struct {
 	Owner string

@@ -1,4 +1,3 @@
-// Command idemgate is the idempotency-enforcing reverse proxy: serve, validate, demo, healthcheck and version.
 package main
 
 import (

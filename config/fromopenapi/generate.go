@@ -442,7 +442,7 @@ func bodyOf(types []string) (body, note string) {
 	}
 	switch {
 	case grpc:
-		return "raw", "gRPC: body: protobuf with fingerprint.descriptors fingerprints messages canonically (README, gRPC)"
+		return "raw", "gRPC: body: protobuf with fingerprint.descriptors fingerprints messages canonically (docs/grpc.md)"
 	case jsonAll:
 		return "json", ""
 	}

@@ -19,7 +19,7 @@ import (
 // orders.v1.Orders/Create on e2e/bench/grpcupstream directly, and through
 // idemgate (Valkey store, h2c on its listener and to the backend) without
 // a key, with a fresh key per call and with keys already completed, in one
-// run (README, "gRPC").
+// run (docs/grpc.md).
 const wGRPC = "grpc"
 
 // grpcMethod is the method every call of the workload invokes.

@@ -24,8 +24,8 @@ const wWaiters = "waiters10k"
 
 // waiterMemTarget is the target (docs/performance.md, "Flat costs") for
 // idemgate's memory per waiting request: under 16 KiB of peak RSS (VmHWM) over
-// the RSS before the storm, per waiter (README, server.max_waiters, estimates
-// "about 16 KiB").
+// the RSS before the storm, per waiter (the estimate behind server.max_waiters:
+// docs/configuration.md, "Waiters").
 const waiterMemTarget = 16 << 10
 
 // waitersEnv is what the waiters workload needs from the bench: the process
