@@ -561,7 +561,11 @@ func (p *Plan) Summary() string {
 	s := fmt.Sprintf("read %d operations: %d routes written, %d safe (GET, HEAD, ...) not enforced, %d PUT/DELETE without a declared key left to their method's idempotency, %d skipped",
 		len(p.Doc.Operations), len(p.Routes), p.Safe, len(p.NotEnforced), len(p.Skipped))
 	if review > 0 {
-		s += fmt.Sprintf(", %d routes whose owner needs review", review)
+		noun := "routes whose owner needs"
+		if review == 1 {
+			noun = "route whose owner needs"
+		}
+		s += fmt.Sprintf(", %d %s review", review, noun)
 	}
 	return s
 }
