@@ -39,6 +39,7 @@ func Load(path string, environ []string, opts ...LoadOption) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.origins.named(path)
 	return c, nil
 }
 
@@ -94,16 +95,18 @@ func InProcess() LoadOption {
 func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
+	from := origins{}
 	if fromFile {
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 			return nil, fmt.Errorf("invalid YAML: %w", err)
 		}
+		from.fromFile(v)
 	}
 	// Set last wins in viper: the environment over the file, the overrides
 	// over both.
-	applyEnv(v, environ)
+	applyEnv(v, environ, from)
 	var errs []error
-	errs = append(errs, applyOverrides(v, o.overrides)...)
+	errs = append(errs, applyOverrides(v, o.overrides, from)...)
 
 	// Exact: a key the schema does not have is an error, not silence; a
 	// misspelt "leese" would otherwise leave the default lease in force.
@@ -115,6 +118,7 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 	// inherited one, so validation below does not report it again.
 	b := builder{failed: map[string]bool{}}
 	c := b.build(&raw)
+	c.origins = from
 	errs = append(errs, b.errs...)
 	if o.inProcess && raw.Store.V1Lookup == nil {
 		// The engine in process came after layout 2 and never wrote a
