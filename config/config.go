@@ -54,9 +54,6 @@ type Config struct {
 	Problems ProblemsConfig
 	// Policy is the compiled route policy (`defaults:` and `routes:`).
 	Policy *policy.Policy
-
-	// origins is where Load found each overridable key (Origin).
-	origins origins
 }
 
 // UpstreamConfig is the `upstream:` section.

@@ -37,7 +37,7 @@ func EnvName(key string) string {
 // Variables that name no key, or a policy key, are ignored: the environment
 // of a process carries much that is not meant for idemgate. Each key set is
 // recorded in from.
-func applyEnv(v *viper.Viper, environ []string, from origins) {
+func applyEnv(v *viper.Viper, environ []string, from Origins) {
 	byName := make(map[string]string, len(overridableKeys))
 	for _, k := range overridableKeys {
 		byName[EnvName(k)] = k
@@ -61,7 +61,7 @@ func applyEnv(v *viper.Viper, environ []string, from origins) {
 // cannot be overridden. Unlike a stray environment variable, an override
 // that names no key is the caller's mistake (a flag wired to a misspelt
 // key), so it is reported. Each key set is recorded in from.
-func applyOverrides(v *viper.Viper, overrides map[string]string, from origins) []error {
+func applyOverrides(v *viper.Viper, overrides map[string]string, from Origins) []error {
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(overrides)) {
 		if !slices.Contains(overridableKeys, key) {

@@ -39,7 +39,9 @@ func Load(path string, environ []string, opts ...LoadOption) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	c.origins.named(path)
+	if o.origins != nil {
+		o.origins.named(path)
+	}
 	return c, nil
 }
 
@@ -54,6 +56,7 @@ type LoadOption func(*loadOptions)
 type loadOptions struct {
 	overrides map[string]string
 	inProcess bool
+	origins   *Origins
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -95,7 +98,7 @@ func InProcess() LoadOption {
 func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
-	from := origins{}
+	from := Origins{}
 	if fromFile {
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 			return nil, fmt.Errorf("invalid YAML: %w", err)
@@ -118,7 +121,6 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 	// inherited one, so validation below does not report it again.
 	b := builder{failed: map[string]bool{}}
 	c := b.build(&raw)
-	c.origins = from
 	errs = append(errs, b.errs...)
 	if o.inProcess && raw.Store.V1Lookup == nil {
 		// The engine in process came after layout 2 and never wrote a
@@ -158,6 +160,9 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 	errs = b.dropInherited(errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if o.origins != nil {
+		*o.origins = from
 	}
 	return c, nil
 }

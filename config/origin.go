@@ -19,8 +19,8 @@ const (
 	SourceOverride
 )
 
-// Origin says where the value of one configuration key came from, so that
-// a caller that adds rules of its own over the keys (the Caddy module's
+// Origin says where the value of one configuration key came from
+// (WithOrigins), so that a caller that adds rules of its own over the keys (the Caddy module's
 // store_addrs selects the valkey driver when no driver is named) need not
 // read the file and the environment again, nor decide differently from
 // Load which of them wins.
@@ -52,22 +52,29 @@ func (o Origin) String() string {
 	return "the built-in default of " + o.Key
 }
 
-// Origin returns where the value of key came from, for the keys the
-// environment may set (every key but defaults and routes, which only the
-// file sets; EnvName). A Config that Load or Parse did not return (built
-// in Go, from Default) reports SourceDefault for every key.
-func (c *Config) Origin(key string) Origin {
-	if o, ok := c.origins[key]; ok {
+// Origins are where the value of each key of one configuration came
+// from, as Load and Parse merged it (WithOrigins), for the keys the
+// environment may set: every key but defaults and routes, which only the
+// file sets (EnvName).
+type Origins map[string]Origin
+
+// WithOrigins makes Load and Parse record in *into where the value of
+// each key came from, when they succeed; *into is replaced, never merged.
+func WithOrigins(into *Origins) LoadOption {
+	return func(o *loadOptions) { o.origins = into }
+}
+
+// Of returns where the value of key came from: SourceDefault when nothing
+// set it, or for a key Origins does not cover.
+func (m Origins) Of(key string) Origin {
+	if o, ok := m[key]; ok {
 		return o
 	}
 	return Origin{Key: key, Source: SourceDefault}
 }
 
-// origins records, for load, which layer set each overridable key last.
-type origins map[string]Origin
-
 // fromFile records the keys the YAML read into v sets.
-func (m origins) fromFile(v *viper.Viper) {
+func (m Origins) fromFile(v *viper.Viper) {
 	for _, k := range overridableKeys {
 		if v.IsSet(k) {
 			m[k] = Origin{Key: k, Source: SourceFile}
@@ -76,7 +83,7 @@ func (m origins) fromFile(v *viper.Viper) {
 }
 
 // named gives the file's path to the keys it set (Load).
-func (m origins) named(path string) {
+func (m Origins) named(path string) {
 	for k, o := range m {
 		if o.Source == SourceFile {
 			o.Name = path
