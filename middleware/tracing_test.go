@@ -63,7 +63,7 @@ routes:
 			children[s.Name()] = s
 		}
 		for _, a := range s.Attributes() {
-			if v := a.Value.Emit(); v == "k-span" || v == "alice" {
+			if v := a.Value.String(); v == "k-span" || v == "alice" {
 				t.Errorf("span %s carries %s=%q: the key or the owner", s.Name(), a.Key, v)
 			}
 		}
@@ -73,7 +73,7 @@ routes:
 	}
 	attrs := map[string]string{}
 	for _, a := range server.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs[string(tracing.AttrRoute)] != "orders" || attrs[string(tracing.AttrOutcome)] == "" {
 		t.Errorf("request span attributes %v; want %s=orders and an %s", attrs, tracing.AttrRoute, tracing.AttrOutcome)
