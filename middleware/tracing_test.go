@@ -2,8 +2,10 @@ package middleware_test
 
 import (
 	"cmp"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -81,19 +83,11 @@ routes:
 	for _, name := range []string{"store.claim", "store.complete"} {
 		s, ok := children[name]
 		if !ok {
-			t.Errorf("no %s span; spans: %v", name, keys(children))
+			t.Errorf("no %s span; spans: %v", name, slices.Collect(maps.Keys(children)))
 			continue
 		}
 		if s.Parent().SpanID() != server.SpanContext().SpanID() {
 			t.Errorf("%s is not a child of the request span", name)
 		}
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
