@@ -81,7 +81,6 @@
 package caddyidem
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -90,7 +89,6 @@ import (
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync/atomic"
 
@@ -100,11 +98,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/tracing"
 )
 
 func init() {
@@ -133,7 +132,7 @@ type Handler struct {
 	// environment may set are accepted (config.WithOverrides): the policy
 	// (defaults, routes) comes from the file. store.valkey.addrs with no
 	// driver named (here, in the environment or in the file) selects the
-	// valkey store, and beside another driver is refused (storeOverrides).
+	// valkey store, and beside another driver is refused (addrsSelectValkey).
 	Overrides map[string]string `json:"overrides,omitempty"`
 	// Name labels this handler's metrics (idemgate_handler="<name>") on
 	// Caddy's metrics registry. Needed only when one Caddy configuration
@@ -141,7 +140,8 @@ type Handler struct {
 	// metrics collide with the first's and it fails to provision.
 	Name string `json:"name,omitempty"`
 
-	engine   http.Handler
+	eng      *engine.Engine
+	engine   http.Handler // eng's proxy around callNext
 	logger   *zap.Logger
 	store    *pooledStore // in stores under storeKey once Provision got it
 	storeKey storeKey
@@ -168,7 +168,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Config is warned about: the defaults and the memory store are seldom
 // what its author meant. It fails when the configuration is invalid, so Caddy does not
 // start (or keeps its previous configuration), and when store.valkey.addrs
-// is overridden beside a driver that is not valkey (storeOverrides). A
+// is overridden beside a driver that is not valkey (addrsSelectValkey). A
 // Valkey or PostgreSQL store that cannot be reached does not fail it
 // (middleware.New): Caddy starts or reloads, its keyed requests get 503
 // store-unavailable and never reach the next handler until the store
@@ -177,21 +177,28 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	environ := os.Environ()
-	overrides, err := storeOverrides(h.Config, environ, h.Overrides)
+	var from config.Origins
+	load := func(overrides map[string]string) (*config.Config, error) {
+		opts := []config.LoadOption{config.InProcess(), config.WithOrigins(&from)}
+		if len(overrides) > 0 {
+			opts = append(opts, config.WithOverrides(overrides))
+		}
+		return config.Load(h.Config, environ, opts...)
+	}
+	cfg, err := load(h.Overrides)
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	if overrides["store.driver"] != h.Overrides["store.driver"] {
+	if selectValkey, err := addrsSelectValkey(cfg.Store.Driver, from, h.Overrides); err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	} else if selectValkey {
 		h.logger.Info("store_addrs (store.valkey.addrs) without a store driver: using the valkey store",
-			zap.Strings("addrs", strings.Split(overrides[addrsKey], ",")))
-	}
-	opts := []config.LoadOption{config.InProcess()}
-	if len(overrides) > 0 {
-		opts = append(opts, config.WithOverrides(overrides))
-	}
-	cfg, err := config.Load(h.Config, environ, opts...)
-	if err != nil {
-		return fmt.Errorf("idempotency: %w", err)
+			zap.Strings("addrs", strings.Split(h.Overrides[addrsKey], ",")))
+		with := maps.Clone(h.Overrides)
+		with["store.driver"] = config.DriverValkey
+		if cfg, err = load(with); err != nil {
+			return fmt.Errorf("idempotency: %w", err)
+		}
 	}
 	if h.Config == "" {
 		h.logger.Warn("idempotency: no config: built-in defaults in force (POST and PATCH enforced, owner from Authorization) on the "+cfg.Store.Driver+" store; set config <path> in the idempotency block to use idemgate's configuration file",
@@ -219,15 +226,25 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Name != "" {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"idemgate_handler": h.Name}, reg)
 	}
-	rec := &registerRecorder{Registerer: reg}
-	mw, err := middleware.New(ctx, middleware.Options{Config: cfg, Logger: ctx.Slogger(), Registerer: rec, Shared: h.store.SharedStore})
+	// The engine the standalone proxy and the Go middleware build, on the
+	// store of the pool, around the rest of the route. Its store calls are
+	// spans of the request's trace when Caddy's tracing directive made
+	// one (with Caddy's provider, which no module is given).
+	h.eng, err = engine.New(ctx, engine.Options{
+		Config: cfg, Logger: ctx.Slogger(), Registerer: reg, Shared: h.store.SharedStore,
+		TracerProvider: tracing.ContextProvider(),
+	})
+	if errors.Is(err, engine.ErrRegister) {
+		return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
+	}
 	if err != nil {
-		if rec.failed.Load() {
-			return fmt.Errorf("idempotency: %w (%s)", err, nameHint)
-		}
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	h.engine = mw(http.HandlerFunc(h.callNext))
+	p, err := h.eng.Proxy(engine.ProxyOptions{Next: http.HandlerFunc(h.callNext)})
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
+	h.engine = p
 	return nil
 }
 
@@ -235,6 +252,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // uses its store (it is unloaded, or failed to provision). The store is
 // closed when no other configuration uses it and its last call has ended.
 func (h *Handler) Cleanup() error {
+	if h.eng != nil {
+		// Stops its JWKS refreshes and its share of the store's reports;
+		// calls still running finish on the store (pooledStore).
+		_ = h.eng.Close()
+	}
 	if h.store == nil || h.released {
 		return nil
 	}
@@ -248,11 +270,11 @@ func (h *Handler) Cleanup() error {
 // addrsKey is the key the store_addrs option sets.
 const addrsKey = "store.valkey.addrs"
 
-// storeOverrides returns the overrides to load the configuration at path
-// with: overrides, with store.driver set to valkey when they set
-// store.valkey.addrs (store_addrs) and no driver is named anywhere (not
-// in overrides, the environment of environ, nor the file), and an error
-// when they set it and the driver that is named is another.
+// addrsSelectValkey reports whether the store_addrs option (overrides
+// setting store.valkey.addrs) selects the valkey driver: it does when no
+// driver is named anywhere (not in overrides, the environment, nor the
+// file: from, as config.Load found them), and it is an error when the
+// driver that is named (driver) is another.
 //
 // The driver is the memory store unless something names one, and
 // store.valkey.addrs is read by the valkey driver alone, so store_addrs
@@ -265,61 +287,24 @@ const addrsKey = "store.valkey.addrs"
 // that is not there refuses keyed requests: fail closed). A driver that
 // is named and is not valkey is a contradiction only its author can
 // settle, so it is refused, naming both.
-func storeOverrides(path string, environ []string, overrides map[string]string) (map[string]string, error) {
+func addrsSelectValkey(driver string, from config.Origins, overrides map[string]string) (bool, error) {
 	addrs, ok := overrides[addrsKey]
 	if !ok {
-		return overrides, nil
+		return false, nil
 	}
-	driver, named := overrides["store.driver"]
-	from := "the store option, or the store.driver override"
-	if !named {
-		driver, from, named = envDriver(environ)
+	origin := from.Of("store.driver")
+	named := origin.String()
+	switch origin.Source {
+	case config.SourceDefault:
+		return true, nil
+	case config.SourceOverride:
+		named = "the store option, or the store.driver override"
 	}
-	if !named {
-		driver, named = fileDriver(path)
-		from = "store.driver in " + path
+	if driver != config.DriverValkey {
+		return false, fmt.Errorf("store_addrs %s (%s) is read by the valkey store only, and the store driver is %q (%s): remove store_addrs, or make the driver valkey",
+			addrs, addrsKey, driver, named)
 	}
-	switch {
-	case !named:
-		with := maps.Clone(overrides)
-		with["store.driver"] = config.DriverValkey
-		return with, nil
-	case driver != config.DriverValkey:
-		return nil, fmt.Errorf("store_addrs %s (%s) is read by the valkey store only, and the store driver is %q (%s): remove store_addrs, or make the driver valkey",
-			addrs, addrsKey, driver, from)
-	}
-	return overrides, nil
-}
-
-// envDriver returns the store driver the environment names, as
-// config.Load reads it, and where it comes from.
-func envDriver(environ []string) (driver, from string, named bool) {
-	name := config.EnvName("store.driver")
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			driver, from, named = v, name, true // the last one counts, as for config.Load
-		}
-	}
-	return driver, from, named
-}
-
-// fileDriver returns the store driver the YAML file at path names, read as
-// config.Load reads it (viper: keys in any case). A file that cannot be
-// read or parsed names none: config.Load reports it.
-func fileDriver(path string) (driver string, named bool) {
-	if path == "" {
-		return "", false
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", false
-	}
-	v := viper.New()
-	v.SetConfigType("yaml")
-	if err := v.ReadConfig(bytes.NewReader(data)); err != nil || !v.IsSet("store.driver") {
-		return "", false
-	}
-	return v.GetString("store.driver"), true
+	return false, nil
 }
 
 // nameHint is what a metrics registration failure at Provision adds to
@@ -332,43 +317,13 @@ func fileDriver(path string) (driver string, named bool) {
 // fully-qualified name..."). A name for each handler cures both.
 const nameHint = "several idempotency handlers in one configuration: give each its own name"
 
-// registerRecorder is the Registerer of one Provision: it tells whether a
-// registration failed, whatever the error's type, so that such a failure
-// gets nameHint and no other error of middleware.New does.
-type registerRecorder struct {
-	prometheus.Registerer
-	// failed is atomic: nothing stops the engine from registering
-	// from another goroutine.
-	failed atomic.Bool
-}
-
-// Register registers c and records a failure.
-func (r *registerRecorder) Register(c prometheus.Collector) error {
-	err := r.Registerer.Register(c)
-	if err != nil {
-		r.failed.Store(true)
-	}
-	return err
-}
-
-// MustRegister registers cs, recording a failure before it panics as
-// prometheus.Registerer's MustRegister does.
-func (r *registerRecorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
 // nextKey is the request context key of the call in progress.
 type nextKey struct{}
 
 // call is one request's way through the engine to Caddy's next handler.
 type call struct {
 	next caddyhttp.Handler
-	w    http.ResponseWriter // the writer ServeHTTP gave the engine
-	err  error               // next's error on a request the engine did not enforce
+	err  error // next's error on a request the engine did not enforce
 }
 
 // ServeHTTP runs the request through the engine, whose handler is the rest
@@ -379,40 +334,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st := h.store
 	st.enter()
 	defer st.leave()
-	c := &call{next: next, w: w}
+	c := &call{next: next}
 	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
 	return c.err
 }
 
-// clientWriter reports whether w is the writer ServeHTTP gave the engine,
-// or wraps it: what the engine hands the next handler of a request it does
-// not enforce. The engine wraps the client's writer in its own (for its
-// access line) before it decides, so w is that wrapper, and the client's
-// writer is found by following Unwrap, as http.ResponseController does. On
-// a request it enforces, w is the engine's capture of that one call
-// (package proxy, handlerTransport): a writer of its own that wraps nothing
-// and holds the response until the engine decides on it, so it never leads
-// to the client's. A writer on the way whose type cannot be compared is
-// not the client's (comparing it would panic) and is unwrapped further.
-func (c *call) clientWriter(w http.ResponseWriter) bool {
-	for w != nil {
-		if reflect.TypeOf(w).Comparable() && w == c.w {
-			return true
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return false
-		}
-		w = u.Unwrap()
-	}
-	return false
-}
-
 // callNext is the handler the engine wraps: Caddy's next handler of the
 // request's call. A request the engine does not enforce arrives with the
-// client's writer (the one ServeHTTP passed, in the engine's wrapper:
-// clientWriter), and next's error goes back to Caddy, to handle_errors. On
-// a request it enforces the writer is the engine's capture, and an error
+// client's writer (the one ServeHTTP passed, in the engine's wrapper), and
+// next's error goes back to Caddy, to handle_errors. On a request it
+// enforces the writer is the engine's capture (middleware.Captured), and an error
 // with nothing written releases the key when it is a dial failure and
 // leaves the outcome unknown otherwise (see the package documentation),
 // so that nothing is stored as a success and nothing runs twice.
@@ -424,7 +355,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "idempotency: request without its Caddy handler chain", http.StatusInternalServerError)
 		return
 	}
-	if c.clientWriter(w) {
+	if !middleware.Captured(w) {
 		c.err = c.next.ServeHTTP(w, r)
 		return
 	}
@@ -553,7 +484,7 @@ func (w *wroteWriter) Flush() {
 //	idempotency [<matcher>] {
 //		config       <path>            # idemgate's YAML configuration
 //		store        <driver>          # store.driver: memory | valkey | bolt | postgres
-//		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: storeOverrides)
+//		store_addrs  <host:port>...    # store.valkey.addrs (and the valkey driver when none is named: addrsSelectValkey)
 //		key_prefix   <prefix>          # store.valkey.key_prefix
 //		timeout      <duration>        # upstream.timeout: the bound of one call of the next handlers
 //		set          <key> <value>     # any other key the environment may set (config.WithOverrides)

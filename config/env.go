@@ -35,8 +35,9 @@ func EnvName(key string) string {
 // applyEnv sets on v every key that a variable of environ (entries
 // "NAME=value", as os.Environ returns) names, as EnvName spells it.
 // Variables that name no key, or a policy key, are ignored: the environment
-// of a process carries much that is not meant for idemgate.
-func applyEnv(v *viper.Viper, environ []string) {
+// of a process carries much that is not meant for idemgate. Each key set is
+// recorded in from.
+func applyEnv(v *viper.Viper, environ []string, from Origins) {
 	byName := make(map[string]string, len(overridableKeys))
 	for _, k := range overridableKeys {
 		byName[EnvName(k)] = k
@@ -51,6 +52,7 @@ func applyEnv(v *viper.Viper, environ []string) {
 			continue
 		}
 		set(v, key, value)
+		from[key] = Origin{Key: key, Source: SourceEnv, Name: name}
 	}
 }
 
@@ -58,8 +60,8 @@ func applyEnv(v *viper.Viper, environ []string) {
 // come out the same way every time; it returns an error for each key that
 // cannot be overridden. Unlike a stray environment variable, an override
 // that names no key is the caller's mistake (a flag wired to a misspelt
-// key), so it is reported.
-func applyOverrides(v *viper.Viper, overrides map[string]string) []error {
+// key), so it is reported. Each key set is recorded in from.
+func applyOverrides(v *viper.Viper, overrides map[string]string, from Origins) []error {
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(overrides)) {
 		if !slices.Contains(overridableKeys, key) {
@@ -67,6 +69,7 @@ func applyOverrides(v *viper.Viper, overrides map[string]string) []error {
 			continue
 		}
 		set(v, key, overrides[key])
+		from[key] = Origin{Key: key, Source: SourceOverride}
 	}
 	return errs
 }

@@ -39,6 +39,9 @@ func Load(path string, environ []string, opts ...LoadOption) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	if o.origins != nil {
+		o.origins.named(path)
+	}
 	return c, nil
 }
 
@@ -53,6 +56,7 @@ type LoadOption func(*loadOptions)
 type loadOptions struct {
 	overrides map[string]string
 	inProcess bool
+	origins   *Origins
 }
 
 func newLoadOptions(opts []LoadOption) loadOptions {
@@ -94,16 +98,18 @@ func InProcess() LoadOption {
 func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
+	from := Origins{}
 	if fromFile {
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 			return nil, fmt.Errorf("invalid YAML: %w", err)
 		}
+		from.fromFile(v)
 	}
 	// Set last wins in viper: the environment over the file, the overrides
 	// over both.
-	applyEnv(v, environ)
+	applyEnv(v, environ, from)
 	var errs []error
-	errs = append(errs, applyOverrides(v, o.overrides)...)
+	errs = append(errs, applyOverrides(v, o.overrides, from)...)
 
 	// Exact: a key the schema does not have is an error, not silence; a
 	// misspelt "leese" would otherwise leave the default lease in force.
@@ -154,6 +160,9 @@ func load(data []byte, fromFile bool, environ []string, o loadOptions) (*Config,
 	errs = b.dropInherited(errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if o.origins != nil {
+		*o.origins = from
 	}
 	return c, nil
 }

@@ -72,9 +72,10 @@
 //     of routes whose pattern names none (identity.Scoping), as the proxy's
 //     does with upstream.pass_host: the same key on two hosts is two
 //     operations, and no host is answered another host's record.
-//   - A Valkey or PostgreSQL store that cannot be reached when New runs
-//     does not stop the service, as it does not stop the proxy: New
-//     returns after one attempt (2 s at most) and connects in the
+//   - A store that cannot be reached or opened when New runs (a Valkey
+//     or PostgreSQL that is down, a bolt file another process holds
+//     locked) does not stop the service, as it does not stop the proxy:
+//     New returns after one attempt (2 s at most) and connects in the
 //     background; until the store answers, keyed requests are refused 503
 //     store-unavailable and never reach the handler, and requests the
 //     engine does not enforce do.
@@ -95,19 +96,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/internal/buildversion"
-	"github.com/idemgate/idemgate/metrics"
-	"github.com/idemgate/idemgate/policy"
-	"github.com/idemgate/idemgate/policy/identity"
-	"github.com/idemgate/idemgate/problem"
-	"github.com/idemgate/idemgate/proxy"
+	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -153,6 +148,14 @@ type Options struct {
 	// (its previous version keeps serving a rolling deploy) than start
 	// refusing keyed requests.
 	WaitStore time.Duration
+	// TracerProvider, when set, makes a span of every store call
+	// ("store.claim", "store.complete", ...; README, "Tracing") made for a
+	// request whose context carries a span: the service's own server span
+	// (otelhttp, or any instrumentation that puts one in the request's
+	// context) is their parent, and the engine sets idemgate.route and
+	// idemgate.outcome on it, as the standalone proxy does on its own.
+	// Nil makes none.
+	TracerProvider trace.TracerProvider
 }
 
 // New opens the store opts.Config names and returns the middleware: a
@@ -161,126 +164,49 @@ type Options struct {
 // and JWKS refreshes stop, when ctx ends (a store passed in Options.Store
 // is left open).
 //
-// A Valkey or PostgreSQL store that cannot be reached does not fail New:
-// as the standalone proxy, the middleware connects in the background and
-// refuses keyed requests 503 store-unavailable until the store answers
-// (see Options.WaitStore to wait for it instead). New returns an error,
-// and opens nothing, when Config is nil, its store section is invalid
-// (the store part of config.Config.Validate), the metrics cannot be
-// registered, a jwks_file cannot be read, a bolt file cannot be opened,
-// or Options.WaitStore passed without the store answering (wrapping
+// The engine is package engine's, as the standalone proxy's and the Caddy
+// module's are (engine.New). A store that cannot be opened does not fail
+// New, whatever its driver: as the standalone proxy, the middleware opens
+// it in the background and refuses keyed requests 503 store-unavailable
+// until it answers (a Valkey or PostgreSQL that is down, a bolt file
+// another process holds locked; see Options.WaitStore to wait for it
+// instead). New returns an error, and opens nothing, when Config is nil,
+// its store section is invalid (the store part of config.Config.Validate),
+// the metrics cannot be registered, a jwks_file cannot be read, or
+// Options.WaitStore passed without the store answering (wrapping
 // store.ErrUnavailable).
 func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, error) {
-	cfg := opts.Config
-	if cfg == nil || cfg.Policy == nil {
-		return nil, errors.New("middleware: Options.Config (with its compiled policy) is required")
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := opts.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	m, err := metrics.New(reg, buildversion.Resolve("", debug.ReadBuildInfo))
-	if err != nil {
+	e, err := engine.New(ctx, engine.Options{
+		Config: opts.Config, Logger: opts.Logger, Registerer: opts.Registerer, TracerProvider: opts.TracerProvider,
+		Store: opts.Store, Shared: opts.Shared,
+		WaitStore: opts.WaitStore, WaitName: "Options.WaitStore", FirstAttemptWait: firstAttemptWait,
+	})
+	if errors.Is(err, engine.ErrRegister) {
 		// Prometheus's own words do not say what to do; the usual cause is
 		// a second New on one Registerer (prometheus.DefaultRegisterer,
 		// in tests), which stays registered after the first one's ctx ends.
 		return nil, fmt.Errorf("middleware: %w (one Registerer takes the metrics of one middleware only, and keeps them after its ctx ends: give each middleware.New a Registerer of its own, e.g. prometheus.NewRegistry() in tests, or prometheus.WrapRegistererWith(prometheus.Labels{\"idemgate_handler\": \"<name>\"}, reg) to serve several from one registry)", err)
 	}
-	keys, err := identity.NewKeyRing(identity.JWKSOptions{
-		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		Now:    time.Now,
-		Logger: log,
-	})
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	if err := keys.Bind(ctx, cfg.Policy); err != nil {
-		return nil, fmt.Errorf("middleware: %w", err)
-	}
-	// The store exists before the engines it reports disruptions to (one
-	// per wrapped handler): after its events subscription was lost, each
-	// holds lease takeovers back as the standalone proxy does
-	// (proxy.Proxy.NoteStoreFailure), since a claim past its lease end may
-	// belong to an instance that is alive and about to record its answer.
-	var engines engineSet
-	st := opts.Store
-	// storeDown is the connector's view of the store New or OpenShared
-	// opened (nil for Options.Store and the local stores): while it finds
-	// the store down, keyed requests are refused at once
-	// (proxy.Options.StoreDown).
-	var storeDown func() bool
-	switch {
-	case opts.Shared != nil && (st != nil || opts.WaitStore != 0):
-		return nil, errors.New("middleware: Options.Shared is the store: Options.Store and Options.WaitStore must not be set with it")
-	case opts.Shared != nil:
-		st, storeDown = opts.Shared.st, opts.Shared.down
-		opts.Shared.hooks.join(ctx, m, &engines)
-	case st == nil:
-		hooks := storeHooks{up: m.StoreUp, ack: m.StoreAck, disruption: engines.noteStoreFailure}
-		if st, storeDown, _, err = openStore(ctx, cfg, opts.WaitStore, log, hooks); err != nil {
-			return nil, fmt.Errorf("middleware: %w", err)
-		}
-	default:
-		m.StoreUp(true)
-	}
-	go keys.Run(ctx)
-	st = metrics.InstrumentStore(st, m)
-	routes := make([]string, 0, len(cfg.Policy.Routes()))
-	for _, r := range cfg.Policy.Routes() {
-		routes = append(routes, r.Name)
-	}
-	m.InitRoutes(routes...)
-	pol := cfg.Policy
+	context.AfterFunc(ctx, func() { _ = e.Close() })
 	return func(next http.Handler) http.Handler {
-		p, err := proxy.New(proxy.Options{
-			Next:            next,
-			Timeout:         cfg.Upstream.Timeout,
-			Store:           st,
-			Policy:          func() *policy.Policy { return pol },
-			Logger:          log,
-			Metrics:         m,
-			V1Lookup:        cfg.Store.V1Lookup,
-			TrustedProxies:  cfg.TrustedPrefixes(),
-			NoAccessLog:     !cfg.Log.Access,
-			NoLogQuery:      !cfg.Log.Query,
-			Problems:        problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
-			MaxWaiters:      cfg.Server.MaxWaiters,
-			MaxStoreWaiting: cfg.Server.MaxStoreWaiting,
-			StoreDown:       storeDown,
-		})
+		p, err := e.Proxy(engine.ProxyOptions{Next: next})
 		if err != nil {
 			// Only a missing store or policy fails proxy.New, and New has
 			// both: a broken invariant, not a configuration problem.
 			panic(fmt.Sprintf("middleware: %v", err))
 		}
-		engines.add(p)
 		return p
 	}, nil
 }
 
-// engineSet is the engines one New has built, told of the store's
-// disruptions.
-type engineSet struct {
-	mu sync.Mutex
-	ps []*proxy.Proxy
-}
-
-func (e *engineSet) add(p *proxy.Proxy) {
-	e.mu.Lock()
-	e.ps = append(e.ps, p)
-	e.mu.Unlock()
-}
-
-// noteStoreFailure is the store's OnDisruption; it must not block, and
-// NoteStoreFailure does not.
-func (e *engineSet) noteStoreFailure() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, p := range e.ps {
-		p.NoteStoreFailure()
-	}
-}
+// firstAttemptWait bounds how long New waits for the first attempt to open
+// the store when it does not wait for the store (Options.WaitStore 0): a
+// store that answers is open when New returns, so a service does not
+// refuse its first keyed requests for want of a few milliseconds; one that
+// refuses connections fails the attempt at once; one that does not answer
+// at all leaves New after this (Valkey's dial timeout), the attempt going
+// on in the background (engine.StoreOptions.FirstAttemptWait).
+const firstAttemptWait = 2 * time.Second

@@ -34,6 +34,16 @@ func NothingDone(r *http.Request) bool { return proxy.NothingDone(r) }
 // claim (see proxy.OutcomeUnknown).
 func OutcomeUnknown(r *http.Request, cause error) bool { return proxy.OutcomeUnknown(r, cause) }
 
+// Captured reports whether w, the writer the handler serving a request
+// was given, is the engine's capture of a call it decides on (or wraps
+// it): what the handler writes is then decided on when it returns, never
+// sent as written, and writing nothing is an implicit 200 that a
+// replayable route stores. A handler that may fail without writing (a
+// Caddy handler returns an error instead) answers the failure itself when
+// Captured says so, and hands it back to its host otherwise (see
+// proxy.Captured).
+func Captured(w http.ResponseWriter) bool { return proxy.Captured(w) }
+
 // ReverseProxyErrorHandler returns an ErrorHandler for
 // httputil.ReverseProxy used as a handler behind the middleware. A failure
 // that provably never reached the backend (the connection could not be

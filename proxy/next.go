@@ -106,6 +106,31 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 	return c.response(req), nil
 }
 
+// Captured reports whether w is the writer the engine in process gives
+// its handler on a call it decides on, or wraps it (Unwrap, followed as
+// http.ResponseController follows it): what the handler writes there is
+// captured, and decided on when the handler returns (stored and sent, or
+// the key released and sent, or nothing stored on an unknown outcome),
+// never sent as written. It is false for the client's own writer, which
+// the handler gets on a request no route enforces. A handler that may
+// return an error having written nothing (a Caddy handler) asks it to know
+// whether the engine would take that nothing for net/http's implicit 200
+// and store it as a success, so that it answers the error itself, or
+// whether the error can go back to its host as it was.
+func Captured(w http.ResponseWriter) bool {
+	for w != nil {
+		if _, ok := w.(*capture); ok {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
+}
+
 // capture is the http.ResponseWriter a handler writes to in process.
 type capture struct {
 	header      http.Header

@@ -26,7 +26,7 @@ import (
 
 	"github.com/idemgate/idemgate/admin"
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/config/drivers"
+	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/internal/exampleapi"
 	"github.com/idemgate/idemgate/internal/logbuf"
@@ -34,11 +34,8 @@ import (
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/identity"
-	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/reload"
-	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/lazy"
 	"github.com/idemgate/idemgate/tracing"
 )
 
@@ -120,7 +117,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// Reads every jwks_file, as serve would; a jwks_url is not fetched.
-	keys, err := newKeyRing(slog.New(slog.DiscardHandler))
+	keys, err := engine.NewKeyRing(slog.New(slog.DiscardHandler))
 	if err == nil {
 		err = keys.Bind(context.Background(), cfg.Policy)
 	}
@@ -362,13 +359,9 @@ type runOptions struct {
 // runServer wires the store, metrics, policy reloader, proxy and admin
 // listener, serves until ctx ends, then shuts down gracefully (see drain).
 func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
-	configPath, load, log, waitStore, hup, version := o.configPath, o.load, o.log, o.waitStore, o.hup, o.version
+	configPath, load, log, hup, version := o.configPath, o.load, o.log, o.hup, o.version
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, version)
-	if err != nil {
-		return err
-	}
 	tp, shutdownTracing, err := tracing.Setup(ctx, tracing.Config(cfg.Tracing), version, tracing.WithLogger(log))
 	if err != nil {
 		return err
@@ -381,53 +374,16 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 			log.Warn("tracing: flushing spans at shutdown failed", "err", err)
 		}
 	}()
-	propagator := tracing.Propagator()
-	// The store exists before the proxy it reports disruptions to.
-	var gate atomic.Pointer[proxy.Proxy]
-	lz := lazy.New(cfg.Store.Driver)
-	defer lz.Close()
-	sc := &lazy.Connector{
-		Open: func(ctx context.Context) (store.Store, error) {
-			return drivers.Open(ctx, cfg.Store, drivers.Options{
-				Logger: log,
-				OnDisruption: func() {
-					if p := gate.Load(); p != nil {
-						p.NoteStoreFailure()
-					}
-				},
-				OnAck: m.StoreAck,
-			})
-		},
-		Lazy: lz, Driver: cfg.Store.Driver, Log: log, OnUp: m.StoreUp,
-	}
-	m.StoreUp(false)
-	if waitStore > 0 {
-		if err := sc.Connect(ctx, waitStore); err != nil {
-			return fmt.Errorf("the %s store is unreachable after --wait-store %v: %w", cfg.Store.Driver, waitStore, err)
-		}
-	}
-	connCtx, stopConnector := context.WithCancel(context.Background())
-	connDone := make(chan struct{})
-	go func() {
-		defer close(connDone)
-		sc.Run(connCtx)
-	}()
-	// Deferred after lz.Close, so it runs before it.
-	defer func() {
-		stopConnector()
-		<-connDone
-	}()
-	var st store.Store = lz
-	st = metrics.InstrumentStore(st, m)
-	st = tracing.InstrumentStore(st, tp)
-
-	keys, err := newKeyRing(log)
+	e, err := engine.New(ctx, engine.Options{
+		Config: cfg, Logger: log, Registerer: reg, Version: version, TracerProvider: tp,
+		WaitStore: o.waitStore, WaitName: "--wait-store",
+	})
 	if err != nil {
 		return err
 	}
-	if err := keys.Bind(ctx, cfg.Policy); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
+	// Deferred after shutdownTracing, so it runs before: the store stays
+	// open until the servers have drained.
+	defer e.Close()
 
 	// restartKeys is what the last accepted reload changed that only a
 	// restart applies; written by Load and read by RestartKeys, which the
@@ -476,10 +432,9 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 			}
 			restartKeys = config.RestartKeys(cfg, c)
 			// jwks_file keys are read again with the config they belong to.
-			if err := keys.Bind(ctx, c.Policy); err != nil {
+			if err := e.Bind(ctx, c.Policy); err != nil {
 				return nil, err
 			}
-			m.InitRoutes(routeNames(c.Policy)...)
 			return c.Policy, nil
 		},
 		Initial:     cfg.Policy,
@@ -492,41 +447,21 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		return err
 	}
 
-	m.InitRoutes(routeNames(cfg.Policy)...)
-
 	upstreamTransport := newUpstreamTransport(cfg, tlsFiles)
 	if cfg.Upstream.TLS.InsecureSkipVerify {
 		log.Warn("INSECURE: upstream.tls.insecure_skip_verify is true: idemgate accepts ANY certificate from the upstream, so anyone on the path can read and answer its requests; use upstream.tls.ca_file instead")
 	}
-	p, err := proxy.New(proxy.Options{
-		Upstream:  cfg.Upstream.URL,
-		Timeout:   cfg.Upstream.Timeout,
-		Store:     st,
+	p, err := e.Proxy(engine.ProxyOptions{
+		Transport: upstreamTransport,
 		Policy:    reloader.Current,
-		Transport: tracing.Transport(upstreamTransport, tp, propagator),
-		Logger:    log,
-		Metrics:   m,
-		V1Lookup:  cfg.Store.V1Lookup,
 		// Layout 1 records sit under route names of earlier policies too.
 		PreviousPolicies: reloader.Previous,
-		TrustedProxies:   cfg.TrustedPrefixes(),
-		PassHost:         cfg.Upstream.PassHost,
-		NoAccessLog:      !cfg.Log.Access,
-		NoLogQuery:       !cfg.Log.Query,
-		Problems:         problem.Publisher{TypeBase: cfg.Problems.TypeBase, DocsURL: cfg.Problems.DocsURL},
-		MaxWaiters:       cfg.Server.MaxWaiters,
-		MaxStoreWaiting:  cfg.Server.MaxStoreWaiting,
-		H2C:              cfg.Server.H2C,
-		// While the connector finds the store down, keyed requests are
-		// refused at once instead of each waiting out the store timeout.
-		StoreDown: sc.Down,
 	})
 	if err != nil {
 		return err
 	}
-	gate.Store(p)
 	srv := &http.Server{
-		Handler:           tracing.Handler(p, tp, propagator),
+		Handler:           tracing.Handler(p, tp, tracing.Propagator()),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Server.ReadTimeout,
 		WriteTimeout:      cfg.Server.WriteTimeout,
@@ -534,13 +469,13 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
 		// Failed TLS handshakes are counted and logged at debug,
 		// rate-limited; every other server error is a warning.
-		ErrorLog:  serverlog.New(serverlog.Options{Logger: log, Count: m.TLSHandshakeError}),
+		ErrorLog:  serverlog.New(serverlog.Options{Logger: log, Count: e.Metrics().TLSHandshakeError}),
 		Protocols: listenerProtocols(cfg.Server.H2C),
 	}
 	var draining atomic.Bool
 	adminSrv := &http.Server{
 		Handler: admin.New(admin.Options{
-			Store:    st,
+			Store:    e.Store(),
 			V1Lookup: cfg.Store.V1Lookup,
 			Policy:   reloader.Current,
 			Gatherer: reg,
@@ -551,9 +486,9 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 			Scoping:    identity.Scoping{PassHost: cfg.Upstream.PassHost},
 			ProxyHTTPS: cfg.Server.TLS.Enabled(),
 			// idemgate_store_up follows every /readyz store check.
-			StoreChecked: sc.Note,
+			StoreChecked: e.StoreChecked,
 			// /readyz names jwt key sets that hold no keys yet.
-			KeySets: keys.Unready,
+			KeySets: e.Keys().Unready,
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -590,10 +525,6 @@ func runServer(ctx context.Context, cfg *config.Config, o runOptions) error {
 		return reloader.Run(gctx)
 	})
 	g.Go(func() error {
-		keys.Run(gctx)
-		return nil
-	})
-	g.Go(func() error {
 		<-gctx.Done()
 		draining.Store(true)
 		return drain(srv, adminSrv, p, cfg.Server.ShutdownTimeout, log)
@@ -621,35 +552,8 @@ func (b *byHost) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.others.RoundTrip(r)
 }
 
-// jwksClientTimeout bounds one JWKS fetch, response body included.
-const jwksClientTimeout = 10 * time.Second
-
 // jwksCheckTimeout bounds validate's read of each jwks_url.
 const jwksCheckTimeout = 5 * time.Second
-
-// newKeyRing returns the KeyRing that keeps the JWK Sets of owner: jwt
-// routes, with its own HTTP client (no shared default transport) and the
-// wall clock.
-func newKeyRing(log *slog.Logger) (*identity.KeyRing, error) {
-	return identity.NewKeyRing(identity.JWKSOptions{
-		Client: &http.Client{
-			Timeout:   jwksClientTimeout,
-			Transport: http.DefaultTransport.(*http.Transport).Clone(),
-		},
-		Now:    time.Now,
-		Logger: log,
-	})
-}
-
-// routeNames are the names of pol's routes, the defaults route included.
-func routeNames(pol *policy.Policy) []string {
-	routes := pol.Routes()
-	names := make([]string, len(routes))
-	for i, r := range routes {
-		names[i] = r.Name
-	}
-	return names
-}
 
 func ignoreClosed(err error) error {
 	if errors.Is(err, http.ErrServerClosed) {

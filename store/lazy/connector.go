@@ -35,10 +35,12 @@ const (
 	checkTimeout = 2 * time.Second
 )
 
-// Connector opens a server store (Valkey, PostgreSQL) in the background
-// and puts it behind a lazy Store once it answers, so that the standalone
-// proxy listens and the middleware (and the Caddy module) starts while the
-// store is not reachable yet: keyed requests fail closed with
+// Connector opens a store in the background, whatever its driver (a
+// Valkey or PostgreSQL server that is not reachable yet, a bolt file
+// another process still holds locked), and puts it behind a lazy Store
+// once it answers, so that the standalone proxy listens and the middleware
+// (and the Caddy module) starts while the store cannot be opened yet
+// (package engine wires it for all three): keyed requests fail closed with
 // store.ErrUnavailable until then. After the connection it pings the store
 // every CheckInterval. It logs "store connected" once, then "store
 // connection lost" and "store connection back" once per outage.
