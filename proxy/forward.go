@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
@@ -69,7 +68,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 				p.release(r, ex, token)
 			} else {
 				p.log.Warn("handler panicked; it may have acted before, so the key stays claimed until its lease ends",
-					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
+					"route", route.Name, "key_hash", keyHash(ex.id), "panic", fmt.Sprint(hp.value))
 			}
 			panic(hp.value)
 		}
@@ -168,7 +167,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
-			"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
+			"route", route.Name, "key_hash", keyHash(ex.id), "max_response_bytes", route.MaxResponseBytes)
 		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
@@ -195,7 +194,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err,
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
 		p.completeLater(r, ex, token, resp)
 		return false
@@ -210,7 +209,7 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 // token (taken over, or purged by an operator). Records are kept by scope,
 // not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", logdigest.Of(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", keyHash(id))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
@@ -220,7 +219,7 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.
 		p.log.Warn("release failed; the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	}
 }
 
@@ -269,10 +268,10 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			}
 			if err == nil && !ok && keepOnLost {
 				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
-					"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
+					"route", ex.route.Name, "key_hash", keyHash(ex.id))
 			} else if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
-				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "lost", err == nil, "err", err)
+				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "lost", err == nil, "err", err)
 				if err == nil {
 					return // the claim is gone; extending again cannot help
 				}
@@ -338,7 +337,7 @@ func (p *Proxy) handlerUnknown(w http.ResponseWriter, r *http.Request, ex *excha
 // status=502).
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	ex.cause = err
-	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
+	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	p.fail(w, ex, pr)
 }
 
@@ -435,7 +434,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 		sendTrailers(h, StoredTrailer(resp.Trailer))
 	}
 	if err != nil {
-		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key),
+		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", keyHash(ex.id),
 			"status", resp.StatusCode, "err", err)
 		panic(http.ErrAbortHandler)
 	}
