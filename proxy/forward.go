@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -161,7 +162,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	stopHeartbeat()
 	ex.completing = time.Now()
-	if p.complete(r, ex, token, stored) {
+	recorded, pc := p.complete(r, ex, token, stored)
+	if pc != nil && answersOnlyRecorded(route) {
+		if recorded = p.awaitRecorded(r, pc); !recorded {
+			p.notRecordedYet(w, ex)
+			return
+		}
+	}
+	if recorded {
 		p.index(r, ex, &stored)
 	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
@@ -177,17 +185,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 
 // complete records the response; the caller has stopped the heartbeat, so
 // no Extend races the Complete and reports a lost claim. When the store
-// refuses, the client still gets its answer at once and the response is
-// recorded in the background (completeLater), with a heartbeat again: while
-// the store cannot be reached nobody can take the claim over, and Complete
-// still acts past the lease end as long as nobody has (store contract,
-// rule 3). A completion the replicas did not acknowledge
-// (store.ErrNotAcknowledged) takes the same path: the repeated Complete
-// re-confirms it with the same token (rule 3's exception), and completes
-// it for real if a failover lost it meanwhile.
+// refuses, the response is recorded in the background (completeLater),
+// with a heartbeat again: while the store cannot be reached nobody can take
+// the claim over, and Complete still acts past the lease end as long as
+// nobody has (store contract, rule 3). A completion the replicas did not
+// acknowledge (store.ErrNotAcknowledged) takes the same path: the repeated
+// Complete re-confirms it with the same token (rule 3's exception), and
+// completes it for real if a failover lost it meanwhile. Whether the client
+// gets the response before it is recorded is the caller's decision
+// (answersOnlyRecorded).
 //
-// It reports whether the record now holds resp.
-func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) bool {
+// It reports whether the record now holds resp, and returns the pending
+// completion when the store refused.
+func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) (bool, *pendingCompletion) {
 	ctx, cancel := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
 	cancel()
@@ -196,13 +206,58 @@ func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store
 		p.log.Warn("could not record the response yet; retrying in the background",
 			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
-		p.completeLater(r, ex, token, resp)
-		return false
+		return false, p.completeLater(r, ex, token, resp)
 	}
 	if !ok {
 		p.logClaimLost(ex.id)
 	}
-	return ok
+	return ok, nil
+}
+
+// answersOnlyRecorded reports whether a response the store refused to
+// record is withheld from the client until it is recorded. On a takeover
+// route it is: only this process's memory holds it, and if the process
+// dies before the store has it (SIGKILL, OOM, node loss while the store is
+// away or its replicas do not acknowledge), the claim is abandoned and a
+// retry takes it over and runs the operation again, after its client was
+// told the first run's result. Withheld, that client never saw a result,
+// and the second run is the takeover the route chose for an unknown
+// outcome. On a reject route no retry ever runs an abandoned claim again,
+// and on a fail_open route the operator chose answers over protection
+// while the store is away: both get the response at once.
+func answersOnlyRecorded(route *policy.Route) bool {
+	return route.OnAbandoned == policy.AbandonedTakeover && route.OnStoreError == policy.FailClosed
+}
+
+// awaitRecorded waits for pc, a response the store refused, to be recorded
+// in the background, at most the store timeout (the longest a request
+// waits on one store answer) and while the client stays; it reports
+// whether the store now holds it.
+func (p *Proxy) awaitRecorded(r *http.Request, pc *pendingCompletion) bool {
+	t := time.NewTimer(p.storeTimeout)
+	defer t.Stop()
+	select {
+	case <-pc.done:
+		return pc.end == pendingRecorded // written before done was closed
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return false
+}
+
+// errNotRecordedYet is the cause of the answer notRecordedYet writes.
+var errNotRecordedYet = fmt.Errorf("the upstream answered, but the response could not be recorded yet: %w", store.ErrUnavailable)
+
+// notRecordedYet answers a request whose upstream call ran but whose
+// response the store has not recorded (answersOnlyRecorded): 503
+// store-unavailable with Retry-After, as any refusal while the store is
+// away. The response stays pending on this instance: a retry here records
+// it first and gets it replayed, and one elsewhere finds the claim held
+// until then (the heartbeat keeps it).
+func (p *Proxy) notRecordedYet(w http.ResponseWriter, ex *exchange) {
+	ex.cause = errNotRecordedYet
+	p.fail(w, ex, withRetry(problem.StoreUnavailable.With(
+		"the request was processed, but the idempotency store could not record its response yet; retry with the same key to get it replayed once it is recorded (the request is not forwarded again while this instance holds the response)"), 1))
 }
 
 // logClaimLost logs a Complete that found the record no longer held by its

@@ -25,6 +25,9 @@ type pendingCompletion struct {
 	token string
 	resp  store.Response
 	done  chan struct{} // closed when it ends (endPending)
+	// end is how it ended, written under pending.mu before done is
+	// closed: read it only once done is.
+	end pendingEnd
 }
 
 // pendingEnd is how a pending completion ended; each end logs one line
@@ -93,6 +96,7 @@ func (p *Proxy) endPending(key string, pc *pendingCompletion, end pendingEnd, by
 	if current {
 		delete(p.pending.byID, key)
 		p.pending.count.Add(-1)
+		pc.end = end
 		close(pc.done)
 	}
 	p.pending.mu.Unlock()
@@ -118,8 +122,9 @@ func (p *Proxy) logPendingEnd(pc *pendingCompletion, end pendingEnd, by string, 
 }
 
 // completeLater keeps trying to record resp in the background, for up to
-// CompleteRetryWindow, with a heartbeat running until it ends.
-func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response) {
+// CompleteRetryWindow, with a heartbeat running until it ends, and returns
+// the pending completion, whose done is closed when it ends.
+func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp store.Response) *pendingCompletion {
 	key := waitKey(ex.id)
 	// The first answer hands resp's header values to the client's writer
 	// (writeStored), which may edit them in place (Caddy's header
@@ -132,7 +137,8 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 	}
 	old := p.pending.byID[key]
 	if old != nil {
-		close(old.done) // superseded: its claim was taken over by this one
+		old.end = pendingSuperseded
+		close(old.done) // its claim was taken over by this one
 	} else {
 		p.pending.count.Add(1)
 	}
@@ -178,6 +184,7 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 			backoff = min(backoff*2, 250*time.Millisecond)
 		}
 	}()
+	return pc
 }
 
 // Wait blocks until every response still pending has been recorded (or
