@@ -660,7 +660,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			// abandoned can be re-claimed in between; the store has no
 			// conditional delete to close that window.
 			h.log.Warn("admin purge refused: record running", "route", r.URL.Query().Get("route"), "scope", id.Scope,
-				"owner_hash", logdigest.Of(id.Owner), "key_hash", logdigest.Of(id.Key), "remote", r.RemoteAddr)
+				"owner_hash", logdigest.Of(id.Owner), "key_hash", logdigest.OfIdentity(id.Owner, id.Scope, id.Key), "remote", r.RemoteAddr)
 			problem.Write(w, problem.AdminRecordRunning.With(
 				"the record is held by a request within its lease; purging it lets a retry reach the backend while that request runs. Wait for the lease end, or repeat with force=true"))
 			return
@@ -678,7 +678,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// Audit line: the raw key and owner may be secrets or personal data, so
 	// only short digests identify the record.
 	h.log.Info("admin purge", "route", r.URL.Query().Get("route"), "scope", id.Scope, "owner_hash", logdigest.Of(id.Owner),
-		"key_hash", logdigest.Of(id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
+		"key_hash", logdigest.OfIdentity(id.Owner, id.Scope, id.Key), "existed", existed, "state", state.String(), "force", force, "remote", r.RemoteAddr)
 	if !existed {
 		h.recordNotFound(w, r, id)
 		return
@@ -689,7 +689,7 @@ func (h *handler) purge(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // storeError fails closed: a store failure is reported as such, never as an
 // absent record.
 func (h *handler) storeError(w http.ResponseWriter, op string, id store.Identity, err error) {
-	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_hash", logdigest.Of(id.Key), "err", err)
+	h.log.Error("admin store operation failed", "op", op, "scope", id.Scope, "key_hash", logdigest.OfIdentity(id.Owner, id.Scope, id.Key), "err", err)
 	if errors.Is(err, store.ErrUnavailable) {
 		problem.Write(w, problem.StoreUnavailable.With(
 			"the idempotency store could not be reached"))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,45 @@ func waitGauge(t *testing.T, reg *prometheus.Registry, name string, want float64
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never read %v", name, want)
 		}
+	}
+}
+
+// TestTakeoverRouteAnswersOnlyARecordedResponse: the store dies while the
+// handler runs, so its response cannot be recorded. On an on_abandoned:
+// takeover route the client is not handed that response (if this process
+// died before recording it, a retry would take the claim over and run the
+// handler again after the client had been told the first run's result):
+// it gets 503 store-unavailable with Retry-After, and once the store is
+// back its retry gets the handler's response replayed, the handler having
+// run once. The proxy and the Caddy module share this engine.
+func TestTakeoverRouteAnswersOnlyARecordedResponse(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.WithAOF())
+	h := newOrders()
+	var killOnce sync.Once
+	kill := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		killOnce.Do(srv.Kill) // the handler acts; the store is gone when it answers
+		h.ServeHTTP(w, r)
+	})
+	gate := serveWith(t, testConfig(srv.Addr(), "held:")+"    on_abandoned: takeover\n", kill, prometheus.NewRegistry())
+
+	first := mustPost(t, gate.URL, "alice", "k-held", `{"item":1}`)
+	if first.status != http.StatusServiceUnavailable || !strings.Contains(first.body, "store-unavailable") || first.header.Get("Retry-After") == "" {
+		t.Fatalf("the handler's response could not be recorded: %d Retry-After=%q %s; want 503 store-unavailable with Retry-After", first.status, first.header.Get("Retry-After"), first.body)
+	}
+	srv.Restart()
+	var retry answer
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if retry = mustPost(t, gate.URL, "alice", "k-held", `{"item":1}`); retry.status != http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d %s once the store is back", retry.status, retry.body)
+		}
+	}
+	if retry.status != http.StatusCreated || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry once the store is back: %d %s; want the recorded response replayed", retry.status, retry.body)
+	}
+	if n := h.runsOf("k-held"); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
 	}
 }

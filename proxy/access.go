@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/logdigest"
+	"github.com/idemgate/idemgate/store"
 )
 
 // exchangeKey carries a request's *exchange in its context, for what sees
@@ -79,7 +81,7 @@ const AccessLogMessage = "request"
 
 // accessLog writes the one line per request, enforced or not (README.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
-// sent, durations, the key's logdigest.Of and the cause of a failure. It is
+// sent, durations, the identity's keyHash and the cause of a failure. It is
 // off with Options.AccessLog false, or below the info level.
 func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	if !p.access || !p.log.Enabled(r.Context(), slog.LevelInfo) {
@@ -110,7 +112,7 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 		attrs = append(attrs, slog.Int64("upstream_ms", time.Duration(up).Milliseconds()))
 	}
 	if ex.id.Key != "" {
-		attrs = append(attrs, slog.String("key_hash", logdigest.Of(ex.id.Key)))
+		attrs = append(attrs, slog.String("key_hash", keyHash(ex.id)))
 	}
 	attrs = append(attrs, slog.String("request_id", ex.requestID), slog.String("remote_addr", p.clientAddr(r)))
 	if gs := grpcStatusSent(r, ex.w); gs != "" {
@@ -123,6 +125,12 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	rec.AddAttrs(attrs...)
 	_ = p.log.Handler().Handle(r.Context(), rec) // as Logger.LogAttrs, which drops the error too
 }
+
+// keyHash is what a log line shows for the operation of id instead of its
+// key or owner: logdigest.OfIdentity, one digest per (owner, scope, key),
+// so that the lines of one operation can be followed although clients
+// reuse key names across owners.
+func keyHash(id store.Identity) string { return logdigest.OfIdentity(id.Owner, id.Scope, id.Key) }
 
 // grpcStatusSent returns the grpc-status w sent to a gRPC call, "" when it
 // sent none: a gRPC answer is HTTP 200 whatever its outcome, key reuse and

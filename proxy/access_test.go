@@ -43,7 +43,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	enf, pass := lines[0], lines[1]
 	for k, want := range map[string]any{"method": "POST", "path": "/v1/orders/%7Bx%7D", "route": "default", "outcome": "forwarded",
-		"status": float64(201), "key_hash": logdigest.Of("k1")} {
+		"status": float64(201), "key_hash": logdigest.OfIdentity("h:alice", "default", "k1")} {
 		if enf[k] != want {
 			t.Errorf("enforced line %s = %v, want %v (%v)", k, enf[k], want, enf)
 		}

@@ -134,17 +134,19 @@ func TestClaimNotAcknowledgedIsNotForwarded(t *testing.T) {
 }
 
 // A completion lost by a failover (not acknowledged, then gone): the client
-// is answered at once, the record stays running with its lease extended
-// well past its first end, a retry meanwhile waits instead of taking over,
-// and the background repeat records the response, which the retry replays.
+// is answered within the store timeout (503 store-unavailable: the route
+// takes over abandoned claims, so a response not recorded is withheld), the
+// record stays running with its lease extended well past its first end, a
+// retry meanwhile waits instead of taking over, and the background repeat
+// records the response, which the retry replays.
 func TestCompletionNotAcknowledgedAndLost(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	st := &ackStore{lose: true}
 	h := newHarness(t, created, withAckStore(st, lease))
 	st.refuseUntil.Store(time.Now().Add(time.Hour).UnixNano())
 	start := time.Now()
-	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 {
-		t.Fatalf("first: %d %s", r.status, r.body)
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") {
+		t.Fatalf("first: %d %s, want 503 store-unavailable until the response is recorded", r.status, r.body)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("the client waited %v for a completion that was not acknowledged", d)
@@ -180,14 +182,15 @@ func TestCompletionNotAcknowledgedAndLost(t *testing.T) {
 // A completion made but not acknowledged: the record is completed on the
 // primary, so Extend finds it not running; the heartbeat goes on anyway and
 // the repeated Complete re-confirms the record instead of reporting the
-// claim lost.
+// claim lost. The acknowledgements stay away longer than the store timeout,
+// so the client of this takeover route gets 503 store-unavailable.
 func TestCompletionNotAcknowledgedIsReconfirmed(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	st := &ackStore{}
 	h := newHarness(t, created, withAckStore(st, lease))
 	st.refuseUntil.Store(time.Now().Add(2 * lease).UnixNano())
-	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 {
-		t.Fatalf("first: %d %s", r.status, r.body)
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") {
+		t.Fatalf("first: %d %s, want 503 store-unavailable until the response is recorded", r.status, r.body)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(st.logs.String(), "recorded a response after a store outage") {

@@ -78,6 +78,7 @@
 // catalog; the kind fixes the status, the title and the metrics outcome
 // (problem.go, fail). It is written in the route's shape
 // (policy.Route.Problems, the problems.template keys; writeProblem), RFC
-// 9457 without one. Logs never carry a key or an owner, only logdigest.Of.
+// 9457 without one. Logs never carry a key or an owner, only the digest of the
+// whole identity (keyHash).
 // README.md, "How a request is handled", says the same for operators.
 package proxy

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -187,7 +186,7 @@ func (p *Proxy) act(t claimOutcome) bool {
 	w, r := http.ResponseWriter(ex.w), ex.r
 	if a.takeover {
 		p.m.Takeover(ex.route.Name)
-		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
+		p.log.Warn("took over an abandoned claim", "route", ex.route.Name, "key_hash", keyHash(ex.id))
 	}
 	switch a.release {
 	case releaseNow:
@@ -245,7 +244,7 @@ func (p *Proxy) releaseLater(ex *exchange, token string) {
 			cancel()
 			if err == nil {
 				if released {
-					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", logdigest.Of(id.Key))
+					p.log.Info("released a claim whose reply was lost", "scope", id.Scope, "key_hash", keyHash(id))
 				}
 				return
 			}
@@ -274,7 +273,7 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 		ex.cause = err
 		p.m.StoredResponseDamaged(ex.route.Name)
 		p.log.Error("stored response failed its integrity check; not replayed", "op", op, "route", ex.route.Name,
-			"key_hash", logdigest.Of(ex.id.Key), "err", err)
+			"key_hash", keyHash(ex.id), "err", err)
 		p.fail(w, ex, problem.StoredResponseDamaged.With(
 			"the response stored for this key failed its integrity check, so it was not replayed and the request was not forwarded again; an operator can inspect and purge the record"))
 		return

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
@@ -69,7 +69,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 				p.release(r, ex, token)
 			} else {
 				p.log.Warn("handler panicked; it may have acted before, so the key stays claimed until its lease ends",
-					"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "panic", fmt.Sprint(hp.value))
+					"route", route.Name, "key_hash", keyHash(ex.id), "panic", fmt.Sprint(hp.value))
 			}
 			panic(hp.value)
 		}
@@ -162,13 +162,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	stopHeartbeat()
 	ex.completing = time.Now()
-	if p.complete(r, ex, token, stored) {
+	recorded, pc := p.complete(r, ex, token, stored)
+	if pc != nil && answersOnlyRecorded(route) {
+		if recorded = p.awaitRecorded(r, pc); !recorded {
+			p.notRecordedYet(w, ex)
+			return
+		}
+	}
+	if recorded {
 		p.index(r, ex, &stored)
 	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	if stored.Omitted {
 		p.log.Warn("response larger than max_response_bytes: streamed once, not retained",
-			"route", route.Name, "key_hash", logdigest.Of(ex.id.Key), "max_response_bytes", route.MaxResponseBytes)
+			"route", route.Name, "key_hash", keyHash(ex.id), "max_response_bytes", route.MaxResponseBytes)
 		p.copyResponse(w, r, ex, resp, body)
 	} else {
 		p.m.StoredResponse(route.Name, len(body))
@@ -178,39 +185,86 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 
 // complete records the response; the caller has stopped the heartbeat, so
 // no Extend races the Complete and reports a lost claim. When the store
-// refuses, the client still gets its answer at once and the response is
-// recorded in the background (completeLater), with a heartbeat again: while
-// the store cannot be reached nobody can take the claim over, and Complete
-// still acts past the lease end as long as nobody has (store contract,
-// rule 3). A completion the replicas did not acknowledge
-// (store.ErrNotAcknowledged) takes the same path: the repeated Complete
-// re-confirms it with the same token (rule 3's exception), and completes
-// it for real if a failover lost it meanwhile.
+// refuses, the response is recorded in the background (completeLater),
+// with a heartbeat again: while the store cannot be reached nobody can take
+// the claim over, and Complete still acts past the lease end as long as
+// nobody has (store contract, rule 3). A completion the replicas did not
+// acknowledge (store.ErrNotAcknowledged) takes the same path: the repeated
+// Complete re-confirms it with the same token (rule 3's exception), and
+// completes it for real if a failover lost it meanwhile. Whether the client
+// gets the response before it is recorded is the caller's decision
+// (answersOnlyRecorded).
 //
-// It reports whether the record now holds resp.
-func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) bool {
+// It reports whether the record now holds resp, and returns the pending
+// completion when the store refused.
+func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) (bool, *pendingCompletion) {
 	ctx, cancel := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
 	cancel()
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err,
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err,
 			"not_acknowledged", errors.Is(err, store.ErrNotAcknowledged))
-		p.completeLater(r, ex, token, resp)
-		return false
+		return false, p.completeLater(r, ex, token, resp)
 	}
 	if !ok {
 		p.logClaimLost(ex.id)
 	}
-	return ok
+	return ok, nil
+}
+
+// answersOnlyRecorded reports whether a response the store refused to
+// record is withheld from the client until it is recorded. On a takeover
+// route it is: only this process's memory holds it, and if the process
+// dies before the store has it (SIGKILL, OOM, node loss while the store is
+// away or its replicas do not acknowledge), the claim is abandoned and a
+// retry takes it over and runs the operation again, after its client was
+// told the first run's result. Withheld, that client never saw a result,
+// and the second run is the takeover the route chose for an unknown
+// outcome. On a reject route no retry ever runs an abandoned claim again,
+// and on a fail_open route the operator chose answers over protection
+// while the store is away: both get the response at once.
+func answersOnlyRecorded(route *policy.Route) bool {
+	return route.OnAbandoned == policy.AbandonedTakeover && route.OnStoreError == policy.FailClosed
+}
+
+// awaitRecorded waits for pc, a response the store refused, to be recorded
+// in the background, at most the store timeout (the longest a request
+// waits on one store answer) and while the client stays; it reports
+// whether the store now holds it.
+func (p *Proxy) awaitRecorded(r *http.Request, pc *pendingCompletion) bool {
+	t := time.NewTimer(p.storeTimeout)
+	defer t.Stop()
+	select {
+	case <-pc.done:
+		return pc.end == pendingRecorded // written before done was closed
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+	return false
+}
+
+// errNotRecordedYet is the cause of the answer notRecordedYet writes.
+var errNotRecordedYet = fmt.Errorf("the upstream answered, but the response could not be recorded yet: %w", store.ErrUnavailable)
+
+// notRecordedYet answers a request whose upstream call ran but whose
+// response the store has not recorded (answersOnlyRecorded): 503
+// store-unavailable with Retry-After, as any refusal while the store is
+// away. The response stays pending on this instance: a retry here records
+// it first and gets it replayed, and one elsewhere finds the claim held
+// until then (the heartbeat keeps it).
+func (p *Proxy) notRecordedYet(w http.ResponseWriter, ex *exchange) {
+	ex.cause = errNotRecordedYet
+	p.fail(w, ex, withRetry(problem.StoreUnavailable.With(
+		"the request was processed, but the idempotency store could not record its response yet; retry with the same key to get it replayed once it is recorded (the request is not forwarded again while this instance holds the response)"), 1))
 }
 
 // logClaimLost logs a Complete that found the record no longer held by its
 // token (taken over, or purged by an operator). Records are kept by scope,
 // not by route, so the line names the scope.
 func (p *Proxy) logClaimLost(id store.Identity) {
-	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", logdigest.Of(id.Key))
+	p.log.Warn("claim lost before completion; response not recorded", "scope", id.Scope, "key_hash", keyHash(id))
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
@@ -220,7 +274,7 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.
 		p.log.Warn("release failed; the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	}
 }
 
@@ -269,10 +323,10 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 			}
 			if err == nil && !ok && keepOnLost {
 				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
-					"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key))
+					"route", ex.route.Name, "key_hash", keyHash(ex.id))
 			} else if err != nil || !ok {
 				p.m.HeartbeatFailure(ex.route.Name)
-				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "lost", err == nil, "err", err)
+				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "lost", err == nil, "err", err)
 				if err == nil {
 					return // the claim is gone; extending again cannot help
 				}
@@ -338,7 +392,7 @@ func (p *Proxy) handlerUnknown(w http.ResponseWriter, r *http.Request, ex *excha
 // status=502).
 func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *exchange, pr problem.Details, err error) {
 	ex.cause = err
-	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
+	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	p.fail(w, ex, pr)
 }
 
@@ -435,7 +489,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 		sendTrailers(h, StoredTrailer(resp.Trailer))
 	}
 	if err != nil {
-		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key),
+		p.log.Warn("response stream broken; connection cut", "route", ex.route.Name, "key_hash", keyHash(ex.id),
 			"status", resp.StatusCode, "err", err)
 		panic(http.ErrAbortHandler)
 	}

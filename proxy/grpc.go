@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -212,7 +211,7 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 		p.release(r, ex, token)
 	} else {
 		p.log.Warn("gRPC call ended with a status that leaves its outcome unknown; not stored, the key stays claimed until its lease ends",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "grpc_status", st)
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "grpc_status", st)
 	}
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.copyResponse(w, r, ex, resp, body)

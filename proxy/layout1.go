@@ -7,7 +7,6 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/store"
 )
@@ -51,7 +50,7 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 	if a.takeover {
 		// Logged here, so the line says which layout was taken over.
 		p.m.Takeover(route.Name)
-		p.log.Warn("took over an abandoned claim of layout 1", "route", route.Name, "key_hash", logdigest.Of(ex.id.Key))
+		p.log.Warn("took over an abandoned claim of layout 1", "route", route.Name, "key_hash", keyHash(ex.id))
 		a.takeover = false
 	}
 	return a, old

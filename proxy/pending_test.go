@@ -57,10 +57,12 @@ func (s *switchableStore) Get(ctx context.Context, id store.Identity) (*store.Re
 }
 
 // TestStoreOutageLongerThanLeaseDoesNotRunTwice: the store goes away while
-// the upstream runs and stays away past the lease. The client still gets its
-// answer at once; once the store is back, neither the same instance nor
-// another one that saw the outage takes the claim over: the response is
-// recorded and replayed, and the upstream ran once.
+// the upstream runs and stays away past the lease. The client is answered
+// within the store timeout, with 503 store-unavailable: the route takes
+// over abandoned claims, so a response the store has not recorded is not
+// handed out (answersOnlyRecorded). Once the store is back, neither the
+// same instance nor another one that saw the outage takes the claim over:
+// the response is recorded and replayed, and the upstream ran once.
 func TestStoreOutageLongerThanLeaseDoesNotRunTwice(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
@@ -98,8 +100,8 @@ func TestStoreOutageLongerThanLeaseDoesNotRunTwice(t *testing.T) {
 	hb := &harness{t: t, front: b}
 
 	start := time.Now()
-	if r := ha.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 {
-		t.Fatalf("first = %d %s", r.status, r.body)
+	if r := ha.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") {
+		t.Fatalf("first = %d %s, want 503 store-unavailable until the response is recorded", r.status, r.body)
 	}
 	<-entered
 	if d := time.Since(start); d > 2*time.Second {
@@ -143,7 +145,9 @@ func TestStoreOutageLongerThanLeaseDoesNotRunTwice(t *testing.T) {
 
 // TestPendingResponseIsRecordedBeforeTheNextClaim: on the instance that
 // holds an unrecorded response, a retry records it first and replays it,
-// without waiting for the background retry.
+// without waiting for the background retry. The route takes over abandoned
+// claims, so the first client is not handed the response before it is
+// recorded: it gets 503 store-unavailable, and its retry the replay.
 func TestPendingResponseIsRecordedBeforeTheNextClaim(t *testing.T) {
 	mem := memory.New()
 	t.Cleanup(func() { mem.Close() })
@@ -164,8 +168,8 @@ func TestPendingResponseIsRecordedBeforeTheNextClaim(t *testing.T) {
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
 	h := &harness{t: t, front: front}
-	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 201 {
-		t.Fatalf("first = %d", r.status)
+	if r := h.do("POST", "/v1/orders", "alice", "k", "{}"); r.status != 503 || !strings.Contains(r.body, "store-unavailable") {
+		t.Fatalf("first = %d %s, want 503 store-unavailable until the response is recorded", r.status, r.body)
 	}
 	time.Sleep(3 * route.Lease)
 	st.down.Store(false)

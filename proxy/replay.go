@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
@@ -41,7 +40,7 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 		// Written as stored: the client may still know the coding, and
 		// no other body would be the operation's answer.
 		p.log.Warn("stored response not decoded for a client that does not accept its content coding",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "content_encoding", resp.Header.Get("Content-Encoding"),
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "content_encoding", resp.Header.Get("Content-Encoding"),
 			"unknown_coding", errors.Is(err, errUnknownCoding), "too_large", errors.Is(err, errDecodedTooLarge), "err", err)
 	}
 	resp = fitted

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store"
 )
@@ -91,7 +90,7 @@ func (p *Proxy) index(r *http.Request, ex *exchange, resp *store.Response) {
 	if err := p.store.Index(ctx, path, ex.id); err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not index the record by its Location; a DELETE of it will not tombstone it",
-			"route", ex.route.Name, "key_hash", logdigest.Of(ex.id.Key), "err", err)
+			"route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	}
 }
 

@@ -186,8 +186,34 @@ func (s *Store) ackOK(ack valkey.ValkeyResult) (bool, string, error) {
 	return n >= int64(s.acks.Replicas), fmt.Sprintf("%d of %d replicas acknowledged", n, s.acks.Replicas), nil
 }
 
+// notHeldAcked checks a script's "not held" answer (0: the record does not
+// hold the token) against the acknowledgement sent after it, as acked
+// checks a write. The script wrote nothing, so WAIT counts the replicas
+// in sync with this connection's earlier writes: a primary with fewer
+// replicas than Acks.Replicas cannot vouch for what it lacks. That is the
+// old primary back empty (no persistence) while the clients still follow
+// it, since they switch on Sentinel's +switch-master, which comes only
+// once the other replicas are reconfigured: it answers "no record" for
+// every claim the promoted replica holds, and a completion taken for lost
+// there is dropped, its claim later taken over, and the operation run
+// again. Such an answer is an error wrapping store.ErrNotAcknowledged, and
+// the caller retries as after any refused write.
+func (s *Store) notHeldAcked(op string, w ackedWrite) error {
+	ok, detail, err := s.ackOK(w.ack)
+	if err != nil {
+		return unavailable(op, fmt.Errorf("acknowledgement of a not-held answer: %w", err))
+	}
+	if !ok {
+		return fmt.Errorf("valkey store: %s: %w: the record does not hold the token, but %s within %v, so the primary may have lost it",
+			op, store.ErrNotAcknowledged, detail, s.acks.Timeout)
+	}
+	return nil
+}
+
 // boolOpAcked is boolOp for the scripts that need an acknowledgement: a
-// script that answered 1 wrote, and counts only once acknowledged.
+// script that answered 1 wrote, and counts only once acknowledged; one
+// that answered 0 counts only from a primary that could acknowledge
+// (notHeldAcked).
 func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, key string, wake bool, args []string) (bool, error) {
 	w, err := s.writeAcked(ctx, op, sc, key, args)
 	if err != nil {
@@ -196,6 +222,9 @@ func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, key strin
 	n, err := w.res.AsInt64()
 	if err != nil {
 		return false, unavailable(op, fmt.Errorf("reply: %w", err))
+	}
+	if n == 0 {
+		return false, s.notHeldAcked(op, w)
 	}
 	if n != 1 {
 		return false, nil

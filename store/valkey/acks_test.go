@@ -322,3 +322,40 @@ func pingEventually(t *testing.T, s *valkey.Store, d time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestAcksNotHeldFromAPrimaryThatLostTheRecord: the primary that holds a
+// claim, acknowledged by its replica, comes back empty (no persistence) and
+// without a replica, as the old primary of a failed-over Sentinel set does
+// while its clients still follow it. Its "the token does not hold the
+// record" answer to the holder's Complete and Extend is not taken as the
+// claim's loss: it fails with ErrNotAcknowledged, so the holder keeps its
+// response and retries until it reaches a primary that has the claim.
+func TestAcksNotHeldFromAPrimaryThatLostTheRecord(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}})
+	ctx := t.Context()
+	id := store.Identity{Owner: "o", Scope: "r", Key: "lost-by-the-primary"}
+	untilAcked(t, "Claim with a live replica", claimed(s, claimParams(id, "t1")))
+
+	replica.Kill()
+	primary.Kill()
+	primary.Restart() // empty, and nothing replicates it
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var ok bool
+		ok, err = s.Complete(ctx, id, "t1", store.Response{Status: 201, Body: []byte("made")})
+		if ok {
+			t.Fatal("Complete on a primary without the record answered true")
+		}
+		// A reconnect after the restart fails the first calls with a
+		// connection error: wait for the primary's own answer.
+		if err == nil || errors.Is(err, store.ErrNotAcknowledged) || time.Now().After(deadline) {
+			break
+		}
+	}
+	wantNotAcknowledged(t, "Complete on the empty primary", err)
+	_, err = s.Extend(ctx, id, "t1", time.Minute)
+	wantNotAcknowledged(t, "Extend on the empty primary", err)
+}

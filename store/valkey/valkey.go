@@ -455,7 +455,8 @@ func (s *Store) repeat() string {
 // intOp runs a writing script (l, or sc with its acknowledgement when acks
 // are on) on the record key and reads its integer reply; 1 means it
 // wrote and wakes this process's watchers of key, and with acks on counts
-// only once acknowledged.
+// only once acknowledged; 0 (not held) with acks on counts only from a
+// primary that could acknowledge (notHeldAcked).
 func (s *Store) intOp(ctx context.Context, op string, l *valkey.Lua, sc script, key string, args []string) (int64, error) {
 	if s.acks.On() {
 		w, err := s.writeAcked(ctx, op, sc, key, args)
@@ -465,6 +466,9 @@ func (s *Store) intOp(ctx context.Context, op string, l *valkey.Lua, sc script, 
 		n, err := w.res.AsInt64()
 		if err != nil {
 			return 0, unavailable(op, fmt.Errorf("reply: %w", err))
+		}
+		if n == 0 {
+			return 0, s.notHeldAcked(op, w)
 		}
 		if n != 1 {
 			return n, nil
