@@ -195,22 +195,15 @@ func (s *seen) addLayout(key string, str bool) {
 	}
 }
 
-// isString reports whether key was seen completed as a string (layout 4).
-func (s *seen) isString(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.strings[key]
-	return ok
-}
-
 // lookup reports whether key was seen, and its decoded record if any.
 func (s *seen) lookup(key string) (*decoded, bool) {
 	d, _, ok := s.lookupLayout(key)
 	return d, ok
 }
 
-// lookupLayout is lookup and isString under one lock: a replay asks both,
-// and the lock is shared by every replay on every core.
+// lookupLayout is lookup, and whether key was seen completed as a string
+// (layout 4), under one lock: a replay asks both, and the lock is shared
+// by every replay on every core.
 func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
