@@ -157,9 +157,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	}
 	// The body was read to its end, so resp.Trailer holds what the
 	// upstream sent after it (TestE2ETrailersKeptAndReplayed).
-	stored := store.Response{Status: resp.StatusCode, Header: StoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}
-	if int64(len(body)) > route.MaxResponseBytes {
-		stored = store.Response{Status: resp.StatusCode, Omitted: true}
+	stored := store.Response{Status: resp.StatusCode, Omitted: true}
+	if int64(len(body)) <= route.MaxResponseBytes {
+		// resp is this exchange's own and its header is not read again
+		// (copyResponse reads it only for an omitted body): it becomes
+		// the record's header in place, without StoredHeader's copy.
+		stored = store.Response{Status: resp.StatusCode, Header: ownStoredHeader(resp.Header), Body: body, Trailer: StoredTrailer(resp.Trailer)}
 	}
 	stopHeartbeat()
 	ex.completing = time.Now()

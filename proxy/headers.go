@@ -134,3 +134,16 @@ func StoredHeader(h http.Header) http.Header {
 	removeFields(out, "Content-Length", ReplayedHeader)
 	return out
 }
+
+// ownStoredHeader is StoredHeader for a header the caller owns and does
+// not read again (a response's, once its record is built): the fields a
+// replay does not repeat are removed from h itself, without a copy. Its
+// values stay as they came, each name's slice capped at its own values
+// (net/http's reader and http.Header.Clone cut them from one array so).
+func ownStoredHeader(h http.Header) http.Header {
+	if h == nil {
+		return make(http.Header)
+	}
+	removeFields(h, "Content-Length", ReplayedHeader)
+	return h
+}
