@@ -75,10 +75,16 @@ const OutcomeOverloaded = "overloaded"
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
-	// durations holds requestDuration's children per route, resolved once
-	// (RequestDuration): copy on write, read with no lock.
-	durations         atomic.Pointer[map[string]*routeDurations]
-	durationsMu       sync.Mutex
+	// routes holds the per-route children of requests, requestDuration,
+	// upstream and storedBytes, each resolved once (routeMetrics): copy
+	// on write, read with no lock.
+	routes   atomic.Pointer[map[string]*routeMetrics]
+	routesMu sync.Mutex
+	// ops holds storeOps' children by operation and result, resolved at
+	// their first use.
+	ops               [store.OpCachedReplay + 1][2]lazy[prometheus.Observer]
+	replayCacheHit    prometheus.Counter
+	replayCacheMiss   prometheus.Counter
 	upstream          *prometheus.HistogramVec
 	storeOps          *prometheus.HistogramVec
 	claimsInFlight    prometheus.Gauge
@@ -183,8 +189,8 @@ func New(reg prometheus.Registerer, version string) (*Metrics, error) {
 	for _, op := range AckedOperations {
 		m.notAcknowledged.WithLabelValues(op)
 	}
-	m.replayCache.WithLabelValues(store.CacheHit.String())
-	m.replayCache.WithLabelValues(store.CacheMiss.String())
+	m.replayCacheHit = m.replayCache.WithLabelValues(store.CacheHit.String())
+	m.replayCacheMiss = m.replayCache.WithLabelValues(store.CacheMiss.String())
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemgate_build_info",
 		Help: "Build information; always 1.",
@@ -230,7 +236,48 @@ func (m *Metrics) Request(route, outcome string) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(route, outcome).Inc()
+	i := outcomeIndex(outcome)
+	if i < 0 {
+		m.requests.WithLabelValues(route, outcome).Inc()
+		return
+	}
+	m.route(route).requests[i].get(func() prometheus.Counter {
+		return m.requests.WithLabelValues(route, outcome)
+	}).Inc()
+}
+
+// outcomes are the outcome labels of idemgate_requests_total whose
+// children routeMetrics keeps; any other (none today) is looked up by
+// label on every request.
+var outcomes = [...]string{OutcomeForwarded, OutcomeReplayed, OutcomeConflict, OutcomeMismatch,
+	OutcomeInvalidKey, OutcomeMissingKey, OutcomeMissingOwner, OutcomeTooLarge, OutcomeStoreError,
+	OutcomePassthrough, OutcomeFailOpen, OutcomeUpstreamError, OutcomeAbandoned, OutcomeBadRequest,
+	OutcomeInvalidCredentials, OutcomeShuttingDown, OutcomeOverloaded}
+
+// outcomeIndex returns outcome's index in outcomes, -1 when absent.
+func outcomeIndex(outcome string) int {
+	for i, o := range outcomes {
+		if o == outcome {
+			return i
+		}
+	}
+	return -1
+}
+
+// lazy is one child of a metric vector, resolved by label at its first
+// use: the requests after it cost the metric's own atomic adds, without
+// hashing the labels or taking the vector's lock (WithLabelValues, about
+// 0.2 µs and a lock shared by every request, several times per request).
+type lazy[T any] struct{ p atomic.Pointer[T] }
+
+// get returns the child, resolving it with resolve the first time.
+func (l *lazy[T]) get(resolve func() T) T {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	v := resolve()
+	l.p.CompareAndSwap(nil, &v)
+	return *l.p.Load()
 }
 
 // durationBuckets are the upper bounds, in seconds, of the request and
@@ -254,12 +301,16 @@ const methodLabels = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, CONNECT, TRA
 // codeClasses are the code_class label values, by status/100 - 1.
 var codeClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// routeDurations are one route's idemgate_request_duration_seconds
-// children, one per method and status class, each resolved at its first
-// request: a request then costs the histogram's own atomic adds and no
-// label hashing or allocation.
-type routeDurations struct {
-	cells [len(methods) + 1][len(codeClasses)]atomic.Pointer[prometheus.Observer]
+// routeMetrics are one route's children of the per-request metrics:
+// idemgate_request_duration_seconds' one per method and status class,
+// idemgate_requests_total's one per outcome, and the upstream duration
+// and stored size, each resolved at its first request: a request then
+// costs the metrics' own atomic adds and no label hashing or allocation.
+type routeMetrics struct {
+	cells       [len(methods) + 1][len(codeClasses)]lazy[prometheus.Observer]
+	requests    [len(outcomes)]lazy[prometheus.Counter]
+	upstream    lazy[prometheus.Observer]
+	storedBytes lazy[prometheus.Observer]
 }
 
 func methodIndex(method string) int {
@@ -288,49 +339,43 @@ func (m *Metrics) RequestDuration(route, method string, status int, d time.Durat
 	if m == nil {
 		return
 	}
-	rd := m.routeDurations(route)
 	mi, ci := methodIndex(method), classIndex(status)
-	cell := &rd.cells[mi][ci]
-	o := cell.Load()
-	if o == nil {
+	m.route(route).cells[mi][ci].get(func() prometheus.Observer {
 		label := methodOther
 		if mi < len(methods) {
 			label = methods[mi]
 		}
-		h := m.requestDuration.WithLabelValues(route, label, codeClasses[ci])
-		cell.CompareAndSwap(nil, &h)
-		o = cell.Load()
-	}
-	(*o).Observe(d.Seconds())
+		return m.requestDuration.WithLabelValues(route, label, codeClasses[ci])
+	}).Observe(d.Seconds())
 }
 
-// routeDurations returns route's children, adding an entry for a route
-// seen for the first time (a reload may add routes; entries of removed
-// routes stay, as their series do).
-func (m *Metrics) routeDurations(route string) *routeDurations {
-	if all := m.durations.Load(); all != nil {
+// route returns route's children, adding an entry for a route seen for
+// the first time (a reload may add routes; entries of removed routes
+// stay, as their series do).
+func (m *Metrics) route(route string) *routeMetrics {
+	if all := m.routes.Load(); all != nil {
 		if rd, ok := (*all)[route]; ok {
 			return rd
 		}
 	}
-	m.durationsMu.Lock()
-	defer m.durationsMu.Unlock()
-	old := m.durations.Load()
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	old := m.routes.Load()
 	if old != nil {
 		if rd, ok := (*old)[route]; ok {
 			return rd
 		}
 	}
-	next := make(map[string]*routeDurations, 1)
+	next := make(map[string]*routeMetrics, 1)
 	if old != nil {
 		for k, v := range *old {
 			next[k] = v
 		}
 	}
-	rd := &routeDurations{}
-	next[route] = rd
-	m.durations.Store(&next)
-	return rd
+	rm := &routeMetrics{}
+	next[route] = rm
+	m.routes.Store(&next)
+	return rm
 }
 
 // Upstream observes one enforced upstream exchange of route that took d.
@@ -338,7 +383,9 @@ func (m *Metrics) Upstream(route string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.upstream.WithLabelValues(route).Observe(d.Seconds())
+	m.route(route).upstream.get(func() prometheus.Observer {
+		return m.upstream.WithLabelValues(route)
+	}).Observe(d.Seconds())
 }
 
 // ClaimsInFlight adds delta (+1 or -1) to the claims held by this instance.
@@ -407,7 +454,9 @@ func (m *Metrics) StoredResponse(route string, bytes int) {
 	if m == nil {
 		return
 	}
-	m.storedBytes.WithLabelValues(route).Observe(float64(bytes))
+	m.route(route).storedBytes.get(func() prometheus.Observer {
+		return m.storedBytes.WithLabelValues(route)
+	}).Observe(float64(bytes))
 }
 
 // StoreAck observes one store write of operation ("claim", "extend",
@@ -473,14 +522,25 @@ func (o storeObserver) Start(ctx context.Context, _ store.Call) (context.Context
 // End implements store.Observer.
 func (o storeObserver) End(c store.Call, _ any, out store.Outcome) {
 	if c.Op == store.OpCachedReplay {
-		if out.Cache != store.CacheSkipped {
+		switch out.Cache {
+		case store.CacheHit:
+			o.m.replayCacheHit.Inc()
+		case store.CacheMiss:
+			o.m.replayCacheMiss.Inc()
+		case store.CacheSkipped:
+		default:
 			o.m.replayCache.WithLabelValues(out.Cache.String()).Inc()
 		}
 		return
 	}
-	result := "ok"
+	result, ri := "ok", 0
 	if out.Err != nil {
-		result = "error"
+		result, ri = "error", 1
 	}
-	o.m.storeOps.WithLabelValues(c.Op.String(), result).Observe(out.Took.Seconds())
+	obs := func() prometheus.Observer { return o.m.storeOps.WithLabelValues(c.Op.String(), result) }
+	if int(c.Op) < len(o.m.ops) {
+		o.m.ops[c.Op][ri].get(obs).Observe(out.Took.Seconds())
+		return
+	}
+	obs().Observe(out.Took.Seconds())
 }

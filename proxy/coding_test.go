@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -146,6 +147,26 @@ func TestFitCodingLeavesWhatItCannotDecode(t *testing.T) {
 		got, err := fitCoding(r, stored, 64<<10)
 		if got != stored || err == nil || (c.want != nil && !errors.Is(err, c.want)) {
 			t.Errorf("%s: got %p (stored %p), err %v, want %v", name, got, stored, err, c.want)
+		}
+	}
+}
+
+// TestContentCodingsWhateverTheCase: the stored Content-Encoding is found
+// in any letter case of its name (a header map from a custom transport or
+// a handler in process need not be canonical), and no other field is
+// taken for it.
+func TestContentCodingsWhateverTheCase(t *testing.T) {
+	for _, tc := range []struct {
+		h    http.Header
+		want []string
+	}{
+		{http.Header{"Content-Encoding": {"gzip"}}, []string{"gzip"}},
+		{http.Header{"content-encoding": {"GZIP, br"}}, []string{"gzip", "br"}},
+		{http.Header{"CONTENT-ENCODING": {"identity"}}, nil},
+		{http.Header{"X-Content-Encoding": {"gzip"}, "Content-Encodings": {"br"}, "Content-Type": {"gzip"}}, nil},
+	} {
+		if got := contentCodings(tc.h); !slices.Equal(got, tc.want) {
+			t.Errorf("contentCodings(%v) = %q, want %q", tc.h, got, tc.want)
 		}
 	}
 }

@@ -71,28 +71,52 @@ func policyView(r *http.Request) *http.Request {
 // missed a "content-length" or "connection" key, which a replay then wrote
 // next to its own Content-Length.
 func removeFields(h http.Header, extra ...string) {
-	// No set built per call: this runs on every forwarded request and
-	// response (four times for a fresh key), and the lists are short.
-	var named []string // the fields a Connection field names, canonical
+	// No set built per call and no key canonicalized: this runs on every
+	// forwarded request and response (four times for a fresh key), the
+	// lists are short, and a comparison that first checks the length
+	// rejects almost every key at once. One pass over h unless a
+	// Connection field names other fields (almost never), which a second
+	// pass removes.
+	var named []string // the fields a Connection field names, in any case
 	for key, values := range h {
-		if !strings.EqualFold(key, "Connection") {
+		if !foldIn(hopHeaders, key) && !foldIn(extra, key) {
 			continue
 		}
-		for _, v := range values {
-			for name := range strings.SplitSeq(v, ",") {
-				if name = textproto.TrimString(name); name != "" {
-					named = append(named, textproto.CanonicalMIMEHeaderKey(name))
+		if foldEqual(key, "Connection") {
+			for _, v := range values {
+				for name := range strings.SplitSeq(v, ",") {
+					if name = textproto.TrimString(name); name != "" {
+						named = append(named, name)
+					}
 				}
 			}
 		}
+		delete(h, key)
+	}
+	if len(named) == 0 {
+		return
 	}
 	for key := range h {
-		k := textproto.CanonicalMIMEHeaderKey(key)
-		if slices.Contains(hopHeaders, k) || slices.Contains(extra, k) || slices.Contains(named, k) {
+		if foldIn(named, key) {
 			delete(h, key)
 		}
 	}
 }
+
+// foldIn reports whether key is one of names, in any letter case.
+func foldIn(names []string, key string) bool {
+	for _, name := range names {
+		if foldEqual(name, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// foldEqual is strings.EqualFold, which does not compare the lengths
+// first: most keys differ from the names they are checked against in
+// length.
+func foldEqual(a, b string) bool { return len(a) == len(b) && strings.EqualFold(a, b) }
 
 // StoredHeader returns the response fields of h that a replay repeats: a deep
 // copy without hop-by-hop fields, without Content-Length (a replay sets it
@@ -109,4 +133,17 @@ func StoredHeader(h http.Header) http.Header {
 	}
 	removeFields(out, "Content-Length", ReplayedHeader)
 	return out
+}
+
+// ownStoredHeader is StoredHeader for a header the caller owns and does
+// not read again (a response's, once its record is built): the fields a
+// replay does not repeat are removed from h itself, without a copy. Its
+// values stay as they came, each name's slice capped at its own values
+// (net/http's reader and http.Header.Clone cut them from one array so).
+func ownStoredHeader(h http.Header) http.Header {
+	if h == nil {
+		return make(http.Header)
+	}
+	removeFields(h, "Content-Length", ReplayedHeader)
+	return h
 }

@@ -180,7 +180,10 @@ func (c *capture) response(req *http.Request) *http.Response {
 		c.WriteHeader(http.StatusOK)
 	}
 	h := c.sent
-	body := bytes.Clone(c.body.Bytes())
+	// Not copied: c is this call's own (never pooled), and a handler
+	// that writes after it returned only appends past these bytes, to
+	// this buffer or a larger one, never over them.
+	body := c.body.Bytes()
 	if _, set := h["Content-Type"]; !set && len(body) > 0 {
 		h.Set("Content-Type", http.DetectContentType(body))
 	}

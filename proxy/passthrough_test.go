@@ -131,17 +131,7 @@ func TestPassthroughSmallBodyLeavesWithItsHeader(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	var writes atomic.Int64
-	tr := proxy.NewTransport(5 * time.Second)
-	dialer := &net.Dialer{}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, writes: &writes}, nil
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	front := newFront(t, up.URL, tr)
+	front := newFront(t, up.URL, countingTransport(t, &writes))
 	for _, size := range []int{1, 1 << 10, 16 << 10} {
 		writes.Store(0)
 		req, _ := http.NewRequest("POST", front+"/v1/orders", strings.NewReader(strings.Repeat("z", size)))
@@ -158,6 +148,63 @@ func TestPassthroughSmallBodyLeavesWithItsHeader(t *testing.T) {
 		// more writes, but the header never goes alone.
 		if n, want := writes.Load(), int64(1+size/(4<<10)); n > want {
 			t.Fatalf("a %d-byte passthrough request took %d writes to the upstream, want at most %d (the header not flushed alone)", size, n, want)
+		}
+	}
+}
+
+// countingTransport is proxy.NewTransport counting in writes the writes
+// made on its connections.
+func countingTransport(t *testing.T, writes *atomic.Int64) *http.Transport {
+	tr := proxy.NewTransport(5 * time.Second)
+	dialer := &net.Dialer{}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: writes}, nil
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// TestKeyedRequestLeavesWithItsHeader is
+// TestPassthroughSmallBodyLeavesWithItsHeader for an enforced request:
+// its body, read whole for the fingerprint, goes upstream in the write
+// of its header, not after it (one write(2) and one TCP segment less per
+// fresh key, and one read less for the upstream). The retry is still
+// replayed, not sent again.
+func TestKeyedRequestLeavesWithItsHeader(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	var writes atomic.Int64
+	front := newFront(t, up.URL, countingTransport(t, &writes))
+	for i, size := range []int{0, 1, 1 << 10} {
+		writes.Store(0)
+		key := fmt.Sprintf(`"k%d"`, i)
+		for try := range 2 {
+			req, _ := http.NewRequest("POST", front+"/v1/orders", strings.NewReader(strings.Repeat("z", size)))
+			req.Header.Set("X-User", "alice")
+			req.Header.Set("Idempotency-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || (try == 1) != (resp.Header.Get(proxy.ReplayedHeader) == "true") {
+				t.Fatalf("try %d: status %d, replayed %q", try, resp.StatusCode, resp.Header.Get(proxy.ReplayedHeader))
+			}
+		}
+		if n := writes.Load(); n != 1 {
+			t.Errorf("a keyed %d-byte request took %d writes to the upstream, want 1 (the header not flushed alone)", size, n)
+		}
+		if n := calls.Load(); n != int64(i+1) {
+			t.Fatalf("upstream ran %d times for %d keys", n, i+1)
 		}
 	}
 }

@@ -86,8 +86,18 @@ const decodedOverhead = 512
 // change differs and is decoded anew.
 type decoded struct {
 	fields map[string]string
+	// value and expiry are the reply of a record of layout 4 (a string),
+	// whose fields is nil: its value and PEXPIRETIME.
+	value  string
+	expiry int64
 	rec    *store.Record
 	size   int64
+}
+
+// matchesString reports whether the layout 4 reply v, e is the one d was
+// decoded from.
+func (d *decoded) matchesString(v string, e int64) bool {
+	return d.fields == nil && d.expiry == e && d.value == v
 }
 
 // matches reports whether f is the reply d was decoded from.
@@ -185,20 +195,21 @@ func (s *seen) addLayout(key string, str bool) {
 	}
 }
 
-// isString reports whether key was seen completed as a string (layout 4).
-func (s *seen) isString(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.strings[key]
-	return ok
-}
-
 // lookup reports whether key was seen, and its decoded record if any.
 func (s *seen) lookup(key string) (*decoded, bool) {
+	d, _, ok := s.lookupLayout(key)
+	return d, ok
+}
+
+// lookupLayout is lookup, and whether key was seen completed as a string
+// (layout 4), under one lock: a replay asks both, and the lock is shared
+// by every replay on every core.
+func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, ok := s.keys[key]
-	return d, ok
+	d, ok = s.keys[key]
+	_, str = s.strings[key]
+	return d, str, ok
 }
 
 // remember keeps d as key's decoded record while key is still seen,
@@ -307,7 +318,7 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, store.CacheSkipped, nil
 	}
 	key := s.Key(id)
-	memo, ok := s.seen.lookup(key)
+	memo, str, ok := s.seen.lookupLayout(key)
 	if !ok {
 		return nil, store.CacheSkipped, nil
 	}
@@ -318,7 +329,6 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, store.CacheSkipped, err
 	}
 	sent := time.Now().UnixNano()
-	str := s.seen.isString(key)
 	read := func() cachedRead {
 		if str {
 			return s.readString(ctx, key)
@@ -352,6 +362,9 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	}
 	if result == store.CacheMiss {
 		s.seen.noteHeard(sent)
+	}
+	if str {
+		return s.cachedString(id, key, memo, rd, result)
 	}
 	f := rd.f
 	if len(f) == 0 {
@@ -435,11 +448,52 @@ func (s *Store) sawCompleted4(key string) {
 }
 
 // cachedRead is one read of CachedReplay: the record's fields (empty when
-// absent), whether the client cache answered it, or the error.
+// absent), or for a record of layout 4 its value (absent: false) and
+// expiry, whether the client cache answered it, or the error.
 type cachedRead struct {
-	f   map[string]string
-	hit bool
-	err error
+	f       map[string]string
+	v       string
+	e       int64
+	present bool
+	hit     bool
+	err     error
+}
+
+// cachedString is CachedReplay's answer from rd, the read of a record of
+// layout 4 (readString), as for a hash but with no map of fields built,
+// compared and parsed per replay.
+func (s *Store) cachedString(id store.Identity, key string, memo *decoded, rd cachedRead, result store.CacheResult) (*store.Record, store.CacheResult, error) {
+	if !rd.present {
+		// Absent: purged or ended (CachedReplay).
+		s.seen.drop(key)
+		return nil, result, nil
+	}
+	if !strings.HasPrefix(rd.v, v4Completed) {
+		return nil, result, nil
+	}
+	// The key's own expiry, -1 for none; refused from this clock as well
+	// (CachedReplay).
+	if x := max(rd.e, 0); x != 0 && x <= time.Now().UnixMilli() {
+		return nil, result, nil
+	}
+	var r *store.Record
+	if memo != nil && memo.matchesString(rd.v, rd.e) {
+		r = memo.rec
+	} else {
+		var err error
+		if r, err = parseRecord4(s.codec, 0, rd.v, rd.e); err != nil {
+			return nil, result, unavailable("cached-replay", err)
+		}
+		if result == store.CacheHit && r.Identity == id {
+			s.seen.remember(key, &decoded{value: rd.v, expiry: rd.e, rec: r,
+				size: decodedSize(nil, r) + int64(len(rd.v)) + 8})
+		}
+	}
+	if r.Identity != id {
+		// A SHA-256 collision (CachedReplay): never replay it.
+		return nil, result, unavailable("cached-replay", errors.New("the record key holds another identity"))
+	}
+	return r, result, nil
 }
 
 // readString reads a record of layout 4 through the client cache: its
@@ -467,6 +521,6 @@ func (s *Store) readString(ctx context.Context, key string) cachedRead {
 	if e == -2 {
 		return out // gone between the two reads
 	}
-	out.f = map[string]string{v4Field: v, v4Expiry: strconv.FormatInt(e, 10)}
+	out.v, out.e, out.present = v, e, true
 	return out
 }

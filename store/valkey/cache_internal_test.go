@@ -15,9 +15,16 @@ import (
 
 func internalStore(t *testing.T, addr string, cacheBytes int64) *Store {
 	t.Helper()
+	return internalStoreLayout(t, addr, cacheBytes, 0)
+}
+
+// internalStoreLayout is internalStore writing records of layout (0: the
+// default).
+func internalStoreLayout(t *testing.T, addr string, cacheBytes int64, layout int) *Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := New(ctx, Options{Addrs: []string{addr}, KeyPrefix: "cache-test:", CacheBytes: cacheBytes})
+	s, err := New(ctx, Options{Addrs: []string{addr}, KeyPrefix: "cache-test:", CacheBytes: cacheBytes, Layout: layout})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -228,11 +235,18 @@ func TestSeenDecodedBounded(t *testing.T) {
 // TestCachedReplayDecodesOnce: replays of a cached record hand out the
 // record decoded on the first hit, and once the record changes (purged,
 // then completed again with another response) the new response, never
-// the one decoded before.
+// the one decoded before; for records of either layout.
 func TestCachedReplayDecodesOnce(t *testing.T) {
 	srv := valkeytest.Start(t)
-	s := internalStore(t, srv.Addr(), 32<<20)
-	id := store.Identity{Owner: "o", Scope: "s", Key: "decode-once"}
+	for _, layout := range []int{Layout3, Layout4} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) {
+			id := store.Identity{Owner: "o", Scope: "s", Key: "decode-once-" + strconv.Itoa(layout)}
+			cachedReplayDecodesOnce(t, internalStoreLayout(t, srv.Addr(), 32<<20, layout), id)
+		})
+	}
+}
+
+func cachedReplayDecodesOnce(t *testing.T, s *Store, id store.Identity) {
 	completeInternal(t, s, id)
 	first, _ := cachedInternal(t, s, id) // a miss: read from the server
 	var hits []*store.Record
