@@ -3,6 +3,7 @@ package valkey_test
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +15,20 @@ import (
 )
 
 // TestLayout4FreshKeyIsOneSet: with layout 4 a key never seen is claimed
-// by one plain SET NX (with the PEXPIRETIME its times hang on, in the
-// same round trip) and completed by complete4.lua, whose record is a
-// string; a replay is answered from the SET's GET. The layout is
-// docs/protocol.md's, "Layout 4 (Valkey)".
+// by one plain SET NX, whose PXAT comes from the store's bound of the
+// server's clock (so no PEXPIRETIME follows it), and completed by
+// complete4.lua, whose record is a string; a replay is answered from the
+// SET's GET and its key's PEXPIRETIME. The layout is docs/protocol.md's,
+// "Layout 4 (Valkey)".
 func TestLayout4FreshKeyIsOneSet(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
 	completeOne(t, s, "warm", time.Hour) // loads the scripts
 	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
 	id, resp := completeOne(t, s, "k1", time.Hour)
 	d := m.since()
-	want := map[string]int64{"set": 2, "pexpiretime": 1, "evalsha": 1, "get": 1, "publish": 1}
+	want := map[string]int64{"set": 2, "evalsha": 1, "get": 1, "publish": 1}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("fresh key ran %v, want %v", d, want)
 	}
@@ -48,6 +51,84 @@ func TestLayout4FreshKeyIsOneSet(t *testing.T) {
 	}
 	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 1, "pexpiretime": 1}) {
 		t.Fatalf("replay ran %v, want one SET NX GET and its PEXPIRETIME", d)
+	}
+}
+
+// warmClock claims fresh keys until one is a SET alone (the store holds a
+// bound of the server's clock: the claim before it asked PEXPIRETIME with
+// a round trip under 2 ms), then releases them; m starts after them. The
+// first 32 claims spread over valkey-go's connections, which it dials on
+// first use: each dial drops the bound.
+func warmClock(t *testing.T, s *valkey.Store, m *commandMeter) {
+	t.Helper()
+	for i := range 232 {
+		id := store.Identity{Owner: "alice", Scope: "default", Key: "clock-" + strconv.Itoa(i)}
+		m.since()
+		res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok-" + id.Key, Lease: time.Second, Retention: time.Hour})
+		d := m.since()
+		if err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim: %+v, %v", res, err)
+		}
+		if _, err := s.Release(t.Context(), id, "tok-"+id.Key); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		m.since()
+		if i >= 32 && reflect.DeepEqual(d, map[string]int64{"set": 1}) {
+			return
+		}
+	}
+	t.Fatal("no fresh claim in 200 after the first 32 was a SET alone: the store never bounded the server's clock")
+}
+
+// TestLayout4ExpiryFromClockBound: a fresh claim that sets its key's
+// expiry from the store's bound of the server's clock gives it a lease
+// and a retention no shorter than PX from the moment the claim was sent
+// (TIME before the call), and longer by at most the bound's error; Claim
+// and Get agree on the lease end to the millisecond. After a reconnection
+// (a restart here, a failover in production: another server, maybe
+// another clock) the bound is dropped and the next fresh claim asks
+// PEXPIRETIME again.
+func TestLayout4ExpiryFromClockBound(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
+	const lease, retention = 30 * time.Second, time.Hour
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "bounded"}
+	before := serverTime(t, c)
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: lease, Retention: retention})
+	after := serverTime(t, c)
+	if d := m.since(); err != nil || res.State != store.Claimed || d["pexpiretime"] != 0 {
+		t.Fatalf("Claim = %+v, %v, ran %v; want Claimed by a SET alone", res, err, d)
+	}
+	exp, err := c.Do(t.Context(), c.B().Pexpiretime().Key(s.Key(id)).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention 1 h > lease: the key's expiry is the retention's.
+	sentAt := before.UnixMilli() + retention.Milliseconds()
+	maxErr := (2*time.Millisecond + 2*time.Millisecond + 3*time.Millisecond).Milliseconds()
+	if exp < sentAt || exp > after.UnixMilli()+retention.Milliseconds()+maxErr {
+		t.Fatalf("PEXPIRETIME %d, want in [TIME before + retention = %d, TIME after + retention + %d ms = %d]",
+			exp, sentAt, maxErr, after.UnixMilli()+retention.Milliseconds()+maxErr)
+	}
+	if want := time.UnixMilli(exp - retention.Milliseconds() + lease.Milliseconds()); !res.LeaseEnd.Equal(want) {
+		t.Fatalf("LeaseEnd %v, want PEXPIRETIME - retention + lease = %v", res.LeaseEnd, want)
+	}
+	if r, err := s.Get(t.Context(), id); err != nil || r == nil || !r.LeaseEnd.Equal(res.LeaseEnd) || r.LeaseEnd.Before(before.Add(lease)) {
+		t.Fatalf("Get = %+v, %v; want lease end %v (Claim's), not before TIME before + lease", r, err, res.LeaseEnd)
+	}
+
+	srv.Restart()
+	pingEventually(t, s, 10*time.Second)
+	m = newMeter(t, srv.Addr())
+	other := store.Identity{Owner: "alice", Scope: "default", Key: "after-restart"}
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: other, Fingerprint: "fp", Token: "t", Lease: lease, Retention: retention}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim after the restart = %+v, %v", res, err)
+	}
+	if d := m.since(); d["pexpiretime"] != 1 {
+		t.Fatalf("first fresh claim after the reconnection ran %v, want it to ask PEXPIRETIME (no bound across a new connection)", d)
 	}
 }
 
