@@ -40,6 +40,8 @@ type serverClock struct {
 	// gen counts connections dialled: a sample is only good while it
 	// stays the same from before the sample to the claim that uses it.
 	gen atomic.Uint64
+	// lastDst is the address of the last write (notedConn).
+	lastDst atomic.Pointer[string]
 
 	mu sync.Mutex
 	s  clockSample
@@ -94,8 +96,9 @@ func newServerClock(now func() reading) *serverClock {
 	return &serverClock{now: now}
 }
 
-// dialed notes a new connection: every sample taken before it, or in
-// flight across it, is dropped. Called before and after each dial.
+// dialed notes a connection dialled or closed, or a write to another
+// server: every sample taken before it, or in flight across it, is
+// dropped (see dialNoting).
 func (c *serverClock) dialed() { c.gen.Add(1) }
 
 // begin returns the reading and the generation a sample or a claim
@@ -152,16 +155,56 @@ func (s clockSample) upperAt(now reading) (ms int64, gen uint64, ok bool) {
 func (c *serverClock) same(gen uint64) bool { return c.gen.Load() == gen }
 
 // dialNoting returns a valkey-go DialCtxFn that dials as valkey-go does by
-// default (TLS when cfg is set) and notes each dial on c, before and
-// after, so that a sample in flight across a new connection is dropped.
+// default (TLS when cfg is set) and notes on c each dial (before and
+// after), the close of each connection it dialled, and each write to
+// another address than the write before it. A sample in flight across
+// any of them is dropped, and so is every sample before them. The last is
+// what a Sentinel failover needs: valkey-go dials the new primary, checks
+// its role, switches to it and only then closes the old connection, so a
+// sample can run on the old primary after the dial, and a claim can go to
+// the new one before the close; its first write there drops that sample,
+// and the claim, seeing it, repeats itself with claim.lua
+// (TestLayout4SentinelFailoverDropsClockBound).
 func dialNoting(c *serverClock) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
 		c.dialed()
 		defer c.dialed()
+		var conn net.Conn
+		var err error
 		if cfg != nil {
 			td := tls.Dialer{NetDialer: d, Config: cfg}
-			return td.DialContext(ctx, "tcp", dst)
+			conn, err = td.DialContext(ctx, "tcp", dst)
+		} else {
+			conn, err = d.DialContext(ctx, "tcp", dst)
 		}
-		return d.DialContext(ctx, "tcp", dst)
+		if err != nil {
+			return nil, err
+		}
+		return &notedConn{Conn: conn, c: c, dst: dst}, nil
 	}
+}
+
+// notedConn is a connection whose close, and whose writes after writes to
+// another address, are noted on c (see dialNoting).
+type notedConn struct {
+	net.Conn
+	c   *serverClock
+	dst string
+}
+
+// Write notes a write to another address than the last write's, then
+// writes: before the bytes leave, so that a command's reply always comes
+// after the note.
+func (n *notedConn) Write(b []byte) (int, error) {
+	if last := n.c.lastDst.Load(); last == nil || *last != n.dst {
+		n.c.lastDst.Store(&n.dst)
+		n.c.dialed()
+	}
+	return n.Conn.Write(b)
+}
+
+// Close notes the close, then closes the connection.
+func (n *notedConn) Close() error {
+	n.c.dialed()
+	return n.Conn.Close()
 }

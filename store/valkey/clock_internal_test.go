@@ -1,7 +1,9 @@
 package valkey
 
 import (
+	"io"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 )
@@ -132,5 +134,46 @@ func TestServerClockDropsSamples(t *testing.T) {
 	c.dialed()
 	if c.same(gen) {
 		t.Fatal("a dial after the bound left its generation current")
+	}
+}
+
+// TestServerClockDropsOnWriteElsewhere: a write to another address than
+// the last write's (valkey-go switched to a new primary) drops the
+// sample, and so does a close; writes to the sample's own address keep it.
+func TestServerClockDropsOnWriteElsewhere(t *testing.T) {
+	c, f := newFakeClock()
+	conn := func(dst string) *notedConn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		go func() { _, _ = io.Copy(io.Discard, b) }()
+		return &notedConn{Conn: a, c: c, dst: dst}
+	}
+	old, other, sameAddr := conn("10.0.0.1:6379"), conn("10.0.0.2:6379"), conn("10.0.0.1:6379")
+	if _, err := old.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	sent, gen := c.begin()
+	f.advance(time.Millisecond)
+	c.observe(1_000_000, sent, gen)
+	for _, w := range []*notedConn{old, sameAddr, old} {
+		if _, err := w.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := c.upperMs(); !ok {
+			t.Fatalf("a write to %s, the sample's address, dropped the bound", w.dst)
+		}
+	}
+	if _, err := other.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := c.upperMs(); ok {
+		t.Fatal("a write to another address kept the bound")
+	}
+	sent, gen = c.begin()
+	f.advance(time.Millisecond)
+	c.observe(1_000_000, sent, gen)
+	_ = sameAddr.Close()
+	if _, _, ok := c.upperMs(); ok {
+		t.Fatal("a close kept the bound")
 	}
 }

@@ -217,3 +217,68 @@ func TestAcksLayout4(t *testing.T) {
 		t.Fatalf("record on the replica = %q, %v; want completed in layout 4", out, err)
 	}
 }
+
+// TestLayout4SentinelFailoverDropsClockBound: a Sentinel failover moves
+// the store to another server, whose clock the bound taken on the old
+// primary says nothing about; the first fresh claim the new primary runs
+// does not set its expiry from that bound (it asks PEXPIRETIME, or
+// repeats its claim with claim.lua when the switch came during its call),
+// and its lease is no shorter than px from the new primary's time before
+// the claim was sent.
+func TestLayout4SentinelFailoverDropsClockBound(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	sen := valkeytest.StartSentinel(t, primary, "idemgate-clock")
+	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	warmClock(t, s, newMeter(t, primary.Addr()))
+	// The sentinel learns the replica from the primary's INFO (FAILOVER
+	// answers NOGOODSLAVE until it has) and may abort a failover it
+	// started: ask again every 2 s until the replica is the primary. The
+	// claims are counted from the promotion on (a replica counts the
+	// commands it replicates too).
+	deadline, asked := time.Now().Add(60*time.Second), time.Time{}
+	for ; ; time.Sleep(20 * time.Millisecond) {
+		if out, err := replica.CLI("INFO", "replication"); err == nil && strings.Contains(out, "role:master") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica was not promoted in 60 s")
+		}
+		if time.Since(asked) > 2*time.Second {
+			out, err := sen.CLI("SENTINEL", "FAILOVER", sen.MasterName)
+			t.Logf("SENTINEL FAILOVER: %q %v", out, err)
+			asked = time.Now()
+		}
+	}
+	const lease = 30 * time.Second
+	c := raw(t, replica.Addr())
+	m := newMeter(t, replica.Addr())
+	deadline = time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim reached the promoted replica in 30 s")
+		}
+		id := store.Identity{Owner: "alice", Scope: "default", Key: "failover-" + strconv.Itoa(i)}
+		before := serverTime(t, c)
+		res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: lease, Retention: time.Hour})
+		d := m.since()
+		delete(d, "time")      // serverTime's own
+		delete(d, "role")      // valkey-go's check of a new connection's role
+		delete(d, "subscribe") // the events subscription, reconnected
+		if d["set"] == 0 {
+			continue // still the old primary (or refused there: READONLY)
+		}
+		if err != nil || res.State != store.Claimed {
+			t.Fatalf("first Claim on the new primary = %+v, %v", res, err)
+		}
+		t.Logf("first claim on the new primary (claim %d) ran %v", i, d)
+		if reflect.DeepEqual(d, map[string]int64{"set": 1}) {
+			t.Fatalf("first claim on the new primary ran %v: its expiry came from the old primary's clock", d)
+		}
+		exp, err := c.Do(t.Context(), c.B().Pexpiretime().Key(s.Key(id)).Build()).AsInt64()
+		if err != nil || exp < before.UnixMilli()+time.Hour.Milliseconds() {
+			t.Fatalf("PEXPIRETIME %d (%v), want >= TIME before + retention = %d", exp, err, before.UnixMilli()+time.Hour.Milliseconds())
+		}
+		return
+	}
+}
