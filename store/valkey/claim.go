@@ -113,10 +113,11 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 // The record's times are relative to its key's expiry E, which the claim
 // must know. With a bound of the server's clock (serverClock) the SET
 // sets E itself (PXAT bound + px): the lease then ends no earlier than px
-// after the server's time when the SET was sent (lease from the moment
-// the claim was sent, as a holder counts it; PX from the moment the
-// server ran it is never later), at most the bound's error (its sample's
-// round trip, 1 ms and the drift) later. Without one it sets PX px and
+// after the server's time when the SET was sent (the lease counts from
+// the moment the claim was sent, as a holder counts it; PX counts from
+// the moment the server ran the SET, no earlier), and at most the
+// bound's error (its sample's round trip, 2 ms and the drift) later.
+// Without one it sets PX px and
 // asks PEXPIRETIME in the same round trip, and that answer bounds the
 // clock for the claims after it.
 func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
