@@ -24,20 +24,22 @@ import (
 //
 // where t - sent is measured on this process's monotonic clock, which no
 // wall-clock step on idemgate's host moves. The bound is never below the
-// server's clock (the safe direction: an expiry set from it is never
-// earlier than PX from the moment the claim was sent would have made it,
-// see claim4), and above it by at most the sample's round trip, 1 ms and
-// the drift. A sample is used only while it is fresh (maxSampleAge), tight
-// (maxSampleRTT), taken on the connections in use now (no connection was
-// dialled since: a failover, a reconnection to a restarted or another
-// server), and while the monotonic and the wall clock agree on the time
-// elapsed since (a host suspended or a VM paused stops the monotonic
-// clock, and the bound would then fall behind the server); otherwise a
-// claim asks (PX and PEXPIRETIME), which takes a new sample.
+// server's clock (the safe direction: an expiry set from it just before a
+// claim is sent is never earlier than the server's time at that moment
+// plus px, see claim4), and above it by at most the sample's round trip,
+// 2 ms (truncation and rounding) and the drift. A sample is used only
+// while it is fresh (maxSampleAge), tight (maxSampleRTT), taken on the
+// server in use now (no connection dialled or closed since, and no
+// command written to another address: a failover, a reconnection to a
+// restarted or another server; see dialNoting), and while the monotonic
+// and the wall clock agree on the time elapsed since (a suspended host
+// stops the monotonic clock, and the bound would then fall behind the
+// server); otherwise a claim asks (PX and PEXPIRETIME), which takes a new
+// sample.
 type serverClock struct {
 	// now reads this process's clocks; injected by tests.
 	now func() reading
-	// gen counts connections dialled: a sample is only good while it
+	// gen counts the notes of dialNoting: a sample is only good while it
 	// stays the same from before the sample to the claim that uses it.
 	gen atomic.Uint64
 	// lastDst is the address of the last write (notedConn).
