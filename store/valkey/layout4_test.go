@@ -1,12 +1,18 @@
 package valkey_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/testcerts"
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/storetest"
@@ -280,5 +286,40 @@ func TestLayout4SentinelFailoverDropsClockBound(t *testing.T) {
 			t.Fatalf("PEXPIRETIME %d (%v), want >= TIME before + retention = %d", exp, err, before.UnixMilli()+time.Hour.Milliseconds())
 		}
 		return
+	}
+}
+
+// TestLayout4OverTLS: layout 4 dials its connections itself (to note
+// them for the clock bound), as valkey-go does, TLS included: claims,
+// completions and replays work over a TLS-only port, and fresh claims set
+// their expiry from the bound there too.
+func TestLayout4OverTLS(t *testing.T) {
+	ca := testcerts.NewCA(t, "valkey-ca")
+	leaf := ca.Issue(t, testcerts.Options{Server: true, CommonName: "valkey"})
+	dir := t.TempDir()
+	files := map[string][]byte{"ca.pem": ca.PEM, "cert.pem": leaf.CertPEM, "key.pem": leaf.KeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tlsPort := valkeytest.FreePort(t)
+	srv := valkeytest.Start(t, valkeytest.WithArgs("--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", filepath.Join(dir, "cert.pem"), "--tls-key-file", filepath.Join(dir, "key.pem"),
+		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"), "--tls-auth-clients", "no"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.PEM)
+	s := newStore(t, valkey.Options{Addrs: []string{"127.0.0.1:" + strconv.Itoa(tlsPort)}, TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	completeOne(t, s, "warm", time.Hour) // loads the scripts
+	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
+	id, resp := completeOne(t, s, "tls", time.Hour)
+	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 2, "evalsha": 1, "get": 1, "publish": 1}) {
+		t.Fatalf("fresh key over TLS ran %v", d)
+	}
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp-tls", Recipe: "v=hs1", Token: "again", Lease: time.Second, Retention: time.Hour})
+	if err != nil || res.State != store.Completed || string(res.Response.Body) != string(resp.Body) {
+		t.Fatalf("replay over TLS = %+v, %v", res, err)
 	}
 }

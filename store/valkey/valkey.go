@@ -193,8 +193,13 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
-	clock := newServerClock(nil)
-	co.DialCtxFn = dialNoting(clock)
+	// Only layout 4 claims use the clock; the others dial as valkey-go
+	// does.
+	var clock *serverClock
+	if opts.Layout == Layout4 {
+		clock = newServerClock(nil)
+		co.DialCtxFn = dialNoting(clock)
+	}
 	var sn *seen
 	if opts.CacheBytes > 0 {
 		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes)
@@ -263,7 +268,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 
 		complete4Src: newScript(complete4Lua),
 	}
-	if client.Mode() != valkey.ClientModeCluster {
+	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock
 	}
 	subCtx, stop := context.WithCancel(context.Background())
