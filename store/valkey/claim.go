@@ -103,13 +103,23 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 }
 
 // claim4 is Claim writing layout 4 without acknowledgements: one SET NX
-// GET of the running record, pipelined with the PEXPIRETIME its times are
-// relative to. A key never seen is claimed there; a completed record of
-// layout 4 is answered from GET's reply; anything else (a running record,
-// a hash of layouts 1 to 3 or a tombstone, WRONGTYPE to SET ... GET, a
-// reply lost on the way) goes to claim.lua, which decides by the server's
-// clock and is safe to run after a SET that went through (a repeated
-// claim). Errors as Claim's.
+// GET of the running record. A key never seen is claimed there; a
+// completed record of layout 4 is answered from GET's reply and its key's
+// PEXPIRETIME; anything else (a running record, a hash of layouts 1 to 3
+// or a tombstone, WRONGTYPE to SET ... GET, a reply lost on the way) goes
+// to claim.lua, which decides by the server's clock and is safe to run
+// after a SET that went through (a repeated claim). Errors as Claim's.
+//
+// The record's times are relative to its key's expiry E, which the claim
+// must know. With a bound of the server's clock (serverClock) the SET
+// sets E itself (PXAT bound + px): the lease then ends no earlier than px
+// after the server's time when the SET was sent (the lease counts from
+// the moment the claim was sent, as a holder counts it; PX counts from
+// the moment the server ran the SET, no earlier), and at most the
+// bound's error (its sample's round trip, 2 ms and the drift) later.
+// Without one it sets PX px and
+// asks PEXPIRETIME in the same round trip, and that answer bounds the
+// clock for the claims after it.
 func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
@@ -120,23 +130,68 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	// Appended in head's spare room: head's own bytes, which claim.lua
 	// may still be sent (claimArgs), are not written again.
 	val := appendRunning4Tail(head, p.Retention.Milliseconds(), gap, px, false)
-	rs, ok := awaitCall(ctx, func() []valkey.ValkeyResult {
-		return s.client.DoMulti(ctx,
-			s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().PxMilliseconds(px).Build(),
-			s.client.B().Pexpiretime().Key(key).Build())
-	})
-	if !ok {
-		return store.ClaimResult{}, unavailable("claim", ctx.Err())
+	var (
+		old      string
+		err      error
+		e        int64
+		eerr     error
+		upper    int64
+		gen      uint64
+		bound    bool
+		sent     reading
+		sentGen  uint64
+		setBound bool
+	)
+	if s.clock != nil {
+		upper, gen, bound = s.clock.upperMs()
 	}
-	old, err := rs[0].ToString()
-	e, eerr := rs[1].AsInt64()
+	if bound {
+		e = upper + px
+		res, ok := awaitCall(ctx, func() valkey.ValkeyResult {
+			return s.client.Do(ctx, s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().
+				PxatMillisecondsTimestamp(e).Build())
+		})
+		if !ok {
+			return store.ClaimResult{}, unavailable("claim", ctx.Err())
+		}
+		old, err = res.ToString()
+		if valkey.IsValkeyNil(err) && !s.clock.same(gen) {
+			// A connection was dialled during the call: the SET may have
+			// reached another server (a failover) than the one the bound
+			// is of. claim.lua repeats the claim by that server's clock.
+			return s.claimScript(ctx, p, claimArgs(p, head))
+		}
+		if err == nil && strings.HasPrefix(old, v4Completed) {
+			// The completed record's times hang on its key's expiry.
+			e, eerr = awaitPexpiretime(ctx, s.client, key)
+		}
+	} else {
+		if s.clock != nil {
+			sent, sentGen = s.clock.begin()
+			setBound = true
+		}
+		rs, ok := awaitCall(ctx, func() []valkey.ValkeyResult {
+			return s.client.DoMulti(ctx,
+				s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().PxMilliseconds(px).Build(),
+				s.client.B().Pexpiretime().Key(key).Build())
+		})
+		if !ok {
+			return store.ClaimResult{}, unavailable("claim", ctx.Err())
+		}
+		old, err = rs[0].ToString()
+		e, eerr = rs[1].AsInt64()
+		if setBound && valkey.IsValkeyNil(err) && eerr == nil && e > 0 {
+			// Our SET set E = (the server's time when it ran) + px.
+			s.clock.observe(e-px, sent, sentGen)
+		}
+	}
 	switch {
 	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
 		// Claimed: the record is ours, its times those of the key's expiry.
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
 			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now()})
 		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
-	case err == nil && eerr == nil && strings.HasPrefix(old, v4Completed):
+	case err == nil && eerr == nil && e != -2 && strings.HasPrefix(old, v4Completed):
 		r, perr := parseRecord4(s.codec, 0, old, e)
 		if perr != nil {
 			return store.ClaimResult{}, unavailable("claim", perr)
@@ -150,6 +205,14 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
 	return s.claimScript(ctx, p, claimArgs(p, head))
+}
+
+// awaitPexpiretime reads key's PEXPIRETIME: -1 without an expiry, -2 when
+// the key is gone.
+func awaitPexpiretime(ctx context.Context, c valkey.Client, key string) (int64, error) {
+	return await(ctx, func() valkey.ValkeyResult {
+		return c.Do(ctx, c.B().Pexpiretime().Key(key).Build())
+	}).AsInt64()
 }
 
 // claimRefused answers the Claim p whose script the server refused with

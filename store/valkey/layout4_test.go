@@ -1,11 +1,18 @@
 package valkey_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/testcerts"
 
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/storetest"
@@ -14,18 +21,20 @@ import (
 )
 
 // TestLayout4FreshKeyIsOneSet: with layout 4 a key never seen is claimed
-// by one plain SET NX (with the PEXPIRETIME its times hang on, in the
-// same round trip) and completed by complete4.lua, whose record is a
-// string; a replay is answered from the SET's GET. The layout is
-// docs/protocol.md's, "Layout 4 (Valkey)".
+// by one plain SET NX, whose PXAT comes from the store's bound of the
+// server's clock (so no PEXPIRETIME follows it), and completed by
+// complete4.lua, whose record is a string; a replay is answered from the
+// SET's GET and its key's PEXPIRETIME. The layout is docs/protocol.md's,
+// "Layout 4 (Valkey)".
 func TestLayout4FreshKeyIsOneSet(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
 	completeOne(t, s, "warm", time.Hour) // loads the scripts
 	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
 	id, resp := completeOne(t, s, "k1", time.Hour)
 	d := m.since()
-	want := map[string]int64{"set": 2, "pexpiretime": 1, "evalsha": 1, "get": 1, "publish": 1}
+	want := map[string]int64{"set": 2, "evalsha": 1, "get": 1, "publish": 1}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("fresh key ran %v, want %v", d, want)
 	}
@@ -48,6 +57,84 @@ func TestLayout4FreshKeyIsOneSet(t *testing.T) {
 	}
 	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 1, "pexpiretime": 1}) {
 		t.Fatalf("replay ran %v, want one SET NX GET and its PEXPIRETIME", d)
+	}
+}
+
+// warmClock claims fresh keys until one is a SET alone (the store holds a
+// bound of the server's clock: the claim before it asked PEXPIRETIME with
+// a round trip under 2 ms), then releases them; m starts after them. The
+// first 32 claims spread over valkey-go's connections, which it dials on
+// first use: each dial drops the bound.
+func warmClock(t *testing.T, s *valkey.Store, m *commandMeter) {
+	t.Helper()
+	for i := range 1032 {
+		id := store.Identity{Owner: "alice", Scope: "default", Key: "clock-" + strconv.Itoa(i)}
+		m.since()
+		res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok-" + id.Key, Lease: time.Second, Retention: time.Hour})
+		d := m.since()
+		if err != nil || res.State != store.Claimed {
+			t.Fatalf("Claim: %+v, %v", res, err)
+		}
+		if _, err := s.Release(t.Context(), id, "tok-"+id.Key); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		m.since()
+		if i >= 32 && reflect.DeepEqual(d, map[string]int64{"set": 1}) {
+			return
+		}
+	}
+	t.Fatal("no fresh claim in 1000 after the first 32 was a SET alone: the store never bounded the server's clock")
+}
+
+// TestLayout4ExpiryFromClockBound: a fresh claim that sets its key's
+// expiry from the store's bound of the server's clock gives it a lease
+// and a retention no shorter than PX from the moment the claim was sent
+// (TIME before the call), and longer by at most the bound's error; Claim
+// and Get agree on the lease end to the millisecond. After a reconnection
+// (a restart here, a failover in production: another server, maybe
+// another clock) the bound is dropped and the next fresh claim asks
+// PEXPIRETIME again.
+func TestLayout4ExpiryFromClockBound(t *testing.T) {
+	srv := valkeytest.Start(t)
+	c := raw(t, srv.Addr())
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
+	const lease, retention = 30 * time.Second, time.Hour
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "bounded"}
+	before := serverTime(t, c)
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: lease, Retention: retention})
+	after := serverTime(t, c)
+	if d := m.since(); err != nil || res.State != store.Claimed || d["pexpiretime"] != 0 {
+		t.Fatalf("Claim = %+v, %v, ran %v; want Claimed by a SET alone", res, err, d)
+	}
+	exp, err := c.Do(t.Context(), c.B().Pexpiretime().Key(s.Key(id)).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention 1 h > lease: the key's expiry is the retention's.
+	sentAt := before.UnixMilli() + retention.Milliseconds()
+	maxErr := (2*time.Millisecond + 2*time.Millisecond + 3*time.Millisecond).Milliseconds()
+	if exp < sentAt || exp > after.UnixMilli()+retention.Milliseconds()+maxErr {
+		t.Fatalf("PEXPIRETIME %d, want in [TIME before + retention = %d, TIME after + retention + %d ms = %d]",
+			exp, sentAt, maxErr, after.UnixMilli()+retention.Milliseconds()+maxErr)
+	}
+	if want := time.UnixMilli(exp - retention.Milliseconds() + lease.Milliseconds()); !res.LeaseEnd.Equal(want) {
+		t.Fatalf("LeaseEnd %v, want PEXPIRETIME - retention + lease = %v", res.LeaseEnd, want)
+	}
+	if r, err := s.Get(t.Context(), id); err != nil || r == nil || !r.LeaseEnd.Equal(res.LeaseEnd) || r.LeaseEnd.Before(before.Add(lease)) {
+		t.Fatalf("Get = %+v, %v; want lease end %v (Claim's), not before TIME before + lease", r, err, res.LeaseEnd)
+	}
+
+	srv.Restart()
+	pingEventually(t, s, 10*time.Second)
+	m = newMeter(t, srv.Addr())
+	other := store.Identity{Owner: "alice", Scope: "default", Key: "after-restart"}
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: other, Fingerprint: "fp", Token: "t", Lease: lease, Retention: retention}); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim after the restart = %+v, %v", res, err)
+	}
+	if d := m.since(); d["pexpiretime"] != 1 {
+		t.Fatalf("first fresh claim after the reconnection ran %v, want it to ask PEXPIRETIME (no bound across a new connection)", d)
 	}
 }
 
@@ -134,5 +221,105 @@ func TestAcksLayout4(t *testing.T) {
 	}
 	if out, err := replica.CLI("GET", s.Key(done)); err != nil || !strings.HasPrefix(out, "4c2:t1") {
 		t.Fatalf("record on the replica = %q, %v; want completed in layout 4", out, err)
+	}
+}
+
+// TestLayout4SentinelFailoverDropsClockBound: a Sentinel failover moves
+// the store to another server, whose clock the bound taken on the old
+// primary says nothing about; the first fresh claim the new primary runs
+// does not set its expiry from that bound (it asks PEXPIRETIME, or
+// repeats its claim with claim.lua when the switch came during its call),
+// and its lease is no shorter than px from the new primary's time before
+// the claim was sent.
+func TestLayout4SentinelFailoverDropsClockBound(t *testing.T) {
+	primary := valkeytest.Start(t)
+	replica := valkeytest.StartReplica(t, primary.Addr())
+	sen := valkeytest.StartSentinel(t, primary, "idemgate-clock")
+	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	warmClock(t, s, newMeter(t, primary.Addr()))
+	// The sentinel learns the replica from the primary's INFO (FAILOVER
+	// answers NOGOODSLAVE until it has) and may abort a failover it
+	// started: ask again every 2 s until the replica is the primary. The
+	// claims are counted from the promotion on (a replica counts the
+	// commands it replicates too).
+	deadline, asked := time.Now().Add(60*time.Second), time.Time{}
+	for ; ; time.Sleep(20 * time.Millisecond) {
+		if out, err := replica.CLI("INFO", "replication"); err == nil && strings.Contains(out, "role:master") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica was not promoted in 60 s")
+		}
+		if time.Since(asked) > 2*time.Second {
+			out, err := sen.CLI("SENTINEL", "FAILOVER", sen.MasterName)
+			t.Logf("SENTINEL FAILOVER: %q %v", out, err)
+			asked = time.Now()
+		}
+	}
+	const lease = 30 * time.Second
+	c := raw(t, replica.Addr())
+	m := newMeter(t, replica.Addr())
+	deadline = time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim reached the promoted replica in 30 s")
+		}
+		id := store.Identity{Owner: "alice", Scope: "default", Key: "failover-" + strconv.Itoa(i)}
+		before := serverTime(t, c)
+		res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: lease, Retention: time.Hour})
+		d := m.since()
+		delete(d, "time")      // serverTime's own
+		delete(d, "role")      // valkey-go's check of a new connection's role
+		delete(d, "subscribe") // the events subscription, reconnected
+		if d["set"] == 0 {
+			continue // still the old primary (or refused there: READONLY)
+		}
+		if err != nil || res.State != store.Claimed {
+			t.Fatalf("first Claim on the new primary = %+v, %v", res, err)
+		}
+		t.Logf("first claim on the new primary (claim %d) ran %v", i, d)
+		if reflect.DeepEqual(d, map[string]int64{"set": 1}) {
+			t.Fatalf("first claim on the new primary ran %v: its expiry came from the old primary's clock", d)
+		}
+		exp, err := c.Do(t.Context(), c.B().Pexpiretime().Key(s.Key(id)).Build()).AsInt64()
+		if err != nil || exp < before.UnixMilli()+time.Hour.Milliseconds() {
+			t.Fatalf("PEXPIRETIME %d (%v), want >= TIME before + retention = %d", exp, err, before.UnixMilli()+time.Hour.Milliseconds())
+		}
+		return
+	}
+}
+
+// TestLayout4OverTLS: layout 4 dials its connections itself (to note
+// them for the clock bound), as valkey-go does, TLS included: claims,
+// completions and replays work over a TLS-only port, and fresh claims set
+// their expiry from the bound there too.
+func TestLayout4OverTLS(t *testing.T) {
+	ca := testcerts.NewCA(t, "valkey-ca")
+	leaf := ca.Issue(t, testcerts.Options{Server: true, CommonName: "valkey"})
+	dir := t.TempDir()
+	files := map[string][]byte{"ca.pem": ca.PEM, "cert.pem": leaf.CertPEM, "key.pem": leaf.KeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tlsPort := valkeytest.FreePort(t)
+	srv := valkeytest.Start(t, valkeytest.WithArgs("--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", filepath.Join(dir, "cert.pem"), "--tls-key-file", filepath.Join(dir, "key.pem"),
+		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"), "--tls-auth-clients", "no"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.PEM)
+	s := newStore(t, valkey.Options{Addrs: []string{"127.0.0.1:" + strconv.Itoa(tlsPort)}, TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	completeOne(t, s, "warm", time.Hour) // loads the scripts
+	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
+	id, resp := completeOne(t, s, "tls", time.Hour)
+	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 2, "evalsha": 1, "get": 1, "publish": 1}) {
+		t.Fatalf("fresh key over TLS ran %v", d)
+	}
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp-tls", Recipe: "v=hs1", Token: "again", Lease: time.Second, Retention: time.Hour})
+	if err != nil || res.State != store.Completed || string(res.Response.Body) != string(resp.Body) {
+		t.Fatalf("replay over TLS = %+v, %v", res, err)
 	}
 }

@@ -116,6 +116,10 @@ type Store struct {
 	// the completed records of layout 4 (heldClaim).
 	layout int
 	held   heldClaims
+	// clock bounds the server's clock for fresh claims of layout 4; nil
+	// in Cluster mode (each shard has its own clock), where every fresh
+	// claim asks PEXPIRETIME.
+	clock *serverClock
 
 	acks  Acks
 	onAck func(op string, took time.Duration, acknowledged bool)
@@ -189,6 +193,13 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
+	// Only layout 4 claims use the clock; the others dial as valkey-go
+	// does.
+	var clock *serverClock
+	if opts.Layout == Layout4 {
+		clock = newServerClock(nil)
+		co.DialCtxFn = dialNoting(clock)
+	}
 	var sn *seen
 	if opts.CacheBytes > 0 {
 		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes)
@@ -256,6 +267,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		extendSrc:   newScript(extendLua),
 
 		complete4Src: newScript(complete4Lua),
+	}
+	if clock != nil && client.Mode() != valkey.ClientModeCluster {
+		s.clock = clock
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
