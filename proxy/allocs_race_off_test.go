@@ -14,7 +14,7 @@ var hotPathCeilings = []ceiling{
 	{path: "fresh", memory: 264, valkey: 287},
 	{path: "replay", memory: 127, valkey: 120},
 	{path: "passthrough", memory: 220, valkey: 220},
-	{path: "mismatch422", memory: 134, valkey: 127},
+	{path: "mismatch422", memory: 133, valkey: 126},
 	{path: "waitReplay", memory: 440, valkey: 593},
 }
 

@@ -11,7 +11,7 @@ var hotPathCeilings = []ceiling{
 	{path: "fresh", memory: 280 + raceMargin, valkey: 306 + raceMargin},
 	{path: "replay", memory: 136 + raceMargin, valkey: 129 + raceMargin},
 	{path: "passthrough", memory: 237 + raceMargin, valkey: 237 + raceMargin},
-	{path: "mismatch422", memory: 144 + raceMargin, valkey: 137 + raceMargin},
+	{path: "mismatch422", memory: 143 + raceMargin, valkey: 136 + raceMargin},
 	{path: "waitReplay", memory: 466 + raceMargin, valkey: 626 + raceMargin},
 }
 
