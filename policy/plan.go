@@ -18,8 +18,8 @@ import (
 //     route decision and, unless it awaits the body (NeedBody), the
 //     tombstone rules and, for a request the route enforces, the recipe,
 //     the owner, and with a key in a header field the key and the
-//     identity. A request refused or passed through on what the header
-//     says never has its body read.
+//     identity, so that a request the header already refuses or passes
+//     through is settled before its body is read.
 //   - Resolve, once the body is read: with NeedBody the decision with the
 //     body (Policy.DecideBody) and then all of the above; a key in the
 //     body (key.from: body) and the identity; and the fingerprint.
@@ -76,7 +76,7 @@ type Plan struct {
 	// Fingerprint the request's fingerprint under it
 	// (Route.FingerprintOf); FingerprintErr is why the body cannot be
 	// fingerprinted (fingerprint.Spec.CheckBody: a protobuf body that
-	// does not decode). Recipe is set with Owner; Fingerprint and
+	// does not decode). Recipe is set with Enforced; Fingerprint and
 	// FingerprintErr by Resolve, once Identity is set.
 	Recipe         string
 	Fingerprint    string
