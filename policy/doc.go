@@ -25,10 +25,11 @@
 //
 // Who calls what: package config builds a Policy with New from the file;
 // idemgate validate and policy print it with Describe. For every request
-// the proxy calls Policy.Ask (the route decision, and the tombstone rules
-// of a final one), then Plan.Body when Decision.NeedBody asks for the
-// body, then Plan.Identify, which yields the key, owner and record
-// identity. The admin API and idemgate init --check call Decide and
+// the proxy calls Policy.Ask with the request as the upstream will get
+// it (the route decision and, from the header, the tombstone rules, the
+// key, the owner and the record identity) and, once it has read the body,
+// Plan.Resolve (the decision a _method member may change, a key in the
+// body, the fingerprint). The admin API and idemgate init --check call Decide and
 // Route's owner helpers.
 //
 // What a route settles lives in two packages of its own, which import

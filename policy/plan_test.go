@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +15,10 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// TestPlanAsksOnce: Ask and Identify give what Decide, TombstonesFor,
-// KeyOf, OwnerOf and identity.Scoping.Identity give for the same request; the
-// owner computed for the tombstone rules serves the request's own while
-// its field is unchanged, and is computed again once the field is gone (the
-// proxy removed it as hop-by-hop: TestAttackOwnerFieldNamedByConnectionIsNoOwner).
+// TestPlanAsksOnce: Ask gives, from the header, what Decide,
+// TombstonesFor, KeyOf, OwnerOf, identity.Scoping.Identity and Recipe give
+// for the same request; Resolve adds the fingerprint FingerprintOf gives
+// with the body, and changes nothing Ask gave.
 func TestPlanAsksOnce(t *testing.T) {
 	d := DefaultRoute()
 	d.Methods = []string{"POST", "DELETE"}
@@ -44,24 +44,77 @@ func TestPlanAsksOnce(t *testing.T) {
 	if len(pl.Tombstones) != 1 || pl.Tombstones[0] != want[0] {
 		t.Fatalf("tombstones = %+v, want %+v", pl.Tombstones, want)
 	}
-	if pl.nOwners != 1 {
-		t.Fatalf("%d owners computed for the tombstone rules, want 1", pl.nOwners)
-	}
-	pl.Identify(nil)
 	wantID := store.Identity{Owner: identity.HeaderOwner("alice"), Scope: DefaultScope + "@shop.example", Key: "k1"}
 	if pl.KeyErr != nil || pl.OwnerErr != nil || pl.Identity != wantID || pl.Recipe != pl.Route.Recipe() {
-		t.Fatalf("identify = %v %v %+v %q, want %+v", pl.KeyErr, pl.OwnerErr, pl.Identity, pl.Recipe, wantID)
+		t.Fatalf("ask = %v %v %+v %q, want %+v", pl.KeyErr, pl.OwnerErr, pl.Identity, pl.Recipe, wantID)
 	}
-	if pl.nOwners != 1 {
-		t.Fatalf("%d owners computed, want the tombstone rules' one reused", pl.nOwners)
+	if pl.Fingerprint != "" {
+		t.Fatalf("fingerprint %q before the body was read", pl.Fingerprint)
 	}
+	asked := pl
+	pl.Resolve(nil)
+	if pl.FingerprintErr != nil || pl.Fingerprint != pl.Route.FingerprintOf(r, nil) {
+		t.Fatalf("resolve: fingerprint %q %v, want %q", pl.Fingerprint, pl.FingerprintErr, pl.Route.FingerprintOf(r, nil))
+	}
+	if pl.Identity != asked.Identity || pl.Route != asked.Route || len(pl.Tombstones) != 1 {
+		t.Fatalf("resolve changed what Ask gave: %+v, was %+v", pl.Identity, asked.Identity)
+	}
+}
 
-	// The field is removed between the steps: the owner is computed again.
-	pl = p.Ask(r, s)
-	r.Header.Del("X-User")
-	pl.Identify(nil)
-	if !errors.Is(pl.OwnerErr, identity.ErrOwnerMissing) {
-		t.Fatalf("owner after its field was removed: %q %v, want identity.ErrOwnerMissing", pl.Owner, pl.OwnerErr)
+// TestPlanKeyInBody: a key in the body is resolved with the body, after
+// the owner Ask computed from the header; without it the plan has
+// identity.ErrKeyMissing and no identity.
+func TestPlanKeyInBody(t *testing.T) {
+	d := DefaultRoute()
+	d.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}
+	d.Key = identity.KeySource{From: identity.KeyFromBody, Pointer: "/id"}
+	p, err := New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"id":"evt_1"}`
+	r := httptest.NewRequest("POST", "http://x/v1/hooks", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-User", "alice")
+	pl := p.Ask(r, identity.Scoping{})
+	if pl.NeedBody || pl.Key != "" || pl.KeyErr != nil || pl.Owner != identity.HeaderOwner("alice") || pl.Identity != (store.Identity{}) {
+		t.Fatalf("ask = %v %q %v %q %+v, want the owner alone", pl.NeedBody, pl.Key, pl.KeyErr, pl.Owner, pl.Identity)
+	}
+	pl.Resolve([]byte(body))
+	if pl.Key != "evt_1" || pl.Identity.Key != "evt_1" || pl.Identity.Owner != identity.HeaderOwner("alice") || pl.Fingerprint == "" {
+		t.Fatalf("resolve = %q %+v %q, want key evt_1", pl.Key, pl.Identity, pl.Fingerprint)
+	}
+	pl = p.Ask(r, identity.Scoping{})
+	pl.Resolve([]byte(`{}`))
+	if !errors.Is(pl.KeyErr, identity.ErrKeyMissing) || pl.Identity != (store.Identity{}) || pl.Fingerprint != "" {
+		t.Fatalf("without the member: %v %+v %q, want identity.ErrKeyMissing", pl.KeyErr, pl.Identity, pl.Fingerprint)
+	}
+}
+
+// TestOwnersComputedOncePerSource: a plan computes one owner per owner
+// source (sameOwner), for the request's route and the tombstone rules
+// together; a route with another source gets its own.
+func TestOwnersComputedOncePerSource(t *testing.T) {
+	user := &Route{Owner: identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}}
+	alsoUser := &Route{Owner: identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}}
+	tenant := &Route{Owner: identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-Tenant"}}
+	r := httptest.NewRequest("DELETE", "http://x/v1/orders/7", nil)
+	r.Header.Set("X-User", "alice")
+	var o owners
+	for i, c := range []struct {
+		route *Route
+		owner string
+		n     int
+	}{
+		{user, identity.HeaderOwner("alice"), 1},
+		{alsoUser, identity.HeaderOwner("alice"), 1},
+		{tenant, "", 2},
+		{user, identity.HeaderOwner("alice"), 2},
+	} {
+		owner, err := o.of(c.route, r)
+		if owner != c.owner || o.n != c.n || (c.owner == "") != (err != nil) {
+			t.Fatalf("call %d: owner %q %v after %d computations, want %q after %d", i+1, owner, err, o.n, c.owner, c.n)
+		}
 	}
 }
 

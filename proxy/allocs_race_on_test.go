@@ -11,7 +11,7 @@ var hotPathCeilings = []ceiling{
 	{path: "fresh", memory: 276 + raceMargin, valkey: 296 + raceMargin},
 	{path: "replay", memory: 136 + raceMargin, valkey: 129 + raceMargin},
 	{path: "passthrough", memory: 237 + raceMargin, valkey: 237 + raceMargin},
-	{path: "mismatch422", memory: 144 + raceMargin, valkey: 137 + raceMargin},
+	{path: "mismatch422", memory: 143 + raceMargin, valkey: 136 + raceMargin},
 	{path: "waitReplay", memory: 462 + raceMargin, valkey: 607 + raceMargin},
 }
 

@@ -10,16 +10,14 @@ import (
 	"github.com/idemgate/idemgate/problem"
 )
 
-// readBody reads r's body once into ex.body, at most ex.route's
+// readBody reads r's body into ex.body, at most ex.route's
 // max_request_bytes, and makes r.Body those same bytes again, so whichever
-// path forwards r (enforced or passthrough) sends what was read. A body
-// already read is not read again. It answers 413 (declared or actual size
-// over the limit, the former before anything is read, so net/http sends no
-// 100 Continue) or 400 (read error) itself and returns false.
+// path forwards r (enforced or passthrough) sends what was read. ServeHTTP
+// calls it once, for a request whose decision awaits the body or that its
+// route enforces. It answers 413 (declared or actual size over the limit,
+// the former before anything is read, so net/http sends no 100 Continue)
+// or 400 (read error) itself and returns false.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
-	if ex.read {
-		return true
-	}
 	route := ex.route
 	if r.ContentLength > route.MaxRequestBytes {
 		p.fail(w, ex, problem.TooLarge.With(

@@ -10,27 +10,30 @@
 //
 // # The flow of a request: decide, claim, act
 //
-//  1. Decide (serve.go, ServeHTTP). The policy in force is asked once
-//     (policy.Policy.Ask) and answers one value, a policy.Plan carried in
-//     the exchange: the route that governs the request and its variants,
-//     and the resources a 2xx answer would tombstone. A form body that may
-//     carry a _method override is read first (body.go) and handed to the
-//     plan (Plan.Body); once the hop-by-hop fields are removed, the plan
-//     gives the key, the owner and the record's identity (Plan.Identify),
-//     each computed once: an owner the tombstone rules computed is not
-//     computed again, so a JWT is verified once.
-//     Method PRI (an HTTP/2 preface read as HTTP/1.1) and a target in
-//     asterisk form are refused before anything else (target.go), never
-//     forwarded. An ambiguous form is refused (400 ambiguous-request). A
-//     request the route does not enforce (method not listed, passthrough
-//     mode, no key where the key is optional, a WebSocket upgrade) is
-//     proxied untouched through httputil.ReverseProxy (passthrough.go).
-//     Otherwise the key and the owner are parsed (400 or 401 on failure),
-//     a request with trailers is refused (400 request-trailers: they are
-//     in no fingerprint), the body is read within max_request_bytes (413)
-//     and fingerprinted with the route's recipe. A route whose key is a
-//     JSON body member (key.from: body, webhooks) reads the body before
-//     the key.
+//  1. Decide (serve.go, ServeHTTP): refuse, read, resolve. The request is
+//     first taken as the upstream will get it, without its hop-by-hop
+//     fields (headers.go, upstreamView), so that a field the upstream never
+//     gets decides nothing. The policy in force is asked once about it, by
+//     its header (policy.Policy.Ask), and answers one value, a policy.Plan
+//     carried in the exchange: the route that governs the request and its
+//     variants, the resources a 2xx answer would tombstone, and for an
+//     enforced request the key, the owner and the record's identity, each
+//     owner computed once (a JWT is verified once). The plan is judged
+//     (judge, a pure function): method PRI (an HTTP/2 preface read as
+//     HTTP/1.1) and a target in asterisk form are refused before anything
+//     else (target.go), never forwarded; an ambiguous form is refused (400
+//     ambiguous-request); a request the route does not enforce (method not
+//     listed, passthrough mode, no key where the key is optional, a
+//     WebSocket upgrade) is proxied untouched, with its header as it came,
+//     through httputil.ReverseProxy (passthrough.go); a missing or
+//     malformed key, or no owner, is refused (400 or 401), and so is a
+//     request with trailers (400 request-trailers: they are in no
+//     fingerprint), all before the body is read. Then the body is read
+//     once, within max_request_bytes (413; body.go), and the plan resolved
+//     with it (Plan.Resolve): the decision a _method member of a form or
+//     JSON body may change, a key that is a JSON body member (key.from:
+//     body, webhooks), and the fingerprint with the route's recipe; the
+//     same judgement follows, on what the body settled.
 //  2. Claim (enforce.go, claim). A new keyed request is admitted to the
 //     store first (admission.go): past server.max_store_waiting requests
 //     waiting for a store answer it gets 503 overloaded at once, with

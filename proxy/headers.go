@@ -1,9 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"net/textproto"
-	"slices"
 	"strings"
 )
 
@@ -26,42 +26,40 @@ var hopHeaders = []string{
 // that the Connection field names.
 func removeHopByHop(h http.Header) { removeFields(h) }
 
-// namesEndToEndField reports whether a Connection field of h (a server's
-// request header: canonical keys) names a field that is not hop-by-hop
-// anyway nor the close option, so that removeHopByHop would take away a
-// field the client meant end to end. Almost no request does ("Connection:
-// keep-alive", "close", "Upgrade", "TE" name nothing else), which keeps
-// policyView free for them.
-func namesEndToEndField(h http.Header) bool {
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			name = textproto.TrimString(name)
-			if name == "" || strings.EqualFold(name, "close") {
-				continue
-			}
-			if !slices.ContainsFunc(hopHeaders, func(hop string) bool { return strings.EqualFold(hop, name) }) {
+// upstreamView returns r as the upstream will get it, with ex in its
+// context (exchangeOf), and makes it ex's request: without the hop-by-hop
+// fields and the fields a Connection field names, so that a field the
+// upstream never gets decides neither the route, nor an override, nor the
+// owner, nor the fingerprint ("Connection: Content-Type" would otherwise
+// make two requests the upstream tells apart share one fingerprint;
+// TestTombstoneOwnerIsWhatTheUpstreamGets,
+// TestAttackOwnerFieldNamedByConnectionIsNoOwner). A shallow copy of r
+// whose header is r's own when r carries no such field, as almost no
+// request over HTTP/2 or from a Go client does; else a copy without them,
+// and r's header stays as it came for a request passed through
+// (exchange.passthroughRequest).
+func upstreamView(r *http.Request, ex *exchange) *http.Request {
+	v := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+	if hasHopByHop(r.Header) {
+		v.Header = r.Header.Clone()
+		removeHopByHop(v.Header)
+		ex.cameHeader = r.Header
+	}
+	ex.r = v
+	return v
+}
+
+// hasHopByHop reports whether h holds a hop-by-hop field, in any letter
+// case (a Connection field among them, whatever it names).
+func hasHopByHop(h http.Header) bool {
+	for key := range h {
+		for _, hop := range hopHeaders {
+			if len(hop) == len(key) && strings.EqualFold(hop, key) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// policyView returns r as the policy is asked about it: what the upstream
-// will get, so that a field it never receives (named in Connection) decides
-// neither the route, nor an override, nor the owner whose resources a
-// DELETE tombstones (TestTombstoneOwnerIsWhatTheUpstreamGets); the enforced
-// path removes those fields from r itself before the owner and fingerprint
-// are read. r itself when no Connection field names such a field; else a
-// shallow copy with its own header.
-func policyView(r *http.Request) *http.Request {
-	if !namesEndToEndField(r.Header) {
-		return r
-	}
-	v := r.WithContext(r.Context())
-	v.Header = r.Header.Clone()
-	removeHopByHop(v.Header)
-	return v
 }
 
 // removeFields deletes the hop-by-hop fields, the fields any Connection field

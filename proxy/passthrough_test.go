@@ -304,3 +304,32 @@ func TestPassthroughKnownLengthTrickleIsFlushed(t *testing.T) {
 		t.Fatalf("first line = %q, %v (Content-Length %d): not flushed before the response ended", line, err, resp.ContentLength)
 	}
 }
+
+// TestKeylessPassthroughKeepsTeTrailers: a request passed through because
+// it carries no key (its route enforces the method, the key is optional)
+// reaches the upstream as a request the route does not enforce does, with
+// the "Te: trailers" it sent, which httputil.ReverseProxy forwards and a
+// gRPC server checks for: the hop-by-hop fields are removed from the
+// upstream's view of an enforced request, not from the request as it came.
+func TestKeylessPassthroughKeepsTeTrailers(t *testing.T) {
+	te := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		te <- r.Header.Get("Te")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(up.Close)
+	front := newFront(t, up.URL)
+	for _, method := range []string{"GET", "POST"} {
+		req, _ := http.NewRequest(method, front+"/v1/orders", strings.NewReader("{}"))
+		req.Header.Set("X-User", "alice")
+		req.Header.Set("Te", "trailers")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := <-te; resp.StatusCode != http.StatusOK || got != "trailers" {
+			t.Errorf("%s without a key: status %d, upstream got Te %q, want 200 and %q", method, resp.StatusCode, got, "trailers")
+		}
+	}
+}

@@ -344,15 +344,21 @@ type exchange struct {
 	// record's (advertise_expiry).
 	completing time.Time
 	// plan is the policy's answer for this request (policy.Plan): its
-	// route, tombstones, key, owner and identity, each computed once.
+	// route, tombstones, key, owner, identity and fingerprint, each
+	// computed once.
 	plan policy.Plan
 	// waited is the completed record that this request's last wait
 	// ended on (wait.go), answered as the next claim's Completed answer;
 	// shared with the other waiters of this process, so read only.
 	waited *store.Record
-	// r is the request as ServeHTTP hands it on: once decided, with the
-	// exchange in its context (exchangeOf).
+	// r is the request as ServeHTTP hands it on, with the exchange in
+	// its context (exchangeOf): the upstream's view (upstreamView), or
+	// for a passthrough the request with its header as it came
+	// (passthroughRequest).
 	r *http.Request
+	// cameHeader is the request's header as it came when the upstream's
+	// view has a header of its own (upstreamView), else nil.
+	cameHeader http.Header
 	// waitUntil is when this request stops waiting, set by its first wait
 	// (wait.go).
 	waitUntil time.Time
@@ -363,6 +369,22 @@ type exchange struct {
 	accessFields
 	// aw is accessFields.w's storage: one allocation per request for both.
 	aw accessWriter
+}
+
+// passthroughRequest returns the request a passthrough sends on, and
+// makes it ex's: the upstream's view (its context carries the exchange,
+// its body is a body already read) with the header as it came, whose
+// hop-by-hop fields httputil.ReverseProxy handles itself (it keeps a
+// protocol switch's Upgrade and "Te: trailers") and a handler in process
+// gets as they came.
+func (ex *exchange) passthroughRequest() *http.Request {
+	if ex.cameHeader == nil {
+		return ex.r
+	}
+	pr := ex.r.WithContext(ex.r.Context())
+	pr.Header = ex.cameHeader
+	ex.r = pr
+	return pr
 }
 
 // storeCtx bounds one store call. It is detached from the client: a claim or

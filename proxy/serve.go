@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,12 +15,14 @@ import (
 	"github.com/idemgate/idemgate/problem"
 )
 
-// ServeHTTP enforces the route's policy on r: ask the policy, claim, act
-// (see the package documentation for the flow). Every request ends in one
-// place, the deferred done, whichever way it was answered (a problem, a
-// replay, a forward, a passthrough, a client that left while it waited) and
-// also when the response is aborted with http.ErrAbortHandler: the steps
-// below only set the exchange's outcome and status.
+// ServeHTTP enforces the route's policy on r, top to bottom: refuse what
+// the header already condemns, read the body once, resolve the plan with
+// it, enforce (see the package documentation for the flow). Every request
+// ends in one place, the deferred done, whichever way it was answered (a
+// problem, a replay, a forward, a passthrough, a client that left while it
+// waited) and also when the response is aborted with
+// http.ErrAbortHandler: the steps below only set the exchange's outcome
+// and status.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.next != nil && callOf(r.Context()).covers(r) {
 		// In process, inside another engine's call of this handler (two
@@ -31,100 +32,152 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r), r: r}
+	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r)}
 	defer p.done(ex)
-	ex.plan = p.policy().Ask(policyView(r), p.scoping)
-	pl := &ex.plan
-	ex.route = pl.Route
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
 	w = ex.w
-	if p.refuseForm(w, r, ex) {
+	// The policy is asked once, about what the upstream will get, by its
+	// header: the route, and whether the decision awaits the body.
+	up := upstreamView(r, ex)
+	ex.plan = p.policy().Ask(up, p.scoping)
+	pl := &ex.plan
+	ex.route = pl.Route
+
+	// Refuse what no upstream may get, and what the header settles:
+	// refused, passed through, or keyed with a malformed key, before the
+	// body is read (reading it sends 100 Continue, and a client told to
+	// send it for a request refused anyway wastes the upload, RFC 9110
+	// section 10.1.1).
+	if p.refuseForm(w, r, ex) || p.settle(w, ex, judge(pl, up, r, false)) {
 		return
 	}
+	// Read the body once, within the route's limit; the same bytes go
+	// upstream.
+	if !p.readBody(w, up, ex) {
+		return
+	}
+	// Resolve what the body fixes: the decision a _method member may
+	// change, a key in the body, the fingerprint.
+	pl.Resolve(ex.body)
+	ex.route = pl.Route
+	if p.settle(w, ex, judge(pl, up, r, true)) {
+		return
+	}
+	// Enforce.
+	ex.id, ex.fp, ex.recipe = pl.Identity, pl.Fingerprint, pl.Recipe
+	p.enforce(w, up, ex)
+}
+
+// verdict is what the plan says becomes of a request, at either step
+// (judge): go on, pass it through unenforced, or answer a problem.
+type verdict struct {
+	step verdictStep
+	// problem answers a refusal, with cause for the access line and, on
+	// an invalid_credentials refusal, challenge as WWW-Authenticate.
+	problem   problem.Details
+	cause     error
+	challenge string
+}
+
+// verdictStep is a verdict's kind.
+type verdictStep int
+
+const (
+	// goOn: read the body (after Ask) or enforce (after Resolve).
+	goOn verdictStep = iota
+	// passThrough: the route does not enforce the request; it goes
+	// upstream untouched.
+	passThrough
+	// refuse: answer the problem; nothing goes upstream.
+	refuse
+)
+
+// refusal is the verdict that answers pr.
+func refusal(pr problem.Details) verdict { return verdict{step: refuse, problem: pr} }
+
+// judge says what becomes of the request of pl, as the upstream will get
+// it (up) and as it came (in), once the policy was asked (resolved false)
+// or once the plan was resolved with the body (true). It is pure: the same
+// checks, in the same order, at both steps, each made once it can be (a
+// key in the body is judged after the body, so a request without it on a
+// route where it is optional passes through even with trailers).
+func judge(pl *policy.Plan, up, in *http.Request, resolved bool) verdict {
+	route := pl.Route
 	if pl.NeedBody {
-		// A form or JSON body may carry a _method override that changes
-		// the decision: read it once, within the route's limit; the same
-		// bytes go upstream. A malformed key is refused first: reading the
-		// body sends 100 Continue, and a client told to send it for a
-		// request refused anyway wastes the upload (RFC 9110 section
-		// 10.1.1).
+		// The decision awaits the body, which may carry a _method member;
+		// a malformed key in the field of the route so far is refused
+		// before it is read.
 		if err := pl.KeyErr; err != nil && !errors.Is(err, identity.ErrKeyMissing) {
-			p.fail(w, ex, problem.InvalidKey.With(err.Error()))
-			return
+			return refusal(problem.InvalidKey.With(err.Error()))
 		}
-		if !p.readBody(w, r, ex) {
-			return
-		}
-		pl.Body(ex.body)
-		ex.route = pl.Route
+		return verdict{step: goOn}
 	}
-	route := ex.route
-	// The request as the server read it: trailers sent without a Trailer
-	// field land in its Trailer only, not in a copy's (refuseTrailers).
-	in := r
-	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
-	ex.r = r
 	if pl.Refuse != "" {
-		p.fail(w, ex, problem.Ambiguous.With(pl.Refuse))
-		return
+		return refusal(problem.Ambiguous.With(pl.Refuse))
 	}
-	if !route.Enforces(r.Method) || isUpgrade(r) {
-		p.passthroughServe(w, r, ex)
-		return
+	// A protocol switch is judged as it came: the view has no Upgrade.
+	if !pl.Enforced || isUpgrade(in) {
+		return verdict{step: passThrough}
 	}
-	// What the upstream never gets must not decide the owner or the
-	// fingerprint: "Connection: Content-Type" would otherwise make two
-	// requests the upstream tells apart share one fingerprint.
-	removeHopByHop(r.Header)
-	// A key in the body (a webhook's event id) needs the body first; it is
-	// read within max_request_bytes, and the same bytes go upstream.
-	if route.Key.FromBody() && !p.readBody(w, r, ex) {
-		return
+	if pl.KeyInBody && !resolved {
+		return verdict{step: goOn}
 	}
-	pl.Identify(ex.body)
 	switch err := pl.KeyErr; {
 	case errors.Is(err, identity.ErrKeyMissing):
 		if !route.Required {
-			p.passthroughServe(w, r, ex)
-			return
+			return verdict{step: passThrough}
 		}
-		p.fail(w, ex, problem.MissingKey.With(missingKeyDetail(route, r)))
-		return
+		return refusal(problem.MissingKey.With(missingKeyDetail(route, up)))
 	case err != nil:
-		p.fail(w, ex, problem.InvalidKey.With(err.Error()))
-		return
+		return refusal(problem.InvalidKey.With(err.Error()))
 	}
-	err := pl.OwnerErr
-	if errors.Is(err, identity.ErrInvalidCredentials) {
+	if err := pl.OwnerErr; errors.Is(err, identity.ErrInvalidCredentials) {
 		// owner: jwt. Never anonymous: a 401, and nothing goes upstream.
-		challenge := `Bearer error="invalid_token"`
-		if r.Header.Get("Authorization") == "" {
-			challenge = "Bearer" // RFC 6750 section 3.1: no error code without credentials
+		v := refusal(problem.InvalidCredentials.With(
+			"the request carries an idempotency key, whose owner is the subject of a verified bearer token, and the token was not accepted: " + err.Error()))
+		v.challenge = `Bearer error="invalid_token"`
+		if up.Header.Get("Authorization") == "" {
+			v.challenge = "Bearer" // RFC 6750 section 3.1: no error code without credentials
 		}
-		w.Header().Set("WWW-Authenticate", challenge)
-		p.fail(w, ex, problem.InvalidCredentials.With(
-			"the request carries an idempotency key, whose owner is the subject of a verified bearer token, and the token was not accepted: "+err.Error()))
-		return
-	}
-	if err != nil {
+		return v
+	} else if err != nil {
 		// The field or credential is named ("no owner (header)" used to
 		// leave the client guessing which header; TestAdminLookupsAndCLI).
-		p.fail(w, ex, problem.MissingOwner.With(
-			"the request carries an idempotency key but no owner: "+ownerMissingWhy(route, err)+"; keys are scoped per owner"))
-		return
+		return refusal(problem.MissingOwner.With(
+			"the request carries an idempotency key but no owner: " + ownerMissingWhy(route, err) + "; keys are scoped per owner"))
 	}
-	ex.id = pl.Identity
-	if p.refuseTrailers(w, r, in, ex) || !p.readBody(w, r, ex) || p.refuseTrailers(w, r, in, ex) {
-		return
+	if names := requestTrailers(up, in); names != nil {
+		return refusal(problem.RequestTrailers.With(
+			"the request carries the trailer fields " + strings.Join(names, ", ") +
+				" after its body; trailers are not part of the request's fingerprint, so a retry with other values could not be told apart from this request; send them as header fields"))
 	}
-	if err := route.Fingerprint.CheckBody(r, ex.body); err != nil {
-		ex.cause = err
-		p.fail(w, ex, problem.BadRequest.With(err.Error()))
-		return
+	if err := pl.FingerprintErr; resolved && err != nil {
+		v := refusal(problem.BadRequest.With(err.Error()))
+		v.cause = err
+		return v
 	}
-	ex.fp, ex.recipe = route.FingerprintOf(r, ex.body), pl.Recipe
-	p.enforce(w, r, ex)
+	return verdict{step: goOn}
+}
+
+// settle carries out v and reports whether it answered the request: a
+// passthrough (with the request as it came, judge's in) or a problem.
+func (p *Proxy) settle(w http.ResponseWriter, ex *exchange, v verdict) bool {
+	switch v.step {
+	case passThrough:
+		p.passthroughServe(w, ex.passthroughRequest(), ex)
+	case refuse:
+		if v.challenge != "" {
+			w.Header().Set("WWW-Authenticate", v.challenge)
+		}
+		if v.cause != nil {
+			ex.cause = v.cause
+		}
+		p.fail(w, ex, v.problem)
+	default:
+		return false
+	}
+	return true
 }
 
 // ownerMissingWhy says which owner source yielded nothing, from OwnerOf's

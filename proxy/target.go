@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/idemgate/idemgate/problem"
 )
@@ -53,17 +52,18 @@ func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange)
 	return false
 }
 
-// refuseTrailers answers a keyed request on an enforced route that
-// carries trailer fields with 400 request-trailers, and reports whether it
-// did. It is called before the body is read, for the trailers announced in
-// a Trailer field (net/http lists their names in Trailer, a map every
-// shallow copy of the request shares, so the upload is not wasted), and
-// after, for trailers that followed a chunked body. Those net/http adds to
-// in, the request its server read (ServeHTTP's own argument, unless a
-// wrapper such as the tracing handler passed a copy), and to r's map when
-// they were announced. Unannounced trailers that no copy shows are never
-// forwarded either: the outbound request is built from r, whose Trailer
-// is then empty (net/http's HTTP/2 server drops unannounced ones too).
+// requestTrailers returns the names of the trailer fields a request
+// carries, sorted, or nil: a keyed request on an enforced route with
+// trailers is refused with 400 request-trailers (judge). It is asked
+// before the body is read, for the trailers announced in a Trailer field
+// (net/http lists their names in Trailer, a map every shallow copy of the
+// request shares, so the upload is not wasted), and after, for trailers
+// that followed a chunked body. Those net/http adds to in, the request its
+// server read (ServeHTTP's own argument, unless a wrapper such as the
+// tracing handler passed a copy), and to r's map when they were announced.
+// Unannounced trailers that no copy shows are never forwarded either: the
+// outbound request is built from r, whose Trailer is then empty (net/http's
+// HTTP/2 server drops unannounced ones too).
 //
 // Trailers are not in the fingerprint, and refusing them is chosen over
 // adding them to it: a recipient may discard trailers (RFC 9110 section
@@ -76,9 +76,9 @@ func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange)
 // builds in a rolling update agree. A client moves such fields into
 // headers, which fingerprint.headers can cover. docs/protocol.md,
 // "Fingerprint recipes", says so.
-func (p *Proxy) refuseTrailers(w http.ResponseWriter, r, in *http.Request, ex *exchange) bool {
+func requestTrailers(r, in *http.Request) []string {
 	if len(r.Trailer) == 0 && len(in.Trailer) == 0 {
-		return false
+		return nil
 	}
 	var names []string
 	for _, t := range []http.Header{r.Trailer, in.Trailer} {
@@ -87,9 +87,5 @@ func (p *Proxy) refuseTrailers(w http.ResponseWriter, r, in *http.Request, ex *e
 		}
 	}
 	slices.Sort(names)
-	names = slices.Compact(names)
-	p.fail(w, ex, problem.RequestTrailers.With(
-		"the request carries the trailer fields "+strings.Join(names, ", ")+
-			" after its body; trailers are not part of the request's fingerprint, so a retry with other values could not be told apart from this request; send them as header fields"))
-	return true
+	return slices.Compact(names)
 }

@@ -43,8 +43,8 @@ type hotPathStage struct {
 // hotPathStages are the rows of "Hot path budget", by function.
 var hotPathStages = []hotPathStage{
 	{name: "accept and parse (net/http readRequest)", funcs: []string{"net/http.(*conn).readRequest"}},
-	{name: "decide (policy.Ask)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Ask", "github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
-	{name: "key, owner and identity (Plan.Identify)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).Identify", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf", "github.com/idemgate/idemgate/policy/identity.OwnerSource.Of"}},
+	{name: "decide (policy.Decide)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Policy).Decide"}},
+	{name: "key, owner and identity (Plan.fromHeader)", funcs: []string{"github.com/idemgate/idemgate/policy.(*Plan).fromHeader", "github.com/idemgate/idemgate/policy.(*Route).OwnerOf", "github.com/idemgate/idemgate/policy/identity.OwnerSource.Of"}},
 	{name: "body read", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).readBody"}},
 	{name: "fingerprint", funcs: []string{"github.com/idemgate/idemgate/policy.(*Route).FingerprintOf", "github.com/idemgate/idemgate/policy/fingerprint.Spec.Of", "github.com/idemgate/idemgate/policy/fingerprint.Of"}},
 	{name: "claim (store call included)", funcs: []string{"github.com/idemgate/idemgate/proxy.(*Proxy).claim"}},
