@@ -13,25 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/testcerts"
 )
 
 // rotationDeadline bounds how long a test waits for a changed file to be
 // seen: files are looked at again at most once a second, at a handshake.
 const rotationDeadline = 10 * time.Second
-
-// waitFor calls ok every 100 ms until it returns true or rotationDeadline
-// passes; it reports whether ok returned true.
-func waitFor(ok func() bool) bool {
-	deadline := time.Now().Add(rotationDeadline)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
 
 // logHas reports whether one line of the gate's log holds every one of parts.
 func logHas(g *Gate, parts ...string) bool {
@@ -87,7 +75,7 @@ func TestClientCARotation(t *testing.T) {
 
 	// A broken write (a truncated bundle): the previous pool stays.
 	testcerts.Write(t, dir, "clients.crt", []byte("-----BEGIN CERTIFICATE-----\nMIIB\n"))
-	if !waitFor(func() bool {
+	if !gatetest.Until(rotationDeadline, func() bool {
 		if !accepted(&oldClient) {
 			t.Fatal("the old CA's client is refused after a broken CA file was written: the previous pool must stay in service")
 		}
@@ -104,7 +92,7 @@ func TestClientCARotation(t *testing.T) {
 
 	// The next CA added before the old one expires.
 	testcerts.Write(t, dir, "clients.crt", append(append([]byte{}, oldCA.PEM...), newCA.PEM...))
-	if !waitFor(func() bool { return accepted(&newClient) }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return accepted(&newClient) }) {
 		t.Fatalf("the new CA's client is still refused %v after the CA file holds both CAs (no restart)", rotationDeadline)
 	}
 	if !accepted(&oldClient) {
@@ -126,7 +114,7 @@ func TestClientCARotation(t *testing.T) {
 		t.Fatalf("old client with a session cache: %d %v", status, err)
 	}
 	testcerts.Write(t, dir, "clients.crt", newCA.PEM)
-	if !waitFor(func() bool { return !accepted(&oldClient) }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return !accepted(&oldClient) }) {
 		t.Fatalf("the old CA's client is still accepted %v after its CA left the file", rotationDeadline)
 	}
 	if status, _, _, err := postWith(resuming, url, "resume-2"); err == nil {
@@ -215,7 +203,7 @@ defaults: {owner: "header:X-User"}
 	testcerts.Write(t, dir, "client.key", newClient.KeyPEM)
 	testcerts.Write(t, dir, "client.crt", newClient.CertPEM)
 	g.send(syscall.SIGHUP)
-	if !waitFor(func() bool { return logHas(g, "TLS certificate reloaded", "upstream.tls.cert_file") }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return logHas(g, "TLS certificate reloaded", "upstream.tls.cert_file") }) {
 		t.Errorf("no reload line for upstream.tls.cert_file %v after SIGHUP", rotationDeadline)
 	}
 	// Then it drops the old CA: only the renewed certificate gets in.
@@ -266,7 +254,7 @@ defaults: {owner: "header:X-User"}
 		t.Fatalf("a certificate of a CA not in ca_file: %d, want 502", s)
 	}
 	testcerts.Write(t, dir, "up-ca.crt", append(append([]byte{}, oldCA.PEM...), newCA.PEM...))
-	if !waitFor(func() bool { return get() == 201 }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return get() == 201 }) {
 		t.Fatalf("the new CA's certificate is still refused %v after ca_file holds it (no restart)", rotationDeadline)
 	}
 	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 201 {

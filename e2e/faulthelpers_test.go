@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -136,16 +137,10 @@ func recordURL(g *Gate, route, owner, key string, extra string) string {
 	return fmt.Sprintf("%s/admin/records?route=%s&owner=h:%s&key=%s%s", g.AdminURL, route, owner, key, extra)
 }
 
-// eventually polls cond every 20 ms until it returns true or d passes.
+// eventually is gatetest.Eventually, under the name the e2e tests call.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	gatetest.Eventually(t, d, what, cond)
 }
 
 // idemgateKeys returns every key under the idemgate: prefix on v with its
