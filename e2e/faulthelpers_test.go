@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -79,15 +78,7 @@ func (g *Gate) addr() string { return strings.TrimPrefix(g.URL, "http://") }
 
 // problemType returns the suffix of an idemgate problem type URI in body
 // ("store-unavailable"), or "" when body is not a problem document.
-func problemType(body []byte) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(body, &p) != nil {
-		return ""
-	}
-	return strings.TrimPrefix(p.Type, "https://idemgate.dev/problems/")
-}
+func problemType(body []byte) string { return gatetest.ProblemType(body) }
 
 // isProblem reports whether a is an RFC 9457 problem of type kind with status.
 func (a Answer) isProblem(status int, kind string) bool {

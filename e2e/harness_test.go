@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -290,24 +291,7 @@ func (a Answer) replayed() bool { return a.Header.Get("Idempotent-Replayed") == 
 // post sends one POST with an owner and key (either may be "") and reads
 // the whole answer.
 func post(ctx context.Context, url, owner, key, body string) Answer {
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
-		return Answer{Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if owner != "" {
-		req.Header.Set("X-User", owner)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return answerOf(gatetest.Post(ctx, nil, url, "", gatetest.Keyed(owner, key), body))
 }
 
 // postHeaders sends one POST of a JSON body with the fields of h (and Host
@@ -317,24 +301,15 @@ func post(ctx context.Context, url, owner, key, body string) Answer {
 func postHeaders(d time.Duration, url, host, body string, h http.Header) Answer {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
+	return answerOf(gatetest.Post(ctx, nil, url, host, h, body))
+}
+
+// answerOf is what gatetest.Post returned, as an Answer.
+func answerOf(resp *http.Response, body []byte, err error) Answer {
+	if resp == nil {
 		return Answer{Err: err}
 	}
-	if host != "" {
-		req.Host = host
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for name, vs := range h {
-		req.Header[name] = vs
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: body, Err: err}
 }
 
 func mustPost(t *testing.T, url, owner, key, body string) Answer {

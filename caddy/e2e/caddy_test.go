@@ -10,12 +10,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -65,9 +64,7 @@ type upstream struct {
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{}
-	srv := httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(srv.Close)
-	u.URL = srv.URL
+	u.URL = gatetest.CountingUpstream(t, &u.execs, u.create).URL
 	return u
 }
 
@@ -80,22 +77,14 @@ func serveOn(t *testing.T, port int) *upstream {
 		t.Fatalf("listen on reserved port %d: %v", port, err)
 	}
 	u := &upstream{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	u.URL = srv.URL
+	u.URL = gatetest.CountingUpstreamOn(t, ln, &u.execs, u.create).URL
 	return u
 }
 
-func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+// create is a POST, counted already: it waits for hold when set and
+// answers 201 naming its execution.
+func (u *upstream) create(w http.ResponseWriter, r *http.Request, n int64) {
 	body, _ := io.ReadAll(r.Body)
-	if r.Method != http.MethodPost {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	n := u.execs.Add(1)
 	if u.hold != nil {
 		<-u.hold
 	}
@@ -330,24 +319,9 @@ func postHost(t *testing.T, url, host, user, key, body string) answer {
 func tryPostHost(url, host, user, key, body string) (answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/orders", strings.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	if host != "" {
-		req.Host = host
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("X-User", user)
-	resp, err := http.DefaultClient.Do(req)
+	resp, b, err := gatetest.Post(ctx, nil, url+"/orders", host, http.Header{"Idempotency-Key": {key}, "X-User": {user}}, body)
 	if err != nil {
 		return answer{}, fmt.Errorf("POST %s key %s: %w", url, key, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, fmt.Errorf("POST %s key %s: reading body: %w", url, key, err)
 	}
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
 }
@@ -372,13 +346,8 @@ func sameResponse(t *testing.T, first, replay answer) {
 	}
 }
 
-func problemType(a answer) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal([]byte(a.Body), &p)
-	return p.Type
-}
+// problemType is gatetest.ProblemType of a's body.
+func problemType(a answer) string { return gatetest.ProblemType([]byte(a.Body)) }
 
 // TestCaddyForwardOnceThenReplay: the first request of a key reaches the
 // upstream through Caddy once; its retry is the stored response, byte for
@@ -686,16 +655,13 @@ func TestReadmeCaddyfilesAdapt(t *testing.T) {
 func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := countingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request) {
+	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "100")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"execution":1,`)
 		w.(http.Flusher).Flush()
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close()
-		}
+		gatetest.HangUp(w)
 	})
 	c := startCaddy(t, vk.Addr(), "caddy-broken:", up.URL)
 
