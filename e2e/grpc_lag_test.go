@@ -77,7 +77,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 	}, b)
 }
 
-// TestE2EGRPCDescriptorsBehindServer: the gate's descriptors are one step
+// TestGRPCDescriptorsBehindServer: the gate's descriptors are one step
 // older than the server's (int32 amount where the server has int64,
 // singular items where it has repeated). amount=5 and then
 // amount=2^32+5 with one key are two orders to the server, and so they
@@ -87,7 +87,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 // under the older descriptors truncated 2^32+5 to 5 and kept the last
 // item, so the second call got the first one's OK, replayed, and the
 // client believed its second order placed.)
-func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
+func TestGRPCDescriptorsBehindServer(t *testing.T) {
 	descriptors := protodesctest.Write(t, "place.binpb", placeFile(true))
 	b := startGRPCBackend(t, echo)
 	c := grpcGateConfig(b.addr)

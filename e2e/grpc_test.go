@@ -187,13 +187,13 @@ func wantStatus(t *testing.T, what string, c grpcCall, code codes.Code, slug str
 	}
 }
 
-// TestE2EGRPCWithoutH2CSaysWhy: grpc-go without TLS against a listener
+// TestGRPCWithoutH2CSaysWhy: grpc-go without TLS against a listener
 // without server.h2c fails at once with UNAVAILABLE, and the error says to
 // enable server.h2c: idemgate answers the HTTP/2 preface with a GOAWAY
 // whose debug data says so. (Before: an HTTP/1.1 505 that grpc-go read as
 // a frame, "http2: frame too large", with no word of the cause.) Nothing
 // reaches the backend.
-func TestE2EGRPCWithoutH2CSaysWhy(t *testing.T) {
+func TestGRPCWithoutH2CSaysWhy(t *testing.T) {
 	b := startGRPCBackend(t, echo)
 	cfg := grpcGateConfig(b.addr)
 	cfg.Extra = ""
@@ -213,11 +213,11 @@ func TestE2EGRPCWithoutH2CSaysWhy(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCReplayOverH2C: an h2c client on the plain listener, an h2c
+// TestGRPCReplayOverH2C: an h2c client on the plain listener, an h2c
 // upstream; the retry is answered from the record with the same message
 // and trailers, and the handler ran once. (Before: idemgate spoke
 // HTTP/1.1 to the h2c upstream and answered upstream-failed.)
-func TestE2EGRPCReplayOverH2C(t *testing.T) {
+func TestGRPCReplayOverH2C(t *testing.T) {
 	b := startGRPCBackend(t, echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
@@ -237,12 +237,12 @@ func TestE2EGRPCReplayOverH2C(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCProblemsAreStatuses: key reuse, a missing key and a missing
+// TestGRPCProblemsAreStatuses: key reuse, a missing key and a missing
 // owner reach a grpc-go client as FAILED_PRECONDITION, INVALID_ARGUMENT
 // and UNAUTHENTICATED with the problem slug as ErrorInfo reason, the
 // missing key's message naming the metadata entry a gRPC caller sets.
 // (Before: UNKNOWN, with the problem JSON in the message, and INTERNAL.)
-func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
+func TestGRPCProblemsAreStatuses(t *testing.T) {
 	b := startGRPCBackend(t, echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
@@ -277,11 +277,11 @@ func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCUnavailableIsNotStored: a handler's UNAVAILABLE (HTTP 200,
+// TestGRPCUnavailableIsNotStored: a handler's UNAVAILABLE (HTTP 200,
 // grpc-status 14) is passed on and the key released, so the retry reaches
 // the server and gets its OK; both by hand and by grpc-go's retry policy.
 // (Before: the UNAVAILABLE was stored and replayed for the retention.)
-func TestE2EGRPCUnavailableIsNotStored(t *testing.T) {
+func TestGRPCUnavailableIsNotStored(t *testing.T) {
 	flaky := func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database failover")
@@ -316,12 +316,12 @@ func TestE2EGRPCUnavailableIsNotStored(t *testing.T) {
 	})
 }
 
-// TestE2EGRPCUpstreamTimeout: a handler slower than upstream.timeout
+// TestGRPCUpstreamTimeout: a handler slower than upstream.timeout
 // reaches the caller as DEADLINE_EXCEEDED (upstream-timeout), which retry
 // policies do not resend, and a retry after it, while the claim is held
 // and once its lease ended, gets FAILED_PRECONDITION outcome-unknown, never
 // a second execution. (Before: UNAVAILABLE, then UNKNOWN.)
-func TestE2EGRPCUpstreamTimeout(t *testing.T) {
+func TestGRPCUpstreamTimeout(t *testing.T) {
 	slow := func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-ctx.Done() // the grpc-timeout idemgate sent: upstream.timeout
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -337,12 +337,12 @@ func TestE2EGRPCUpstreamTimeout(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCClientDeadlineIsNotForwarded: a client whose deadline is
+// TestGRPCClientDeadlineIsNotForwarded: a client whose deadline is
 // shorter than the handler gives up, but the detached upstream call runs
 // under upstream.timeout, not the client's grpc-timeout, so its OK is
 // stored and a retry with a longer deadline gets it. (Before: the
 // handler's DEADLINE_EXCEEDED was stored and replayed.)
-func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
+func TestGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	var mu sync.Mutex
 	var budgets []time.Duration
 	handlerDelay := 300 * time.Millisecond
@@ -376,12 +376,12 @@ func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCProtocolMismatch: an h2c:// upstream that speaks HTTP/1.1
+// TestGRPCProtocolMismatch: an h2c:// upstream that speaks HTTP/1.1
 // only processed nothing, so the key is released and the call gets
 // UNAVAILABLE upstream-unreachable, again on the retry (not in progress).
 // (Before: with an http:// URL to an h2c server, upstream-failed and the
 // key held for the lease.)
-func TestE2EGRPCProtocolMismatch(t *testing.T) {
+func TestGRPCProtocolMismatch(t *testing.T) {
 	g := startGate(t, grpcGateConfig(h1only.Start(t)))
 	conn := grpcClient(t, g)
 	for i := range 2 {
@@ -389,9 +389,9 @@ func TestE2EGRPCProtocolMismatch(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCConcurrentDuplicates: 50 calls with one key at once: one
+// TestGRPCConcurrentDuplicates: 50 calls with one key at once: one
 // execution, and every caller gets its OK with the same message.
-func TestE2EGRPCConcurrentDuplicates(t *testing.T) {
+func TestGRPCConcurrentDuplicates(t *testing.T) {
 	release, entered := make(chan struct{}), make(chan struct{}, 50)
 	b := startGRPCBackend(t, func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		entered <- struct{}{}
@@ -422,10 +422,10 @@ func TestE2EGRPCConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCReplayAcrossInstances: two idemgate instances on one Valkey;
+// TestGRPCReplayAcrossInstances: two idemgate instances on one Valkey;
 // a call on one is replayed by the other with the same message and
 // trailers.
-func TestE2EGRPCReplayAcrossInstances(t *testing.T) {
+func TestGRPCReplayAcrossInstances(t *testing.T) {
 	v := valkeytest.Start(t)
 	b := startGRPCBackend(t, echo)
 	c := grpcGateConfig(b.addr)
@@ -461,13 +461,13 @@ func writeTagDescriptors(t *testing.T) string {
 	return protodesctest.Write(t, "orders.binpb", protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders)
 }
 
-// TestE2EGRPCMapFieldResends: a message with a map field (a Struct of 12
+// TestGRPCMapFieldResends: a message with a map field (a Struct of 12
 // fields) resent ten times with one key. grpc-go marshals map entries in
 // Go's random map order, so the bytes differ between resends; with
 // fingerprint.body: protobuf every resend is the same request: one
 // execution, ten OKs. (Before, body: raw: 7 of 10 resends got
 // key-reused.)
-func TestE2EGRPCMapFieldResends(t *testing.T) {
+func TestGRPCMapFieldResends(t *testing.T) {
 	b := startGRPCBackend(t, echo)
 	c := grpcGateConfig(b.addr)
 	c.Routes += "  - name: tag\n    match: \"grpc orders.v1.Orders/Tag\"\n    required: true\n" +

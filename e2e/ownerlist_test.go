@@ -73,13 +73,13 @@ func TestOwnerListPlatformAccounts(t *testing.T) {
 	}
 }
 
-// TestOwnerListNonUTF8AccountsAreTwoOwners: header values may carry
+// TestSecurityOwnerListNonUTF8AccountsAreTwoOwners: header values may carry
 // obs-text (bytes 0x80-0xFF, RFC 9110 section 5.5), which net/http sends
 // and accepts. Accounts "acct_\xff" and "acct_\xfe" under one credential
 // are two principals, as they are under owner: header:Stripe-Account
 // alone; the JSON join of the owner list made both "acct_\ufffd", and B
 // was replayed A's customer without reaching the upstream.
-func TestOwnerListNonUTF8AccountsAreTwoOwners(t *testing.T) {
+func TestSecurityOwnerListNonUTF8AccountsAreTwoOwners(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"

@@ -18,14 +18,14 @@ func waitMetric(t *testing.T, g *Gate, series string, want float64) {
 	}
 }
 
-// TestStoreDownRefusesAtOnce: the binary on a Valkey that is killed. Once
+// TestFaultStoreDownRefusesAtOnce: the binary on a Valkey that is killed. Once
 // the connector finds it down (idemgate_store_up 0, the state /readyz
 // reports), keyed requests are refused 503 store-unavailable with
 // Retry-After at once instead of after the store timeout, a completed key
 // in the replay cache included (README, "Store outages"), while a
 // fail_open route still reaches the upstream unprotected. When Valkey is
 // back, the same requests run once and their retries replay.
-func TestStoreDownRefusesAtOnce(t *testing.T) {
+func TestFaultStoreDownRefusesAtOnce(t *testing.T) {
 	// Kept on disk: the records written before the kill are there after.
 	srv := valkeytest.Start(t, valkeytest.WithAOF())
 	up := startUpstream(t)

@@ -232,14 +232,14 @@ func startGateYAML(t *testing.T, body string) *Gate {
 // testAdminToken is the admin token of gates started by startGateYAML.
 const testAdminToken = "e2e-admin-token"
 
-// TestTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
+// TestSecurityTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
 // hold certificates of one CA with one subject (O=Example Corp, OU=Staff)
 // that differ only in an otherName alternative name (a UPN). bob sending
 // alice's key and body must run his own operation, never get alice's
 // response; a renewed certificate of alice's replays hers. Before the fix
 // the owner ignored otherName and bob got 201 Idempotent-Replayed: true
 // with alice's body.
-func TestTLSClientCertOwnerOtherName(t *testing.T) {
+func TestSecurityTLSClientCertOwnerOtherName(t *testing.T) {
 	dir := t.TempDir()
 	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "corp CA")

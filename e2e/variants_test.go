@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// TestE2EVariantsCannotEscapeEnforcedRoutes runs the observed escapes
+// TestSecurityVariantsCannotEscapeEnforcedRoutes runs the observed escapes
 // through the real binary, configured from YAML, in front of a counting
 // upstream: with a required "POST /v1/orders", a required subtree
 // "POST /v1/payments/", a required "PATCH /v1/orders/{id}" and a "/v1/"
 // passthrough route, the forms an Express, Tomcat or Rails upstream
 // executes as those operations ran without a key, or twice with one.
-func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
+func TestSecurityVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
     match: "POST /v1/orders"
@@ -81,7 +81,7 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	}
 }
 
-// TestE2EVariantsSecondRound: the forms a second adversarial round found,
+// TestSecurityVariantsSecondRound: the forms a second adversarial round found,
 // through the real binary configured from YAML (required "POST /v1/orders"
 // and "PATCH /v1/orders/{id}", a "/v1/" passthrough route), each sent raw
 // so its bytes reach idemgate exactly as written: a format extension, a
@@ -89,7 +89,7 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 // with underscores, a form without Content-Type, a JSON _method member and
 // PHP's spellings of _method. None reaches the counting upstream without a
 // key.
-func TestE2EVariantsSecondRound(t *testing.T) {
+func TestSecurityVariantsSecondRound(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
     match: "POST /v1/orders"
