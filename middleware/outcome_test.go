@@ -139,7 +139,7 @@ func TestHijackNotSupportedOnEnforcedRoutes(t *testing.T) {
 // TestInProcessLateSuccessIsStored: a handler that ignores its context
 // and answers 201 after upstream.timeout ran to its end under the claim:
 // its outcome is known, so it is stored and replayed, and it runs once
-// (e2e TestLateSuccessAfterTimeout puts this beside the proxy's 504).
+// (e2e TestFaultLateSuccessAfterTimeout puts this beside the proxy's 504).
 func TestInProcessLateSuccessIsStored(t *testing.T) {
 	vk := valkeytest.Start(t)
 	yaml := strings.Replace(testConfig(vk.Addr(), "late:"), "wait_timeout: 5s", "wait_timeout: 300ms", 1) + "upstream: {timeout: 300ms}\n"
