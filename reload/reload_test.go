@@ -626,7 +626,7 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 // TestSignalWithoutPathKeepsServing: idemgate serve without --config gets
 // SIGHUP like any other mode; with no file there is nothing to reload, and
 // the Reloader says so, keeps its policy and keeps running
-// (TestE2ESIGHUPNeverKills has the process side).
+// (TestSIGHUPNeverKills has the process side).
 func TestSignalWithoutPathKeepsServing(t *testing.T) {
 	initial, err := policy.New(baseRoute(), nil)
 	if err != nil {
