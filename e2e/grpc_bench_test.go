@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/idemgate").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	be := startGRPCBackend(b, echo).addr
+	be := startGRPCBackend(b, grpcorderstest.Echo).addr
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(b))
 	admin := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(b))
 	cfg := grpcGateConfig(be)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,55 +20,33 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/internal/h1only"
 	"github.com/idemgate/idemgate/internal/protodesctest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// createMethod is the gRPC method every test here calls: a unary
-// orders.v1.Orders/Create taking and returning a google.protobuf.StringValue
-// (a hand-registered service, so no generated code is needed).
-const createMethod = "/orders.v1.Orders/Create"
+// createMethod is the gRPC method every test here calls
+// (grpcorderstest's orders.v1.Orders/Create).
+const createMethod = grpcorderstest.CreateMethod
 
 // grpcHandler answers the n-th execution (from 1) of key.
-type grpcHandler func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
+type grpcHandler = grpcorderstest.Handler
 
-// grpcBackend is a real grpc-go server (HTTP/2 without TLS) that counts
-// the executions of orders.v1.Orders/Create per idempotency key.
+// grpcBackend is a real grpc-go server (HTTP/2 without TLS) with
+// grpcorderstest's orders.v1.Orders, which counts the executions per
+// idempotency key, and the method Tag besides.
 type grpcBackend struct {
-	addr   string
-	mu     sync.Mutex
-	calls  map[string]int
-	handle grpcHandler
+	*grpcorderstest.Service
+	addr string
 }
 
 func startGRPCBackend(t testing.TB, handle grpcHandler) *grpcBackend {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("gRPC backend: listen: %v", err)
-	}
-	b := &grpcBackend{addr: lis.Addr().String(), calls: map[string]int{}, handle: handle}
-	s := grpc.NewServer()
-	s.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "orders.v1.Orders",
-		HandlerType: (*any)(nil),
-		Methods:     []grpc.MethodDesc{{MethodName: "Create", Handler: b.create}, {MethodName: "Tag", Handler: b.tag}},
-	}, b)
-	registerPlacer(t, s, b)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
+	b := &grpcBackend{}
+	b.Service = grpcorderstest.New(handle, grpc.MethodDesc{MethodName: "Tag", Handler: b.tag})
+	b.addr = b.Serve(t, func(s *grpc.Server) { registerPlacer(t, s, b) })
 	return b
-}
-
-func (b *grpcBackend) create(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	in := new(wrapperspb.StringValue)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	key, n := b.count(ctx)
-	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-order-id", fmt.Sprintf("ord-%s-%d", key, n)))
-	return b.handle(ctx, key, n, in)
 }
 
 // tag is orders.v1.Orders/Tag: a google.protobuf.Struct in, the same
@@ -79,31 +56,8 @@ func (b *grpcBackend) tag(_ any, ctx context.Context, dec func(any) error, _ grp
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	b.count(ctx)
+	b.Count(ctx)
 	return in, nil
-}
-
-// count counts a call under the Idempotency-Key of its metadata (the
-// values joined by commas) and returns that key and its count so far.
-func (b *grpcBackend) count(ctx context.Context) (key string, n int) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	key = strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls[key]++
-	return key, b.calls[key]
-}
-
-// executions returns how many times key was executed.
-func (b *grpcBackend) executions(key string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.calls[key]
-}
-
-// echo answers OK with the request's value, numbered by execution.
-func echo(_ context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-	return wrapperspb.String(fmt.Sprintf("%s#%d", in.GetValue(), n)), nil
 }
 
 // grpcGateConfig is a gate whose plain listener serves h2c and whose
@@ -194,7 +148,7 @@ func wantStatus(t *testing.T, what string, c grpcCall, code codes.Code, slug str
 // a frame, "http2: frame too large", with no word of the cause.) Nothing
 // reaches the backend.
 func TestGRPCWithoutH2CSaysWhy(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	cfg := grpcGateConfig(b.addr)
 	cfg.Extra = ""
 	g := startGate(t, cfg)
@@ -208,7 +162,7 @@ func TestGRPCWithoutH2CSaysWhy(t *testing.T) {
 		t.Errorf("failed after %v, want at once", took)
 	}
 	t.Logf("grpc-go says: %v", c.err)
-	if n := b.executions("k1"); n != 0 {
+	if n := b.Executions("k1"); n != 0 {
 		t.Fatalf("the backend ran %d times", n)
 	}
 }
@@ -218,7 +172,7 @@ func TestGRPCWithoutH2CSaysWhy(t *testing.T) {
 // and trailers, and the handler ran once. (Before: idemgate spoke
 // HTTP/1.1 to the h2c upstream and answered upstream-failed.)
 func TestGRPCReplayOverH2C(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
 	first := create(conn, 10*time.Second, "alice", "k1", "order")
@@ -232,7 +186,7 @@ func TestGRPCReplayOverH2C(t *testing.T) {
 	if got := strings.Join(retry.header.Get("idempotent-replayed"), ","); got != "true" {
 		t.Fatalf("retry header idempotent-replayed %q", got)
 	}
-	if n := b.executions("k1"); n != 1 {
+	if n := b.Executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -243,7 +197,7 @@ func TestGRPCReplayOverH2C(t *testing.T) {
 // missing key's message naming the metadata entry a gRPC caller sets.
 // (Before: UNKNOWN, with the problem JSON in the message, and INTERNAL.)
 func TestGRPCProblemsAreStatuses(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
 	if c := create(conn, 10*time.Second, "alice", "k1", "order"); c.err != nil {
@@ -257,7 +211,7 @@ func TestGRPCProblemsAreStatuses(t *testing.T) {
 		t.Fatalf("no key: message %q does not name the idempotency-key metadata entry", msg)
 	}
 	wantStatus(t, "no owner", create(conn, 10*time.Second, "", "k2", "order"), codes.Unauthenticated, "missing-owner")
-	if n := b.executions("k1"); n != 1 {
+	if n := b.Executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	if c := create(conn, 10*time.Second, "alice", "k1", "order"); c.err != nil {
@@ -286,7 +240,7 @@ func TestGRPCUnavailableIsNotStored(t *testing.T) {
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database failover")
 		}
-		return echo(ctx, key, n, in)
+		return grpcorderstest.Echo(ctx, key, n, in)
 	}
 	b := startGRPCBackend(t, flaky)
 	g := startGate(t, grpcGateConfig(b.addr))
@@ -300,7 +254,7 @@ func TestGRPCUnavailableIsNotStored(t *testing.T) {
 		if c := create(conn, 10*time.Second, "alice", "hand", "order"); c.err != nil || c.value != "order#2" {
 			t.Fatalf("third: %q %v, want the stored OK", c.value, c.err)
 		}
-		if n := b.executions("hand"); n != 2 {
+		if n := b.Executions("hand"); n != 2 {
 			t.Fatalf("executions %d, want 2", n)
 		}
 	})
@@ -310,7 +264,7 @@ func TestGRPCUnavailableIsNotStored(t *testing.T) {
 		if c := create(conn, 10*time.Second, "alice", "policy", "order"); c.err != nil || c.value != "order#2" {
 			t.Fatalf("call with a retry policy: %q %v, want the second attempt's OK", c.value, c.err)
 		}
-		if n := b.executions("policy"); n != 2 {
+		if n := b.Executions("policy"); n != 2 {
 			t.Fatalf("executions %d, want 2", n)
 		}
 	})
@@ -332,7 +286,7 @@ func TestGRPCUpstreamTimeout(t *testing.T) {
 	conn := grpcClient(t, g)
 	wantStatus(t, "first", create(conn, 10*time.Second, "alice", "t1", "order"), codes.DeadlineExceeded, "upstream-timeout")
 	wantStatus(t, "retry", create(conn, 10*time.Second, "alice", "t1", "order"), codes.FailedPrecondition, "outcome-unknown")
-	if n := b.executions("t1"); n != 1 {
+	if n := b.Executions("t1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -353,7 +307,7 @@ func TestGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 		mu.Unlock()
 		select {
 		case <-time.After(handlerDelay):
-			return echo(ctx, key, n, in)
+			return grpcorderstest.Echo(ctx, key, n, in)
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -366,7 +320,7 @@ func TestGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	if c := create(conn, 10*time.Second, "alice", "d1", "order"); c.err != nil || c.value != "order#1" {
 		t.Fatalf("retry: %q %v, want the first execution's OK", c.value, c.err)
 	}
-	if n := b.executions("d1"); n != 1 {
+	if n := b.Executions("d1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	mu.Lock()
@@ -396,7 +350,7 @@ func TestGRPCConcurrentDuplicates(t *testing.T) {
 	b := startGRPCBackend(t, func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		entered <- struct{}{}
 		<-release
-		return echo(ctx, key, n, in)
+		return grpcorderstest.Echo(ctx, key, n, in)
 	})
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
@@ -417,7 +371,7 @@ func TestGRPCConcurrentDuplicates(t *testing.T) {
 			t.Errorf("call: %q %v", c.value, c.err)
 		}
 	}
-	if got := b.executions("dup"); got != 1 {
+	if got := b.Executions("dup"); got != 1 {
 		t.Fatalf("executions %d, want 1", got)
 	}
 }
@@ -427,7 +381,7 @@ func TestGRPCConcurrentDuplicates(t *testing.T) {
 // trailers.
 func TestGRPCReplayAcrossInstances(t *testing.T) {
 	v := valkeytest.Start(t)
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	c := grpcGateConfig(b.addr)
 	c.ValkeyAddrs = []string{v.Addr()}
 	a, other := startGate(t, c), startGate(t, c)
@@ -439,7 +393,7 @@ func TestGRPCReplayAcrossInstances(t *testing.T) {
 	if retry.err != nil || retry.value != first.value || strings.Join(retry.trailer.Get("x-order-id"), ",") != "ord-x1-1" {
 		t.Fatalf("retry on B: %q %v trailers %v, want %q", retry.value, retry.err, retry.trailer, first.value)
 	}
-	if n := b.executions("x1"); n != 1 {
+	if n := b.Executions("x1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -468,7 +422,7 @@ func writeTagDescriptors(t *testing.T) string {
 // execution, ten OKs. (Before, body: raw: 7 of 10 resends got
 // key-reused.)
 func TestGRPCMapFieldResends(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	c := grpcGateConfig(b.addr)
 	c.Routes += "  - name: tag\n    match: \"grpc orders.v1.Orders/Tag\"\n    required: true\n" +
 		"    fingerprint: {body: protobuf, descriptors: \"" + writeTagDescriptors(t) + "\"}\n"
@@ -495,7 +449,7 @@ func TestGRPCMapFieldResends(t *testing.T) {
 			t.Fatalf("resend %d: %v (%d fields)", i+1, err, len(out.GetFields()))
 		}
 	}
-	if n := b.executions("map-1"); n != 1 {
+	if n := b.Executions("map-1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	t.Logf("%d distinct encodings of the message among 10 marshals", len(distinct))
@@ -509,7 +463,7 @@ func TestGRPCMapFieldResends(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("undecodable message: %v, want InvalidArgument", err)
 	}
-	if n := b.executions("map-garbage"); n != 0 {
+	if n := b.Executions("map-garbage"); n != 0 {
 		t.Fatalf("undecodable message ran %d times, want 0", n)
 	}
 }
