@@ -45,20 +45,14 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemgate-e2e-")
+	path, remove, err := gatetest.Build("../cmd/idemgate", "idemgate", "-race")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "idemgate")
-	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/idemgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building idemgate:", err)
-		os.Exit(1)
-	}
+	binary = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -203,18 +197,7 @@ func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {
 	if cmd == nil {
 		return
 	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-exited:
-	case <-time.After(wait):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
+	gatetest.Signal(cmd.Process, exited, sig, wait)
 }
 
 // Stop sends SIGTERM and waits for a graceful exit (SIGKILL after 15 s).

@@ -34,22 +34,16 @@ import (
 var caddyBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemgate-caddy-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	caddyBinary = filepath.Join(dir, "caddy")
 	start := time.Now()
-	build := exec.Command("go", "build", "-o", caddyBinary, "../cmd/caddy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "caddy e2e: building Caddy with the idempotency module:", err)
+	path, remove, err := gatetest.Build("../cmd/caddy", "caddy")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "caddy e2e: Caddy with the idempotency module:", err)
 		os.Exit(1)
 	}
+	caddyBinary = path
 	fmt.Fprintf(os.Stderr, "caddy e2e: built Caddy with the idempotency module in %v\n", time.Since(start).Round(100*time.Millisecond))
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -267,20 +261,7 @@ http://%s:%d {
 }
 
 // stop ends Caddy (SIGTERM, SIGKILL after 10s) and waits for it.
-func (c *caddyProc) stop() {
-	select {
-	case <-c.exited:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
+func (c *caddyProc) stop() { gatetest.Signal(c.cmd.Process, c.exited, syscall.SIGTERM, 10*time.Second) }
 
 // answer is a response as the client read it.
 type answer struct {
