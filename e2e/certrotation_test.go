@@ -43,17 +43,12 @@ func logHas(g *Gate, parts ...string) bool {
 // CA, the new client is accepted and the old one still is.
 func TestClientCARotation(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	oldCA := testcerts.NewCA(t, "client CA 2025")
 	newCA := testcerts.NewCA(t, "client CA 2026")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", oldCA.PEM)
+	ln := testcerts.NewListener(t, dir, oldCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	oldClient := oldCA.Issue(t, testcerts.Options{CommonName: "old"}).TLS(t)
 	newClient := newCA.Issue(t, testcerts.Options{CommonName: "new"}).TLS(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL,

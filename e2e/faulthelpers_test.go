@@ -134,6 +134,40 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	gatetest.Eventually(t, d, what, cond)
 }
 
+// startFillableValkey starts a valkey-server that Fill can fill: 16 MB
+// of memory at most, and no eviction, so that a full one refuses writes
+// (-OOM) instead of dropping records.
+func startFillableValkey(t *testing.T) *valkeytest.Server {
+	return valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+}
+
+// holdFirstCall makes up hold the first call of key until unblock (called
+// at the test's end at the latest, and after 30 s in any case); every
+// other call answers 201 at once. Each call's body names its key, its
+// number for the key and the upstream's total; entered receives once per
+// call.
+func holdFirstCall(t *testing.T, up *Upstream, key string) (entered chan struct{}, unblock func()) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	entered = make(chan struct{}, 32)
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		owner, k := r.Header.Get("X-User"), r.Header.Get("Idempotency-Key")
+		n := up.Calls(owner, k)
+		if k == key && n == 1 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"key":%q,"call":%d,"total":%d}`, k, n, up.Total())
+	}, 0, entered)
+	return entered, unblock
+}
+
 // idemgateKeys returns every key under the idemgate: prefix on v with its
 // PTTL in milliseconds (-1: no expiry, -2: gone meanwhile).
 func idemgateKeys(t *testing.T, v *valkeytest.Server) map[string]int64 {

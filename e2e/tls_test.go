@@ -52,19 +52,14 @@ func postWith(c *http.Client, url, key string) (int, http.Header, string, error)
 // again when its files change.
 func TestTLSClientCertOwner(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "client CA")
 	otherCA := testcerts.NewCA(t, "someone else's CA")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	ln := testcerts.NewListener(t, dir, clientCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	alice := clientCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
 	bob := clientCA.Issue(t, testcerts.Options{CommonName: "bob"}).TLS(t)
 	expired := clientCA.Issue(t, testcerts.Options{CommonName: "alice", Expired: true}).TLS(t)
 	foreign := otherCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	for _, mode := range []string{"request", "require"} {
@@ -126,10 +121,10 @@ func TestTLSClientCertOwner(t *testing.T) {
 			defer c.Close()
 			return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
 		}
-		if got := serial(); got != mustLeafSerial(t, srv.DER) {
+		if got := serial(); got != mustLeafSerial(t, ln.Server.DER) {
 			t.Fatalf("serving serial %s, want the first certificate", got)
 		}
-		next := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
+		next := ln.ServerCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
 		// As cert-manager does: both files replaced while serving.
 		testcerts.Write(t, dir, "tls.key", next.KeyPEM)
 		testcerts.Write(t, dir, "tls.crt", next.CertPEM)
@@ -241,18 +236,13 @@ const testAdminToken = "e2e-admin-token"
 // with alice's body.
 func TestSecurityTLSClientCertOwnerOtherName(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "corp CA")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	ln := testcerts.NewListener(t, dir, clientCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	staff := func(upn string) tls.Certificate {
 		return clientCA.Issue(t, testcerts.Options{Organization: []string{"Example Corp"}, OrganizationalUnit: []string{"Staff"}, UPN: upn}).TLS(t)
 	}
 	alice, bob, aliceRenewed := staff("alice@corp.example"), staff("bob@corp.example"), staff("alice@corp.example")
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL,
