@@ -182,13 +182,7 @@ func TestUpstreamClientCertRotation(t *testing.T) {
 	certFile := testcerts.Write(t, dir, "client.crt", oldClient.CertPEM)
 	keyFile := testcerts.Write(t, dir, "client.key", oldClient.KeyPEM)
 
-	g := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 201 || backend.sawClient.Load() != "idemgate-2025" {
 		t.Fatalf("before the rotation: %d %s (backend saw %v)", a.Status, a.Body, backend.sawClient.Load())
 	}
@@ -226,13 +220,7 @@ func TestUpstreamCARotation(t *testing.T) {
 	backend := startRotatingBackend(t, oldCert.TLS(t), nil)
 	caFile := testcerts.Write(t, dir, "up-ca.crt", oldCA.PEM)
 
-	g := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile))
+	g := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal", caFile)))
 	get := func() int {
 		resp, err := http.Get(g.URL + "/v1/ping")
 		if err != nil {

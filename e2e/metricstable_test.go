@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os"
@@ -63,17 +62,9 @@ func readmeMetrics(t *testing.T) map[string]readmeMetric {
 // out).
 func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
 	t.Helper()
-	resp, err := http.Get(g.AdminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	out := map[string]readmeMetric{}
 	labelName := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range metricLines(t, g) {
 		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			name, typ, _ := strings.Cut(rest, " ")
 			if strings.HasPrefix(name, "idemgate_") {
@@ -101,9 +92,6 @@ func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
 			}
 		}
 		out[name] = f
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

@@ -176,24 +176,12 @@ func TestUpstreamTLS(t *testing.T) {
 	certFile := testcerts.Write(t, dir, "client.crt", client.CertPEM)
 	keyFile := testcerts.Write(t, dir, "client.key", client.KeyPEM)
 
-	g2 := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g2 := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	a := mustPost(t, g2.URL+"/v1/orders", "alice", "k1", `{}`)
 	if a.Status != 201 || sawClient.Load() != "idemgate" {
 		t.Fatalf("through mTLS: %d %s (backend saw client %v)\n%s", a.Status, a.Body, sawClient.Load(), g2.Logs())
 	}
-	g3 := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g3 := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	if a := mustPost(t, g3.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 502 {
 		t.Fatalf("certificate for another name: %d %s", a.Status, a.Body)
 	}
@@ -226,6 +214,19 @@ func startGateYAML(t *testing.T, body string) *Gate {
 
 // testAdminToken is the admin token of gates started by startGateYAML.
 const testAdminToken = "e2e-admin-token"
+
+// upstreamTLSYAML is a gate on the memory store, owners by X-User, whose
+// upstream is url over TLS with the settings tls (upstream.tls's mapping,
+// without its braces).
+func upstreamTLSYAML(url, tls string) string {
+	return fmt.Sprintf(`upstream:
+  url: %q
+  timeout: 10s
+  tls: {%s}
+store: {driver: memory}
+defaults: {owner: "header:X-User"}
+`, url, tls)
+}
 
 // TestSecurityTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
 // hold certificates of one CA with one subject (O=Example Corp, OU=Staff)
