@@ -94,16 +94,7 @@ func (u *upstream) create(w http.ResponseWriter, r *http.Request, n int64) {
 // options), owners by X-User, a short lease.
 const idemgateYAML = `
 store:
-  driver: valkey
-upstream:
-  timeout: 10s
-log:
-  access: false
-defaults:
-  owner: "header:X-User"
-  lease: 5s
-  wait_timeout: 10s
-`
+  driver: valkey` + noStoreYAML
 
 // caddyProc is one running Caddy.
 type caddyProc struct {
