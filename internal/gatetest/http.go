@@ -124,3 +124,18 @@ func Die(w http.ResponseWriter) {
 		conn.Close()
 	}
 }
+
+// Serves returns a condition for Until and Eventually: a GET of url is
+// answered with status, or with any status when status is 0. A server
+// that is starting, or a route that is not back yet, is waited for this
+// way.
+func Serves(url string, status int) func() bool {
+	return func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return status == 0 || resp.StatusCode == status
+	}
+}
