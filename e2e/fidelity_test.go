@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/andybalholm/brotli"
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/klauspost/compress/gzip"
 )
 
@@ -147,12 +148,10 @@ func TestReplayDecodesForClientsWithoutTheCoding(t *testing.T) {
 		if !again.replayed() || again.Header.Get("Content-Encoding") != "compress" || string(again.Body) != "LZW bytes" {
 			t.Fatalf("retry: %v %q; want the stored response as stored", again.Header, again.Body)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(g.Logs(), "not decoded for a client that does not accept its content coding") {
-			if time.Now().After(deadline) {
-				t.Fatal("no log line for the coding idemgate cannot decode")
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !gatetest.Until(5*time.Second, func() bool {
+			return strings.Contains(g.Logs(), "not decoded for a client that does not accept its content coding")
+		}) {
+			t.Fatal("no log line for the coding idemgate cannot decode")
 		}
 	})
 }

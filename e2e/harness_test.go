@@ -169,25 +169,27 @@ func (g *Gate) Start() {
 	g.mu.Lock()
 	g.cmd, g.exited = cmd, exited
 	g.mu.Unlock()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(g.AdminURL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+	healthy, up := false, gatetest.Serves(g.AdminURL+"/healthz", 200)
+	gatetest.Until(20*time.Second, func() bool {
+		if healthy = up(); healthy {
+			return true
 		}
 		select {
 		case <-exited:
-			g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	})
+	if healthy {
+		return
 	}
+	select {
+	case <-exited:
+		g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
+	default:
+	}
+	g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
 }
 
 func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {

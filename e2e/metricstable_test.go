@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -106,16 +107,13 @@ func TestMetricsTableMatchesRegistry(t *testing.T) {
 	table := readmeMetrics(t)
 	primary := valkeytest.Start(t)
 	replica := valkeytest.Start(t, valkeytest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out, err := replica.CLI("INFO", "replication")
-		if err == nil && strings.Contains(out, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync within 15s: %v %s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var out string
+	var err error
+	if !gatetest.Until(15*time.Second, func() bool {
+		out, err = replica.CLI("INFO", "replication")
+		return err == nil && strings.Contains(out, "master_link_status:up")
+	}) {
+		t.Fatalf("the replica did not sync within 15s: %v %s", err, out)
 	}
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{primary.Addr()},

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -11,10 +12,8 @@ import (
 // waitMetric polls the gate's /metrics, up to 15 s, until series reads want.
 func waitMetric(t *testing.T, g *Gate, series string, want float64) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); metricValue(t, g, series) != want; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never read %v", series, want)
-		}
+	if !gatetest.Until(15*time.Second, func() bool { return metricValue(t, g, series) == want }) {
+		t.Fatalf("%s never read %v", series, want)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/internal/testcerts"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -129,12 +130,8 @@ func TestTLSClientCertOwner(t *testing.T) {
 		testcerts.Write(t, dir, "tls.key", next.KeyPEM)
 		testcerts.Write(t, dir, "tls.crt", next.CertPEM)
 		want := mustLeafSerial(t, next.DER)
-		deadline := time.Now().Add(5 * time.Second)
-		for serial() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the rotated certificate is not served after 5s:\n%s", g.Logs())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !gatetest.Until(5*time.Second, func() bool { return serial() == want }) {
+			t.Fatalf("the rotated certificate is not served after 5s:\n%s", g.Logs())
 		}
 		if !strings.Contains(g.Logs(), "TLS certificate reloaded") {
 			t.Errorf("no reload line:\n%s", g.Logs())
