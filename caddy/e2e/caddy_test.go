@@ -479,19 +479,16 @@ func TestCaddyStoreDownFailsClosed(t *testing.T) {
 // line.
 func (c *caddyProc) waitMetric(t *testing.T, line string) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	if !gatetest.Until(15*time.Second, func() bool {
 		resp, err := http.Get(c.AdminURL + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains("\n"+string(b), "\n"+line+"\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Caddy's /metrics never had %q", line)
-		}
+		return strings.Contains("\n"+string(b), "\n"+line+"\n")
+	}) {
+		t.Fatalf("Caddy's /metrics never had %q", line)
 	}
 }
 
