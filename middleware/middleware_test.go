@@ -247,11 +247,7 @@ func TestMiddlewareScenarios(t *testing.T) {
 			_, err := post(t, ctx, gate.URL, "alice", "k-gone", `{"sleep":"2s"}`)
 			gone <- err
 		}()
-		for deadline := time.Now().Add(10 * time.Second); h.runsOf("k-gone") == 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the handler never ran the first request")
-			}
-		}
+		gatetest.Eventually(t, 10*time.Second, "the handler to run the first request", func() bool { return h.runsOf("k-gone") > 0 })
 		cancel()
 		if err := <-gone; err == nil {
 			t.Fatal("the client's cancel did not end its request")
