@@ -1,12 +1,14 @@
 package e2e
 
 import (
-	"io"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/gatetest"
 )
 
 // TestSecurityVariantsCannotEscapeEnforcedRoutes runs the observed escapes
@@ -50,19 +52,8 @@ func TestSecurityVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	}
 
 	send := func(target, contentType, body string) Answer {
-		req, err := http.NewRequest("POST", g.URL+target, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", contentType)
-		req.Header.Set("X-User", "alice")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return Answer{Err: err}
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+		h := http.Header{"Content-Type": {contentType}, "X-User": {"alice"}}
+		return answerOf(gatetest.Post(context.Background(), nil, g.URL+target, "", h, body))
 	}
 	before := up.Total()
 	for _, c := range [][3]string{
