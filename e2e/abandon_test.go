@@ -95,7 +95,7 @@ func outcomeUnknownUntilPurged(t *testing.T, g *Gate, up *Upstream, key, body st
 // (on_abandoned: reject) answers outcome-unknown until an operator purges
 // the key; on_abandoned: takeover forwards the retry again (twice in all,
 // the documented cost).
-func TestUpstreamTimeoutOutcomeUnknown(t *testing.T) {
+func TestFaultUpstreamTimeoutOutcomeUnknown(t *testing.T) {
 	for _, mode := range []string{"default", "takeover"} {
 		t.Run(mode, func(t *testing.T) {
 			v := valkeytest.Start(t)
@@ -145,7 +145,7 @@ func TestUpstreamTimeoutOutcomeUnknown(t *testing.T) {
 // it must get the lease-end decision (outcome-unknown, by default) in one
 // attempt, not 409 request-in-progress that sends the client back once
 // more.
-func TestRetryAtOnceAfterCrashGetsLeaseEndDecision(t *testing.T) {
+func TestFaultRetryAtOnceAfterCrashGetsLeaseEndDecision(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	entered := make(chan struct{}, 4)

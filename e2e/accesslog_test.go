@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// TestE2EAccessLinesBufferedNotLost: the access lines, buffered as nginx
+// TestAccessLinesBufferedNotLost: the access lines, buffered as nginx
 // buffers its access log (internal/logbuf), reach stderr while idemgate
 // runs, within the flush interval, one per request; and the lines of the
 // requests answered just before a SIGTERM, still in the buffer then, are
 // written before the process exits.
-func TestE2EAccessLinesBufferedNotLost(t *testing.T) {
+func TestAccessLinesBufferedNotLost(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})
 	lines := func() int { return strings.Count(g.Logs(), `"msg":"request"`) }

@@ -15,7 +15,7 @@ import (
 )
 
 // runAdminEnv runs the real binary's admin command with exactly env (PATH
-// added) and returns stdout, stderr and the exit status.
+// added first) and returns stdout, stderr and the exit status.
 func runAdminEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"admin"}, args...)...)

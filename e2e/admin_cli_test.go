@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,18 +11,7 @@ import (
 // environment.
 func runAdmin(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"admin"}, args...)...)
-	cmd.Env = append(os.Environ(), "IDEMGATE_ADMIN_TOKEN="+testAdminToken)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errOut.String(), code
+	return runAdminEnv(t, append(os.Environ(), "IDEMGATE_ADMIN_TOKEN="+testAdminToken), args...)
 }
 
 // TestAdminLookupsAndCLI: admin lookups by a record's stored owner form,

@@ -51,7 +51,7 @@ func noRecord(t *testing.T, g *Gate, route, key string) {
 	}
 }
 
-func TestBadInputKeys(t *testing.T) {
+func TestSecurityBadInputKeys(t *testing.T) {
 	_, up, g := badInputGate(t)
 	cases := []struct {
 		name   string
@@ -107,7 +107,7 @@ func TestBadInputKeys(t *testing.T) {
 	}
 }
 
-func TestBadInputBodies(t *testing.T) {
+func TestSecurityBadInputBodies(t *testing.T) {
 	_, up, g := badInputGate(t)
 	big := strings.Repeat("x", 4096)
 	t.Run("declared oversized", func(t *testing.T) {
@@ -276,7 +276,7 @@ func TestBadInputBodies(t *testing.T) {
 	stillServing(t, g, "bodies")
 }
 
-func TestBadInputHeaders(t *testing.T) {
+func TestSecurityBadInputHeaders(t *testing.T) {
 	_, up, g := badInputGate(t)
 	t.Run("oversized headers", func(t *testing.T) {
 		resp, _, err := rawExchange(g.addr(), "POST /v1/orders HTTP/1.1\r\nHost: x\r\nX-User: alice\r\nIdempotency-Key: hdr\r\n"+
@@ -324,7 +324,7 @@ func TestBadInputHeaders(t *testing.T) {
 	}
 }
 
-func TestBadInputNotEnforced(t *testing.T) {
+func TestSecurityBadInputNotEnforced(t *testing.T) {
 	_, up, g := badInputGate(t)
 	t.Run("HEAD and OPTIONS pass through", func(t *testing.T) {
 		for _, m := range []string{"HEAD", "OPTIONS", "HEAD", "OPTIONS"} {
@@ -415,11 +415,11 @@ func echoUpgrade(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(c, buf)
 }
 
-// TestBadInputMemoryBounded floods the proxy with oversized bodies, declared
+// TestSecurityBadInputMemoryBounded floods the proxy with oversized bodies, declared
 // and chunked, from 32 clients at once and checks that its resident memory
 // does not grow with what was sent (400 MiB): bodies are never buffered
 // past the route limit.
-func TestBadInputMemoryBounded(t *testing.T) {
+func TestSecurityBadInputMemoryBounded(t *testing.T) {
 	_, up, g := badInputGate(t)
 	rss := func() float64 {
 		a := adminDo(t, "GET", g.AdminURL+"/metrics", "")

@@ -11,7 +11,7 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestCacheCutOffPeer: instance B has a completed record in its replay
+// TestFaultCacheCutOffPeer: instance B has a completed record in its replay
 // cache (store.valkey.cache_bytes on, the default) when it loses Valkey
 // without a FIN: its link goes silent (a relay blackhole, like a
 // partition) or Valkey freezes (SIGSTOP). docs/performance.md ("Replay
@@ -35,7 +35,7 @@ import (
 // the store can no longer vouch for (purge, tombstone: a record that no
 // longer exists), by an instance whose store is unreachable. Once
 // CacheFence has passed since the cut, B must fail closed.
-func TestCacheCutOffPeer(t *testing.T) {
+func TestFaultCacheCutOffPeer(t *testing.T) {
 	for _, mode := range []string{"purge", "tombstone", "frozen"} {
 		t.Run(mode, func(t *testing.T) { testCacheCutOffPeer(t, mode) })
 	}

@@ -13,25 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/testcerts"
 )
 
 // rotationDeadline bounds how long a test waits for a changed file to be
 // seen: files are looked at again at most once a second, at a handshake.
 const rotationDeadline = 10 * time.Second
-
-// waitFor calls ok every 100 ms until it returns true or rotationDeadline
-// passes; it reports whether ok returned true.
-func waitFor(ok func() bool) bool {
-	deadline := time.Now().Add(rotationDeadline)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
 
 // logHas reports whether one line of the gate's log holds every one of parts.
 func logHas(g *Gate, parts ...string) bool {
@@ -55,17 +43,12 @@ func logHas(g *Gate, parts ...string) bool {
 // CA, the new client is accepted and the old one still is.
 func TestClientCARotation(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	oldCA := testcerts.NewCA(t, "client CA 2025")
 	newCA := testcerts.NewCA(t, "client CA 2026")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", oldCA.PEM)
+	ln := testcerts.NewListener(t, dir, oldCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	oldClient := oldCA.Issue(t, testcerts.Options{CommonName: "old"}).TLS(t)
 	newClient := newCA.Issue(t, testcerts.Options{CommonName: "new"}).TLS(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL,
@@ -87,7 +70,7 @@ func TestClientCARotation(t *testing.T) {
 
 	// A broken write (a truncated bundle): the previous pool stays.
 	testcerts.Write(t, dir, "clients.crt", []byte("-----BEGIN CERTIFICATE-----\nMIIB\n"))
-	if !waitFor(func() bool {
+	if !gatetest.Until(rotationDeadline, func() bool {
 		if !accepted(&oldClient) {
 			t.Fatal("the old CA's client is refused after a broken CA file was written: the previous pool must stay in service")
 		}
@@ -104,7 +87,7 @@ func TestClientCARotation(t *testing.T) {
 
 	// The next CA added before the old one expires.
 	testcerts.Write(t, dir, "clients.crt", append(append([]byte{}, oldCA.PEM...), newCA.PEM...))
-	if !waitFor(func() bool { return accepted(&newClient) }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return accepted(&newClient) }) {
 		t.Fatalf("the new CA's client is still refused %v after the CA file holds both CAs (no restart)", rotationDeadline)
 	}
 	if !accepted(&oldClient) {
@@ -126,7 +109,7 @@ func TestClientCARotation(t *testing.T) {
 		t.Fatalf("old client with a session cache: %d %v", status, err)
 	}
 	testcerts.Write(t, dir, "clients.crt", newCA.PEM)
-	if !waitFor(func() bool { return !accepted(&oldClient) }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return !accepted(&oldClient) }) {
 		t.Fatalf("the old CA's client is still accepted %v after its CA left the file", rotationDeadline)
 	}
 	if status, _, _, err := postWith(resuming, url, "resume-2"); err == nil {
@@ -199,13 +182,7 @@ func TestUpstreamClientCertRotation(t *testing.T) {
 	certFile := testcerts.Write(t, dir, "client.crt", oldClient.CertPEM)
 	keyFile := testcerts.Write(t, dir, "client.key", oldClient.KeyPEM)
 
-	g := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 201 || backend.sawClient.Load() != "idemgate-2025" {
 		t.Fatalf("before the rotation: %d %s (backend saw %v)", a.Status, a.Body, backend.sawClient.Load())
 	}
@@ -215,7 +192,7 @@ defaults: {owner: "header:X-User"}
 	testcerts.Write(t, dir, "client.key", newClient.KeyPEM)
 	testcerts.Write(t, dir, "client.crt", newClient.CertPEM)
 	g.send(syscall.SIGHUP)
-	if !waitFor(func() bool { return logHas(g, "TLS certificate reloaded", "upstream.tls.cert_file") }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return logHas(g, "TLS certificate reloaded", "upstream.tls.cert_file") }) {
 		t.Errorf("no reload line for upstream.tls.cert_file %v after SIGHUP", rotationDeadline)
 	}
 	// Then it drops the old CA: only the renewed certificate gets in.
@@ -243,13 +220,7 @@ func TestUpstreamCARotation(t *testing.T) {
 	backend := startRotatingBackend(t, oldCert.TLS(t), nil)
 	caFile := testcerts.Write(t, dir, "up-ca.crt", oldCA.PEM)
 
-	g := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile))
+	g := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal", caFile)))
 	get := func() int {
 		resp, err := http.Get(g.URL + "/v1/ping")
 		if err != nil {
@@ -266,7 +237,7 @@ defaults: {owner: "header:X-User"}
 		t.Fatalf("a certificate of a CA not in ca_file: %d, want 502", s)
 	}
 	testcerts.Write(t, dir, "up-ca.crt", append(append([]byte{}, oldCA.PEM...), newCA.PEM...))
-	if !waitFor(func() bool { return get() == 201 }) {
+	if !gatetest.Until(rotationDeadline, func() bool { return get() == 201 }) {
 		t.Fatalf("the new CA's certificate is still refused %v after ca_file holds it (no restart)", rotationDeadline)
 	}
 	if a := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 201 {

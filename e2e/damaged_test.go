@@ -13,13 +13,13 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestE2EDamagedRecordNeverReplayed: a completed record whose stored body
+// TestFaultDamagedRecordNeverReplayed: a completed record whose stored body
 // was cut short in Valkey (its last bytes lost) used to replay a shorter
 // body as 201 with no error. Every stored response now carries its body's
 // length and a CRC-32C: the retry gets 500 stored-response-damaged, is not
 // forwarded again (not even on a fail_open route, since the operation
 // ran), and the damage is counted.
-func TestE2EDamagedRecordNeverReplayed(t *testing.T) {
+func TestFaultDamagedRecordNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	c := storeClient(t, v.Addr())
@@ -96,14 +96,14 @@ func writeRecord(t *testing.T, c vk.Client, rk, rec string) {
 	}
 }
 
-// TestE2ECheckFlagLostNeverReplayed: a completed record whose flags byte
+// TestFaultCheckFlagLostNeverReplayed: a completed record whose flags byte
 // lost the check's bit (0x20), one flipped bit, used to be read as a
 // response written before the check existed and replayed as 201 with the
 // 8 check bytes (body length, CRC-32C) prefixed to the body. The check's
 // bytes are still there and still match the response with the bit set,
 // so the record is damaged as any other: 500 stored-response-damaged,
 // nothing forwarded again, and the damage counted.
-func TestE2ECheckFlagLostNeverReplayed(t *testing.T) {
+func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	c := storeClient(t, v.Addr())

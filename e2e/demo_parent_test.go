@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -43,14 +43,8 @@ func TestDemoExitsWithItsParent(t *testing.T) {
 	// The demo is this test's grandchild: stopped here if it outlives the
 	// shell.
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + admin + "/healthz"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the demo did not answer /healthz within 30s")
-		}
+	if !gatetest.Until(30*time.Second, gatetest.Serves("http://"+admin+"/healthz", 0)) {
+		t.Fatal("the demo did not answer /healthz within 30s")
 	}
 	if err := parent.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -12,4 +12,22 @@
 // install it, and under -short skips instead (package internal/needs).
 // The package has no code of its own outside its tests: this file only
 // gives it its documentation.
+//
+// A test's name says what it tests, as Test<Area><Behaviour>; the package
+// already says end to end, so no name carries E2E. Two areas gather the
+// tests of the promises:
+//   - TestFault<What>: idemgate under a fault the test injects (a process
+//     killed, a store stopped, full, damaged, failed over or cut off, a slow
+//     or lossy link, an upstream or handler that fails after it may have
+//     acted, a client that leaves): an operation still reaches the upstream
+//     at most once, and a store it cannot reach refuses requests.
+//   - TestSecurity<What>: one principal's stored response never reaches
+//     another (owners, hosts, scopes), and input crafted to get past the
+//     gate (malformed keys, headers and bodies, route variants, trailers,
+//     spoofed fields) is refused before the upstream; secrets stay out of
+//     logs.
+//
+// Every other test is named by the feature it checks first (TestGRPC...,
+// TestShutdown..., TestJWKS..., TestAdmin..., TestStorm...), so that
+// -run 'TestFault' or -run 'TestGRPC' picks a whole area.
 package e2e

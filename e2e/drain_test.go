@@ -16,7 +16,7 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestE2EShutdownDrainsSlowCall: SIGTERM while a keyed request's upstream
+// TestShutdownDrainsSlowCall: SIGTERM while a keyed request's upstream
 // call (2 s) is in flight, with upstream.timeout 4 s and server.shutdown_timeout
 // left at its default. The listener stops accepting and /readyz reports not
 // ready during the drain; the client gets the upstream's 201, the process
@@ -27,7 +27,7 @@ import (
 // than the call (e.g. IDEMGATE_SERVER_SHUTDOWN_TIMEOUT=1s, which idemgate
 // now refuses) cut the call: the client got a connection error, the process
 // exited 1 and the retry ran the operation again once the lease ended.
-func TestE2EShutdownDrainsSlowCall(t *testing.T) {
+func TestShutdownDrainsSlowCall(t *testing.T) {
 	const call = 2 * time.Second
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
@@ -97,10 +97,10 @@ func TestE2EShutdownDrainsSlowCall(t *testing.T) {
 	}
 }
 
-// TestE2EShutdownTimeoutShorterThanUpstreamIsRefused: the real binary
+// TestShutdownTimeoutShorterThanUpstreamIsRefused: the real binary
 // refuses to start with a server.shutdown_timeout that a call in flight at
 // SIGTERM could outlast, and the error names both keys.
-func TestE2EShutdownTimeoutShorterThanUpstreamIsRefused(t *testing.T) {
+func TestShutdownTimeoutShorterThanUpstreamIsRefused(t *testing.T) {
 	up := startUpstream(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))

@@ -91,18 +91,8 @@ func TestFaultSentinelFailover(t *testing.T) {
 			set.inSync(t)
 
 			set.relay.Set(relayBlackhole, 0)
-			answers := make([]Answer, during)
-			var wg sync.WaitGroup
-			for i := range during {
-				k := fmt.Sprintf("during-%d", i)
-				keys = append(keys, k)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					answers[i] = postTimeout(10*time.Second, g.URL+"/v1/orders", "alice", k, "{}")
-				}()
-			}
-			wg.Wait()
+			duringKeys, answers := postAtOnce(g, "during", during)
+			keys = append(keys, duringKeys...)
 			for i, a := range answers {
 				switch {
 				case tc.wantDups && a.Status != 201:
@@ -241,18 +231,8 @@ func TestFaultClusterFailover(t *testing.T) {
 			set.inSync(t)
 
 			set.relay.CutReplication(true)
-			answers := make([]Answer, during)
-			var wg sync.WaitGroup
-			for i := range during {
-				k := fmt.Sprintf("during-%d", i)
-				keys = append(keys, k)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					answers[i] = postTimeout(10*time.Second, g.URL+"/v1/orders", "alice", k, "{}")
-				}()
-			}
-			wg.Wait()
+			duringKeys, answers := postAtOnce(g, "during", during)
+			keys = append(keys, duringKeys...)
 			refused := 0
 			for i, a := range answers {
 				switch {
@@ -339,6 +319,23 @@ func postBeforeCut(t *testing.T, g *Gate, key string) {
 		}
 		t.Logf("before the cut, %s refused (acknowledgement missed under load), retrying: %v", key, a)
 	}
+}
+
+// postAtOnce sends n keyed POSTs (owner alice, keys prefix-0 to
+// prefix-n-1) to g at once and returns their keys and answers, in order.
+func postAtOnce(g *Gate, prefix string, n int) ([]string, []Answer) {
+	keys, answers := make([]string, n), make([]Answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = postTimeout(10*time.Second, g.URL+"/v1/orders", "alice", keys[i], "{}")
+		}()
+	}
+	wg.Wait()
+	return keys, answers
 }
 
 // answerAfterFailover retries every operation of keys (owner alice) on g

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -78,15 +78,7 @@ func (g *Gate) addr() string { return strings.TrimPrefix(g.URL, "http://") }
 
 // problemType returns the suffix of an idemgate problem type URI in body
 // ("store-unavailable"), or "" when body is not a problem document.
-func problemType(body []byte) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(body, &p) != nil {
-		return ""
-	}
-	return strings.TrimPrefix(p.Type, "https://idemgate.dev/problems/")
-}
+func problemType(body []byte) string { return gatetest.ProblemType(body) }
 
 // isProblem reports whether a is an RFC 9457 problem of type kind with status.
 func (a Answer) isProblem(status int, kind string) bool {
@@ -136,16 +128,44 @@ func recordURL(g *Gate, route, owner, key string, extra string) string {
 	return fmt.Sprintf("%s/admin/records?route=%s&owner=h:%s&key=%s%s", g.AdminURL, route, owner, key, extra)
 }
 
-// eventually polls cond every 20 ms until it returns true or d passes.
+// eventually is gatetest.Eventually, under the name the e2e tests call.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+	gatetest.Eventually(t, d, what, cond)
+}
+
+// startFillableValkey starts a valkey-server that Fill can fill: 16 MB
+// of memory at most, and no eviction, so that a full one refuses writes
+// (-OOM) instead of dropping records.
+func startFillableValkey(t *testing.T) *valkeytest.Server {
+	return valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+}
+
+// holdFirstCall makes up hold the first call of key until unblock (called
+// at the test's end at the latest, and after 30 s in any case); every
+// other call answers 201 at once. Each call's body names its key, its
+// number for the key and the upstream's total; entered receives once per
+// call.
+func holdFirstCall(t *testing.T, up *Upstream, key string) (entered chan struct{}, unblock func()) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	entered = make(chan struct{}, 32)
+	up.Set(func(w http.ResponseWriter, r *http.Request) {
+		owner, k := r.Header.Get("X-User"), r.Header.Get("Idempotency-Key")
+		n := up.Calls(owner, k)
+		if k == key && n == 1 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"key":%q,"call":%d,"total":%d}`, k, n, up.Total())
+	}, 0, entered)
+	return entered, unblock
 }
 
 // idemgateKeys returns every key under the idemgate: prefix on v with its

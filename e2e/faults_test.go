@@ -585,28 +585,9 @@ func TestFaultValkeyOutageLongerThanLeaseDuringCall(t *testing.T) {
 // memory is freed the held response is recorded and replayed, and no
 // operation ran twice.
 func TestFaultValkeyFullFailsClosed(t *testing.T) {
-	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	v := startFillableValkey(t)
 	up := startUpstream(t)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	entered := make(chan struct{}, 32)
-	// The first call of key "full" runs until released; every other call
-	// answers at once.
-	up.Set(func(w http.ResponseWriter, r *http.Request) {
-		owner, key := r.Header.Get("X-User"), r.Header.Get("Idempotency-Key")
-		n := up.Calls(owner, key)
-		if key == "full" && n == 1 {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"key":%q,"call":%d,"total":%d}`, key, n, up.Total())
-	}, 0, entered)
+	entered, unblock := holdFirstCall(t, up, "full")
 	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
 		Routes: ordersRoute("lease: 1s", "concurrent: conflict")}
 	a, b := startGate(t, c), startGate(t, c)
@@ -701,7 +682,7 @@ func TestFaultValkeyFullFailsClosed(t *testing.T) {
 // forwarded), and a duplicate of a call still running is answered as
 // with memory (TestFaultValkeyFullFailsClosed).
 func TestFaultValkeyFullReplaysCompleted(t *testing.T) {
-	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	v := startFillableValkey(t)
 	up := startUpstream(t)
 	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, Routes: ordersRoute("lease: 2s")}
 	a, b := startGate(t, c), startGate(t, c)
@@ -760,7 +741,7 @@ func TestFaultValkeyFullReplaysCompleted(t *testing.T) {
 // a full Valkey. The duplicate waits and gets the replay; the operation runs
 // once.
 func TestFaultValkeyFullLongerThanLeaseNoTakeover(t *testing.T) {
-	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	v := startFillableValkey(t)
 	up := startUpstream(t)
 	entered := make(chan struct{}, 8)
 	up.Set(nil, 3*time.Second, entered)

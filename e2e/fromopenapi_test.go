@@ -14,13 +14,13 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestE2EInitFromOpenAPI generates a configuration with the real binary's
+// TestInitFromOpenAPI generates a configuration with the real binary's
 // `init --from-openapi` and serves it, unedited, in front of an upstream
 // that counts what it executes, under a server path prefix (/api). One
 // operation per rule: a required key, a JSON body resent in another member
 // order that replays, a path template with a parameter and an optional key
 // (keyed: once; unkeyed: passes each time), and a GET that passes.
-func TestE2EInitFromOpenAPI(t *testing.T) {
+func TestInitFromOpenAPI(t *testing.T) {
 	var mu sync.Mutex
 	executed := map[string]int{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
 // TestFaultValkeyFullFailOpenKeepsARunningCallOnce: on a route with
@@ -20,26 +16,9 @@ import (
 // claim.lua reached the proxy as a store failure and fail_open sent the
 // duplicate to the upstream: the operation ran twice.
 func TestFaultValkeyFullFailOpenKeepsARunningCallOnce(t *testing.T) {
-	v := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	v := startFillableValkey(t)
 	up := startUpstream(t)
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	entered := make(chan struct{}, 32)
-	up.Set(func(w http.ResponseWriter, r *http.Request) {
-		owner, key := r.Header.Get("X-User"), r.Header.Get("Idempotency-Key")
-		n := up.Calls(owner, key)
-		if key == "full" && n == 1 {
-			select {
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"key":%q,"call":%d}`, key, n)
-	}, 0, entered)
+	entered, unblock := holdFirstCall(t, up, "full")
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
 		Routes: ordersRoute("lease: 30s", "concurrent: conflict", "on_store_error: fail_open")})
 

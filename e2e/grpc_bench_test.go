@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/idemgate").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	be := startGRPCBackend(b, echo).addr
+	be := startGRPCBackend(b, grpcorderstest.Echo).addr
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(b))
 	admin := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(b))
 	cfg := grpcGateConfig(be)
@@ -51,19 +52,8 @@ func BenchmarkGRPCUnary(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + admin + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("idemgate did not become healthy")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !gatetest.Until(20*time.Second, gatetest.Serves("http://"+admin+"/healthz", 200)) {
+		b.Fatal("idemgate did not become healthy")
 	}
 	dial := func(addr string) *grpc.ClientConn {
 		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

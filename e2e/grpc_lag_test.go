@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/internal/protodesctest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,7 +68,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 		if err := dec(msg); err != nil {
 			return nil, err
 		}
-		b.count(ctx)
+		b.Count(ctx)
 		return msg, nil
 	}
 	s.RegisterService(&grpc.ServiceDesc{
@@ -77,7 +78,7 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 	}, b)
 }
 
-// TestE2EGRPCDescriptorsBehindServer: the gate's descriptors are one step
+// TestGRPCDescriptorsBehindServer: the gate's descriptors are one step
 // older than the server's (int32 amount where the server has int64,
 // singular items where it has repeated). amount=5 and then
 // amount=2^32+5 with one key are two orders to the server, and so they
@@ -87,9 +88,9 @@ func registerPlacer(t testing.TB, s *grpc.Server, b *grpcBackend) {
 // under the older descriptors truncated 2^32+5 to 5 and kept the last
 // item, so the second call got the first one's OK, replayed, and the
 // client believed its second order placed.)
-func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
+func TestGRPCDescriptorsBehindServer(t *testing.T) {
 	descriptors := protodesctest.Write(t, "place.binpb", placeFile(true))
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	c := grpcGateConfig(b.addr)
 	c.Routes += "  - name: place\n    match: \"grpc orders.v1.Placer/Place\"\n    required: true\n" +
 		"    fingerprint: {body: protobuf, descriptors: \"" + descriptors + "\"}\n"
@@ -116,7 +117,7 @@ func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
 	if r := place("amount-1", 5); r.err != nil || strings.Join(r.header.Get("idempotent-replayed"), ",") != "true" {
 		t.Fatalf("resend of amount=5: %v, replayed %q", r.err, r.header.Get("idempotent-replayed"))
 	}
-	if n := b.executions("amount-1"); n != 1 {
+	if n := b.Executions("amount-1"); n != 1 {
 		t.Fatalf("amount-1 executions %d, want 1", n)
 	}
 
@@ -124,7 +125,7 @@ func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
 		t.Fatalf("items=[b]: %v", c.err)
 	}
 	wantStatus(t, "same key, items=[a b]", place("items-1", 7, "a", "b"), codes.FailedPrecondition, "key-reused")
-	if n := b.executions("items-1"); n != 1 {
+	if n := b.Executions("items-1"); n != 1 {
 		t.Fatalf("items-1 executions %d, want 1", n)
 	}
 	// The server's two items, a message the older descriptors cannot
@@ -135,7 +136,7 @@ func TestE2EGRPCDescriptorsBehindServer(t *testing.T) {
 	if r := place("items-2", 7, "a", "b"); r.err != nil || strings.Join(r.header.Get("idempotent-replayed"), ",") != "true" {
 		t.Fatalf("resend of items=[a b]: %v, replayed %q", r.err, r.header.Get("idempotent-replayed"))
 	}
-	if n := b.executions("items-2"); n != 1 {
+	if n := b.Executions("items-2"); n != 1 {
 		t.Fatalf("items-2 executions %d, want 1", n)
 	}
 }

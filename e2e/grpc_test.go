@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,55 +20,33 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/internal/h1only"
 	"github.com/idemgate/idemgate/internal/protodesctest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// createMethod is the gRPC method every test here calls: a unary
-// orders.v1.Orders/Create taking and returning a google.protobuf.StringValue
-// (a hand-registered service, so no generated code is needed).
-const createMethod = "/orders.v1.Orders/Create"
+// createMethod is the gRPC method every test here calls
+// (grpcorderstest's orders.v1.Orders/Create).
+const createMethod = grpcorderstest.CreateMethod
 
 // grpcHandler answers the n-th execution (from 1) of key.
-type grpcHandler func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
+type grpcHandler = grpcorderstest.Handler
 
-// grpcBackend is a real grpc-go server (HTTP/2 without TLS) that counts
-// the executions of orders.v1.Orders/Create per idempotency key.
+// grpcBackend is a real grpc-go server (HTTP/2 without TLS) with
+// grpcorderstest's orders.v1.Orders, which counts the executions per
+// idempotency key, and the method Tag besides.
 type grpcBackend struct {
-	addr   string
-	mu     sync.Mutex
-	calls  map[string]int
-	handle grpcHandler
+	*grpcorderstest.Service
+	addr string
 }
 
 func startGRPCBackend(t testing.TB, handle grpcHandler) *grpcBackend {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("gRPC backend: listen: %v", err)
-	}
-	b := &grpcBackend{addr: lis.Addr().String(), calls: map[string]int{}, handle: handle}
-	s := grpc.NewServer()
-	s.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "orders.v1.Orders",
-		HandlerType: (*any)(nil),
-		Methods:     []grpc.MethodDesc{{MethodName: "Create", Handler: b.create}, {MethodName: "Tag", Handler: b.tag}},
-	}, b)
-	registerPlacer(t, s, b)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
+	b := &grpcBackend{}
+	b.Service = grpcorderstest.New(handle, grpc.MethodDesc{MethodName: "Tag", Handler: b.tag})
+	b.addr = b.Serve(t, func(s *grpc.Server) { registerPlacer(t, s, b) })
 	return b
-}
-
-func (b *grpcBackend) create(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	in := new(wrapperspb.StringValue)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	key, n := b.count(ctx)
-	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-order-id", fmt.Sprintf("ord-%s-%d", key, n)))
-	return b.handle(ctx, key, n, in)
 }
 
 // tag is orders.v1.Orders/Tag: a google.protobuf.Struct in, the same
@@ -79,31 +56,8 @@ func (b *grpcBackend) tag(_ any, ctx context.Context, dec func(any) error, _ grp
 	if err := dec(in); err != nil {
 		return nil, err
 	}
-	b.count(ctx)
+	b.Count(ctx)
 	return in, nil
-}
-
-// count counts a call under the Idempotency-Key of its metadata (the
-// values joined by commas) and returns that key and its count so far.
-func (b *grpcBackend) count(ctx context.Context) (key string, n int) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	key = strings.Join(md.Get("idempotency-key"), ",")
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls[key]++
-	return key, b.calls[key]
-}
-
-// executions returns how many times key was executed.
-func (b *grpcBackend) executions(key string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.calls[key]
-}
-
-// echo answers OK with the request's value, numbered by execution.
-func echo(_ context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-	return wrapperspb.String(fmt.Sprintf("%s#%d", in.GetValue(), n)), nil
 }
 
 // grpcGateConfig is a gate whose plain listener serves h2c and whose
@@ -187,14 +141,14 @@ func wantStatus(t *testing.T, what string, c grpcCall, code codes.Code, slug str
 	}
 }
 
-// TestE2EGRPCWithoutH2CSaysWhy: grpc-go without TLS against a listener
+// TestGRPCWithoutH2CSaysWhy: grpc-go without TLS against a listener
 // without server.h2c fails at once with UNAVAILABLE, and the error says to
 // enable server.h2c: idemgate answers the HTTP/2 preface with a GOAWAY
 // whose debug data says so. (Before: an HTTP/1.1 505 that grpc-go read as
 // a frame, "http2: frame too large", with no word of the cause.) Nothing
 // reaches the backend.
-func TestE2EGRPCWithoutH2CSaysWhy(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+func TestGRPCWithoutH2CSaysWhy(t *testing.T) {
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	cfg := grpcGateConfig(b.addr)
 	cfg.Extra = ""
 	g := startGate(t, cfg)
@@ -208,17 +162,17 @@ func TestE2EGRPCWithoutH2CSaysWhy(t *testing.T) {
 		t.Errorf("failed after %v, want at once", took)
 	}
 	t.Logf("grpc-go says: %v", c.err)
-	if n := b.executions("k1"); n != 0 {
+	if n := b.Executions("k1"); n != 0 {
 		t.Fatalf("the backend ran %d times", n)
 	}
 }
 
-// TestE2EGRPCReplayOverH2C: an h2c client on the plain listener, an h2c
+// TestGRPCReplayOverH2C: an h2c client on the plain listener, an h2c
 // upstream; the retry is answered from the record with the same message
 // and trailers, and the handler ran once. (Before: idemgate spoke
 // HTTP/1.1 to the h2c upstream and answered upstream-failed.)
-func TestE2EGRPCReplayOverH2C(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+func TestGRPCReplayOverH2C(t *testing.T) {
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
 	first := create(conn, 10*time.Second, "alice", "k1", "order")
@@ -232,18 +186,18 @@ func TestE2EGRPCReplayOverH2C(t *testing.T) {
 	if got := strings.Join(retry.header.Get("idempotent-replayed"), ","); got != "true" {
 		t.Fatalf("retry header idempotent-replayed %q", got)
 	}
-	if n := b.executions("k1"); n != 1 {
+	if n := b.Executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
 
-// TestE2EGRPCProblemsAreStatuses: key reuse, a missing key and a missing
+// TestGRPCProblemsAreStatuses: key reuse, a missing key and a missing
 // owner reach a grpc-go client as FAILED_PRECONDITION, INVALID_ARGUMENT
 // and UNAUTHENTICATED with the problem slug as ErrorInfo reason, the
 // missing key's message naming the metadata entry a gRPC caller sets.
 // (Before: UNKNOWN, with the problem JSON in the message, and INTERNAL.)
-func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+func TestGRPCProblemsAreStatuses(t *testing.T) {
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
 	if c := create(conn, 10*time.Second, "alice", "k1", "order"); c.err != nil {
@@ -257,7 +211,7 @@ func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 		t.Fatalf("no key: message %q does not name the idempotency-key metadata entry", msg)
 	}
 	wantStatus(t, "no owner", create(conn, 10*time.Second, "", "k2", "order"), codes.Unauthenticated, "missing-owner")
-	if n := b.executions("k1"); n != 1 {
+	if n := b.Executions("k1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	if c := create(conn, 10*time.Second, "alice", "k1", "order"); c.err != nil {
@@ -277,16 +231,16 @@ func TestE2EGRPCProblemsAreStatuses(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCUnavailableIsNotStored: a handler's UNAVAILABLE (HTTP 200,
+// TestGRPCUnavailableIsNotStored: a handler's UNAVAILABLE (HTTP 200,
 // grpc-status 14) is passed on and the key released, so the retry reaches
 // the server and gets its OK; both by hand and by grpc-go's retry policy.
 // (Before: the UNAVAILABLE was stored and replayed for the retention.)
-func TestE2EGRPCUnavailableIsNotStored(t *testing.T) {
+func TestGRPCUnavailableIsNotStored(t *testing.T) {
 	flaky := func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database failover")
 		}
-		return echo(ctx, key, n, in)
+		return grpcorderstest.Echo(ctx, key, n, in)
 	}
 	b := startGRPCBackend(t, flaky)
 	g := startGate(t, grpcGateConfig(b.addr))
@@ -300,7 +254,7 @@ func TestE2EGRPCUnavailableIsNotStored(t *testing.T) {
 		if c := create(conn, 10*time.Second, "alice", "hand", "order"); c.err != nil || c.value != "order#2" {
 			t.Fatalf("third: %q %v, want the stored OK", c.value, c.err)
 		}
-		if n := b.executions("hand"); n != 2 {
+		if n := b.Executions("hand"); n != 2 {
 			t.Fatalf("executions %d, want 2", n)
 		}
 	})
@@ -310,18 +264,18 @@ func TestE2EGRPCUnavailableIsNotStored(t *testing.T) {
 		if c := create(conn, 10*time.Second, "alice", "policy", "order"); c.err != nil || c.value != "order#2" {
 			t.Fatalf("call with a retry policy: %q %v, want the second attempt's OK", c.value, c.err)
 		}
-		if n := b.executions("policy"); n != 2 {
+		if n := b.Executions("policy"); n != 2 {
 			t.Fatalf("executions %d, want 2", n)
 		}
 	})
 }
 
-// TestE2EGRPCUpstreamTimeout: a handler slower than upstream.timeout
+// TestGRPCUpstreamTimeout: a handler slower than upstream.timeout
 // reaches the caller as DEADLINE_EXCEEDED (upstream-timeout), which retry
 // policies do not resend, and a retry after it, while the claim is held
 // and once its lease ended, gets FAILED_PRECONDITION outcome-unknown, never
 // a second execution. (Before: UNAVAILABLE, then UNKNOWN.)
-func TestE2EGRPCUpstreamTimeout(t *testing.T) {
+func TestGRPCUpstreamTimeout(t *testing.T) {
 	slow := func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-ctx.Done() // the grpc-timeout idemgate sent: upstream.timeout
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -332,17 +286,17 @@ func TestE2EGRPCUpstreamTimeout(t *testing.T) {
 	conn := grpcClient(t, g)
 	wantStatus(t, "first", create(conn, 10*time.Second, "alice", "t1", "order"), codes.DeadlineExceeded, "upstream-timeout")
 	wantStatus(t, "retry", create(conn, 10*time.Second, "alice", "t1", "order"), codes.FailedPrecondition, "outcome-unknown")
-	if n := b.executions("t1"); n != 1 {
+	if n := b.Executions("t1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
 
-// TestE2EGRPCClientDeadlineIsNotForwarded: a client whose deadline is
+// TestGRPCClientDeadlineIsNotForwarded: a client whose deadline is
 // shorter than the handler gives up, but the detached upstream call runs
 // under upstream.timeout, not the client's grpc-timeout, so its OK is
 // stored and a retry with a longer deadline gets it. (Before: the
 // handler's DEADLINE_EXCEEDED was stored and replayed.)
-func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
+func TestGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	var mu sync.Mutex
 	var budgets []time.Duration
 	handlerDelay := 300 * time.Millisecond
@@ -353,7 +307,7 @@ func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 		mu.Unlock()
 		select {
 		case <-time.After(handlerDelay):
-			return echo(ctx, key, n, in)
+			return grpcorderstest.Echo(ctx, key, n, in)
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -366,7 +320,7 @@ func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	if c := create(conn, 10*time.Second, "alice", "d1", "order"); c.err != nil || c.value != "order#1" {
 		t.Fatalf("retry: %q %v, want the first execution's OK", c.value, c.err)
 	}
-	if n := b.executions("d1"); n != 1 {
+	if n := b.Executions("d1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	mu.Lock()
@@ -376,12 +330,12 @@ func TestE2EGRPCClientDeadlineIsNotForwarded(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCProtocolMismatch: an h2c:// upstream that speaks HTTP/1.1
+// TestGRPCProtocolMismatch: an h2c:// upstream that speaks HTTP/1.1
 // only processed nothing, so the key is released and the call gets
 // UNAVAILABLE upstream-unreachable, again on the retry (not in progress).
 // (Before: with an http:// URL to an h2c server, upstream-failed and the
 // key held for the lease.)
-func TestE2EGRPCProtocolMismatch(t *testing.T) {
+func TestGRPCProtocolMismatch(t *testing.T) {
 	g := startGate(t, grpcGateConfig(h1only.Start(t)))
 	conn := grpcClient(t, g)
 	for i := range 2 {
@@ -389,14 +343,14 @@ func TestE2EGRPCProtocolMismatch(t *testing.T) {
 	}
 }
 
-// TestE2EGRPCConcurrentDuplicates: 50 calls with one key at once: one
+// TestGRPCConcurrentDuplicates: 50 calls with one key at once: one
 // execution, and every caller gets its OK with the same message.
-func TestE2EGRPCConcurrentDuplicates(t *testing.T) {
+func TestGRPCConcurrentDuplicates(t *testing.T) {
 	release, entered := make(chan struct{}), make(chan struct{}, 50)
 	b := startGRPCBackend(t, func(ctx context.Context, key string, n int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		entered <- struct{}{}
 		<-release
-		return echo(ctx, key, n, in)
+		return grpcorderstest.Echo(ctx, key, n, in)
 	})
 	g := startGate(t, grpcGateConfig(b.addr))
 	conn := grpcClient(t, g)
@@ -417,17 +371,17 @@ func TestE2EGRPCConcurrentDuplicates(t *testing.T) {
 			t.Errorf("call: %q %v", c.value, c.err)
 		}
 	}
-	if got := b.executions("dup"); got != 1 {
+	if got := b.Executions("dup"); got != 1 {
 		t.Fatalf("executions %d, want 1", got)
 	}
 }
 
-// TestE2EGRPCReplayAcrossInstances: two idemgate instances on one Valkey;
+// TestGRPCReplayAcrossInstances: two idemgate instances on one Valkey;
 // a call on one is replayed by the other with the same message and
 // trailers.
-func TestE2EGRPCReplayAcrossInstances(t *testing.T) {
+func TestGRPCReplayAcrossInstances(t *testing.T) {
 	v := valkeytest.Start(t)
-	b := startGRPCBackend(t, echo)
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	c := grpcGateConfig(b.addr)
 	c.ValkeyAddrs = []string{v.Addr()}
 	a, other := startGate(t, c), startGate(t, c)
@@ -439,7 +393,7 @@ func TestE2EGRPCReplayAcrossInstances(t *testing.T) {
 	if retry.err != nil || retry.value != first.value || strings.Join(retry.trailer.Get("x-order-id"), ",") != "ord-x1-1" {
 		t.Fatalf("retry on B: %q %v trailers %v, want %q", retry.value, retry.err, retry.trailer, first.value)
 	}
-	if n := b.executions("x1"); n != 1 {
+	if n := b.Executions("x1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 }
@@ -461,14 +415,14 @@ func writeTagDescriptors(t *testing.T) string {
 	return protodesctest.Write(t, "orders.binpb", protodesc.ToFileDescriptorProto(structpb.File_google_protobuf_struct_proto), orders)
 }
 
-// TestE2EGRPCMapFieldResends: a message with a map field (a Struct of 12
+// TestGRPCMapFieldResends: a message with a map field (a Struct of 12
 // fields) resent ten times with one key. grpc-go marshals map entries in
 // Go's random map order, so the bytes differ between resends; with
 // fingerprint.body: protobuf every resend is the same request: one
 // execution, ten OKs. (Before, body: raw: 7 of 10 resends got
 // key-reused.)
-func TestE2EGRPCMapFieldResends(t *testing.T) {
-	b := startGRPCBackend(t, echo)
+func TestGRPCMapFieldResends(t *testing.T) {
+	b := startGRPCBackend(t, grpcorderstest.Echo)
 	c := grpcGateConfig(b.addr)
 	c.Routes += "  - name: tag\n    match: \"grpc orders.v1.Orders/Tag\"\n    required: true\n" +
 		"    fingerprint: {body: protobuf, descriptors: \"" + writeTagDescriptors(t) + "\"}\n"
@@ -495,7 +449,7 @@ func TestE2EGRPCMapFieldResends(t *testing.T) {
 			t.Fatalf("resend %d: %v (%d fields)", i+1, err, len(out.GetFields()))
 		}
 	}
-	if n := b.executions("map-1"); n != 1 {
+	if n := b.Executions("map-1"); n != 1 {
 		t.Fatalf("executions %d, want 1", n)
 	}
 	t.Logf("%d distinct encodings of the message among 10 marshals", len(distinct))
@@ -509,7 +463,7 @@ func TestE2EGRPCMapFieldResends(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("undecodable message: %v, want InvalidArgument", err)
 	}
-	if n := b.executions("map-garbage"); n != 0 {
+	if n := b.Executions("map-garbage"); n != 0 {
 		t.Fatalf("undecodable message ran %d times, want 0", n)
 	}
 }

@@ -27,7 +27,7 @@ func grpcWebCall(g *Gate, ct, key, msg string) Answer {
 	return postHeaders(10*time.Second, g.URL+createMethod, "", body, h)
 }
 
-// TestE2EGRPCWebIsGRPC: gRPC-Web calls (binary and text) on a gRPC route
+// TestGRPCWebIsGRPC: gRPC-Web calls (binary and text) on a gRPC route
 // are gRPC calls. An upstream's HTTP 200 with grpc-status 14 (UNAVAILABLE)
 // in the body's trailer frame, or in the headers of a trailers-only
 // answer, is passed on and the key released, so the retry reaches the
@@ -37,7 +37,7 @@ func grpcWebCall(g *Gate, ct, key, msg string) Answer {
 // type, which a gRPC-Web client reads, never problem JSON. (Before: the
 // UNAVAILABLE was stored and replayed, 1S was forwarded, and key reuse
 // was a 422 problem+json.)
-func TestE2EGRPCWebIsGRPC(t *testing.T) {
+func TestGRPCWebIsGRPC(t *testing.T) {
 	u := startUpstream(t)
 	var mu sync.Mutex
 	var timeouts []string

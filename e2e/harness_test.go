@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -25,20 +26,14 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemgate-e2e-")
+	path, remove, err := gatetest.Build("../cmd/idemgate", "idemgate", "-race")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "idemgate")
-	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/idemgate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building idemgate:", err)
-		os.Exit(1)
-	}
+	binary = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -155,25 +150,27 @@ func (g *Gate) Start() {
 	g.mu.Lock()
 	g.cmd, g.exited = cmd, exited
 	g.mu.Unlock()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(g.AdminURL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+	healthy, up := false, gatetest.Serves(g.AdminURL+"/healthz", 200)
+	gatetest.Until(20*time.Second, func() bool {
+		if healthy = up(); healthy {
+			return true
 		}
 		select {
 		case <-exited:
-			g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	})
+	if healthy {
+		return
 	}
+	select {
+	case <-exited:
+		g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
+	default:
+	}
+	g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
 }
 
 func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {
@@ -183,18 +180,7 @@ func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {
 	if cmd == nil {
 		return
 	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-exited:
-	case <-time.After(wait):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
+	gatetest.Signal(cmd.Process, exited, sig, wait)
 }
 
 // Stop sends SIGTERM and waits for a graceful exit (SIGKILL after 15 s).
@@ -289,24 +275,7 @@ func (a Answer) replayed() bool { return a.Header.Get("Idempotent-Replayed") == 
 // post sends one POST with an owner and key (either may be "") and reads
 // the whole answer.
 func post(ctx context.Context, url, owner, key, body string) Answer {
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
-		return Answer{Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if owner != "" {
-		req.Header.Set("X-User", owner)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return answerOf(gatetest.Post(ctx, nil, url, "", gatetest.Keyed(owner, key), body))
 }
 
 // postHeaders sends one POST of a JSON body with the fields of h (and Host
@@ -316,24 +285,15 @@ func post(ctx context.Context, url, owner, key, body string) Answer {
 func postHeaders(d time.Duration, url, host, body string, h http.Header) Answer {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	if err != nil {
+	return answerOf(gatetest.Post(ctx, nil, url, host, h, body))
+}
+
+// answerOf is what gatetest.Post returned, as an Answer.
+func answerOf(resp *http.Response, body []byte, err error) Answer {
+	if resp == nil {
 		return Answer{Err: err}
 	}
-	if host != "" {
-		req.Host = host
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for name, vs := range h {
-		req.Header[name] = vs
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: body, Err: err}
 }
 
 func mustPost(t *testing.T, url, owner, key, body string) Answer {

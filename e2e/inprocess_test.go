@@ -107,7 +107,7 @@ routes:
 	}
 }
 
-// TestInProcessHostsNeverShareRecords: the middleware over a ServeMux that
+// TestSecurityInProcessHostsNeverShareRecords: the middleware over a ServeMux that
 // serves two tenants by host (t1.example/, t2.example/) on one Valkey and
 // one configuration whose route names no host. The same user sends the
 // same key and body to both: each tenant's handler runs once and answers
@@ -115,7 +115,7 @@ routes:
 // its canonical form: t2.example:80 is t2.example). Before, the host was
 // not in the scope in process, and t2 got t1's stored response while its
 // handler never ran.
-func TestInProcessHostsNeverShareRecords(t *testing.T) {
+func TestSecurityInProcessHostsNeverShareRecords(t *testing.T) {
 	srv := valkeytest.Start(t)
 	idem := middlewaretest.Engine(t, fmt.Sprintf(`store:
   driver: valkey

@@ -77,11 +77,11 @@ func readyz(t *testing.T, g *Gate) Answer {
 	return adminDo(t, http.MethodGet, g.AdminURL+"/readyz", "")
 }
 
-// TestE2EJWKSNewKidTakenOnFirstUse: the issuer publishes a new key; the
+// TestJWKSNewKidTakenOnFirstUse: the issuer publishes a new key; the
 // first token signed with it is accepted (the binary reads the JWKS again
 // at once on an unknown kid), and a flood of tokens naming made-up kids
 // reads the JWKS at most once per 5 s interval.
-func TestE2EJWKSNewKidTakenOnFirstUse(t *testing.T) {
+func TestJWKSNewKidTakenOnFirstUse(t *testing.T) {
 	k1, k2 := newES256Signer(t, "2026-01"), newES256Signer(t, "2026-02")
 	idp := startJWKSIssuer(t, jwkSet(t, k1), 0)
 	up := startUpstream(t)
@@ -136,10 +136,10 @@ func TestE2EJWKSNewKidTakenOnFirstUse(t *testing.T) {
 	}
 }
 
-// TestE2EJWKSUnreadableNotReady: a jwt route whose JWKS cannot be read
+// TestJWKSUnreadableNotReady: a jwt route whose JWKS cannot be read
 // makes /readyz answer 503 naming the route and the JWKS, and validate
 // warns about it; once the issuer answers, /readyz is 200 and tokens work.
-func TestE2EJWKSUnreadableNotReady(t *testing.T) {
+func TestJWKSUnreadableNotReady(t *testing.T) {
 	k1 := newES256Signer(t, "k1")
 	idp := startJWKSIssuer(t, []byte("not here"), http.StatusNotFound)
 	jwksURL := idp.URL + "/.well-known/jwks.json"

@@ -84,12 +84,12 @@ func postBearer(t *testing.T, url, authorization, key, body string) Answer {
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 
-// TestE2EJWTOwnerSurvivesTokenRefresh runs the binary with owner: jwt on
+// TestJWTOwnerSurvivesTokenRefresh runs the binary with owner: jwt on
 // two routes, one with a jwks_file and one with a jwks_url served on
 // 127.0.0.1: a retry with a refreshed token replays, another subject is
 // another owner, refused tokens are 401 and never reach the upstream, and
 // a key rotated in the jwks_file is picked up on SIGHUP.
-func TestE2EJWTOwnerSurvivesTokenRefresh(t *testing.T) {
+func TestJWTOwnerSurvivesTokenRefresh(t *testing.T) {
 	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -63,17 +63,9 @@ func readmeMetrics(t *testing.T) map[string]readmeMetric {
 // out).
 func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
 	t.Helper()
-	resp, err := http.Get(g.AdminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	out := map[string]readmeMetric{}
 	labelName := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range metricLines(t, g) {
 		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			name, typ, _ := strings.Cut(rest, " ")
 			if strings.HasPrefix(name, "idemgate_") {
@@ -102,9 +94,6 @@ func scrapeFamilies(t *testing.T, g *Gate) map[string]readmeMetric {
 		}
 		out[name] = f
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
 	return out
 }
 
@@ -118,16 +107,13 @@ func TestMetricsTableMatchesRegistry(t *testing.T) {
 	table := readmeMetrics(t)
 	primary := valkeytest.Start(t)
 	replica := valkeytest.Start(t, valkeytest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out, err := replica.CLI("INFO", "replication")
-		if err == nil && strings.Contains(out, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync within 15s: %v %s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var out string
+	var err error
+	if !gatetest.Until(15*time.Second, func() bool {
+		out, err = replica.CLI("INFO", "replication")
+		return err == nil && strings.Contains(out, "master_link_status:up")
+	}) {
+		t.Fatalf("the replica did not sync within 15s: %v %s", err, out)
 	}
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{primary.Addr()},

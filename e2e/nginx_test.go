@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -21,15 +20,7 @@ import (
 // on the gate's /metrics, and returns the passthrough ones apart.
 func requestsTotal(t *testing.T, g *Gate) (all, passthrough float64) {
 	t.Helper()
-	resp, err := http.Get(g.AdminURL + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range metricLines(t, g) {
 		if !strings.HasPrefix(line, "idemgate_requests_total{") {
 			continue
 		}

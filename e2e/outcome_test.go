@@ -92,14 +92,14 @@ routes:
 	return map[string]string{"proxy": edge.URL, "middleware": inApp.URL, "middleware+ReverseProxy": inAppProxy.URL}
 }
 
-// TestHandlerPanicAfterActingRunsOnce: a handler that acted and then
+// TestFaultHandlerPanicAfterActingRunsOnce: a handler that acted and then
 // panicked (before it wrote anything) may have done its work; in every
 // shape its claim is kept and the retry is refused, never run. Behind the
 // proxy the panic cuts the upstream connection (502 upstream-failed);
 // in process the panic goes on up the stack (the client's connection is
 // cut) or, behind ReverseProxy, the backend's cut connection is an
 // unknown outcome.
-func TestHandlerPanicAfterActingRunsOnce(t *testing.T) {
+func TestFaultHandlerPanicAfterActingRunsOnce(t *testing.T) {
 	h := &failingOrders{runs: map[string]int{}}
 	for shape, base := range outcomeShapes(t, h, 10*time.Second) {
 		t.Run(shape, func(t *testing.T) {
@@ -119,13 +119,13 @@ func TestHandlerPanicAfterActingRunsOnce(t *testing.T) {
 	}
 }
 
-// TestLateSuccessAfterTimeout: a handler that ignores its context and
+// TestFaultLateSuccessAfterTimeout: a handler that ignores its context and
 // answers 201 after upstream.timeout runs once in every shape. The proxy
 // stops reading its upstream at the deadline and never learns the answer:
 // 504 upstream-timeout, then 409 (ReverseProxy in process honours the
 // context the same way). A handler in process is waited for, so its
 // answer is known: it is stored and the retry replays it.
-func TestLateSuccessAfterTimeout(t *testing.T) {
+func TestFaultLateSuccessAfterTimeout(t *testing.T) {
 	h := &failingOrders{runs: map[string]int{}, lateBy: 1500 * time.Millisecond}
 	shapes := outcomeShapes(t, h, 500*time.Millisecond)
 	for shape, base := range shapes {

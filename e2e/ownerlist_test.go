@@ -23,6 +23,16 @@ func postAccount(t *testing.T, u, auth, account, key, body string) Answer {
 	return a
 }
 
+// startAccountsGate starts a gate on a real Valkey whose route POST
+// /v1/customers takes the owner from the credential and the account
+// header, as a platform's API does, in front of a counting upstream.
+func startAccountsGate(t *testing.T) (*Upstream, *Gate) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"
+	return up, startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+}
+
 // TestOwnerListPlatformAccounts: with owner: authorization, one platform
 // credential acting for accounts A and B sent the same key and parameters
 // for A and then for B, and B was replayed A's customer (one execution:
@@ -31,10 +41,7 @@ func postAccount(t *testing.T, u, auth, account, key, body string) Answer {
 // and each retry replays its own response; the admin API finds each
 // account's record by its raw values.
 func TestOwnerListPlatformAccounts(t *testing.T) {
-	v := valkeytest.Start(t)
-	up := startUpstream(t)
-	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"
-	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+	up, g := startAccountsGate(t)
 	u := g.URL + "/v1/customers"
 	const auth, body = "Bearer sk_platform", "email=jo%40example.com"
 
@@ -73,17 +80,14 @@ func TestOwnerListPlatformAccounts(t *testing.T) {
 	}
 }
 
-// TestOwnerListNonUTF8AccountsAreTwoOwners: header values may carry
+// TestSecurityOwnerListNonUTF8AccountsAreTwoOwners: header values may carry
 // obs-text (bytes 0x80-0xFF, RFC 9110 section 5.5), which net/http sends
 // and accepts. Accounts "acct_\xff" and "acct_\xfe" under one credential
 // are two principals, as they are under owner: header:Stripe-Account
 // alone; the JSON join of the owner list made both "acct_\ufffd", and B
 // was replayed A's customer without reaching the upstream.
-func TestOwnerListNonUTF8AccountsAreTwoOwners(t *testing.T) {
-	v := valkeytest.Start(t)
-	up := startUpstream(t)
-	routes := "  - name: customers\n    match: \"POST /v1/customers\"\n    owner: [authorization, \"header:Stripe-Account\"]\n"
-	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+func TestSecurityOwnerListNonUTF8AccountsAreTwoOwners(t *testing.T) {
+	up, g := startAccountsGate(t)
 	u := g.URL + "/v1/customers"
 	const auth, body = "Bearer sk_platform", "email=jo%40example.com"
 

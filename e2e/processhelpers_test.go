@@ -47,20 +47,33 @@ func shortWait(doc string) string {
 	return strings.Replace(doc, "wait_timeout: 10s", "wait_timeout: 2s", 1)
 }
 
-// metricValue returns the value of the sample line that starts with series
-// (e.g. `idemgate_config_reloads_total{result="success"}`) on the gate's
-// /metrics, or -1 when there is no such line.
-func metricValue(t *testing.T, g *Gate, series string) float64 {
+// metricLines returns the lines of the gate's /metrics.
+func metricLines(t *testing.T, g *Gate) []string {
 	t.Helper()
 	resp, err := http.Get(g.AdminURL + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
 	defer resp.Body.Close()
+	var lines []string
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+		lines = append(lines, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading /metrics: %v", err)
+	}
+	return lines
+}
+
+// metricValue returns the value of the sample line that starts with series
+// (e.g. `idemgate_config_reloads_total{result="success"}`) on the gate's
+// /metrics, or -1 when there is no such line.
+func metricValue(t *testing.T, g *Gate, series string) float64 {
+	t.Helper()
+	for _, line := range metricLines(t, g) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {
 				t.Fatalf("metric %s: %q", series, rest)

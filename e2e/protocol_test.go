@@ -41,16 +41,16 @@ func rawAnswer(t *testing.T, addr, req string) Answer {
 	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}
 }
 
-// TestE2EH2CPrefaceAndAsteriskNeverReachUpstream: with server.h2c off (the
+// TestSecurityH2CPrefaceAndAsteriskNeverReachUpstream: with server.h2c off (the
 // default), the HTTP/2 prior-knowledge preface on the plain listener gets an
-// answer at once (a GOAWAY, TestE2EGRPCWithoutH2CSaysWhy), another PRI
+// answer at once (a GOAWAY, TestGRPCWithoutH2CSaysWhy), another PRI
 // request 505 http2-preface over HTTP/1.1, and an HTTP/2 prior-knowledge
 // client fails at once instead of waiting; a request target
 // in asterisk form other than OPTIONS * is refused with 400
 // asterisk-target; OPTIONS * is answered by idemgate itself. The upstream
 // executes none of them. Before, the preface was forwarded upstream as
 // "PRI /*" and ran its handler, and so was "POST *".
-func TestE2EH2CPrefaceAndAsteriskNeverReachUpstream(t *testing.T) {
+func TestSecurityH2CPrefaceAndAsteriskNeverReachUpstream(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})
 
@@ -93,7 +93,7 @@ func TestE2EH2CPrefaceAndAsteriskNeverReachUpstream(t *testing.T) {
 	stillServing(t, g, "preface-and-asterisk")
 }
 
-// TestE2EH2CPriorKnowledgeServed: with server.h2c on (the --h2c flag), an
+// TestH2CPriorKnowledgeServed: with server.h2c on (the --h2c flag), an
 // HTTP/2 prior-knowledge client on the plain listener is served: a keyed
 // POST is forwarded once and its retry replayed over HTTP/2; HTTP/1.1 keeps
 // working on the same listener and replays the same record; a raw preface
@@ -101,7 +101,7 @@ func TestE2EH2CPrefaceAndAsteriskNeverReachUpstream(t *testing.T) {
 // upstream; and a keyed request with HTTP/2
 // trailers is refused like an HTTP/1.1 one. Before, server.h2c did not
 // exist and the preface went upstream.
-func TestE2EH2CPriorKnowledgeServed(t *testing.T) {
+func TestH2CPriorKnowledgeServed(t *testing.T) {
 	up := startUpstream(t)
 	g := startGateArgs(t, gateConfig{Upstream: up.URL}, nil, "--wait-store", "10s", "--h2c")
 	h2 := h2cClient()
@@ -185,7 +185,7 @@ func chunkedPost(key, header, trailer string) string {
 		"\r\n7\r\n{\"n\":1}\r\n0\r\n" + trailer + "\r\n"
 }
 
-// TestE2ERequestTrailersRefusedOnKeyedRequests: request trailers are not in
+// TestSecurityRequestTrailersRefusedOnKeyedRequests: request trailers are not in
 // the fingerprint, so a keyed request that carries them (announced in a
 // Trailer field or not) is refused with 400 request-trailers and never
 // forwarded: the same key with another trailer value can then be neither
@@ -193,7 +193,7 @@ func chunkedPost(key, header, trailer string) string {
 // the second request (another X-Signature) got the first one's response,
 // replayed. A keyed chunked POST without trailers, and a request without a
 // key (not enforced) with trailers, are served as before.
-func TestE2ERequestTrailersRefusedOnKeyedRequests(t *testing.T) {
+func TestSecurityRequestTrailersRefusedOnKeyedRequests(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})
 	for _, c := range []struct{ name, key, header, first, second string }{
@@ -228,11 +228,11 @@ func TestE2ERequestTrailersRefusedOnKeyedRequests(t *testing.T) {
 	}
 }
 
-// TestE2EListenPortZero: --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0
+// TestListenPortZeroStartLineNamesPorts: --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0
 // starts, each on a free port of its own, and the start line names the
 // ports bound, so a supervisor or a test can use them. Before, validation
 // refused the pair as one address.
-func TestE2EListenPortZero(t *testing.T) {
+func TestListenPortZeroStartLineNamesPorts(t *testing.T) {
 	up := startUpstream(t)
 	cmd := exec.Command(binary, "serve", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json")
 	stderr, err := cmd.StderrPipe()

@@ -77,10 +77,10 @@ func onStores(t *testing.T, c gateConfig, f func(t *testing.T, e *storeEnv)) {
 	}
 }
 
-// TestE2EForwardOnceThenReplayByteForByte: the first request is forwarded,
+// TestForwardOnceThenReplayByteForByte: the first request is forwarded,
 // its retries on either instance are replays with the same status, headers
 // and body.
-func TestE2EForwardOnceThenReplayByteForByte(t *testing.T) {
+func TestForwardOnceThenReplayByteForByte(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		first := mustPost(t, e.gates[0].URL+"/v1/orders", "alice", "k-1", `{"amount":42}`)
 		if first.Status != 201 || first.replayed() {
@@ -112,10 +112,10 @@ func TestE2EForwardOnceThenReplayByteForByte(t *testing.T) {
 	})
 }
 
-// TestE2EConcurrentDuplicatesOneUpstreamCall: duplicates sent at once,
+// TestConcurrentDuplicatesOneUpstreamCall: duplicates sent at once,
 // spread over both instances, reach the upstream once per key and all get
 // that execution's answer.
-func TestE2EConcurrentDuplicatesOneUpstreamCall(t *testing.T) {
+func TestConcurrentDuplicatesOneUpstreamCall(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		e.up.Set(nil, 300*time.Millisecond, nil)
 		const keys, dup = 5, 10
@@ -143,9 +143,9 @@ func TestE2EConcurrentDuplicatesOneUpstreamCall(t *testing.T) {
 	})
 }
 
-// TestE2EKeyReuseAndOwners: a key reused with another body is 422 on
+// TestKeyReuseAndOwners: a key reused with another body is 422 on
 // either instance, and another owner's same key is its own operation.
-func TestE2EKeyReuseAndOwners(t *testing.T) {
+func TestKeyReuseAndOwners(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		mustPost(t, e.gates[0].URL+"/v1/orders", "alice", "shared", `{"amount":1}`)
 		for _, g := range e.gates {
@@ -166,7 +166,7 @@ func TestE2EKeyReuseAndOwners(t *testing.T) {
 	})
 }
 
-func TestE2EServerErrorIsNotStored(t *testing.T) {
+func TestServerErrorIsNotStored(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		e.up.Set(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) }, 0, nil)
 		if a := mustPost(t, e.gates[0].URL+"/v1/orders", "alice", "k", "{}"); a.Status != 503 {
@@ -182,11 +182,11 @@ func TestE2EServerErrorIsNotStored(t *testing.T) {
 	})
 }
 
-// TestE2EStoreDownFailsClosed: with the store stopped every keyed request
+// TestFaultStoreDownFailsClosed: with the store stopped every keyed request
 // (a retry of a completed one too) is refused with a 503 problem on both
 // instances, nothing is forwarded and /readyz is 503; once the store is
 // back the same processes forward and replay again, without a restart.
-func TestE2EStoreDownFailsClosed(t *testing.T) {
+func TestFaultStoreDownFailsClosed(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		if a := mustPost(t, e.gates[0].URL+"/v1/orders", "alice", "before", "{}"); a.Status != 201 {
 			t.Fatalf("before: %d", a.Status)
@@ -234,10 +234,10 @@ func TestE2EStoreDownFailsClosed(t *testing.T) {
 	})
 }
 
-// TestE2EClientDisconnectStillRecorded: a client that leaves while its
+// TestFaultClientDisconnectStillRecorded: a client that leaves while its
 // request runs upstream does not cancel it; the response is recorded and a
 // retry on the other instance replays it.
-func TestE2EClientDisconnectStillRecorded(t *testing.T) {
+func TestFaultClientDisconnectStillRecorded(t *testing.T) {
 	onStores(t, gateConfig{}, func(t *testing.T, e *storeEnv) {
 		entered := make(chan struct{}, 1)
 		e.up.Set(nil, 500*time.Millisecond, entered)
@@ -270,7 +270,7 @@ func TestE2EClientDisconnectStillRecorded(t *testing.T) {
 	})
 }
 
-func TestE2EHTTPBinUpstream(t *testing.T) {
+func TestHTTPBinUpstream(t *testing.T) {
 	v := valkeytest.Start(t)
 	bin := httptest.NewServer(httpbin.New())
 	t.Cleanup(bin.Close)

@@ -7,13 +7,13 @@ import (
 	"testing"
 )
 
-// TestRealIPNotPassedFromClients: X-Real-IP, which backends behind nginx
+// TestSecurityRealIPNotPassedFromClients: X-Real-IP, which backends behind nginx
 // read as the client's address, is set by idemgate like X-Forwarded-For
 // (README, "What the upstream receives"): from an untrusted client it is
 // the client's own address whatever it sent, on the enforced and the
 // passthrough path; from a peer in server.trusted_proxies it is the client
 // address the peer's X-Forwarded-For chain names.
-func TestRealIPNotPassedFromClients(t *testing.T) {
+func TestSecurityRealIPNotPassedFromClients(t *testing.T) {
 	up := startUpstream(t)
 	var seen = make(chan [2]string, 16)
 	up.Handler = func(w http.ResponseWriter, r *http.Request) {

@@ -13,11 +13,11 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestE2EReloadKeepsFlagOverrides: idemgate started with --upstream and a
+// TestReloadKeepsFlagOverrides: idemgate started with --upstream and a
 // config file without upstream.url reloads an edited file on SIGHUP with
 // the same flag overrides it started with, instead of rejecting every
 // reload for the missing upstream.url.
-func TestE2EReloadKeepsFlagOverrides(t *testing.T) {
+func TestReloadKeepsFlagOverrides(t *testing.T) {
 	up := startUpstream(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))

@@ -22,14 +22,14 @@ func accessLines(g *Gate) []map[string]any {
 	return out
 }
 
-// TestE2ERequestIDAndAccessLogFields: an incoming X-Request-Id is kept
+// TestRequestIDAndAccessLogFields: an incoming X-Request-Id is kept
 // (one that is not a short visible token is replaced), a request without
 // one gets one; the upstream receives it, the access line logs it beside
 // the client address (after trusted proxies) and the path with its query
 // (without it under log.query: false), and a problem carries it as the
 // extension member request_id. Before, none of this was there: the
 // access line had no client address, no request id and no query.
-func TestE2ERequestIDAndAccessLogFields(t *testing.T) {
+func TestRequestIDAndAccessLogFields(t *testing.T) {
 	up := startUpstream(t)
 	var mu sync.Mutex
 	seen := map[string]string{} // Idempotency-Key -> X-Request-Id upstream saw

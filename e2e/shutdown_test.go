@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestE2EGracefulShutdownFinishesAndRecords: SIGTERM while an enforced
+// TestShutdownGracefullyFinishesAndRecords: SIGTERM while an enforced
 // request runs upstream. idemgate stops accepting connections, lets the
 // request finish and record, answers it, and exits; a new instance on the
 // same Valkey replays the response without a second upstream call.
-func TestE2EGracefulShutdownFinishesAndRecords(t *testing.T) {
+func TestShutdownGracefullyFinishesAndRecords(t *testing.T) {
 	v, up, g := onValkey(t, gateConfig{})
 	entered := make(chan struct{}, 1)
 	up.Set(nil, time.Second, entered)
@@ -25,7 +25,7 @@ func TestE2EGracefulShutdownFinishesAndRecords(t *testing.T) {
 	// A dial, not a request: a request accepted in the instant before the
 	// listener closed is proxied to the upstream, which holds every call
 	// for 1 s and sends each on entered, whose one slot the second such
-	// probe would wait on for good (the cause TestE2EShutdownDrainsSlowCall's
+	// probe would wait on for good (the cause TestShutdownDrainsSlowCall's
 	// probe had).
 	eventually(t, 5*time.Second, "the listener to close", func() bool {
 		c, err := net.DialTimeout("tcp", g.addr(), time.Second)

@@ -51,7 +51,7 @@ func (g *Gate) alive() bool {
 	}
 }
 
-// TestE2ESIGHUPNeverKills: SIGHUP is how nginx and systemd reload, and its
+// TestSIGHUPNeverKills: SIGHUP is how nginx and systemd reload, and its
 // default action ends a Go process at once (exit status 129): a keyed call
 // in flight got an empty reply while the upstream carried the operation
 // out, and with a shared store a retry later took its claim over and ran it
@@ -59,7 +59,7 @@ func (g *Gate) alive() bool {
 // reloads, without one idemgate says there is nothing to reload and keeps
 // serving. Each mode: SIGHUP during a slow keyed call, the call completes
 // and records, a retry on a second instance replays, one execution.
-func TestE2ESIGHUPNeverKills(t *testing.T) {
+func TestSIGHUPNeverKills(t *testing.T) {
 	for _, mode := range []string{"flags only", "config file"} {
 		t.Run(mode, func(t *testing.T) {
 			v := valkeytest.Start(t)

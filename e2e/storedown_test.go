@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -11,21 +12,19 @@ import (
 // waitMetric polls the gate's /metrics, up to 15 s, until series reads want.
 func waitMetric(t *testing.T, g *Gate, series string, want float64) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); metricValue(t, g, series) != want; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never read %v", series, want)
-		}
+	if !gatetest.Until(15*time.Second, func() bool { return metricValue(t, g, series) == want }) {
+		t.Fatalf("%s never read %v", series, want)
 	}
 }
 
-// TestStoreDownRefusesAtOnce: the binary on a Valkey that is killed. Once
+// TestFaultStoreDownRefusesAtOnce: the binary on a Valkey that is killed. Once
 // the connector finds it down (idemgate_store_up 0, the state /readyz
 // reports), keyed requests are refused 503 store-unavailable with
 // Retry-After at once instead of after the store timeout, a completed key
 // in the replay cache included (README, "Store outages"), while a
 // fail_open route still reaches the upstream unprotected. When Valkey is
 // back, the same requests run once and their retries replay.
-func TestStoreDownRefusesAtOnce(t *testing.T) {
+func TestFaultStoreDownRefusesAtOnce(t *testing.T) {
 	// Kept on disk: the records written before the kill are there after.
 	srv := valkeytest.Start(t, valkeytest.WithAOF())
 	up := startUpstream(t)

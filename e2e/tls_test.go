@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/internal/testcerts"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -52,19 +53,14 @@ func postWith(c *http.Client, url, key string) (int, http.Header, string, error)
 // again when its files change.
 func TestTLSClientCertOwner(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "client CA")
 	otherCA := testcerts.NewCA(t, "someone else's CA")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	ln := testcerts.NewListener(t, dir, clientCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	alice := clientCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
 	bob := clientCA.Issue(t, testcerts.Options{CommonName: "bob"}).TLS(t)
 	expired := clientCA.Issue(t, testcerts.Options{CommonName: "alice", Expired: true}).TLS(t)
 	foreign := otherCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	for _, mode := range []string{"request", "require"} {
@@ -126,20 +122,16 @@ func TestTLSClientCertOwner(t *testing.T) {
 			defer c.Close()
 			return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
 		}
-		if got := serial(); got != mustLeafSerial(t, srv.DER) {
+		if got := serial(); got != mustLeafSerial(t, ln.Server.DER) {
 			t.Fatalf("serving serial %s, want the first certificate", got)
 		}
-		next := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
+		next := ln.ServerCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
 		// As cert-manager does: both files replaced while serving.
 		testcerts.Write(t, dir, "tls.key", next.KeyPEM)
 		testcerts.Write(t, dir, "tls.crt", next.CertPEM)
 		want := mustLeafSerial(t, next.DER)
-		deadline := time.Now().Add(5 * time.Second)
-		for serial() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the rotated certificate is not served after 5s:\n%s", g.Logs())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !gatetest.Until(5*time.Second, func() bool { return serial() == want }) {
+			t.Fatalf("the rotated certificate is not served after 5s:\n%s", g.Logs())
 		}
 		if !strings.Contains(g.Logs(), "TLS certificate reloaded") {
 			t.Errorf("no reload line:\n%s", g.Logs())
@@ -181,24 +173,12 @@ func TestUpstreamTLS(t *testing.T) {
 	certFile := testcerts.Write(t, dir, "client.crt", client.CertPEM)
 	keyFile := testcerts.Write(t, dir, "client.key", client.KeyPEM)
 
-	g2 := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g2 := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, server_name: backend.internal, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	a := mustPost(t, g2.URL+"/v1/orders", "alice", "k1", `{}`)
 	if a.Status != 201 || sawClient.Load() != "idemgate" {
 		t.Fatalf("through mTLS: %d %s (backend saw client %v)\n%s", a.Status, a.Body, sawClient.Load(), g2.Logs())
 	}
-	g3 := startGateYAML(t, fmt.Sprintf(`upstream:
-  url: %q
-  timeout: 10s
-  tls: {ca_file: %q, cert_file: %q, key_file: %q}
-store: {driver: memory}
-defaults: {owner: "header:X-User"}
-`, backend.URL, caFile, certFile, keyFile))
+	g3 := startGateYAML(t, upstreamTLSYAML(backend.URL, fmt.Sprintf("ca_file: %q, cert_file: %q, key_file: %q", caFile, certFile, keyFile)))
 	if a := mustPost(t, g3.URL+"/v1/orders", "alice", "k1", `{}`); a.Status != 502 {
 		t.Fatalf("certificate for another name: %d %s", a.Status, a.Body)
 	}
@@ -232,27 +212,35 @@ func startGateYAML(t *testing.T, body string) *Gate {
 // testAdminToken is the admin token of gates started by startGateYAML.
 const testAdminToken = "e2e-admin-token"
 
-// TestTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
+// upstreamTLSYAML is a gate on the memory store, owners by X-User, whose
+// upstream is url over TLS with the settings tls (upstream.tls's mapping,
+// without its braces).
+func upstreamTLSYAML(url, tls string) string {
+	return fmt.Sprintf(`upstream:
+  url: %q
+  timeout: 10s
+  tls: {%s}
+store: {driver: memory}
+defaults: {owner: "header:X-User"}
+`, url, tls)
+}
+
+// TestSecurityTLSClientCertOwnerOtherName: with owner: client-cert, alice and bob
 // hold certificates of one CA with one subject (O=Example Corp, OU=Staff)
 // that differ only in an otherName alternative name (a UPN). bob sending
 // alice's key and body must run his own operation, never get alice's
 // response; a renewed certificate of alice's replays hers. Before the fix
 // the owner ignored otherName and bob got 201 Idempotent-Replayed: true
 // with alice's body.
-func TestTLSClientCertOwnerOtherName(t *testing.T) {
+func TestSecurityTLSClientCertOwnerOtherName(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "corp CA")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	ln := testcerts.NewListener(t, dir, clientCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	staff := func(upn string) tls.Certificate {
 		return clientCA.Issue(t, testcerts.Options{Organization: []string{"Example Corp"}, OrganizationalUnit: []string{"Staff"}, UPN: upn}).TLS(t)
 	}
 	alice, bob, aliceRenewed := staff("alice@corp.example"), staff("bob@corp.example"), staff("alice@corp.example")
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL,

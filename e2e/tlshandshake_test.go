@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,18 +22,13 @@ import (
 // through.
 func TestTLSHandshakeErrorsCounted(t *testing.T) {
 	dir := t.TempDir()
-	serverCA := testcerts.NewCA(t, "server CA")
 	clientCA := testcerts.NewCA(t, "client CA")
 	otherCA := testcerts.NewCA(t, "someone else's CA")
-	srv := serverCA.Issue(t, testcerts.Options{CommonName: "idemgate", Server: true})
-	certFile := testcerts.Write(t, dir, "tls.crt", srv.CertPEM)
-	keyFile := testcerts.Write(t, dir, "tls.key", srv.KeyPEM)
-	caFile := testcerts.Write(t, dir, "clients.crt", clientCA.PEM)
+	ln := testcerts.NewListener(t, dir, clientCA)
+	certFile, keyFile, caFile, roots := ln.CertFile, ln.KeyFile, ln.CAFile, ln.Roots
 	alice := clientCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
 	expired := clientCA.Issue(t, testcerts.Options{CommonName: "alice", Expired: true}).TLS(t)
 	foreign := otherCA.Issue(t, testcerts.Options{CommonName: "alice"}).TLS(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.Cert)
 
 	// The environment overrides the file's log level (config precedence).
 	t.Setenv("IDEMGATE_LOG_LEVEL", "debug")

@@ -1,21 +1,23 @@
 package e2e
 
 import (
-	"io"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/gatetest"
 )
 
-// TestE2EVariantsCannotEscapeEnforcedRoutes runs the observed escapes
+// TestSecurityVariantsCannotEscapeEnforcedRoutes runs the observed escapes
 // through the real binary, configured from YAML, in front of a counting
 // upstream: with a required "POST /v1/orders", a required subtree
 // "POST /v1/payments/", a required "PATCH /v1/orders/{id}" and a "/v1/"
 // passthrough route, the forms an Express, Tomcat or Rails upstream
 // executes as those operations ran without a key, or twice with one.
-func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
+func TestSecurityVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
     match: "POST /v1/orders"
@@ -50,19 +52,8 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	}
 
 	send := func(target, contentType, body string) Answer {
-		req, err := http.NewRequest("POST", g.URL+target, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", contentType)
-		req.Header.Set("X-User", "alice")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return Answer{Err: err}
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+		h := http.Header{"Content-Type": {contentType}, "X-User": {"alice"}}
+		return answerOf(gatetest.Post(context.Background(), nil, g.URL+target, "", h, body))
 	}
 	before := up.Total()
 	for _, c := range [][3]string{
@@ -81,7 +72,7 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 	}
 }
 
-// TestE2EVariantsSecondRound: the forms a second adversarial round found,
+// TestSecurityVariantsSecondRound: the forms a second adversarial round found,
 // through the real binary configured from YAML (required "POST /v1/orders"
 // and "PATCH /v1/orders/{id}", a "/v1/" passthrough route), each sent raw
 // so its bytes reach idemgate exactly as written: a format extension, a
@@ -89,7 +80,7 @@ func TestE2EVariantsCannotEscapeEnforcedRoutes(t *testing.T) {
 // with underscores, a form without Content-Type, a JSON _method member and
 // PHP's spellings of _method. None reaches the counting upstream without a
 // key.
-func TestE2EVariantsSecondRound(t *testing.T) {
+func TestSecurityVariantsSecondRound(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, Routes: `  - name: orders
     match: "POST /v1/orders"

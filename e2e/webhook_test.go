@@ -2,15 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -37,27 +38,15 @@ const webhookRoutes = `  - name: github-webhooks
 // deliver posts one webhook delivery and reads the whole answer.
 func deliver(t *testing.T, url string, header http.Header, body string) Answer {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return Answer{Err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return Answer{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+	return answerOf(gatetest.Post(context.Background(), nil, url, "", header, body))
 }
 
-// TestE2EWebhookDedupe runs the webhook recipe on the real binary over
+// TestWebhookDedupe runs the webhook recipe on the real binary over
 // Valkey: the same delivery posted 5 times, 3 of them concurrently while
 // the first is still running and 2 later, reaches the backend once, and
 // the provider gets the original 2xx every time; for GitHub (the delivery
 // id in a header) and Stripe (the event id in the body).
-func TestE2EWebhookDedupe(t *testing.T) {
+func TestWebhookDedupe(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
 	var handled atomic.Int64
@@ -122,9 +111,9 @@ func TestE2EWebhookDedupe(t *testing.T) {
 	}
 }
 
-// TestE2EFingerprintExclusions: on the real binary, a retry whose excluded
+// TestWebhookRoutesFingerprintExclusions: on the real binary, a retry whose excluded
 // fields changed is replayed and a change elsewhere is 422.
-func TestE2EFingerprintExclusions(t *testing.T) {
+func TestWebhookRoutesFingerprintExclusions(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL, Routes: webhookRoutes})
 	first := mustPost(t, g.URL+"/v1/orders", "alice", "k1", `{"amount":5,"client_ts":"10:00:00","meta":{"request_id":"r1"}}`)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -142,24 +143,14 @@ func postWith(t *testing.T, c *http.Client, ctx context.Context, url, user, key,
 // balancer, since the host joins the key scope in process.
 func postHost(t *testing.T, c *http.Client, ctx context.Context, url, host, user, key, body string) (answer, error) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/orders", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User", user)
+	h := http.Header{"X-User": {user}}
 	if key != "" {
-		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		h.Set("Idempotency-Key", `"`+key+`"`)
 	}
-	resp, err := c.Do(req)
-	if err != nil {
+	resp, b, err := gatetest.Post(ctx, c, url+"/v1/orders", host, h, body)
+	if resp == nil {
 		return answer{}, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
 	return answer{resp.StatusCode, resp.Header, string(b)}, err
 }
 
@@ -256,11 +247,7 @@ func TestMiddlewareScenarios(t *testing.T) {
 			_, err := post(t, ctx, gate.URL, "alice", "k-gone", `{"sleep":"2s"}`)
 			gone <- err
 		}()
-		for deadline := time.Now().Add(10 * time.Second); h.runsOf("k-gone") == 0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the handler never ran the first request")
-			}
-		}
+		gatetest.Eventually(t, 10*time.Second, "the handler to run the first request", func() bool { return h.runsOf("k-gone") > 0 })
 		cancel()
 		if err := <-gone; err == nil {
 			t.Fatal("the client's cancel did not end its request")

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/proxy"
@@ -232,19 +233,19 @@ func serveWith(t *testing.T, yaml string, h http.Handler, reg *prometheus.Regist
 // read want.
 func waitGauge(t *testing.T, reg *prometheus.Registry, name string, want float64) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	if !gatetest.Until(15*time.Second, func() bool {
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range fams {
 			if f.GetName() == name && len(f.GetMetric()) == 1 && f.GetMetric()[0].GetGauge().GetValue() == want {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never read %v", name, want)
-		}
+		return false
+	}) {
+		t.Fatalf("%s never read %v", name, want)
 	}
 }
 

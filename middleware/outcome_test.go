@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -29,11 +30,7 @@ type backend struct {
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := b.execs.Add(1)
 	if b.die.Load() {
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			_ = conn.(*net.TCPConn).SetLinger(0) // RST, as a process that died
-			conn.Close()
-		}
+		gatetest.Die(w)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -142,7 +139,7 @@ func TestHijackNotSupportedOnEnforcedRoutes(t *testing.T) {
 // TestInProcessLateSuccessIsStored: a handler that ignores its context
 // and answers 201 after upstream.timeout ran to its end under the claim:
 // its outcome is known, so it is stored and replayed, and it runs once
-// (e2e TestLateSuccessAfterTimeout puts this beside the proxy's 504).
+// (e2e TestFaultLateSuccessAfterTimeout puts this beside the proxy's 504).
 func TestInProcessLateSuccessIsStored(t *testing.T) {
 	vk := valkeytest.Start(t)
 	yaml := strings.Replace(testConfig(vk.Addr(), "late:"), "wait_timeout: 5s", "wait_timeout: 300ms", 1) + "upstream: {timeout: 300ms}\n"
@@ -173,18 +170,8 @@ func TestInProcessLateSuccessIsStored(t *testing.T) {
 func TestReverseProxyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // leaves the connection idle for reuse
-			return
-		}
-		execs.Add(1)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close() // acted, then the connection ends without an answer
-		}
-	}))
-	t.Cleanup(up.Close)
+	// The GET leaves the connection idle for reuse.
+	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) { gatetest.HangUp(w) })
 	u, _ := url.Parse(up.URL)
 	rp := &httputil.ReverseProxy{
 		Rewrite:      func(pr *httputil.ProxyRequest) { pr.SetURL(u) },

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -121,14 +122,14 @@ func TestREADMEGRPCWithoutProtoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = server.Process.Kill(); _ = server.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	if !gatetest.Until(10*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not listen on %s", addr)
-		}
+		return err == nil
+	}) {
+		t.Fatalf("the server did not listen on %s", addr)
 	}
 	out, err := exec.Command(bin, "-gate", addr).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ord_1 for alice") {

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/grpcorderstest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -59,24 +59,11 @@ func TestREADMEGoService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	runs := map[string]int{}
+	orders := grpcorderstest.New(func(_ context.Context, _ string, _ int, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return wrapperspb.String("ord_1 for " + in.GetValue()), nil
+	})
 	gs := grpc.NewServer()
-	gs.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "orders.v1.Orders",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "Create", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.StringValue)
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			md, _ := metadata.FromIncomingContext(ctx)
-			mu.Lock()
-			runs[strings.Join(md.Get("idempotency-key"), ",")]++
-			mu.Unlock()
-			return wrapperspb.String("ord_1 for " + in.GetValue()), nil
-		}}},
-	}, nil)
+	orders.Register(gs)
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders.v1.Orders/", gs)
 	h := newOrders()
@@ -114,7 +101,7 @@ func TestREADMEGoService(t *testing.T) {
 			}
 			out := new(wrapperspb.StringValue)
 			var header metadata.MD
-			err := conn.Invoke(ctx, "/orders.v1.Orders/Create", wrapperspb.String("alice"), out, grpc.Header(&header))
+			err := conn.Invoke(ctx, grpcorderstest.CreateMethod, wrapperspb.String("alice"), out, grpc.Header(&header))
 			return out, header, err
 		}
 		first, h1, err := call("g-readme")
@@ -125,9 +112,7 @@ func TestREADMEGoService(t *testing.T) {
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
-		mu.Lock()
-		n := runs[`"g-readme"`]
-		mu.Unlock()
+		n := orders.Executions(`"g-readme"`)
 		if first.GetValue() != "ord_1 for alice" || retry.GetValue() != first.GetValue() || n != 1 {
 			t.Fatalf("first %q, retry %q, handler ran %d times; want one run, replayed", first.GetValue(), retry.GetValue(), n)
 		}

@@ -199,7 +199,7 @@ func patternHost(pattern string) string {
 // checkPatternHost refuses a pattern whose host is a bare word: ServeMux reads
 // "POST v1/orders" as host "v1" and path "/orders", a route that silently never
 // matches, and almost always a forgotten leading slash
-// (TestE2EValidateRejectsBareWordHost). A host must hold a dot, a port or be an
+// (TestValidateRejectsBareWordHost). A host must hold a dot, a port or be an
 // IP literal, or be localhost.
 func checkPatternHost(r *Route) error {
 	host := patternHost(r.Match)

@@ -50,7 +50,7 @@ func (r *Route) describe(w *bufio.Writer) {
 	}
 	if r.Match != "" {
 		// Apart, so that a host read out of a forgotten leading slash
-		// shows (TestE2EValidateRejectsBareWordHost).
+		// shows (TestValidateRejectsBareWordHost).
 		host := patternHost(r.Match)
 		if host == "" {
 			host = "any"

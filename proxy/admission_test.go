@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
@@ -81,7 +82,7 @@ func TestStoreAdmissionRefusesAtOnce(t *testing.T) {
 	for i := range admitted {
 		go func() { first <- h.do("POST", "/v1/orders", "alice", fmt.Sprintf("admitted-%d", i), "{}") }()
 	}
-	waitUntil(t, "the admitted claims in the store", func() bool { return st.claims.Load() == admitted })
+	gatetest.Eventually(t, 5*time.Second, "the admitted claims in the store", func() bool { return st.claims.Load() == admitted })
 	if g := gauge(t, reg, "idemgate_store_waiting"); g != admitted {
 		t.Fatalf("idemgate_store_waiting = %v, want %d", g, admitted)
 	}
@@ -121,7 +122,7 @@ func TestStoreAdmissionRefusesAtOnce(t *testing.T) {
 			t.Errorf("admitted request = %d replayed=%q %s, want the upstream's 201", r.status, r.header.Get(proxy.ReplayedHeader), r.body)
 		}
 	}
-	waitUntil(t, "idemgate_store_waiting back to 0", func() bool { return gauge(t, reg, "idemgate_store_waiting") == 0 })
+	gatetest.Eventually(t, 5*time.Second, "idemgate_store_waiting back to 0", func() bool { return gauge(t, reg, "idemgate_store_waiting") == 0 })
 	// Nothing was claimed for a refused key: its retry is a first request.
 	if r := h.do("POST", "/v1/orders", "alice", "refused-0", "{}"); r.status != http.StatusCreated || r.header.Get(proxy.ReplayedHeader) != "" {
 		t.Errorf("retry of a refused key = %d replayed=%q %s, want forwarded", r.status, r.header.Get(proxy.ReplayedHeader), r.body)

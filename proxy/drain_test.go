@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/proxy"
@@ -53,7 +54,7 @@ func TestDrainStartsNoNewUpstreamCalls(t *testing.T) {
 	}
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "slow", `{}`) }()
-	eventually(t, func() bool { return up.count("/v1/orders") == 2 })
+	gatetest.Eventually(t, 10*time.Second, "the second call upstream", func() bool { return up.count("/v1/orders") == 2 })
 	waiter := make(chan result, 1)
 	go func() { waiter <- h.do("POST", "/v1/orders", "alice", "slow", `{}`) }()
 	// Whenever the waiter arrives, the record is running until release is
@@ -78,16 +79,5 @@ func TestDrainStartsNoNewUpstreamCalls(t *testing.T) {
 	}
 	if r := h.do("GET", "/v1/orders", "alice", "", ``); r.status != 201 || !strings.Contains(r.body, "echo") {
 		t.Fatalf("passthrough during the drain: %d %s", r.status, r.body)
-	}
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -156,7 +156,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		resp.Header["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
 	}
 	// The body was read to its end, so resp.Trailer holds what the
-	// upstream sent after it (TestE2ETrailersKeptAndReplayed).
+	// upstream sent after it (TestTrailersKeptAndReplayed).
 	stored := store.Response{Status: resp.StatusCode, Omitted: true}
 	if int64(len(body)) <= route.MaxResponseBytes {
 		// resp is this exchange's own and its header is not read again
@@ -363,7 +363,7 @@ func (p *Proxy) upstreamAmbiguous(w http.ResponseWriter, r *http.Request, ex *ex
 	// The transport's response header timeout is upstream.timeout too
 	// (NewTransport), and may fire a moment before the call's own
 	// deadline: either way the upstream did not answer in time
-	// (TestE2EGRPCUpstreamTimeout).
+	// (TestGRPCUpstreamTimeout).
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || isTimeout(err) {
 		p.upstreamFailed(w, r, ex, problem.UpstreamTimeout.With(fmt.Sprintf(
 			"the upstream did not answer within %s; it may have acted, so the key stays claimed until its lease ends", p.timeout)), err)
@@ -500,7 +500,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, ex *exchang
 	removeHopByHop(h)
 	if len(resp.Trailer) > 0 {
 		// Announced by the upstream: keep them, as httputil.ReverseProxy
-		// does (TestE2ETrailersKeptAndReplayed).
+		// does (TestTrailersKeptAndReplayed).
 		announceTrailers(h, resp.Trailer)
 		h.Del("Content-Length")
 	}

@@ -203,7 +203,7 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 	if v == policy.GRPCUnknown && late && p.next == nil {
 		// Answered as the proxy answers a call its deadline cut:
 		// upstream-timeout, claim kept, whichever timer won the race at
-		// the deadline (TestE2EGRPCUpstreamTimeout).
+		// the deadline (TestGRPCUpstreamTimeout).
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the upstream answered grpc-status %s after upstream.timeout", st))
 		return true
 	}

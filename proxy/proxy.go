@@ -190,7 +190,7 @@ type Proxy struct {
 func New(opts Options) (*Proxy, error) {
 	// In process the handler sees the client's Host whatever PassHost
 	// says, so the host is in the scope, as the proxy's with PassHost
-	// (TestInProcessHostsNeverShareRecords, TestCaddySitesNeverShareRecords):
+	// (TestSecurityInProcessHostsNeverShareRecords, TestCaddySitesNeverShareRecords):
 	// one scope for all hosts answered tenant t2 with t1's record.
 	scoping := identity.Scoping{PassHost: opts.PassHost || opts.Next != nil}
 	if opts.Next != nil {

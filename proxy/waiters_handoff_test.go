@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 )
@@ -46,7 +47,7 @@ func TestWaitersShareTheRecordUnchanged(t *testing.T) {
 	})
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`, "Accept-Encoding", "gzip") }()
-	waitUntil(t, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
+	gatetest.Eventually(t, 5*time.Second, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
 	type res struct {
 		i int
 		r result
@@ -61,7 +62,7 @@ func TestWaitersShareTheRecordUnchanged(t *testing.T) {
 			out <- res{i, h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`, "Accept-Encoding", ae)}
 		}()
 	}
-	waitUntil(t, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
+	gatetest.Eventually(t, 5*time.Second, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
 	unblock()
 	if r := <-first; r.status != http.StatusCreated {
 		t.Fatalf("first = %d %s", r.status, r.body)
@@ -127,12 +128,12 @@ func TestWaitersOfAReleasedClaimRunOnce(t *testing.T) {
 	})
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
-	waitUntil(t, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
+	gatetest.Eventually(t, 5*time.Second, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
 	out := make(chan result, n)
 	for range n {
 		go func() { out <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
 	}
-	waitUntil(t, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
+	gatetest.Eventually(t, 5*time.Second, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
 	unblock()
 	if r := <-first; r.status != http.StatusServiceUnavailable {
 		t.Fatalf("first = %d", r.status)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/memory"
@@ -50,14 +51,14 @@ func TestWaitersAcrossARecipeChange(t *testing.T) {
 	h := &harness{t: t, up: up, store: st, front: front}
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
-	waitUntil(t, "the first request upstream", func() bool { return up.count("/v1/orders") == 1 })
+	gatetest.Eventually(t, 5*time.Second, "the first request upstream", func() bool { return up.count("/v1/orders") == 1 })
 	cur.Store(polNew)
 	same := make(chan result, 2)
 	go func() { same <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
 	go func() { same <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`, "X-Extra", "v") }()
 	other := make(chan result, 1)
 	go func() { other <- h.do("POST", "/v1/orders", "alice", "k", `{"n":2}`) }()
-	waitUntil(t, "two waiting", func() bool { return gauge(t, reg, "idemgate_waiters") >= 2 })
+	gatetest.Eventually(t, 5*time.Second, "two waiting", func() bool { return gauge(t, reg, "idemgate_waiters") >= 2 })
 	unblock()
 	if r := <-first; r.status != http.StatusCreated {
 		t.Fatalf("first %d", r.status)

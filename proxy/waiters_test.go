@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
@@ -50,7 +51,7 @@ func TestMaxWaitersRefusesBeyondTheCap(t *testing.T) {
 	})
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", "{}") }()
-	waitUntil(t, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
+	gatetest.Eventually(t, 5*time.Second, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
 
 	results := make(chan result, maxWaiters+extra)
 	for range maxWaiters + extra {
@@ -75,7 +76,7 @@ func TestMaxWaitersRefusesBeyondTheCap(t *testing.T) {
 			t.Fatalf("fewer than %d duplicates were refused while %d waited", extra, maxWaiters)
 		}
 	}
-	waitUntil(t, "the waiters", func() bool { return gauge(t, reg, "idemgate_waiters") == maxWaiters })
+	gatetest.Eventually(t, 5*time.Second, "the waiters", func() bool { return gauge(t, reg, "idemgate_waiters") == maxWaiters })
 	select {
 	case r := <-results:
 		t.Fatalf("a %d-th duplicate answered %d before the operation completed, want it waiting", extra+1, r.status)
@@ -96,16 +97,6 @@ func TestMaxWaitersRefusesBeyondTheCap(t *testing.T) {
 	}
 	if g := gauge(t, reg, "idemgate_waiters"); g != 0 {
 		t.Fatalf("idemgate_waiters = %v after every wait ended, want 0", g)
-	}
-}
-
-// waitUntil polls cond for up to 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
 
@@ -142,13 +133,13 @@ func TestWaitersTakeTheRecordTheWaitEndedOn(t *testing.T) {
 	})
 	first := make(chan result, 1)
 	go func() { first <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
-	waitUntil(t, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
+	gatetest.Eventually(t, 5*time.Second, "the first request upstream", func() bool { return h.up.count("/v1/orders") == 1 })
 
 	same := make(chan result, n)
 	for range n {
 		go func() { same <- h.do("POST", "/v1/orders", "alice", "k", `{"n":1}`) }()
 	}
-	waitUntil(t, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
+	gatetest.Eventually(t, 5*time.Second, "every duplicate waiting", func() bool { return gauge(t, reg, "idemgate_waiters") == n })
 	if r := h.do("POST", "/v1/orders", "alice", "k", `{"n":2}`); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("duplicate with another body: %d %s, want 422", r.status, r.body)
 	}

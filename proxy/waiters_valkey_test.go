@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -104,7 +105,7 @@ func TestWaitersOnValkeyGetTheWholeResponse(t *testing.T) {
 			out <- res{path, "gzip", s, body, tr, h.Get(proxy.ReplayedHeader)}
 		}()
 	}
-	waitUntil(t, "three calls upstream", func() bool {
+	gatetest.Eventually(t, 5*time.Second, "three calls upstream", func() bool {
 		return up.count("/v1/noise") == 1 && up.count("/v1/text") == 1 && up.count("/v1/gz") == 1
 	})
 	for path := range bodies {
@@ -119,7 +120,7 @@ func TestWaitersOnValkeyGetTheWholeResponse(t *testing.T) {
 			}()
 		}
 	}
-	waitUntil(t, "every duplicate waiting", func() bool {
+	gatetest.Eventually(t, 5*time.Second, "every duplicate waiting", func() bool {
 		return gauge(t, regs[0], "idemgate_waiters")+gauge(t, regs[1], "idemgate_waiters") == 3*2*n
 	})
 	unblock()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,23 +168,9 @@ func (f *fixture) count(result string) float64 {
 	return testutil.ToFloat64(f.r.reloads.WithLabelValues(result))
 }
 
-// waitUntil polls cond every 5 ms for at most limit and reports whether it
-// became true; a bounded poll on a condition, never a fixed sleep.
-func waitUntil(t *testing.T, limit time.Duration, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
-
 func (f *fixture) waitRoutes(t *testing.T, want string) {
 	t.Helper()
-	if !waitUntil(t, waitLimit, func() bool { return names(f.r.Current()) == want }) {
+	if !gatetest.Until(waitLimit, func() bool { return names(f.r.Current()) == want }) {
 		t.Fatalf("policy routes = %q after %v, want %q; logs:\n%s", names(f.r.Current()), waitLimit, want, f.logs)
 	}
 }
@@ -279,7 +266,7 @@ func TestConfigMapSymlinkSwapReloads(t *testing.T) {
 	if err := os.Rename(tmpLink, filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(t, waitLimit, func() bool { return names(r.Current()) != "orders" }) {
+	if !gatetest.Until(waitLimit, func() bool { return names(r.Current()) != "orders" }) {
 		t.Fatal("symlink swap never reloaded the policy")
 	}
 	if got := names(r.Current()); got != "orders,shipping" {
@@ -297,7 +284,7 @@ func TestInvalidFileKeepsPolicyAndCountsFailure(t *testing.T) {
 	successes := f.count("success")
 
 	replaceFile(t, f.path, "orders\nNot_Valid")
-	if !waitUntil(t, waitLimit, func() bool { return f.count("failure") >= 1 }) {
+	if !gatetest.Until(waitLimit, func() bool { return f.count("failure") >= 1 }) {
 		t.Fatalf("invalid file never counted as a failure; logs:\n%s", f.logs)
 	}
 	if got := f.count("failure"); got != 1 {
@@ -340,7 +327,7 @@ func TestRemovedFileKeepsPolicy(t *testing.T) {
 	if err := os.Remove(f.path); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(t, waitLimit, func() bool { return f.count("failure") >= 1 }) {
+	if !gatetest.Until(waitLimit, func() bool { return f.count("failure") >= 1 }) {
 		t.Fatal("removed file never counted as a failure")
 	}
 	if f.r.Current() != good {
@@ -349,7 +336,7 @@ func TestRemovedFileKeepsPolicy(t *testing.T) {
 	// Restoring the very same content loads again: the failed attempt
 	// forgot the old content's digest.
 	writeFile(t, f.path, "orders")
-	if !waitUntil(t, waitLimit, func() bool { return f.r.Current() != good }) {
+	if !gatetest.Until(waitLimit, func() bool { return f.r.Current() != good }) {
 		t.Fatal("restored file never reloaded")
 	}
 	if got := names(f.r.Current()); got != "orders" {
@@ -517,7 +504,7 @@ func TestRunLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.r.Run(ctx) }()
-	if !waitUntil(t, waitLimit, f.r.running.Load) {
+	if !gatetest.Until(waitLimit, f.r.running.Load) {
 		t.Fatal("Run never started")
 	}
 	if err := f.r.Run(ctx); err == nil {
@@ -639,7 +626,7 @@ func TestReloadWarnsOfKeyAndOwnerSourceChanges(t *testing.T) {
 // TestSignalWithoutPathKeepsServing: idemgate serve without --config gets
 // SIGHUP like any other mode; with no file there is nothing to reload, and
 // the Reloader says so, keeps its policy and keeps running
-// (TestE2ESIGHUPNeverKills has the process side).
+// (TestSIGHUPNeverKills has the process side).
 func TestSignalWithoutPathKeepsServing(t *testing.T) {
 	initial, err := policy.New(baseRoute(), nil)
 	if err != nil {
@@ -656,7 +643,7 @@ func TestSignalWithoutPathKeepsServing(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	sig <- syscall.SIGHUP
-	if !waitUntil(t, waitLimit, func() bool { return strings.Contains(logs.String(), "nothing to reload") }) {
+	if !gatetest.Until(waitLimit, func() bool { return strings.Contains(logs.String(), "nothing to reload") }) {
 		t.Fatalf("no line for the SIGHUP without a config file:\n%s", logs)
 	}
 	cancel()

@@ -36,7 +36,7 @@ type Response struct {
 	// Trailer holds the trailer fields the upstream sent after the body (RFC
 	// 9110 section 6.5), encoded like Header; nil or empty when there were none
 	// (a store may hand back either). Replays send them again, chunked
-	// (TestE2ETrailersKeptAndReplayed). Records written before trailers were
+	// (TestTrailersKeptAndReplayed). Records written before trailers were
 	// kept have none.
 	Trailer http.Header
 	// Omitted is true when the upstream answered but the response was larger

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -27,22 +26,16 @@ import (
 var caddyBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemgate-caddy-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	caddyBinary = filepath.Join(dir, "caddy")
 	start := time.Now()
-	build := exec.Command("go", "build", "-o", caddyBinary, "../cmd/caddy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "caddy e2e: building Caddy with the idempotency module:", err)
+	path, remove, err := gatetest.Build("../cmd/caddy", "caddy")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "caddy e2e: Caddy with the idempotency module:", err)
 		os.Exit(1)
 	}
+	caddyBinary = path
 	fmt.Fprintf(os.Stderr, "caddy e2e: built Caddy with the idempotency module in %v\n", time.Since(start).Round(100*time.Millisecond))
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -57,9 +50,7 @@ type upstream struct {
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{}
-	srv := httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(srv.Close)
-	u.URL = srv.URL
+	u.URL = gatetest.CountingUpstream(t, &u.execs, u.create).URL
 	return u
 }
 
@@ -72,22 +63,14 @@ func serveOn(t *testing.T, port int) *upstream {
 		t.Fatalf("listen on reserved port %d: %v", port, err)
 	}
 	u := &upstream{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	u.URL = srv.URL
+	u.URL = gatetest.CountingUpstreamOn(t, ln, &u.execs, u.create).URL
 	return u
 }
 
-func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+// create is a POST, counted already: it waits for hold when set and
+// answers 201 naming its execution.
+func (u *upstream) create(w http.ResponseWriter, r *http.Request, n int64) {
 	body, _ := io.ReadAll(r.Body)
-	if r.Method != http.MethodPost {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	n := u.execs.Add(1)
 	if u.hold != nil {
 		<-u.hold
 	}
@@ -103,16 +86,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 // options), owners by X-User, a short lease.
 const idemgateYAML = `
 store:
-  driver: valkey
-upstream:
-  timeout: 10s
-log:
-  access: false
-defaults:
-  owner: "header:X-User"
-  lease: 5s
-  wait_timeout: 10s
-`
+  driver: valkey` + noStoreYAML
 
 // caddyProc is one running Caddy.
 type caddyProc struct {
@@ -270,20 +244,7 @@ http://%s:%d {
 }
 
 // stop ends Caddy (SIGTERM, SIGKILL after 10s) and waits for it.
-func (c *caddyProc) stop() {
-	select {
-	case <-c.exited:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
+func (c *caddyProc) stop() { gatetest.Signal(c.cmd.Process, c.exited, syscall.SIGTERM, 10*time.Second) }
 
 // answer is a response as the client read it.
 type answer struct {
@@ -322,24 +283,9 @@ func postHost(t *testing.T, url, host, user, key, body string) answer {
 func tryPostHost(url, host, user, key, body string) (answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/orders", strings.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	if host != "" {
-		req.Host = host
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("X-User", user)
-	resp, err := http.DefaultClient.Do(req)
+	resp, b, err := gatetest.Post(ctx, nil, url+"/orders", host, http.Header{"Idempotency-Key": {key}, "X-User": {user}}, body)
 	if err != nil {
 		return answer{}, fmt.Errorf("POST %s key %s: %w", url, key, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, fmt.Errorf("POST %s key %s: reading body: %w", url, key, err)
 	}
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}, nil
 }
@@ -364,13 +310,8 @@ func sameResponse(t *testing.T, first, replay answer) {
 	}
 }
 
-func problemType(a answer) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal([]byte(a.Body), &p)
-	return p.Type
-}
+// problemType is gatetest.ProblemType of a's body.
+func problemType(a answer) string { return gatetest.ProblemType([]byte(a.Body)) }
 
 // TestCaddyForwardOnceThenReplay: the first request of a key reaches the
 // upstream through Caddy once; its retry is the stored response, byte for
@@ -530,19 +471,16 @@ func TestCaddyStoreDownFailsClosed(t *testing.T) {
 // line.
 func (c *caddyProc) waitMetric(t *testing.T, line string) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	if !gatetest.Until(15*time.Second, func() bool {
 		resp, err := http.Get(c.AdminURL + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains("\n"+string(b), "\n"+line+"\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Caddy's /metrics never had %q", line)
-		}
+		return strings.Contains("\n"+string(b), "\n"+line+"\n")
+	}) {
+		t.Fatalf("Caddy's /metrics never had %q", line)
 	}
 }
 
@@ -678,16 +616,13 @@ func TestReadmeCaddyfilesAdapt(t *testing.T) {
 func TestCaddyBrokenUpstreamKeepsTheClaim(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := countingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request) {
+	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", "100")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"execution":1,`)
 		w.(http.Flusher).Flush()
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close()
-		}
+		gatetest.HangUp(w)
 	})
 	c := startCaddy(t, vk.Addr(), "caddy-broken:", up.URL)
 

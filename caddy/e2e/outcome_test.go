@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -45,23 +43,17 @@ defaults:
 func TestCaddyUpstreamFailureAfterSendKeepsTheClaim(t *testing.T) {
 	cases := []struct {
 		name      string
-		upstream  func(w http.ResponseWriter, r *http.Request)
+		upstream  gatetest.Counted
 		timeout   string // upstream.timeout
 		transport string // reverse_proxy's block
 		status    int
 		problem   string
 	}{
 		{
-			name:    "killed mid-call",
-			timeout: "10s",
-			upstream: func(w http.ResponseWriter, _ *http.Request) {
-				conn, _, err := http.NewResponseController(w).Hijack()
-				if err == nil {
-					_ = conn.(*net.TCPConn).SetLinger(0) // RST, as a process that died
-					conn.Close()
-				}
-			},
-			status: http.StatusBadGateway, problem: "upstream-failed",
+			name:     "killed mid-call",
+			timeout:  "10s",
+			upstream: func(w http.ResponseWriter, _ *http.Request, _ int64) { gatetest.Die(w) },
+			status:   http.StatusBadGateway, problem: "upstream-failed",
 		},
 		{
 			name:      "response_header_timeout 1s under a 2s call",
@@ -81,7 +73,7 @@ func TestCaddyUpstreamFailureAfterSendKeepsTheClaim(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var execs atomic.Int64
-			up := countingUpstream(t, &execs, tc.upstream)
+			up := gatetest.CountingUpstream(t, &execs, tc.upstream)
 			c := runCaddy(t, caddySite{
 				YAML:        fmt.Sprintf(conflictYAML, tc.timeout),
 				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-unknown-%d:", vk.Addr(), i),
@@ -105,8 +97,8 @@ func TestCaddyUpstreamFailureAfterSendKeepsTheClaim(t *testing.T) {
 
 // sleepThenCreate is an upstream call that acts, takes d, then answers
 // 201.
-func sleepThenCreate(d time.Duration) func(http.ResponseWriter, *http.Request) {
-	return func(w http.ResponseWriter, _ *http.Request) {
+func sleepThenCreate(d time.Duration) gatetest.Counted {
+	return func(w http.ResponseWriter, _ *http.Request, _ int64) {
 		time.Sleep(d)
 		w.WriteHeader(http.StatusCreated)
 	}
@@ -170,21 +162,10 @@ func TestCaddyNoUpstreamReleasesKey(t *testing.T) {
 		t.Fatalf("upstream marked down: %d %q, want reverse_proxy's 503 (no upstreams available)\n%s", a.Status, a.Body, c.out.String())
 	}
 	up := serveOn(t, port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// A GET is not enforced: it reaches the upstream once
-		// fail_duration has passed.
-		resp, err := http.Get(c.URL + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the upstream was not back in reverse_proxy within 10s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	// A GET is not enforced: it reaches the upstream once fail_duration
+	// has passed.
+	if !gatetest.Until(10*time.Second, gatetest.Serves(c.URL+"/ready", http.StatusOK)) {
+		t.Fatalf("the upstream was not back in reverse_proxy within 10s")
 	}
 	checkRetryRunsOnce(t, c.URL, "k", `{"amount":1}`, up, "back")
 }
@@ -202,12 +183,12 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 	vk := valkeytest.Start(t)
 	cases := []struct {
 		name     string
-		upstream func(w http.ResponseWriter, r *http.Request)
+		upstream gatetest.Counted
 		proxy    func(up string, dead int) string
 	}{
 		{
 			name: "handle_response reverse_proxy that cannot dial",
-			upstream: func(w http.ResponseWriter, _ *http.Request) {
+			upstream: func(w http.ResponseWriter, _ *http.Request, _ int64) {
 				w.Header().Set("X-Accel-Redirect", "/receipt")
 				w.WriteHeader(http.StatusCreated)
 			},
@@ -216,14 +197,8 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 			},
 		},
 		{
-			name: "lb_retry_match onto an upstream that cannot dial",
-			upstream: func(w http.ResponseWriter, _ *http.Request) {
-				conn, _, err := http.NewResponseController(w).Hijack()
-				if err == nil {
-					_ = conn.(*net.TCPConn).SetLinger(0)
-					conn.Close()
-				}
-			},
+			name:     "lb_retry_match onto an upstream that cannot dial",
+			upstream: func(w http.ResponseWriter, _ *http.Request, _ int64) { gatetest.Die(w) },
 			proxy: func(up string, dead int) string {
 				return fmt.Sprintf("reverse_proxy %s 127.0.0.1:%d {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tfail_duration 30s\n\t\tmax_fails 1\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}\n\t}", up, dead)
 			},
@@ -232,7 +207,7 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var execs atomic.Int64
-			up := countingUpstream(t, &execs, tc.upstream)
+			up := gatetest.CountingUpstream(t, &execs, tc.upstream)
 			dead := valkeytest.FreePort(t) // nothing listens there
 			c := runCaddy(t, caddySite{
 				YAML:        fmt.Sprintf(conflictYAML, "10s"),
@@ -262,21 +237,13 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 	vk := valkeytest.Start(t)
 	var execs atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // leaves the connection idle for reuse
-			return
-		}
+	// The GET /warm leaves the connection idle for reuse.
+	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, r *http.Request, _ int64) {
 		if r.Header.Get("Idempotency-Key") != "k" {
 			t.Errorf("upstream got Idempotency-Key %q, want the client's", r.Header.Get("Idempotency-Key"))
 		}
-		execs.Add(1)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close() // acted, then the connection ends without an answer
-		}
-	}))
-	t.Cleanup(up.Close)
+		gatetest.HangUp(w)
+	})
 	c := runCaddy(t, caddySite{
 		YAML:        fmt.Sprintf(conflictYAML, "10s"),
 		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-reuse:", vk.Addr()),
@@ -295,22 +262,4 @@ func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 	if retry.Status != http.StatusConflict || retry.replayed() {
 		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
 	}
-}
-
-// countingUpstream starts an upstream, stopped in t.Cleanup, that answers
-// the readiness probe of runCaddy and startCaddy (any method but POST)
-// with 200 and hands each POST, counted in execs, to handle.
-func countingUpstream(t *testing.T, execs *atomic.Int64, handle http.HandlerFunc) *httptest.Server {
-	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		if r.Method != http.MethodPost {
-			w.WriteHeader(http.StatusOK) // the readiness probe
-			return
-		}
-		execs.Add(1)
-		handle(w, r)
-	}))
-	t.Cleanup(up.Close)
-	return up
 }

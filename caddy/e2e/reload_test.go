@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -158,7 +159,7 @@ func TestCaddyReloadMidCall(t *testing.T) {
 			c := runCaddy(t, site)
 
 			first := postAsync(tryPost, c.URL, "alice", "k-mid", `{"amount":2}`)
-			waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+			gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
 			site.Sites = otherSite(t)
 			if err := c.reload(t, site); err != nil {
 				close(up.hold)
@@ -167,7 +168,7 @@ func TestCaddyReloadMidCall(t *testing.T) {
 			dup := postAsync(postRetried, c.URL, "alice", "k-mid", `{"amount":2}`)
 			// The duplicate waits (the new configuration's waiters gauge),
 			// or, had it no claim to wait for, runs.
-			waitFor(t, "the duplicate waiting or at the upstream", func() bool {
+			gatetest.Eventually(t, 20*time.Second, "the duplicate waiting or at the upstream", func() bool {
 				return c.adminMetric(t, "idemgate_waiters ") == "1" || up.execs.Load() > 1
 			})
 			close(up.hold)
@@ -234,18 +235,6 @@ func TestCaddyReloadBolt(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 10ms for 20s at most.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestCaddyReloadOntoAnotherStoreMidCall: a reload that moves the handler
 // to another store (another Valkey key prefix) while a call runs: the old
 // store stays open until that call has returned, so its answer is
@@ -262,7 +251,7 @@ func TestCaddyReloadOntoAnotherStoreMidCall(t *testing.T) {
 	c := runCaddy(t, site)
 
 	first := postAsync(tryPost, c.URL, "alice", "k-move", `{"amount":4}`)
-	waitFor(t, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
 	site.Idempotency = onPrefix("caddy-new:")
 	if err := c.reload(t, site); err != nil {
 		close(up.hold)

@@ -210,7 +210,7 @@ func serve(args []string, stderr io.Writer, demo bool) int {
 	// peer later takes over: a second execution. So it is caught in every
 	// mode, from before anything is started; without a config file
 	// runServer's reloader logs that there is nothing to reload
-	// (TestE2ESIGHUPNeverKills).
+	// (TestSIGHUPNeverKills).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -167,6 +167,35 @@ func Write(t testing.TB, dir, name string, data []byte) string {
 	return p
 }
 
+// Listener is what a TLS listener of idemgate's needs in a test: a
+// server certificate for 127.0.0.1 issued by a server CA of its own, and a
+// client CA file, written into a directory, and the pool clients verify
+// the server with.
+type Listener struct {
+	// ServerCA issued Server; a test may issue the next server
+	// certificate with it.
+	ServerCA *CA
+	Server   *Leaf
+	// CertFile and KeyFile hold Server (tls.crt, tls.key); CAFile holds
+	// the client CA (clients.crt).
+	CertFile, KeyFile, CAFile string
+	// Roots holds ServerCA, for clients.
+	Roots *x509.CertPool
+}
+
+// NewListener issues a server certificate from a new server CA and writes
+// it and clientCA's certificate into dir.
+func NewListener(t testing.TB, dir string, clientCA *CA) *Listener {
+	t.Helper()
+	l := &Listener{ServerCA: NewCA(t, "server CA"), Roots: x509.NewCertPool()}
+	l.Server = l.ServerCA.Issue(t, Options{CommonName: "idemgate", Server: true})
+	l.CertFile = Write(t, dir, "tls.crt", l.Server.CertPEM)
+	l.KeyFile = Write(t, dir, "tls.key", l.Server.KeyPEM)
+	l.CAFile = Write(t, dir, "clients.crt", clientCA.PEM)
+	l.Roots.AddCert(l.ServerCA.Cert)
+	return l
+}
+
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

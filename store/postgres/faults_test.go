@@ -10,29 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/postgres/pgtest"
 )
 
+// recoverWithin bounds how long a fault test retries an operation after
+// the server is back.
+const recoverWithin = 20 * time.Second
+
 // opCtx bounds one operation of a fault test.
 func opCtx(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
-}
-
-// eventually retries f every 50ms until it returns nil or 20s pass.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after 20s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestFaultServerStoppedAndBack: with the server stopped every operation
@@ -94,12 +83,12 @@ func TestFaultServerStoppedAndBack(t *testing.T) {
 		t.Error("OnDisruption not called when the listening connection was lost")
 	}
 	srv.Start()
-	eventually(t, "Ping after the restart", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "Ping after the restart", func() error {
 		c, cancel := opCtx(2 * time.Second)
 		defer cancel()
 		return s.Ping(c)
 	})
-	eventually(t, "Complete after the restart", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "Complete after the restart", func() error {
 		c, cancel := opCtx(2 * time.Second)
 		defer cancel()
 		ok, err := s.Complete(c, held, "t", store.Response{Status: 201, Body: []byte("done")})
@@ -111,7 +100,7 @@ func TestFaultServerStoppedAndBack(t *testing.T) {
 	if disruptions.Load() < 2 {
 		// Loss and re-establishment are both reported; give the listener
 		// its backoff.
-		eventually(t, "re-established listen reported", func() error {
+		gatetest.EventuallyNil(t, recoverWithin, "re-established listen reported", func() error {
 			if disruptions.Load() < 2 {
 				return fmt.Errorf("%d disruptions", disruptions.Load())
 			}
@@ -123,7 +112,7 @@ func TestFaultServerStoppedAndBack(t *testing.T) {
 	if res, err := peer.Claim(ctx, store.ClaimParams{Identity: fresh, Fingerprint: "fp", Token: "t3", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Claimed {
 		t.Fatalf("peer Claim = %+v, %v", res, err)
 	}
-	eventually(t, "wake-up from the peer after the restart", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "wake-up from the peer after the restart", func() error {
 		ch, stop := s.Watch(fresh)
 		defer stop()
 		select {
@@ -177,7 +166,7 @@ func TestFaultKillKeepsCompletedRecords(t *testing.T) {
 	lost := 0
 	for i := range n {
 		var res store.ClaimResult
-		eventually(t, "Claim after the crash", func() error {
+		gatetest.EventuallyNil(t, recoverWithin, "Claim after the crash", func() error {
 			c, cancel := opCtx(2 * time.Second)
 			defer cancel()
 			var err error
@@ -223,13 +212,13 @@ func TestFaultListenTerminated(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("watcher not woken when its listening connection was terminated")
 	}
-	eventually(t, "loss and re-establishment reported", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "loss and re-establishment reported", func() error {
 		if d := disruptions.Load(); d < 2 {
 			return fmt.Errorf("%d disruptions, want 2", d)
 		}
 		return nil
 	})
-	eventually(t, "listening again", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "listening again", func() error {
 		n, err := srv.QueryInt("postgres", `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`, db, ListenApplicationName)
 		if err == nil && n != 2 {
 			err = fmt.Errorf("%d listening connections, want 2", n)
@@ -268,7 +257,7 @@ func TestFaultStalledServerHonoursDeadline(t *testing.T) {
 		t.Fatalf("Claim returned after %v, want about its 300ms deadline", d)
 	}
 	srv.Resume()
-	eventually(t, "Claim after resume", func() error {
+	gatetest.EventuallyNil(t, recoverWithin, "Claim after resume", func() error {
 		c, cancel := opCtx(2 * time.Second)
 		defer cancel()
 		res, err := s.Claim(c, store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour})

@@ -38,7 +38,7 @@ import (
 // valkey-go only closes such a connection, and drops its cache, once its
 // keepalive PING times out (about twice Options.ConnTimeout); without a
 // fence a peer's purge or tombstone went unnoticed and its record was
-// replayed for that long (5 s in e2e TestCacheCutOffPeer). With it, a
+// replayed for that long (5 s in e2e TestFaultCacheCutOffPeer). With it, a
 // cached replay is served only when Valkey answered this process less
 // than CacheFence ago (a PING, or a cached read that missed); otherwise
 // CachedReplay PINGs first, at most about once per CacheFence under

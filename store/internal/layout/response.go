@@ -302,7 +302,7 @@ func ParseResponse(b []byte) (StoredResponse, error) {
 // Such a response had the check and lost its flag (one flipped bit, which
 // read it as a response written before the check and replayed the check's
 // bytes as the start of its body: TestParseResponseRejectsAnyBitFlipped,
-// e2e TestE2ECheckFlagLostNeverReplayed), so it is damaged, whatever else
+// e2e TestFaultCheckFlagLostNeverReplayed), so it is damaged, whatever else
 // was damaged with the flag (the CRC-32C is not needed to tell). A
 // response written before the check never has a check's bytes there: the
 // length would have to be its body's first bytes, the count of its bytes
