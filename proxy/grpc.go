@@ -191,8 +191,11 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 	v := ex.route.GRPCVerdictOf(st, ok)
 	// The call's deadline had ended when its status came: the upstream's
 	// own deadline is the one idemgate sent (grpc-timeout, rounded up), so
-	// whatever it answered then is the timeout's.
-	late := ctx.Err() != nil
+	// whatever it answered then is the timeout's. The deadline is read
+	// from the clock as well as from ctx.Err: on a loaded machine the
+	// context's timer may not have run yet when an answer sent at the
+	// deadline arrives.
+	late := deadlinePassed(ctx)
 	if v == policy.GRPCRelease && late && p.next != nil {
 		v = policy.GRPCUnknown
 	}
@@ -216,6 +219,16 @@ func (p *Proxy) grpcNotStored(w http.ResponseWriter, r *http.Request, ex *exchan
 	ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
 	p.copyResponse(w, r, ex, resp, body)
 	return true
+}
+
+// deadlinePassed reports whether ctx has ended or its deadline, read from
+// the clock, has come.
+func deadlinePassed(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // answerProblem writes pr as writeProblem does, or, to a gRPC call, as a
