@@ -118,8 +118,8 @@ func init() {
 //	{"handler": "idempotency", "config": "/etc/idemgate/idemgate.yaml",
 //	 "overrides": {"store.valkey.addrs": "10.0.0.5:6379"}, "name": "orders"}
 type Handler struct {
-	// Config is the path of idemgate's YAML configuration (README,
-	// "Configuration"); "" means the built-in defaults (memory store, POST
+	// Config is the path of idemgate's YAML configuration (README.md,
+	// "Configuration reference"); "" means the built-in defaults (memory store, POST
 	// and PATCH enforced, owner authorization), with a warning. The
 	// IDEMGATE_* environment variables of Caddy's process override it as
 	// they do for the proxy; upstream.url is not needed (the next handler

@@ -7,7 +7,9 @@ import "runtime"
 //
 // Why 1024 per core: a waiter holds a goroutine (a few KiB of stack) and a
 // client connection (net/http's 4 KiB read and write buffers, the request),
-// estimated at about 16 KiB (not measured yet), so 1024 per core is ~16 MiB per core, small next to what a
+// measured at about 14 KiB while it waits and 18-25 KiB at the peak, plus
+// 23-26 KiB for the keep-alive connection (docs/performance.md, "Flat
+// costs"), so 1024 per core is 40-50 MiB per core, small next to what a
 // core of idemgate serves otherwise. The cap matters at the other end of
 // the wait: when the running call completes, every waiter claims again at
 // once and gets its replay, about 0.1 ms of CPU each (a replay's cost in

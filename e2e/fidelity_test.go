@@ -77,9 +77,10 @@ func compressed(t *testing.T, coding string, plain []byte) []byte {
 // Content-Encoding gzip or br, first asked for by a client that accepts
 // both, is replayed decoded to a curl-like client (no Accept-Encoding) and
 // to Go's client (which asks for gzip only and decodes gzip itself), and as
-// stored to a client that accepts it; the upstream runs once. Before issue
-// 13 the curl-like client got the compressed bytes with Content-Encoding
-// br or gzip, and Go's client got br bytes it could not read.
+// stored to a client that accepts it; the upstream runs once. A replay
+// that passed the stored coding on unconditionally gave the curl-like
+// client the compressed bytes with Content-Encoding br or gzip, and Go's
+// client br bytes it could not read.
 func TestReplayDecodesForClientsWithoutTheCoding(t *testing.T) {
 	up := startUpstream(t)
 	g := startGate(t, gateConfig{Upstream: up.URL})

@@ -51,7 +51,7 @@ type Options struct {
 	// Logger receives the access lines (log.access), the store's lines and
 	// warnings; nil discards them.
 	Logger *slog.Logger
-	// Registerer receives the metrics (README, "Metrics"); nil keeps them
+	// Registerer receives the metrics (docs/operations.md, "Metrics"); nil keeps them
 	// unexported. One Registerer takes the metrics of one engine.
 	Registerer prometheus.Registerer
 	// Version labels idemgate_build_info; "" is what the build recorded

@@ -118,7 +118,7 @@ type Options struct {
 	// Logger receives the access lines (log.access) and warnings; nil
 	// discards them.
 	Logger *slog.Logger
-	// Registerer receives idemgate's metrics (README, "Metrics"); nil keeps
+	// Registerer receives idemgate's metrics (docs/operations.md, "Metrics"); nil keeps
 	// them unexported. Two middlewares on one Registerer collide, even
 	// after the first one's ctx ended (nothing unregisters them), and the
 	// second New fails saying so: give each its own, a
@@ -149,7 +149,7 @@ type Options struct {
 	// refusing keyed requests.
 	WaitStore time.Duration
 	// TracerProvider, when set, makes a span of every store call
-	// ("store.claim", "store.complete", ...; README, "Tracing") made for a
+	// ("store.claim", "store.complete", ...; docs/operations.md, "Tracing") made for a
 	// request whose context carries a span: the service's own server span
 	// (otelhttp, or any instrumentation that puts one in the request's
 	// context) is their parent, and the engine sets idemgate.route and

@@ -26,7 +26,7 @@ const (
 )
 
 // String returns "not enforced", "enforced, key optional" or "enforced, key
-// required", as the refusal details and the README say it.
+// required", as the refusal details and docs/routing.md say it.
 func (s Strictness) String() string {
 	switch s {
 	case EnforcedOptional:

@@ -100,7 +100,7 @@ type Route struct {
 	OnAbandoned      OnAbandoned
 	// AdvertiseExpiry (`advertise_expiry`) makes first answers and replays
 	// carry the record's expiry (Idempotency-Key-Expires), so a client
-	// knows until when a retry is answered from the record (README,
+	// knows until when a retry is answered from the record (docs/configuration.md,
 	// "Expiry advertisement").
 	AdvertiseExpiry bool
 	// ResourceFrom (`resource_from`) names where a stored response says

@@ -75,11 +75,11 @@ type accessFields struct {
 }
 
 // AccessLogMessage is the message of the access line, one per request
-// (README.md, "Access log"): main buffers these lines and no others
+// (docs/operations.md, "Access log"): main buffers these lines and no others
 // (internal/logbuf).
 const AccessLogMessage = "request"
 
-// accessLog writes the one line per request, enforced or not (README.md,
+// accessLog writes the one line per request, enforced or not (docs/operations.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
 // sent, durations, the identity's keyHash and the cause of a failure. It is
 // off with Options.AccessLog false, or below the info level.

@@ -73,8 +73,8 @@ func TestReadLimitedDeclaredBodyFitsOnce(t *testing.T) {
 
 // TestSentBodyLetsGo: the outbound request body reads as the bytes given
 // and, once read to the end, no longer holds them, so a response that
-// refers to its request does not keep a large request body alive (issue
-// 17); closing it early is harmless.
+// refers to its request does not keep a large request body alive;
+// closing it early is harmless.
 func TestSentBodyLetsGo(t *testing.T) {
 	data := bytes.Repeat([]byte("q"), 100<<10)
 	s := &sentBody{b: data}

@@ -282,7 +282,7 @@ func inProgress(retry int) problem.Details {
 // extends it every lease/3, so it always lies most of a lease ahead, and a
 // call that finishes half a second later was answered "retry in 8 s"), and
 // a retry on a concurrent: wait route waits for the call again anyway
-// (README, "How a request is handled", Running).
+// (docs/routing.md, "How a request is handled", Running).
 const inProgressRetry = 1
 
 // outcomeUnknown is the answer to a retry of an abandoned call on an

@@ -83,5 +83,5 @@
 // (policy.Route.Problems, the problems.template keys; writeProblem), RFC
 // 9457 without one. Logs never carry a key or an owner, only the digest of the
 // whole identity (keyHash).
-// README.md, "How a request is handled", says the same for operators.
+// docs/routing.md, "How a request is handled", says the same for operators.
 package proxy

@@ -15,7 +15,7 @@ import (
 const realIPHeader = "X-Real-Ip"
 
 // forwardingHeaders sets what the upstream learns about the client hop, on
-// both the passthrough and the enforced path (README.md, "What the upstream
+// both the passthrough and the enforced path (docs/proxy.md, "What the upstream
 // receives"). From a peer in trusted (the load balancers in front of
 // idemgate) X-Forwarded-For and Forwarded are appended to, as nginx's
 // proxy_add_x_forwarded_for and RFC 7239 section 4 do, and its

@@ -38,7 +38,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 // Idempotency-TTL in seconds (#49), which a replay would have to recompute
 // and a client could only read relative to an answer it may never have
 // received. An absolute HTTP-date, named after the request field it
-// qualifies and after Expires (RFC 9111 section 5.3), avoids both; README
+// qualifies and after Expires (RFC 9111 section 5.3), avoids both; docs/configuration.md
 // documents the choice.
 const ExpiresHeader = "Idempotency-Key-Expires"
 
@@ -141,7 +141,7 @@ type Options struct {
 	// each would wait for the store timeout, and a fleet retrying through
 	// an outage would hold that many goroutines and connections. A
 	// completed record in the store's replay cache is not replayed then
-	// either (README, "Store outages"). Nil: never down.
+	// either (docs/operations.md, "Store outages"). Nil: never down.
 	StoreDown func() bool
 	// H2C says the listener serves HTTP/2 without TLS (server.h2c); it
 	// only words the answer to an HTTP/2 preface read as a request

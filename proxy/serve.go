@@ -226,7 +226,7 @@ func clientStatus(r *http.Request, ex *exchange) int {
 // missingKeyDetail is the detail of a missing-key problem: what the route
 // takes the key from, in the caller's terms. A gRPC caller sets metadata,
 // not header fields, and every call is a POST it never wrote: it is told
-// the metadata entry (README, "gRPC": the idempotency-key entry is the
+// the metadata entry (docs/grpc.md: the idempotency-key entry is the
 // Idempotency-Key field).
 func missingKeyDetail(route *policy.Route, r *http.Request) string {
 	if isGRPC(r.Header) && !route.Key.FromBody() {

@@ -39,7 +39,7 @@ sent; with upstream.pass_host: true a route whose pattern names no host keeps
 a record per host, and its lookups need it.
 `
 
-// Exit statuses of idemgate admin, documented in adminUsage and README.
+// Exit statuses of idemgate admin, documented in adminUsage and docs/operations.md.
 const (
 	adminExitOK      = 0
 	adminExitProblem = 1

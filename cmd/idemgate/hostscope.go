@@ -14,7 +14,7 @@ import (
 // keep one key scope for every Host clients send: the fingerprint covers
 // neither Host nor X-Forwarded-Host, so on an upstream that routes tenants
 // by either, one owner's key sent to two tenants is one operation: the
-// second tenant gets the first one's stored response (README, "What the
+// second tenant gets the first one's stored response (docs/proxy.md, "What the
 // upstream receives"). A warning, not an error: most upstreams serve one
 // site, where one scope is right.
 func warnSharedHostScope(w io.Writer, cfg *config.Config) {

@@ -40,7 +40,7 @@ import (
 )
 
 // version is stamped at build time with -ldflags "-X main.version=..." (see
-// README, "Building a release"); it is only read, through
+// docs/proxy.md, "Build and start"); it is only read, through
 // buildversion.Resolve, which falls back to the build information.
 var version = buildversion.Dev
 

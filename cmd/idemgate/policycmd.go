@@ -25,7 +25,7 @@ const publishedFormat = "idemgate-policy/1"
 
 // publishedPolicy is the document `idemgate policy` prints: what a client
 // of each enforced route must know (IETF Idempotency-Key draft, section
-// 2.5.2: the resource publishes its idempotency specification). README.md,
+// 2.5.2: the resource publishes its idempotency specification). docs/configuration.md,
 // "Publishing the policy", documents every field; fields are only ever
 // added.
 type publishedPolicy struct {

@@ -41,7 +41,7 @@ func (p *Plan) Render(w io.Writer) error {
 	fmt.Fprintf(&b, "  driver: %s\n", p.Options.Store)
 	switch p.Options.Store {
 	case "memory":
-		b.WriteString("  # memory: one process, lost on restart; valkey or postgres for production (README, Which store)\n")
+		b.WriteString("  # memory: one process, lost on restart; valkey or postgres for production (docs/proxy.md, Which store)\n")
 	case "bolt":
 		b.WriteString("  bolt:\n    path: \"/var/lib/idemgate/idemgate.db\"  # single instance only\n")
 	case "valkey":

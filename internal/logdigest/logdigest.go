@@ -12,7 +12,7 @@ import (
 
 // Of returns what a log line shows instead of s (a key or an owner): the
 // first 12 hex digits (48 bits) of s's SHA-256, enough to correlate the
-// lines of one operation without writing the value itself. README.md
+// lines of one operation without writing the value itself. docs/operations.md
 // documents the format (`key_hash`, `owner_hash`).
 func Of(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -24,7 +24,7 @@ func Of(s string) string {
 // each of the first two preceded by its length in decimal and a colon, so
 // that no two identities share an input. Clients reuse key names across
 // owners, so a digest of the key alone names several operations at once;
-// this one names exactly one. README.md documents the format (`key_hash`).
+// this one names exactly one. docs/operations.md documents the format (`key_hash`).
 func OfIdentity(owner, scope, key string) string {
 	var buf [256]byte // on the stack for usual identities
 	b := strconv.AppendInt(buf[:0], int64(len(owner)), 10)

@@ -389,8 +389,8 @@ func TestSweepPrunesIndex(t *testing.T) {
 	}
 }
 
-// TestReadsFormatVersion2 builds a file exactly as the build before issue
-// 17 left it (meta version 2, records in format version 2 with their
+// TestReadsFormatVersion2 builds a file exactly as builds before format
+// version 3 left it (meta version 2, records in format version 2 with their
 // expiry entries) and opens it with this build: the completed record
 // replays byte for byte, the running one completes (and is then stored in
 // version 3), the expired one is swept by its version 2 expiry, and the
