@@ -18,8 +18,8 @@
 //     carried in the exchange: the route that governs the request and its
 //     variants, the resources a 2xx answer would tombstone, and for an
 //     enforced request the key, the owner and the record's identity, each
-//     owner computed once (a JWT is verified once). The plan is judged
-//     (judge, a pure function): method PRI (an HTTP/2 preface read as
+//     owner computed once (a JWT is verified once). The plan is decided
+//     (verdictOf, a pure function): method PRI (an HTTP/2 preface read as
 //     HTTP/1.1) and a target in asterisk form are refused before anything
 //     else (target.go), never forwarded; an ambiguous form is refused (400
 //     ambiguous-request); a request the route does not enforce (method not

@@ -49,7 +49,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body is read (reading it sends 100 Continue, and a client told to
 	// send it for a request refused anyway wastes the upload, RFC 9110
 	// section 10.1.1).
-	if p.refuseForm(w, r, ex) || p.settle(w, ex, judge(pl, up, r, false)) {
+	if p.refuseForm(w, r, ex) || p.answerVerdict(w, ex, verdictOf(pl, up, r, false)) {
 		return
 	}
 	// Read the body once, within the route's limit; the same bytes go
@@ -61,7 +61,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// change, a key in the body, the fingerprint.
 	pl.Resolve(ex.body)
 	ex.route = pl.Route
-	if p.settle(w, ex, judge(pl, up, r, true)) {
+	if p.answerVerdict(w, ex, verdictOf(pl, up, r, true)) {
 		return
 	}
 	// Enforce.
@@ -70,7 +70,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // verdict is what the plan says becomes of a request, at either step
-// (judge): go on, pass it through unenforced, or answer a problem.
+// (verdictOf): go on, pass it through unenforced, or answer a problem.
 type verdict struct {
 	step verdictStep
 	// problem answers a refusal, with cause for the access line and, on
@@ -96,13 +96,13 @@ const (
 // refusal is the verdict that answers pr.
 func refusal(pr problem.Details) verdict { return verdict{step: refuse, problem: pr} }
 
-// judge says what becomes of the request of pl, as the upstream will get
+// verdictOf says what becomes of the request of pl, as the upstream will get
 // it (up) and as it came (in), once the policy was asked (resolved false)
 // or once the plan was resolved with the body (true). It is pure: the same
 // checks, in the same order, at both steps, each made once it can be (a
-// key in the body is judged after the body, so a request without it on a
+// key in the body is decided after the body, so a request without it on a
 // route where it is optional passes through even with trailers).
-func judge(pl *policy.Plan, up, in *http.Request, resolved bool) verdict {
+func verdictOf(pl *policy.Plan, up, in *http.Request, resolved bool) verdict {
 	route := pl.Route
 	if pl.NeedBody {
 		// The decision awaits the body, which may carry a _method member;
@@ -116,7 +116,7 @@ func judge(pl *policy.Plan, up, in *http.Request, resolved bool) verdict {
 	if pl.Refuse != "" {
 		return refusal(problem.Ambiguous.With(pl.Refuse))
 	}
-	// A protocol switch is judged as it came: the view has no Upgrade.
+	// A protocol switch is decided as it came: the view has no Upgrade.
 	if !pl.Enforced || isUpgrade(in) {
 		return verdict{step: passThrough}
 	}
@@ -160,9 +160,9 @@ func judge(pl *policy.Plan, up, in *http.Request, resolved bool) verdict {
 	return verdict{step: goOn}
 }
 
-// settle carries out v and reports whether it answered the request: a
-// passthrough (with the request as it came, judge's in) or a problem.
-func (p *Proxy) settle(w http.ResponseWriter, ex *exchange, v verdict) bool {
+// answerVerdict carries out v and reports whether it answered the request: a
+// passthrough (with the request as it came, verdictOf's in) or a problem.
+func (p *Proxy) answerVerdict(w http.ResponseWriter, ex *exchange, v verdict) bool {
 	switch v.step {
 	case passThrough:
 		p.passthroughServe(w, ex.passthroughRequest(), ex)

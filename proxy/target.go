@@ -54,7 +54,7 @@ func (p *Proxy) refuseForm(w http.ResponseWriter, r *http.Request, ex *exchange)
 
 // requestTrailers returns the names of the trailer fields a request
 // carries, sorted, or nil: a keyed request on an enforced route with
-// trailers is refused with 400 request-trailers (judge). It is asked
+// trailers is refused with 400 request-trailers (verdictOf). It is asked
 // before the body is read, for the trailers announced in a Trailer field
 // (net/http lists their names in Trailer, a map every shallow copy of the
 // request shares, so the upload is not wasted), and after, for trailers
