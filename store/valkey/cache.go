@@ -195,13 +195,8 @@ func (s *seen) addLayout(key string, str bool) {
 	}
 }
 
-// lookup reports whether key was seen, and its decoded record if any.
-func (s *seen) lookup(key string) (*decoded, bool) {
-	d, _, ok := s.lookupLayout(key)
-	return d, ok
-}
-
-// lookupLayout is lookup, and whether key was seen completed as a string
+// lookupLayout reports whether key was seen, its decoded record if any,
+// and whether key was seen completed as a string
 // (layout 4), under one lock: a replay asks both, and the lock is shared
 // by every replay on every core.
 func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool) {

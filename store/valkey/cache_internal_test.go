@@ -300,3 +300,9 @@ func (s *seen) len() int {
 	defer s.mu.Unlock()
 	return len(s.keys)
 }
+
+// lookup reports whether key was seen, and its decoded record if any.
+func (s *seen) lookup(key string) (*decoded, bool) {
+	d, _, ok := s.lookupLayout(key)
+	return d, ok
+}
