@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/syncbuf"
 )
 
@@ -242,9 +243,18 @@ func TestBinaryInComposeRoles(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// The compose healthcheck is liveness (/healthz); traffic waits for
+	// readiness, which comes once the store is connected in the
+	// background, as an orchestrator gates it.
 	for _, r := range replicas {
-		if code, body := get("http://"+r.admin+"/readyz", nil); code != http.StatusOK {
-			t.Errorf("%s /readyz = %d %s; the store password from IDEMGATE_STORE_VALKEY_PASSWORD should work", r.name, code, body)
+		var code int
+		var body string
+		gatetest.Until(15*time.Second, func() bool {
+			code, body = get("http://"+r.admin+"/readyz", nil)
+			return code == http.StatusOK
+		})
+		if code != http.StatusOK {
+			t.Errorf("%s /readyz = %d %s after 15s; the store password from IDEMGATE_STORE_VALKEY_PASSWORD should work", r.name, code, body)
 		}
 	}
 
