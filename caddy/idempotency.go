@@ -321,9 +321,9 @@ func (h *Handler) keepForPending() {
 	h.running.clean(func() {
 		go func() {
 			defer st.leave()
-			ctx, cancel := context.WithTimeout(context.Background(), proxy.CompleteRetryWindow)
-			defer cancel()
-			_ = p.Wait(ctx)
+			// Unbounded: each pending response ends by itself, recorded
+			// or given up at the end of its retry window.
+			_ = p.Wait(context.Background())
 		}()
 	})
 }
