@@ -90,6 +90,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -103,6 +104,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/tracing"
 )
 
@@ -141,11 +143,42 @@ type Handler struct {
 	Name string `json:"name,omitempty"`
 
 	eng      *engine.Engine
-	engine   http.Handler // eng's proxy around callNext
+	engine   *proxy.Proxy // eng's proxy around callNext
 	logger   *zap.Logger
 	store    *pooledStore // in stores under storeKey once Provision got it
 	storeKey storeKey
 	released bool // Cleanup let go of store (Caddy calls it from one goroutine)
+
+	// The requests this configuration still runs, and whether Cleanup ran:
+	// once both are over, awaitPending waits for the responses they left
+	// to be recorded (keepForPending).
+	running *awaitOnce
+}
+
+// awaitOnce runs a function once, after Cleanup and the last running
+// request, in whichever order they end (as pooledStore closes its store).
+type awaitOnce struct {
+	requests atomic.Int64
+	cleaned  atomic.Bool
+	once     sync.Once
+	then     func()
+}
+
+func (a *awaitOnce) enter() { a.requests.Add(1) }
+
+func (a *awaitOnce) leave() {
+	if a.requests.Add(-1) == 0 && a.cleaned.Load() {
+		a.once.Do(a.then)
+	}
+}
+
+// clean marks Cleanup done, with then to run once no request runs.
+func (a *awaitOnce) clean(then func()) {
+	a.then = then
+	a.cleaned.Store(true)
+	if a.requests.Load() == 0 {
+		a.once.Do(a.then)
+	}
 }
 
 // CaddyModule returns the module's information.
@@ -161,8 +194,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // builds the engine. The store outlives this configuration: a reload that
 // keeps its settings keeps the store, its records and the claims of the
 // calls in flight; one that changes them opens a new store, and the old
-// one is closed once no configuration uses it and its last call has
-// ended (Cleanup, pooledStore). The metrics go to Caddy's metrics
+// one is closed once no configuration uses it, its last call has ended
+// and the responses those calls left to record are recorded (Cleanup,
+// keepForPending, pooledStore). The metrics go to Caddy's metrics
 // registry of this configuration (served by Caddy's metrics handler and
 // admin /metrics), labelled with Name when it is set. A handler without
 // Config is warned about: the defaults and the memory store are seldom
@@ -176,6 +210,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // deploy blocks no site.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.running = new(awaitOnce)
 	environ := os.Environ()
 	var from config.Origins
 	load := func(overrides map[string]string) (*config.Config, error) {
@@ -250,7 +285,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // Cleanup implements caddy.CleanerUpper: this configuration no longer
 // uses its store (it is unloaded, or failed to provision). The store is
-// closed when no other configuration uses it and its last call has ended.
+// closed when no other configuration uses it, its last call has ended,
+// and this configuration's responses still to record are (keepForPending).
 func (h *Handler) Cleanup() error {
 	if h.eng != nil {
 		// Stops its JWKS refreshes and its share of the store's reports;
@@ -261,10 +297,35 @@ func (h *Handler) Cleanup() error {
 		return nil
 	}
 	h.released = true
+	h.keepForPending()
 	if _, err := stores.Delete(h.storeKey); err != nil {
 		return fmt.Errorf("idempotency: closing the store: %w", err)
 	}
 	return nil
+}
+
+// keepForPending keeps the store open, as a call running on it does
+// (pooledStore), until the responses this configuration's engine sent or
+// withheld without recording them (the store refused the completion) are
+// recorded, or given up (proxy.CompleteRetryWindow). Closed before, by a
+// reload onto other store settings or a handler's removal, it drops them:
+// their claims run out, and a retry is answered 409 outcome-unknown (a
+// reject route), or takes the claim over and runs the operation again (a
+// takeover route), where it would have been replayed the response.
+func (h *Handler) keepForPending() {
+	st, p := h.store, h.engine
+	if p == nil {
+		return // Provision failed before the engine
+	}
+	st.enter()
+	h.running.clean(func() {
+		go func() {
+			defer st.leave()
+			// Unbounded: each pending response ends by itself, recorded
+			// or given up at the end of its retry window.
+			_ = p.Wait(context.Background())
+		}()
+	})
 }
 
 // addrsKey is the key the store_addrs option sets.
@@ -334,6 +395,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st := h.store
 	st.enter()
 	defer st.leave()
+	h.running.enter()
+	defer h.running.leave()
 	c := &call{next: next}
 	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
 	return c.err

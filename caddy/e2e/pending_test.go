@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -63,6 +64,60 @@ func TestCaddyTakeoverRouteAnswersOnlyARecordedResponse(t *testing.T) {
 	}
 	if retry.Status != http.StatusCreated || !retry.replayed() {
 		t.Fatalf("retry once Valkey is back: %d %s, want the recorded response replayed", retry.Status, retry.Body)
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
+// TestCaddyReloadKeepsAPendingResponse: Valkey is full (it refuses every
+// write, the completion included) when the upstream answers, so the
+// response is sent (a reject route does not withhold it) and waits in the
+// handler to be recorded; Caddy then reloads onto another store (another
+// key prefix). The store the response's claim is in stays open until the
+// response is recorded there, as it stays open for a call still running:
+// once Valkey has room again the response is recorded, and the retry
+// (after a reload back to the first prefix) is replayed it, the upstream
+// having run once. Closed when the last request ended, the store dropped
+// the response: the claim ran out, and the retry got 409 outcome-unknown
+// for a call whose client had its answer.
+func TestCaddyReloadKeepsAPendingResponse(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	onPrefix := func(prefix string) string {
+		return fmt.Sprintf("store_addrs %s\n\t\tkey_prefix %s", vk.Addr(), prefix)
+	}
+	site := caddySite{
+		YAML:        idemgateYAML,
+		Idempotency: onPrefix("caddy-first:"),
+		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+	}
+	c := runCaddy(t, site)
+
+	first := postAsync(tryPost, c.URL, "alice", "pending", `{}`)
+	gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	free := vk.Fill(t) // the upstream acts; its response cannot be recorded
+	close(up.hold)
+	f := <-first
+	if f.err != nil || f.a.Status != http.StatusCreated {
+		t.Fatalf("first: %v %d %s, want 201", f.err, f.a.Status, f.a.Body)
+	}
+	site.Idempotency = onPrefix("caddy-second:")
+	if err := c.reload(t, site); err != nil {
+		t.Fatalf("reload onto another prefix: %v\n%s", err, c.out.String())
+	}
+	free()
+	if !gatetest.Until(10*time.Second, func() bool { return strings.Contains(c.out.String(), "recorded a response after a store outage") }) {
+		t.Errorf("the pending response was not recorded once Valkey had room again")
+	}
+	site.Idempotency = onPrefix("caddy-first:")
+	if err := c.reload(t, site); err != nil {
+		t.Fatalf("reload back to the first prefix: %v", err)
+	}
+	retry := postAfterReload(t, c.URL, "alice", "pending", `{}`)
+	if retry.Status != http.StatusCreated || !retry.replayed() {
+		t.Errorf("retry: %d %s, want the recorded response replayed", retry.Status, retry.Body)
 	}
 	if n := up.execs.Load(); n != 1 {
 		t.Fatalf("upstream executed %d times, want 1", n)

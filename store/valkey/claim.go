@@ -59,7 +59,7 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 		if err != nil {
 			return s.claimRefused(ctx, p, err)
 		}
-		out, str, err := parseClaim(s.codec, w.res)
+		out, str, err := parseClaim(s.codec, p.Identity, w.res)
 		if err != nil {
 			return store.ClaimResult{}, unavailable("claim", err)
 		}
@@ -78,7 +78,7 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 	if err != nil {
 		return s.claimRefused(ctx, p, err)
 	}
-	out, str, err := parseClaim(s.codec, res)
+	out, str, err := parseClaim(s.codec, p.Identity, res)
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
@@ -105,7 +105,8 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 // claim4 is Claim writing layout 4 without acknowledgements: one SET NX
 // GET of the running record. A key never seen is claimed there; a
 // completed record of layout 4 is answered from GET's reply and its key's
-// PEXPIRETIME; anything else (a running record, a hash of layouts 1 to 3
+// PEXPIRETIME (another identity's fails closed, as parseClaim says);
+// anything else (a running record, a hash of layouts 1 to 3
 // or a tombstone, WRONGTYPE to SET ... GET, a reply lost on the way) goes
 // to claim.lua, which decides by the server's clock and is safe to run
 // after a SET that went through (a repeated claim). Errors as Claim's.
@@ -193,6 +194,9 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
 	case err == nil && eerr == nil && e != -2 && strings.HasPrefix(old, v4Completed):
 		r, perr := parseRecord4(s.codec, 0, old, e)
+		if perr == nil && r.Identity != p.Identity {
+			perr = errOtherIdentity
+		}
 		if perr != nil {
 			return store.ClaimResult{}, unavailable("claim", perr)
 		}

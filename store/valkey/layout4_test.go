@@ -323,3 +323,33 @@ func TestLayout4OverTLS(t *testing.T) {
 		t.Fatalf("replay over TLS = %+v, %v", res, err)
 	}
 }
+
+// TestClaimNeverAnswersAnotherIdentitysRecord: a completed record of
+// layout 4 found under the key of another identity (by hand here: only a
+// SHA-256 collision or a key written by an operator puts it there) is
+// never handed to the claimant as its replay, whether the SET NX GET of
+// layout 4 or claim.lua (a layout 3 writer in the same fleet) reads it:
+// the claim fails closed, as Get, the replay cache and a full server's
+// Claim do.
+func TestClaimNeverAnswersAnotherIdentitysRecord(t *testing.T) {
+	srv := valkeytest.Start(t)
+	prefix := randomPrefix()
+	s4 := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: valkey.Layout4})
+	s3 := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: valkey.Layout3})
+	alice, _ := completeOne(t, s4, "k1", time.Hour)
+	if v, err := srv.CLI("GETRANGE", s4.Key(alice), "0", "1"); err != nil || v != "4c" {
+		t.Fatalf("alice's record starts %q, %v; want a completed record of layout 4", v, err)
+	}
+	for name, s := range map[string]*valkey.Store{"layout 4 (SET NX GET)": s4, "layout 3 (claim.lua)": s3} {
+		mallory := store.Identity{Owner: "mallory-" + strings.Fields(name)[1], Scope: "default", Key: "k1"}
+		if n, err := srv.CLI("COPY", s4.Key(alice), s.Key(mallory)); err != nil || n != "1" {
+			t.Fatalf("COPY = %q, %v", n, err)
+		}
+		res, err := s.Claim(t.Context(), store.ClaimParams{Identity: mallory, Fingerprint: "fp-k1", Recipe: "v=hs1",
+			Token: "mallory", Lease: time.Second, Retention: time.Hour})
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s: Claim by mallory of a key holding alice's record = %+v (body %q), %v; want ErrUnavailable",
+				name, res.State, res.Response.Body, err)
+		}
+	}
+}

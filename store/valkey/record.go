@@ -3,6 +3,7 @@ package valkey
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -79,10 +80,18 @@ func replyStrings(res valkey.ValkeyResult) ([]string, error) {
 	return out, nil
 }
 
-func parseClaim(codec *layout.BodyCodec, res valkey.ValkeyResult) (store.ClaimResult, bool, error) {
-	out, err := parseClaimReply(codec, res)
+// parseClaim parses claim.lua's answer to the claim of id. A completed
+// record that names another identity (only a SHA-256 collision or a key
+// written by hand puts one under id's key) is an error, never a replay:
+// the claim fails closed, as Get and the replay cache do (errOtherIdentity).
+func parseClaim(codec *layout.BodyCodec, id store.Identity, res valkey.ValkeyResult) (store.ClaimResult, bool, error) {
+	out, err := parseClaimReply(codec, id, res)
 	return out.ClaimResult, out.layout4, err
 }
+
+// errOtherIdentity is the error of a read that found another identity's
+// record under the key of the one asked for.
+var errOtherIdentity = errors.New("the record key holds another identity")
 
 // claimReply is claim.lua's answer: the result, and whether a completed
 // record is of layout 4 (a string; the replay cache reads it so).
@@ -91,7 +100,7 @@ type claimReply struct {
 	layout4 bool
 }
 
-func parseClaimReply(codec *layout.BodyCodec, res valkey.ValkeyResult) (claimReply, error) {
+func parseClaimReply(codec *layout.BodyCodec, id store.Identity, res valkey.ValkeyResult) (claimReply, error) {
 	v, err := replyStrings(res)
 	if err != nil {
 		return claimReply{}, fmt.Errorf("claim reply: %w", err)
@@ -112,6 +121,9 @@ func parseClaimReply(codec *layout.BodyCodec, res valkey.ValkeyResult) (claimRep
 		if err != nil {
 			return claimReply{}, err
 		}
+		if r.Identity != id {
+			return claimReply{}, errOtherIdentity
+		}
 		return claimReply{store.ClaimResult{State: store.Completed, Fingerprint: r.Fingerprint, Recipe: r.Recipe, Response: r.Response}, true}, nil
 	}
 	if len(v) == 2 && v[0] == "completed" {
@@ -119,6 +131,9 @@ func parseClaimReply(codec *layout.BodyCodec, res valkey.ValkeyResult) (claimRep
 		c, err := decodeCompact([]byte(v[1]))
 		if err != nil {
 			return claimReply{}, err
+		}
+		if (store.Identity{Owner: c.owner, Scope: c.scope, Key: c.key}) != id {
+			return claimReply{}, errOtherIdentity
 		}
 		resp, err := c.response(codec)
 		if err != nil {
