@@ -21,7 +21,7 @@ import (
 // The middleware's allocation ceilings: each exchange goes through a real
 // net/http server on a loopback port, the handler wrapped by
 // middleware.New as a service wires it (metrics on a registry, a JSON
-// logger), and is counted whole, client and handler included, with
+// logger, no access line: Options.AccessLog's default), and is counted whole, client and handler included, with
 // testing.AllocsPerRun, as proxy's TestHotPathAllocationCeilings counts
 // the standalone proxy's. A change that adds allocations to one of these
 // paths raises its ceiling (allocs_race_off_test.go,
