@@ -196,7 +196,8 @@ type LogConfig struct {
 	// Level is debug, info (default), warn or error.
 	Level string
 	// Access (log.access, default true) writes one info line per request,
-	// enforced or not (docs/operations.md, "Access log").
+	// enforced or not (docs/operations.md, "Access log"); the Go middleware
+	// writes it only when middleware.Options.AccessLog asks for it as well.
 	Access bool
 	// Query (log.query, default true) logs the path with its query string
 	// in the access line; false logs the path alone, for APIs whose query

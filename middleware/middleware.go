@@ -115,9 +115,18 @@ type Options struct {
 	// ask for an upstream.url; build it in Go with config.Default and
 	// policy.New. Required.
 	Config *config.Config
-	// Logger receives the access lines (log.access) and warnings; nil
-	// discards them.
+	// Logger receives the warnings (a store that fails, a lease lost),
+	// and the access lines when AccessLog is set; nil discards them.
 	Logger *slog.Logger
+	// AccessLog writes the access line of every request the middleware
+	// sees (docs/operations.md, "Access log": route, outcome, key_hash,
+	// request_id) to Logger at info, as the standalone proxy does, when
+	// Config's log.access is on as well (its default). Off by default: a
+	// service logs its own requests, and a library given a logger for
+	// its warnings that wrote a line for each request would double that
+	// log and cost every request a JSON line (about 3 µs). Without it, a
+	// problem's request_id is still the X-Request-Id the handler sees.
+	AccessLog bool
 	// Registerer receives idemgate's metrics (docs/operations.md, "Metrics"); nil keeps
 	// them unexported. Two middlewares on one Registerer collide, even
 	// after the first one's ctx ended (nothing unregisters them), and the
@@ -176,8 +185,16 @@ type Options struct {
 // Options.WaitStore passed without the store answering (wrapping
 // store.ErrUnavailable).
 func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, error) {
+	cfg := opts.Config
+	if cfg != nil && cfg.Log.Access && !opts.AccessLog {
+		// The engine reads log.access from the configuration, which is the
+		// caller's: a copy says the middleware's default instead.
+		c := *cfg
+		c.Log.Access = false
+		cfg = &c
+	}
 	e, err := engine.New(ctx, engine.Options{
-		Config: opts.Config, Logger: opts.Logger, Registerer: opts.Registerer, TracerProvider: opts.TracerProvider,
+		Config: cfg, Logger: opts.Logger, Registerer: opts.Registerer, TracerProvider: opts.TracerProvider,
 		Store: opts.Store, Shared: opts.Shared,
 		WaitStore: opts.WaitStore, WaitName: "Options.WaitStore", FirstAttemptWait: firstAttemptWait,
 	})

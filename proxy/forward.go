@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -302,58 +303,98 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 	if interval <= 0 {
 		interval = lease
 	}
-	stop := make(chan struct{})
-	finished := make(chan struct{})
+	h := &heartbeat{p: p, ex: ex, token: token, keepOnLost: keepOnLost, lease: lease, interval: interval}
+	h.running.Add(1)
 	// The goroutine and its ticker start only once a first interval has
 	// passed: most forwards end well within lease/3, and starting both
 	// for every one of them cost about 1.3 % of the fresh-key CPU
 	// (docs/performance.md, "Hot path targets"). The first Extend
 	// still comes at lease/3, the next ones every lease/3 after it.
-	run := func() {
-		defer close(finished)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), min(interval, p.storeTimeout))
-			ok, err := p.store.Extend(ctx, ex.id, token, lease)
-			cancel()
-			if err != nil {
-				p.noteStoreError()
-			}
-			if err == nil && !ok && keepOnLost {
-				p.log.Debug("lease extension found the record not running; kept until the response is recorded",
-					"route", ex.route.Name, "key_hash", keyHash(ex.id))
-			} else if err != nil || !ok {
-				p.m.HeartbeatFailure(ex.route.Name)
-				p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "lost", err == nil, "err", err)
-				if err == nil {
-					return // the claim is gone; extending again cannot help
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
+	h.timer = time.AfterFunc(interval, h.run)
+	return h.end
+}
+
+// heartbeat is one heartbeatWith: one allocation with what run needs, where
+// a closure over channels made six per claimed forward. Its stop channel
+// is made by run, which most forwards never start.
+type heartbeat struct {
+	p               *Proxy
+	ex              *exchange
+	token           string
+	keepOnLost      bool
+	lease, interval time.Duration
+	timer           *time.Timer
+	// running is done when run has returned; waited on only when the
+	// timer could not be stopped (run started or is about to).
+	running sync.WaitGroup
+	mu      sync.Mutex
+	ended   bool          // end was called
+	stop    chan struct{} // made by run unless ended; closed by end
+}
+
+// run extends the lease every interval until end is called, or an Extend
+// finds the claim gone (unless keepOnLost).
+func (h *heartbeat) run() {
+	defer h.running.Done()
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	stop := make(chan struct{})
+	h.stop = stop
+	h.mu.Unlock()
+	p, ex := h.p, h.ex
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(h.interval, p.storeTimeout))
+		ok, err := p.store.Extend(ctx, ex.id, h.token, h.lease)
+		cancel()
+		if err != nil {
+			p.noteStoreError()
+		}
+		if err == nil && !ok && h.keepOnLost {
+			p.log.Debug("lease extension found the record not running; kept until the response is recorded",
+				"route", ex.route.Name, "key_hash", keyHash(ex.id))
+		} else if err != nil || !ok {
+			p.m.HeartbeatFailure(ex.route.Name)
+			p.log.Warn("lease extension failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "lost", err == nil, "err", err)
+			if err == nil {
+				return // the claim is gone; extending again cannot help
 			}
 		}
-	}
-	timer := time.AfterFunc(interval, run)
-	var once atomic.Bool
-	return func() {
-		if once.CompareAndSwap(false, true) {
-			close(stop)
-			if timer.Stop() {
-				return // run never started, and never will
-			}
-			// run has started (or is about to): it sees stop and ends.
-			<-finished
+		select {
+		case <-stop:
+			return
+		case <-t.C:
 		}
 	}
+}
+
+// end stops the heartbeat and waits for run to return; the second and
+// later calls do nothing.
+func (h *heartbeat) end() {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	if h.stop != nil {
+		close(h.stop)
+	}
+	h.mu.Unlock()
+	if h.timer.Stop() {
+		return // run never started, and never will
+	}
+	// run has started (or is about to): it sees ended or stop and ends.
+	h.running.Wait()
 }
 
 // upstreamAmbiguous answers an exchange whose outcome is unknown: the claim

@@ -389,8 +389,9 @@ func (ex *exchange) passthroughRequest() *http.Request {
 
 // storeCtx bounds one store call. It is detached from the client: a claim or
 // a record written halfway because the client left would only cost a lease.
+// Its timer is armed only for a caller that waits on Done (storeCall).
 func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(parent), p.storeTimeout)
+	return newStoreCall(parent, time.Now().Add(p.storeTimeout))
 }
 
 // isUpgrade reports whether r is a protocol switch the way a WebSocket

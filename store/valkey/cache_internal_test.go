@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -171,7 +172,8 @@ func TestCacheNeverServesRunning(t *testing.T) {
 }
 
 // TestSeenBounded: the set of keys seen completed never grows past its
-// bound, whatever is completed, so CacheBytes bounds it too.
+// bound, whatever is completed, so CacheBytes bounds it too; a full set
+// drops the key added longest ago.
 func TestSeenBounded(t *testing.T) {
 	sn := newSeen(10, 1<<20)
 	for i := range 1000 {
@@ -180,8 +182,10 @@ func TestSeenBounded(t *testing.T) {
 			t.Fatalf("%d keys after %d adds, bound 10", sn.len(), i+1)
 		}
 	}
-	if !sn.has("999") {
-		t.Fatal("the last key added was dropped")
+	for i := range 1000 {
+		if want := i >= 990; sn.has(strconv.Itoa(i)) != want {
+			t.Fatalf("key %d seen %v after 1000 adds at a bound of 10: want the last 10 kept, the oldest dropped", i, !want)
+		}
 	}
 	sn.onInvalidations(nil)
 	if sn.len() != 0 || sn.flushes.Load() != 1 {
@@ -305,4 +309,25 @@ func (s *seen) len() int {
 func (s *seen) lookup(key string) (*decoded, bool) {
 	d, _, ok := s.lookupLayout(key)
 	return d, ok
+}
+
+// BenchmarkSeenAddFull is what a fresh key costs the seen set at its
+// bound (every key new, one dropped for it), at the size 32 MiB of
+// cache_bytes gives it, with the record keys' length.
+func BenchmarkSeenAddFull(b *testing.B) {
+	_, n, _ := cacheSizes(32 << 20)
+	sn := newSeen(n, 1<<20)
+	keys := make([]string, 4*n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("idemgate:{%064x}", i)
+	}
+	for _, k := range keys[:n] {
+		sn.addLayout(k, true)
+	}
+	b.ReportAllocs()
+	i := n
+	for b.Loop() {
+		sn.addLayout(keys[i%len(keys)], true)
+		i++
+	}
 }

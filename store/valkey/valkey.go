@@ -637,12 +637,13 @@ func (s *Store) Close() error {
 // scheduler hand-offs more, were a store call's price for a deadline it
 // did not need them for: every claim and completion of the proxy, 6
 // allocations per fresh key.
+// The deadline is asked first: a context that arms its timer only when
+// Done is called (the proxy's store calls) then arms none.
 func direct(ctx context.Context) bool {
-	if ctx.Done() == nil {
+	if _, ok := ctx.Deadline(); ok {
 		return true
 	}
-	_, ok := ctx.Deadline()
-	return ok
+	return ctx.Done() == nil
 }
 
 // awaitCall is await for a call whose result is not one ValkeyResult: ok

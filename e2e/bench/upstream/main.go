@@ -85,8 +85,9 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		// One JSON access line per request, buffered as the proxy's are
-		// (internal/logbuf), as target D logs.
+		// The middleware's default: its warnings, no access line per
+		// request (Options.AccessLog, off), as a service wires it; lines
+		// buffered as the proxy's are (internal/logbuf).
 		out := logbuf.New(os.Stderr, logbuf.DefaultSize, logbuf.DefaultInterval)
 		access := func(r slog.Record) bool { return r.Message == proxy.AccessLogMessage }
 		idem, err := middleware.New(context.Background(), middleware.Options{
