@@ -14,5 +14,8 @@ var middlewareCeilings = []allocCeiling{
 }
 
 // ceilingSlack is how far under its ceiling a path may fall before the
-// test asks for the ceiling to come down: none, the counts are exact.
-const ceilingSlack = 0
+// test asks for the ceiling to come down: one allocation, because on
+// Valkey a call that valkey-go queues behind another's now and then takes
+// a path with one allocation fewer (mismatch422 read 123 against 124 once
+// in a run), and a gain of one is not worth a red run.
+const ceilingSlack = 1
