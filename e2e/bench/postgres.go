@@ -59,6 +59,7 @@ func (m valkeyMeter) snap() (storeSnap, error) {
 			s.trips += n
 		}
 	}
+	s.trips += clientSets(s.byName)
 	s.cpu, _ = cpuSeconds(m.p.pid())
 	return s, nil
 }
