@@ -50,9 +50,15 @@ func valkeyGate(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Opt
 // valkeyProxy is valkeyGate's proxy, for a test that serves it wrapped.
 func valkeyProxy(t *testing.T, addr, prefix string, cacheBytes int64, o proxy.Options) *proxy.Proxy {
 	t.Helper()
+	return valkeyProxyOpts(t, valkey.Options{Addrs: []string{addr}, KeyPrefix: prefix, CacheBytes: cacheBytes}, o)
+}
+
+// valkeyProxyOpts is valkeyProxy over a Valkey store made with vo.
+func valkeyProxyOpts(t *testing.T, vo valkey.Options, o proxy.Options) *proxy.Proxy {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vs, err := valkey.New(ctx, valkey.Options{Addrs: []string{addr}, KeyPrefix: prefix, CacheBytes: cacheBytes})
+	vs, err := valkey.New(ctx, vo)
 	if err != nil {
 		t.Fatalf("valkey store: %v", err)
 	}

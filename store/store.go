@@ -215,7 +215,10 @@ func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 // with errors.Is(err, ErrNotAcknowledged). The write itself may persist on
 // the primary: a Claim answered with it still holds the record until it is
 // released or its lease ends, and a Complete answered with it may be
-// repeated (see the contract, rule 3).
+// repeated (see the contract, rule 3). A Claim or Get that finds a
+// completed record answers it too while the replicas have not
+// acknowledged that record: it is not replayed before it would survive a
+// failover.
 var ErrNotAcknowledged = fmt.Errorf("%w: write not acknowledged by the required replicas in time", ErrUnavailable)
 
 // ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the

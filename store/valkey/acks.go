@@ -59,6 +59,7 @@ func newScript(src string) script {
 // followed it on the same connection.
 type ackedWrite struct {
 	res  valkey.ValkeyResult // the script's reply
+	mark valkey.ValkeyResult // markCmd's reply, when one was sent
 	ack  valkey.ValkeyResult // WAIT's (an integer) or WAITAOF's ([local, replicas]) reply
 	took time.Duration       // the round trip of both
 }
@@ -97,22 +98,32 @@ func (s *Store) ackCmd(c multiClient) valkey.Completed {
 // sent or the script failed; whether the acknowledgement came in time is
 // for the caller to check with acked, since only a script that wrote needs
 // one.
-func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string, args []string) (ackedWrite, error) {
+//
+// With mark, markCmd goes between the script and the acknowledgement, so
+// that the acknowledgement also covers whatever the script read (see
+// markCmd); the caller checks it with acked where the script's answer
+// hands out what it read.
+func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string, args []string, mark bool) (ackedWrite, error) {
 	if err := ctx.Err(); err != nil {
 		return ackedWrite{}, unavailable(op, err)
 	}
 	var out ackedWrite
 	start := time.Now()
 	pair := func(c multiClient) {
-		resps := c.DoMulti(ctx,
-			c.B().Evalsha().Sha1(sc.sha).Numkeys(1).Key(key).Arg(args...).Build(),
-			s.ackCmd(c))
-		if verr, ok := valkey.IsValkeyErr(resps[0].Error()); ok && verr.IsNoScript() {
-			resps = c.DoMulti(ctx,
-				c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build(),
-				s.ackCmd(c))
+		send := func(first valkey.Completed) []valkey.ValkeyResult {
+			if mark {
+				return c.DoMulti(ctx, first, s.markCmd(c, key), s.ackCmd(c))
+			}
+			return c.DoMulti(ctx, first, s.ackCmd(c))
 		}
-		out.res, out.ack = resps[0], resps[1]
+		resps := send(c.B().Evalsha().Sha1(sc.sha).Numkeys(1).Key(key).Arg(args...).Build())
+		if verr, ok := valkey.IsValkeyErr(resps[0].Error()); ok && verr.IsNoScript() {
+			resps = send(c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build())
+		}
+		out.res, out.ack = resps[0], resps[len(resps)-1]
+		if mark {
+			out.mark = resps[1]
+		}
 	}
 	res := await(ctx, func() valkey.ValkeyResult {
 		if s.client.Mode() != valkey.ClientModeCluster {
@@ -140,8 +151,41 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string
 		}
 		return out, unavailable(op, err)
 	}
+	if mark {
+		if err := out.mark.Error(); err != nil {
+			return out, unavailable(op, fmt.Errorf("acknowledgement mark: %w", err))
+		}
+	}
 	return out, nil
 }
+
+// ackMarkSuffix names the key of markCmd in Cluster mode: the record key
+// with it keeps the record's hash tag, so it lives on the record's slot.
+const ackMarkSuffix = ":ack"
+
+// markCmd builds the write that lets WAIT vouch for a record the script
+// before it only read. WAIT counts the replication offset of its
+// connection's last propagated write, and a script that only read (a
+// claim answering Completed, get.lua) propagates nothing; the replication
+// stream is one ordered stream per primary, and a write is appended to it
+// before the next command runs, so a write made after the read has an
+// offset past the completion the read saw, and its acknowledgement
+// implies the completion's. Outside Cluster mode it is PUBLISH on
+// ackChannel, which Valkey replicates (and no subscriber of the events
+// channel hears); in Cluster mode PUBLISH and SPUBLISH travel over the
+// cluster bus, not the replication stream, so it is a SET of a key in the
+// record's slot (key + ackMarkSuffix) that expires after 1 ms. That SET
+// may write, so a full Cluster under noeviction refuses it, and with acks
+// on a full Cluster refuses replays too.
+func (s *Store) markCmd(c multiClient, key string) valkey.Completed {
+	if s.client.Mode() == valkey.ClientModeCluster {
+		return c.B().Set().Key(key + ackMarkSuffix).Value("").PxMilliseconds(1).Build()
+	}
+	return c.B().Publish().Channel(s.prefix + ackChannel).Message("").Build()
+}
+
+// ackChannel, after the key prefix, is the channel markCmd publishes on.
+const ackChannel = "acks"
 
 // acked checks the acknowledgement of a write that changed the record,
 // reports it to OnAck and returns an error wrapping
@@ -149,15 +193,21 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string
 // store.ErrUnavailable when the acknowledgement command failed (WAITAOF on
 // a primary without appendonly, WAIT on a replica).
 func (s *Store) acked(op string, w ackedWrite) error {
+	return s.ackedReport(op, w, s.onAck)
+}
+
+// ackedReport is acked reporting to report, when not nil. Get passes nil:
+// OnAck's operations are a closed set of writes (the metrics' labels).
+func (s *Store) ackedReport(op string, w ackedWrite, report func(string, time.Duration, bool)) error {
 	ok, detail, err := s.ackOK(w.ack)
 	if err != nil {
-		if s.onAck != nil {
-			s.onAck(op, w.took, false)
+		if report != nil {
+			report(op, w.took, false)
 		}
 		return unavailable(op, fmt.Errorf("acknowledgement: %w", err))
 	}
-	if s.onAck != nil {
-		s.onAck(op, w.took, ok)
+	if report != nil {
+		report(op, w.took, ok)
 	}
 	if !ok {
 		return fmt.Errorf("valkey store: %s: %w: %s within %v", op, store.ErrNotAcknowledged, detail, s.acks.Timeout)
@@ -215,7 +265,7 @@ func (s *Store) notHeldAcked(op string, w ackedWrite) error {
 // that answered 0 counts only from a primary that could acknowledge
 // (notHeldAcked).
 func (s *Store) boolOpAcked(ctx context.Context, op string, sc script, key string, wake bool, args []string) (bool, error) {
-	w, err := s.writeAcked(ctx, op, sc, key, args)
+	w, err := s.writeAcked(ctx, op, sc, key, args, false)
 	if err != nil {
 		return false, err
 	}

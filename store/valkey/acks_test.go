@@ -153,8 +153,12 @@ func TestAcksFollowTheWriteOnItsConnection(t *testing.T) {
 	// the primary, and a repeat by the same token re-confirms it.
 	_, err = s.Complete(ctx, done, "t1", store.Response{Status: 201, Body: []byte("made")})
 	wantNotAcknowledged(t, "Complete with the replica frozen", err)
-	if rec, err := s.Get(ctx, done); err != nil || rec == nil || rec.State != store.Completed || rec.Token != "" {
-		t.Fatalf("record after an unacknowledged Complete = %+v, %v; want completed on the primary, no token", rec, err)
+	if out, err := primary.CLI("HGET", s.Key(done), "s"); err != nil || out != "completed" {
+		t.Fatalf("record state on the primary after an unacknowledged Complete = %q, %v; want completed", out, err)
+	}
+	// Not handed out before it is acknowledged (TestAcksReplayOnlyAcknowledged).
+	if rec, err := s.Get(ctx, done); rec != nil || !errors.Is(err, store.ErrNotAcknowledged) {
+		t.Fatalf("Get after an unacknowledged Complete = %+v, %v; want ErrNotAcknowledged", rec, err)
 	}
 	_, err = s.Extend(ctx, id, "t2", time.Minute)
 	wantNotAcknowledged(t, "Extend with the replica frozen", err)
@@ -358,4 +362,115 @@ func TestAcksNotHeldFromAPrimaryThatLostTheRecord(t *testing.T) {
 	wantNotAcknowledged(t, "Complete on the empty primary", err)
 	_, err = s.Extend(ctx, id, "t1", time.Minute)
 	wantNotAcknowledged(t, "Extend on the empty primary", err)
+}
+
+// TestAcksReplayOnlyAcknowledged: a completion its replica has not
+// acknowledged (the holder withholds it from its own client on a takeover
+// route) is not handed out by another instance either: its Claim, Get and
+// replay cache refuse it, since a failover that lost it would let the
+// operation run again after a client was told its result. Once the
+// replica is back, the same calls replay it. Both layouts; in Cluster
+// mode too, where the acknowledgement's mark is a key in the record's
+// slot.
+func TestAcksReplayOnlyAcknowledged(t *testing.T) {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+		t.Run(fmt.Sprintf("layout%d", layout), func(t *testing.T) {
+			primary := valkeytest.Start(t)
+			replica := valkeytest.StartReplica(t, primary.Addr())
+			testReplayOnlyAcknowledged(t, []string{primary.Addr()}, replica, layout)
+		})
+	}
+	t.Run("cluster", func(t *testing.T) {
+		c := valkeytest.StartClusterWithReplicas(t, 3)
+		testReplayOnlyAcknowledged(t, c.Addrs(), nil, valkey.Layout4, c.Replicas...)
+	})
+}
+
+// testReplayOnlyAcknowledged freezes frozen (all of them: in Cluster mode
+// every shard's replica, wherever the key lands) between the holder's
+// claim and its completion.
+func testReplayOnlyAcknowledged(t *testing.T, addrs []string, replica *valkeytest.Server, layout int, more ...*valkeytest.Server) {
+	frozen := more
+	if replica != nil {
+		frozen = append(frozen, replica)
+	}
+	prefix := randomPrefix()
+	acks := valkey.Acks{Replicas: 1, Timeout: ackTimeout}
+	holder := newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: prefix, Acks: acks, Layout: layout})
+	other := newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: prefix, Acks: acks, Layout: layout, CacheBytes: 1 << 20})
+	ctx := t.Context()
+	pingEventually(t, holder, 10*time.Second)
+	id := store.Identity{Owner: "o", Scope: "r", Key: "unacknowledged-completion"}
+	untilAcked(t, "Claim with a live replica", claimed(holder, claimParams(id, "t1")))
+	for _, r := range frozen {
+		r.Pause()
+	}
+	_, err := holder.Complete(ctx, id, "t1", store.Response{Status: 201, Body: []byte("made")})
+	wantNotAcknowledged(t, "Complete with the replica frozen", err)
+
+	res, err := other.Claim(ctx, claimParams(id, "t2"))
+	t.Logf("another instance's Claim while the completion is not acknowledged: state=%v body=%q err=%v", res.State, body(res.Response), err)
+	wantNotAcknowledged(t, "another instance's Claim of the unacknowledged completion", err)
+	rec, err := other.Get(ctx, id)
+	if rec != nil {
+		t.Errorf("another instance's Get of the unacknowledged completion answered %v %q", rec.State, body(rec.Response))
+	}
+	wantNotAcknowledged(t, "another instance's Get of the unacknowledged completion", err)
+	for range 3 {
+		rec, _, err := other.CachedReplay(ctx, id)
+		if rec != nil {
+			t.Fatalf("the replay cache handed out the unacknowledged completion %q", body(rec.Response))
+		}
+		if err != nil {
+			t.Fatalf("CachedReplay: %v", err)
+		}
+	}
+
+	for _, r := range frozen {
+		r.Resume()
+	}
+	pingEventually(t, other, 10*time.Second)
+	untilAcked(t, "Claim replaying the acknowledged completion", func() error {
+		res, err := other.Claim(ctx, claimParams(id, "t2"))
+		if err == nil && (res.State != store.Completed || body(res.Response) != "made") {
+			err = fmt.Errorf("claim answered %v %q, want completed \"made\"", res.State, body(res.Response))
+		}
+		return err
+	})
+	untilAcked(t, "Get of the acknowledged completion", func() error {
+		rec, err := other.Get(ctx, id)
+		if err == nil && (rec == nil || rec.State != store.Completed || body(rec.Response) != "made") {
+			err = fmt.Errorf("get answered %+v, want completed \"made\"", rec)
+		}
+		return err
+	})
+	// Acknowledged now: the replay cache answers it, at the latest once a
+	// claim has acknowledged what its first read found.
+	for i := 0; ; i++ {
+		rec, _, err := other.CachedReplay(ctx, id)
+		if err != nil {
+			t.Fatalf("CachedReplay: %v", err)
+		}
+		if rec != nil {
+			if body(rec.Response) != "made" {
+				t.Fatalf("CachedReplay answered %q", body(rec.Response))
+			}
+			break
+		}
+		if i == 3 {
+			t.Fatal("the replay cache never answered the acknowledged completion")
+		}
+		untilAcked(t, "Claim after a cache miss", func() error {
+			_, err := other.Claim(ctx, claimParams(id, "t2"))
+			return err
+		})
+	}
+}
+
+// body is r's body, "" for none.
+func body(r *store.Response) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Body)
 }

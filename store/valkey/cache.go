@@ -321,7 +321,11 @@ var _ store.ReplayCache = (*Store)(nil)
 // the key was not seen, with no round trip. Only a completed record is
 // returned; any other state, or a record whose retention end has passed by
 // this process's clock, answers nil so the caller claims (the claim then
-// decides by the server's clock). Errors wrap store.ErrUnavailable.
+// decides by the server's clock). With acks on, a read the client cache
+// did not answer is followed by Get, which acknowledges the record: one
+// that is not acknowledged answers Get's error (store.ErrNotAcknowledged)
+// and the key is forgotten until a claim or Get acknowledges it again.
+// Errors wrap store.ErrUnavailable.
 func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Record, store.CacheResult, error) {
 	if s.seen == nil {
 		return nil, store.CacheSkipped, nil
@@ -371,6 +375,19 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	}
 	if result == store.CacheMiss {
 		s.seen.noteHeard(sent)
+		if s.acks.On() {
+			// Read from the server, with no acknowledgement: the record
+			// may be a completion still waiting for its own. Get reads it
+			// again with one (see Get); the entry this read filled is
+			// what the next hits answer, and a change of the record since
+			// this read invalidates it. Not acknowledged, the key is
+			// forgotten, so that entry is never answered, until a claim or
+			// Get acknowledges the record and notes the key again.
+			if rec, err := s.Get(ctx, id); err != nil || rec == nil || rec.State != store.Completed {
+				s.seen.drop(key)
+				return nil, result, err
+			}
+		}
 	}
 	if str {
 		return s.cachedString(id, key, memo, rd, result)

@@ -55,7 +55,11 @@ func claimArgs(p store.ClaimParams, head []byte) []string {
 func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string) (store.ClaimResult, error) {
 	if s.acks.On() {
 		key := s.Key(p.Identity)
-		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args)
+		// With the mark: a Completed answer hands out a completion the
+		// script only read, which may still wait for its own
+		// acknowledgement; replayed before that and lost in a failover, it
+		// would be taken over and run again after a client got its result.
+		w, err := s.writeAcked(ctx, "claim", s.claimSrc, key, args, true)
 		if err != nil {
 			return s.claimRefused(ctx, p, err)
 		}
@@ -63,10 +67,9 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 		if err != nil {
 			return store.ClaimResult{}, unavailable("claim", err)
 		}
-		// Only a claim wrote the record; any other answer reads what is
-		// there and needs no acknowledgement (a replay reads a completion
-		// whose own writer waits for its acknowledgement).
-		if out.State == store.Claimed {
+		// A claim wrote the record, a replay hands one out: both count
+		// only once acknowledged. The other answers hand nothing out.
+		if out.State == store.Claimed || out.State == store.Completed {
 			if err := s.acked("claim", w); err != nil {
 				return store.ClaimResult{}, err
 			}

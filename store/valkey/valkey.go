@@ -126,6 +126,8 @@ type Store struct {
 	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
 	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
 	claimSrc, completeSrc, extendSrc, complete4Src script
+	// getSrc is get.lua, sent with an acknowledgement by Get (acks on).
+	getSrc script
 
 	watchers watch.Set[string] // by record key
 
@@ -267,6 +269,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		extendSrc:   newScript(extendLua),
 
 		complete4Src: newScript(complete4Lua),
+		getSrc:       newScript(getLua),
 	}
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock
@@ -475,7 +478,7 @@ func (s *Store) repeat() string {
 // primary that could acknowledge (notHeldAcked).
 func (s *Store) intOp(ctx context.Context, op string, l *valkey.Lua, sc script, key string, args []string) (int64, error) {
 	if s.acks.On() {
-		w, err := s.writeAcked(ctx, op, sc, key, args)
+		w, err := s.writeAcked(ctx, op, sc, key, args, false)
 		if err != nil {
 			return 0, err
 		}
@@ -540,9 +543,28 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 }
 
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
+//
+// With acks on, get.lua goes in one pipeline with markCmd and the
+// acknowledgement, and a completed record is answered only once
+// acknowledged (else an error wrapping store.ErrNotAcknowledged): its
+// completion may still wait for its own acknowledgement, and a failover
+// that lost it would let the operation run again after a client was
+// handed its result.
 func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, error) {
 	key := s.Key(id)
-	now, v, err := s.getReply(ctx, "get", key)
+	var (
+		now int64
+		v   []string
+		err error
+		w   ackedWrite
+	)
+	if s.acks.On() {
+		if w, err = s.writeAcked(ctx, "get", s.getSrc, key, nil, true); err == nil {
+			now, v, err = parseGetReply("get", w.res)
+		}
+	} else {
+		now, v, err = s.getReply(ctx, "get", key)
+	}
 	if err != nil || v == nil {
 		return nil, err
 	}
@@ -557,6 +579,11 @@ func (s *Store) Get(ctx context.Context, id store.Identity) (*store.Record, erro
 		return nil, unavailable("get", err)
 	}
 	if r.State == store.Completed {
+		if s.acks.On() {
+			if err := s.ackedReport("get", w, nil); err != nil {
+				return nil, err
+			}
+		}
 		if _, str := f[v4Field]; str {
 			s.sawCompleted4(key)
 		} else {
@@ -588,6 +615,11 @@ func (s *Store) getReply(ctx context.Context, op, key string) (int64, []string, 
 	if err != nil {
 		return 0, nil, err
 	}
+	return parseGetReply(op, res)
+}
+
+// parseGetReply reads get.lua's reply res as getReply answers it.
+func parseGetReply(op string, res valkey.ValkeyResult) (int64, []string, error) {
 	if valkey.IsValkeyNil(res.Error()) {
 		return 0, nil, nil
 	}
