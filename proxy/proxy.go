@@ -332,6 +332,7 @@ func (p *Proxy) rewritePassthrough(pr *httputil.ProxyRequest) {
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
 	start  time.Time
+	ctx    exchangeCtx // the context of r, the request as the upstream gets it
 	route  *policy.Route
 	id     store.Identity
 	fp     string
