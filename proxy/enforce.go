@@ -109,7 +109,7 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 	// Held back on reject routes too: a holder that may still record its
 	// response must not be answered the terminal outcome-unknown either.
 	held := p.holdTakeover(route)
-	ctx, cancel := p.storeCtx(r.Context())
+	ctx := p.storeCtx(r.Context())
 	res, err := p.store.Claim(ctx, store.ClaimParams{
 		Identity:    ex.id,
 		Fingerprint: ex.fp,
@@ -119,7 +119,7 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 		Retention:   route.Retention,
 		NoTakeover:  route.OnAbandoned == policy.AbandonedReject || held,
 	})
-	cancel()
+	ctx.cancel()
 	if err == nil {
 		p.noteStoreOK()
 	}
@@ -139,8 +139,8 @@ func (p *Proxy) claim(r *http.Request, ex *exchange) (claimState, string) {
 // record cannot be read. One read, on a path that answers a terminal
 // problem anyway: the claim's answer does not carry the start.
 func (p *Proxy) abandonedStart(r *http.Request, id store.Identity) time.Time {
-	ctx, cancel := p.storeCtx(r.Context())
-	defer cancel()
+	ctx := p.storeCtx(r.Context())
+	defer ctx.cancel()
 	rec, err := p.store.Get(ctx, id)
 	if err != nil || rec == nil {
 		return time.Time{}
@@ -164,9 +164,9 @@ func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 	if p.health.failing.Load() != 0 {
 		return nil
 	}
-	ctx, cancel := p.storeCtx(r.Context())
+	ctx := p.storeCtx(r.Context())
 	rec, _, err := store.CachedReplayOf(ctx, p.store, ex.id)
-	cancel()
+	ctx.cancel()
 	if err != nil {
 		p.log.Debug("replay cache read failed; claiming", "route", ex.route.Name, "err", err)
 		return nil
@@ -194,13 +194,13 @@ func (p *Proxy) act(t claimOutcome) bool {
 	case releaseLater:
 		p.releaseLater(ex, token)
 	case adoptRecord:
-		ctx, cancel := p.storeCtx(r.Context())
+		ctx := p.storeCtx(r.Context())
 		if _, err := p.store.Complete(ctx, ex.id, token, *a.response); err != nil {
 			// Replaying is still right; the next retry reads the old
 			// record again.
 			p.release(r, ex, token)
 		}
-		cancel()
+		ctx.cancel()
 	}
 	if a.step == stepWait {
 		a = p.wait(ex, t.waitOn, a.retry)

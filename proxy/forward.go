@@ -203,9 +203,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 // It reports whether the record now holds resp, and returns the pending
 // completion when the store refused.
 func (p *Proxy) complete(r *http.Request, ex *exchange, token string, resp store.Response) (bool, *pendingCompletion) {
-	ctx, cancel := p.storeCtx(r.Context())
+	ctx := p.storeCtx(r.Context())
 	ok, err := p.store.Complete(ctx, ex.id, token, resp)
-	cancel()
+	ctx.cancel()
 	if err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not record the response yet; retrying in the background",
@@ -273,8 +273,8 @@ func (p *Proxy) logClaimLost(id store.Identity) {
 }
 
 func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
-	ctx, cancel := p.storeCtx(r.Context())
-	defer cancel()
+	ctx := p.storeCtx(r.Context())
+	defer ctx.cancel()
 	if _, err := p.store.Release(ctx, ex.id, token); err != nil {
 		p.noteStoreError()
 		// The claim then ends with its lease; nothing runs twice.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -39,7 +38,8 @@ func removeHopByHop(h http.Header) { removeFields(h) }
 // and r's header stays as it came for a request passed through
 // (exchange.passthroughRequest).
 func upstreamView(r *http.Request, ex *exchange) *http.Request {
-	v := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+	ex.ctx = exchangeCtx{Context: r.Context(), ex: ex}
+	v := r.WithContext(&ex.ctx)
 	if hasHopByHop(r.Header) {
 		v.Header = r.Header.Clone()
 		removeHopByHop(v.Header)

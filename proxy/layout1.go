@@ -27,10 +27,10 @@ func (p *Proxy) checkV1(r *http.Request, ex *exchange) (action, store.Identity) 
 	)
 	for _, name := range p.v1Names(r, ex) {
 		old, _ = identity.Layout1(ex.id, name)
-		ctx, cancel := p.storeCtx(r.Context())
+		ctx := p.storeCtx(r.Context())
 		var err error
 		rec, err = p.store.Get(ctx, old)
-		cancel()
+		ctx.cancel()
 		if err != nil {
 			return action{step: stepStoreFailed, release: releaseNow, op: "claim", err: err}, old
 		}

@@ -71,9 +71,9 @@ func (p *Proxy) recordPending(ctx context.Context, id store.Identity) error {
 	if pc == nil {
 		return nil
 	}
-	sctx, cancel := p.storeCtx(ctx)
+	sctx := p.storeCtx(ctx)
 	ok, err := p.store.Complete(sctx, id, pc.token, pc.resp)
-	cancel()
+	sctx.cancel()
 	if err != nil {
 		p.noteStoreError()
 		return fmt.Errorf("recording a pending response: %w", err)
@@ -163,9 +163,9 @@ func (p *Proxy) completeLater(r *http.Request, ex *exchange, token string, resp 
 				return
 			case <-time.After(backoff):
 			}
-			ctx, cancel := p.storeCtx(r.Context())
+			ctx := p.storeCtx(r.Context())
 			ok, err := p.store.Complete(ctx, ex.id, token, resp)
-			cancel()
+			ctx.cancel()
 			if err == nil {
 				end := pendingRecorded
 				if !ok {

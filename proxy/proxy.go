@@ -332,6 +332,7 @@ func (p *Proxy) rewritePassthrough(pr *httputil.ProxyRequest) {
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
 	start  time.Time
+	ctx    exchangeCtx // the context of r, the request as the upstream gets it
 	route  *policy.Route
 	id     store.Identity
 	fp     string
@@ -389,8 +390,10 @@ func (ex *exchange) passthroughRequest() *http.Request {
 
 // storeCtx bounds one store call. It is detached from the client: a claim or
 // a record written halfway because the client left would only cost a lease.
-// Its timer is armed only for a caller that waits on Done (storeCall).
-func (p *Proxy) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+// Its timer is armed only for a caller that waits on Done (storeCall). The
+// caller ends it with its cancel method, which costs no closure of its own
+// as a CancelFunc would.
+func (p *Proxy) storeCtx(parent context.Context) *storeCall {
 	return newStoreCall(parent, time.Now().Add(p.storeTimeout))
 }
 

@@ -28,10 +28,9 @@ type storeCall struct {
 }
 
 // newStoreCall returns the context of a store call under parent's values
-// that ends at deadline, and the function that ends it sooner (Canceled).
-func newStoreCall(parent context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	c := &storeCall{parent: parent, deadline: deadline}
-	return c, c.cancel
+// that ends at deadline; its cancel method ends it sooner (Canceled).
+func newStoreCall(parent context.Context, deadline time.Time) *storeCall {
+	return &storeCall{parent: parent, deadline: deadline}
 }
 
 // Deadline is the call's deadline.

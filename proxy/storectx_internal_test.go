@@ -16,8 +16,12 @@ type storeCallKey struct{}
 func TestStoreCallEndsAtItsDeadline(t *testing.T) {
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), storeCallKey{}, "v"))
 	cancelParent()
+	call := func(deadline time.Time) (context.Context, func()) {
+		c := newStoreCall(parent, deadline)
+		return c, c.cancel
+	}
 
-	ctx, cancel := newStoreCall(parent, time.Now().Add(time.Hour))
+	ctx, cancel := call(time.Now().Add(time.Hour))
 	if ctx.Value(storeCallKey{}) != "v" || ctx.Err() != nil {
 		t.Fatalf("value %v, err %v: want the parent's value and no end from its cancellation", ctx.Value(storeCallKey{}), ctx.Err())
 	}
@@ -33,7 +37,7 @@ func TestStoreCallEndsAtItsDeadline(t *testing.T) {
 	cancel() // a second cancel is harmless
 
 	// Err alone sees the deadline.
-	ctx, cancel = newStoreCall(parent, time.Now().Add(-time.Millisecond))
+	ctx, cancel = call(time.Now().Add(-time.Millisecond))
 	defer cancel()
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("past its deadline: %v, want DeadlineExceeded", ctx.Err())
@@ -41,7 +45,7 @@ func TestStoreCallEndsAtItsDeadline(t *testing.T) {
 	<-ctx.Done()
 
 	// Done asked before the deadline is closed by it.
-	ctx, cancel = newStoreCall(parent, time.Now().Add(20*time.Millisecond))
+	ctx, cancel = call(time.Now().Add(20 * time.Millisecond))
 	defer cancel()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -49,7 +53,7 @@ func TestStoreCallEndsAtItsDeadline(t *testing.T) {
 	}
 
 	// A derived context ends with it.
-	ctx, cancel = newStoreCall(parent, time.Now().Add(time.Hour))
+	ctx, cancel = call(time.Now().Add(time.Hour))
 	child, stop := context.WithCancel(ctx)
 	defer stop()
 	cancel()

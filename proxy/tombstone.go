@@ -55,10 +55,10 @@ func (p *Proxy) tombstone(ctx context.Context, ex *exchange, status int) {
 			if attempt > 0 {
 				time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 			}
-			sctx, cancel := p.storeCtx(ctx)
+			sctx := p.storeCtx(ctx)
 			var n int
 			n, err = p.store.Tombstone(sctx, res)
-			cancel()
+			sctx.cancel()
 			if err == nil {
 				if n > 0 {
 					p.log.Info("records tombstoned", "scope", res.Scope, "path", res.Path, "records", n)
@@ -85,8 +85,8 @@ func (p *Proxy) index(r *http.Request, ex *exchange, resp *store.Response) {
 	if !ok {
 		return
 	}
-	ctx, cancel := p.storeCtx(r.Context())
-	defer cancel()
+	ctx := p.storeCtx(r.Context())
+	defer ctx.cancel()
 	if err := p.store.Index(ctx, path, ex.id); err != nil {
 		p.noteStoreError()
 		p.log.Warn("could not index the record by its Location; a DELETE of it will not tombstone it",

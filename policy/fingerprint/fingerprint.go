@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gowebpki/jcs"
 )
@@ -86,10 +87,33 @@ type Input struct {
 // Fingerprint returns the hs1 fingerprint of in: "hs1:" + 64 lowercase hex
 // digits of SHA-256 over Encoding(in).
 func Of(in Input) string {
-	h := sha256.New()
-	encodeFingerprint(h, in)
-	return finish(h)
+	f := hashers.Get().(*hasher)
+	f.h.Reset()
+	f.e = fpEncoder{w: f.h, buf: f.buf[:0]}
+	encodeInto(&f.e, in)
+	f.e.flush()
+	out := finish(f)
+	f.buf = f.e.buf[:0]
+	f.e = fpEncoder{}
+	hashers.Put(f)
+	return out
 }
+
+// hasher is what one fingerprint needs besides its input: the SHA-256
+// state, the encoder's buffer and the digest's bytes. Kept in hashers,
+// they cost a fingerprint no allocation of their own (each is handed
+// through an interface, so it would escape), which leaves the string.
+type hasher struct {
+	h   hash.Hash
+	e   fpEncoder
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// hashers holds hashers between fingerprints.
+var hashers = sync.Pool{New: func() any {
+	return &hasher{h: sha256.New(), buf: make([]byte, 0, 256)}
+}}
 
 // Encoding returns the exact bytes that Fingerprint hashes; the
 // layout is in docs/protocol.md. Distinct inputs (after lowercasing and
@@ -141,12 +165,11 @@ func (s Spec) Of(req *http.Request, body []byte) string {
 	return Of(in)
 }
 
-func finish(h hash.Hash) string {
-	var sum [sha256.Size]byte
+func finish(f *hasher) string {
 	// One allocation, the string: prefix and digits built in place.
 	var out [len(Prefix) + 2*sha256.Size]byte
 	copy(out[:], Prefix)
-	hex.Encode(out[len(Prefix):], h.Sum(sum[:0]))
+	hex.Encode(out[len(Prefix):], f.h.Sum(f.sum[:0]))
 	return string(out[:])
 }
 
@@ -200,6 +223,12 @@ func (e *fpEncoder) flush() {
 func encodeFingerprint(w io.Writer, in Input) {
 	e := &fpEncoder{w: w, buf: make([]byte, 0, 256)}
 	defer e.flush()
+	encodeInto(e, in)
+}
+
+// encodeInto writes the records of in's encoding to e, leaving the last
+// of them in e's buffer for the caller's flush.
+func encodeInto(e *fpEncoder, in Input) {
 	put, putString := e.put, e.putString
 
 	putString(tagScheme, "hs1")

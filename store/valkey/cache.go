@@ -338,10 +338,13 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	if err := ctx.Err(); err != nil {
 		return nil, store.CacheSkipped, unavailable("cached-replay", err)
 	}
-	if err := s.fence(ctx); err != nil {
+	// The fence's clock read stands for when the read is sent: no later
+	// than the read, so the Valkey answer it notes is never dated late.
+	now, err := s.fence(ctx)
+	if err != nil {
 		return nil, store.CacheSkipped, err
 	}
-	sent := time.Now().UnixNano()
+	sent := now.UnixNano()
 	read := func() cachedRead {
 		if str {
 			return s.readString(ctx, key)
@@ -441,21 +444,22 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 }
 
 // fence makes sure Valkey answered this process less than CacheFence ago,
-// sending a PING when it did not (CacheFence says why). Errors wrap
-// store.ErrUnavailable.
-func (s *Store) fence(ctx context.Context) error {
+// sending a PING when it did not (CacheFence says why). It returns the
+// time it read before any PING, for the caller's own read to use. Errors
+// wrap store.ErrUnavailable.
+func (s *Store) fence(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	if h := s.seen.heard.Load(); h != 0 && now.Sub(time.Unix(0, h)) < CacheFence {
-		return nil
+		return now, nil
 	}
 	err := await(ctx, func() valkey.ValkeyResult {
 		return s.client.Do(ctx, s.client.B().Ping().Build())
 	}).Error()
 	if err != nil {
-		return unavailable("cached-replay", fmt.Errorf("fence PING: %w", ctxWrap(ctx, err)))
+		return now, unavailable("cached-replay", fmt.Errorf("fence PING: %w", ctxWrap(ctx, err)))
 	}
 	s.seen.noteHeard(now.UnixNano())
-	return nil
+	return now, nil
 }
 
 // sawCompleted notes that the record at key is completed, so its next
