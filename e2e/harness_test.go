@@ -105,15 +105,26 @@ func quoteJoin(ss []string) string {
 
 // startGate writes the config and starts idemgate on free loopback ports,
 // waiting until /healthz answers. The process is stopped in t.Cleanup.
+//
+// A free port is free when it is picked, not when idemgate binds it: a
+// process of another package's tests may take it in between. A start that
+// fails on a port taken ("address already in use") is tried again on new
+// ports, a few times.
 func startGate(t *testing.T, c gateConfig) *Gate {
 	t.Helper()
-	listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
-	adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
 	path := filepath.Join(t.TempDir(), "idemgate.yaml")
-	if err := os.WriteFile(path, []byte(c.yaml(listen, adminListen)), 0o600); err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		listen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+		adminListen := fmt.Sprintf("127.0.0.1:%d", valkeytest.FreePort(t))
+		if err := os.WriteFile(path, []byte(c.yaml(listen, adminListen)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g := newGate(t, listen, adminListen, path)
+		if g.start(attempt < 3) {
+			return g
+		}
+		t.Logf("idemgate found a port taken at start, trying new ports:\n%s", g.logs.String())
 	}
-	return runGate(t, listen, adminListen, path)
 }
 
 // runGate starts idemgate serving the config file at path on the given
@@ -121,9 +132,17 @@ func startGate(t *testing.T, c gateConfig) *Gate {
 // t.Cleanup.
 func runGate(t *testing.T, listen, adminListen, path string, extra ...string) *Gate {
 	t.Helper()
+	g := newGate(t, listen, adminListen, path, extra...)
+	g.Start()
+	return g
+}
+
+// newGate is the Gate of idemgate serving the config file at path on the
+// given listen addresses, not started yet; it is stopped in t.Cleanup.
+func newGate(t *testing.T, listen, adminListen, path string, extra ...string) *Gate {
+	t.Helper()
 	g := &Gate{t: t, URL: "http://" + listen, AdminURL: "http://" + adminListen, config: path,
 		args: append([]string{"serve", "--config", path, "--wait-store", "10s"}, extra...), logs: &syncbuf.Buffer{}}
-	g.Start()
 	t.Cleanup(func() {
 		g.Stop()
 		if t.Failed() {
@@ -135,6 +154,15 @@ func runGate(t *testing.T, listen, adminListen, path string, extra ...string) *G
 
 // Start (re)starts the process with the same config and ports.
 func (g *Gate) Start() {
+	g.t.Helper()
+	g.start(false)
+}
+
+// start starts the process and waits until it is healthy. When it exits
+// at start because a port was taken and retryPortTaken is set, start
+// reports false (the caller picks new ports); every other failure is
+// fatal.
+func (g *Gate) start(retryPortTaken bool) bool {
 	g.t.Helper()
 	exe := g.exe
 	if exe == "" {
@@ -163,14 +191,18 @@ func (g *Gate) Start() {
 		}
 	})
 	if healthy {
-		return
+		return true
 	}
 	select {
 	case <-exited:
+		if retryPortTaken && strings.Contains(g.logs.String(), "address already in use") {
+			return false
+		}
 		g.t.Fatalf("idemgate exited at start:\n%s", g.logs.String())
 	default:
 	}
 	g.t.Fatalf("idemgate did not become healthy:\n%s", g.logs.String())
+	return false
 }
 
 func (g *Gate) signal(sig syscall.Signal, wait time.Duration) {
