@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/internal/middlewaretest"
@@ -154,18 +156,7 @@ func TestMiddlewareAllocationCeilings(t *testing.T) {
 				if st == "valkey" {
 					limit = c.valkey
 				}
-				f := allocPath(g, c.path)
-				for range 20 { // connections, pools and caches warm
-					f()
-				}
-				got := testing.AllocsPerRun(allocRuns, f)
-				t.Logf("%s: %.0f allocations per exchange (ceiling %.0f)", c.path, got, limit)
-				if got > limit {
-					t.Errorf("%s on %s: %.0f allocations per exchange, over the ceiling of %.0f: a change added allocations to the middleware's path; cut them, or raise the ceiling in allocs_race_off_test.go and allocs_race_on_test.go in the same commit and say why", c.path, st, got, limit)
-				}
-				if got < limit-ceilingSlack {
-					t.Errorf("%s on %s: %.0f allocations per exchange, under the ceiling of %.0f: lower the ceiling to keep the gain", c.path, st, got, limit)
-				}
+				gatetest.HoldAllocs(t, c.path, st, limit, ceilingSlack, allocRuns, allocPath(g, c.path))
 			}
 		})
 	}

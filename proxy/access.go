@@ -120,7 +120,7 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	// configured to print. Typed attributes, added at once: the record holds
 	// five and allocates the rest in one slice.
 	var buf [14]slog.Attr // on the stack: AddAttrs copies them
-	now := time.Now() // the line's time and its duration's end: one clock read
+	now := time.Now()     // the line's time and its duration's end: one clock read
 	path := r.URL.EscapedPath()
 	if p.logQuery && r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
