@@ -90,7 +90,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -153,32 +152,6 @@ type Handler struct {
 	// once both are over, awaitPending waits for the responses they left
 	// to be recorded (keepForPending).
 	running *awaitOnce
-}
-
-// awaitOnce runs a function once, after Cleanup and the last running
-// request, in whichever order they end (as pooledStore closes its store).
-type awaitOnce struct {
-	requests atomic.Int64
-	cleaned  atomic.Bool
-	once     sync.Once
-	then     func()
-}
-
-func (a *awaitOnce) enter() { a.requests.Add(1) }
-
-func (a *awaitOnce) leave() {
-	if a.requests.Add(-1) == 0 && a.cleaned.Load() {
-		a.once.Do(a.then)
-	}
-}
-
-// clean marks Cleanup done, with then to run once no request runs.
-func (a *awaitOnce) clean(then func()) {
-	a.then = then
-	a.cleaned.Store(true)
-	if a.requests.Load() == 0 {
-		a.once.Do(a.then)
-	}
 }
 
 // CaddyModule returns the module's information.
