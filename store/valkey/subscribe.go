@@ -56,15 +56,15 @@ func (s *Store) subscribe(ctx context.Context, ready chan struct{}) {
 // to that node's subscribers and forwards it over the cluster bus to the
 // other nodes. The bus drops it without a trace when the link between the
 // two nodes is down at that moment: links of a fresh cluster still being
-// set up, a link reset after a slow answer (node timeout / 2) or a node
-// restart. A single subscription on one node (valkey-go's cluster Receive
-// picks one) then misses the wake-up for good (TestWatchClusterBusLoss).
-// With a
-// subscription on every primary each message comes straight from the
-// node that ran the script, over a connection whose loss this store sees
-// (and answers with a wake-up of every watcher); the copies the bus
-// brings from the other nodes wake nobody twice (Wake forgets its
-// waiters).
+// set up, a link reset after a slow answer (node timeout / 2), a node
+// restart; Valkey 8.0 even closes a fresh link, message lost, when the
+// first message on it is a lightweight PUBLISH. A single subscription on
+// one node (valkey-go's cluster Receive picks one) then misses the
+// wake-up for good (TestWatchClusterBusLoss). With a subscription on
+// every primary each message comes straight from the node that ran the
+// script, over a connection whose loss this store sees (and answers with
+// a wake-up of every watcher); the copies the bus brings from the other
+// nodes wake nobody twice (Wake forgets its waiters).
 func (s *Store) subscribePrimaries(ctx context.Context, ready chan struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
