@@ -197,6 +197,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
+	// In Cluster mode the events subscriptions follow the primaries
+	// valkey-go knows (subscribePrimaries); without a periodic scan it
+	// learns of a promoted replica only when a command of this process is
+	// redirected to it, and the watchers of that shard's records would
+	// wait for that.
+	co.ClusterOption.ShardsRefreshInterval = topologyRefresh
 	// Only layout 4 claims use the clock; the others dial as valkey-go
 	// does.
 	var clock *serverClock

@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,11 +24,7 @@ const clusterPublish = "4"
 // the primary that ran the script.
 func TestWatchClusterBusLoss(t *testing.T) {
 	c := valkeytest.StartCluster(t, 3)
-	for _, n := range c.Servers {
-		if out, err := n.CLI("DEBUG", "DROP-CLUSTER-PACKET-FILTER", clusterPublish); err != nil || out != "OK" {
-			t.Fatalf("DEBUG DROP-CLUSTER-PACKET-FILTER on %s: %q %v", n.Addr(), out, err)
-		}
-	}
+	dropBusPublish(t, c.Servers)
 	for _, layouts := range [][2]int{{valkey.Layout3, valkey.Layout4}, {valkey.Layout4, valkey.Layout3}} {
 		prefix := randomPrefix()
 		st := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix, Layout: layouts[0]})
@@ -72,5 +69,70 @@ func TestWatchClusterBusLoss(t *testing.T) {
 				stop()
 			}
 		}
+	}
+}
+
+// dropBusPublish makes every node drop the PUBLISH messages the cluster
+// bus brings it.
+func dropBusPublish(t *testing.T, nodes []*valkeytest.Server) {
+	t.Helper()
+	for _, n := range nodes {
+		if out, err := n.CLI("DEBUG", "DROP-CLUSTER-PACKET-FILTER", clusterPublish); err != nil || out != "OK" {
+			t.Fatalf("DEBUG DROP-CLUSTER-PACKET-FILTER on %s: %q %v", n.Addr(), out, err)
+		}
+	}
+}
+
+// TestWatchClusterNewPrimary: a replica promoted after the store started
+// gets the store's subscription too (within a topology refresh), so the
+// wake-ups of the records it now holds keep coming from the node that runs
+// their scripts, with every bus PUBLISH dropped as in
+// TestWatchClusterBusLoss.
+func TestWatchClusterNewPrimary(t *testing.T) {
+	c := valkeytest.StartClusterWithReplicas(t, 3)
+	dropBusPublish(t, append(append([]*valkeytest.Server(nil), c.Servers...), c.Replicas...))
+	prefix := randomPrefix()
+	st := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix})
+	peer := newStore(t, valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix})
+	promoted := c.Replicas[0]
+	if out, err := promoted.CLI("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil || out != "OK" {
+		t.Fatalf("CLUSTER FAILOVER TAKEOVER on replica 0: %q, %v", out, err)
+	}
+	// Both stores subscribe on the new primary.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		role, _ := promoted.CLI("ROLE")
+		subs, _ := promoted.CLI("PUBSUB", "NUMSUB", st.Channel())
+		if strings.HasPrefix(role, "master") && strings.HasSuffix(subs, "\n2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica 0 after CLUSTER FAILOVER TAKEOVER: ROLE %q, PUBSUB NUMSUB %q; want a primary with both stores subscribed", role, subs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatal("64 keys, none on the promoted replica")
+		}
+		id := store.Identity{Owner: "o", Scope: "r", Key: fmt.Sprintf("k-%d", i)}
+		ch, stop := st.Watch(id)
+		defer stop()
+		p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "t", Lease: time.Minute, Retention: time.Hour}
+		if r, err := peer.Claim(t.Context(), p); err != nil || r.State != store.Claimed {
+			t.Fatalf("Claim %d = %+v, %v", i, r, err)
+		}
+		if out, _ := promoted.CLI("EXISTS", st.Key(id)); out != "1" {
+			continue
+		}
+		if ok, err := peer.Delete(t.Context(), id); err != nil || !ok {
+			t.Fatalf("Delete %d: %v, %v", i, ok, err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(3 * time.Second):
+			t.Fatalf("delete of a record on the promoted replica: watcher not woken within 3s")
+		}
+		return
 	}
 }
