@@ -56,8 +56,9 @@ type Options struct {
 	// Logger receives subscription losses and re-subscriptions; nil
 	// discards them.
 	Logger *slog.Logger
-	// OnDisruption, when set, is called from the subscription goroutine
-	// (it must not block) each time the events subscription is lost or
+	// OnDisruption, when set, is called from a subscription goroutine (it
+	// must not block; in Cluster mode there is one per primary, which may
+	// call it concurrently) each time an events subscription is lost or
 	// re-established after a reconnection: the server may have been
 	// unreachable, even for a process that sent no command meanwhile. The proxy uses it to hold lease takeovers back
 	// after an outage (proxy.Proxy.NoteStoreFailure).
@@ -91,8 +92,8 @@ type Options struct {
 }
 
 // Store is a store.Store on Valkey. It holds one client (a connection pool)
-// and one subscription to the events channel, dispatched to in-process
-// watchers by record key.
+// and one subscription to the events channel (in Cluster mode one on each
+// primary), dispatched to in-process watchers by record key.
 //
 // Layout (byte for byte in docs/protocol.md, "Store records"): one hash per
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
@@ -148,7 +149,8 @@ var (
 )
 
 // New connects to Valkey, subscribes to the events channel and returns the
-// store once the subscription is confirmed. It returns an error wrapping
+// store once the subscription is confirmed (in Cluster mode, on every
+// primary). It returns an error wrapping
 // store.ErrUnavailable when no server can be reached or ctx ends first.
 func New(ctx context.Context, opts Options) (*Store, error) {
 	if len(opts.Addrs) == 0 {
@@ -195,6 +197,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
+	// In Cluster mode the events subscriptions follow the primaries
+	// valkey-go knows (subscribePrimaries); without a periodic scan it
+	// learns of a promoted replica only when a command of this process is
+	// redirected to it, and the watchers of that shard's records would
+	// wait for that.
+	co.ClusterOption.ShardsRefreshInterval = topologyRefresh
 	// Only layout 4 claims use the clock; the others dial as valkey-go
 	// does.
 	var clock *serverClock
