@@ -101,8 +101,9 @@ const AccessLogMessage = "request"
 // accessLog writes the one line per request, enforced or not (docs/operations.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
 // sent, durations, the identity's keyHash and the cause of a failure. It is
-// off with Options.AccessLog false, or below the info level.
-func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
+// off with Options.AccessLog false, or below the info level. now is the
+// request's end: the line's time and its duration's end.
+func (p *Proxy) accessLog(r *http.Request, ex *exchange, now time.Time) {
 	if !p.access || !p.log.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
@@ -120,7 +121,6 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	// configured to print. Typed attributes, added at once: the record holds
 	// five and allocates the rest in one slice.
 	var buf [14]slog.Attr // on the stack: AddAttrs copies them
-	now := time.Now()     // the line's time and its duration's end: one clock read
 	path := r.URL.EscapedPath()
 	if p.logQuery && r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery

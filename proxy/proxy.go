@@ -370,6 +370,10 @@ type exchange struct {
 	accessFields
 	// aw is accessFields.w's storage: one allocation per request for both.
 	aw accessWriter
+	// cacheCall is the context of the first replay cache read (cacheCtx),
+	// held here for the same reason; cacheCallUsed once it was handed out.
+	cacheCall     storeCall
+	cacheCallUsed bool
 }
 
 // passthroughRequest returns the request a passthrough sends on, and
