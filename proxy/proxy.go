@@ -339,6 +339,8 @@ type exchange struct {
 	recipe string // how fp was computed: the route's recipe, or the record's
 	body   []byte
 	read   bool // body holds the request body (readBody)
+	// bodyReader reads body to the upstream (readBody).
+	bodyReader bytes.Reader
 	// completing is when this request started recording its response
 	// (forward): no earlier than the store's completion time, so the
 	// expiry advertised in the first answer is never later than the
