@@ -71,9 +71,12 @@ func validRequestID(v string) bool {
 // behind a trusted proxy (server.trusted_proxies) the one its
 // X-Forwarded-For chain names, as the upstream's X-Real-IP gets it.
 func (p *Proxy) clientAddr(r *http.Request) string {
-	peer := peerAddr(r.RemoteAddr)
-	if isTrusted(peer, p.trusted) {
-		return realIP(r.Header.Values("X-Forwarded-For"), peer, r.RemoteAddr, p.trusted)
+	// The peer is parsed only when some proxy is trusted: no address is
+	// trusted otherwise, and the parse showed in every replay's profile.
+	if len(p.trusted) > 0 {
+		if peer := peerAddr(r.RemoteAddr); isTrusted(peer, p.trusted) {
+			return realIP(r.Header.Values("X-Forwarded-For"), peer, r.RemoteAddr, p.trusted)
+		}
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return host
