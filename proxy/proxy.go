@@ -365,13 +365,18 @@ type exchange struct {
 	// waitUntil is when this request stops waiting, set by its first wait
 	// (wait.go).
 	waitUntil time.Time
-	// requestID is the request's X-Request-Id (requestid.go).
-	requestID string
-	outcome   string
-	status    int
+	// requestID is the request's X-Request-Id (requestid.go);
+	// requestIDField the value slice of the field when idemgate set it.
+	requestID      string
+	requestIDField [1]string
+	outcome        string
+	status         int
 	accessFields
 	// aw is accessFields.w's storage: one allocation per request for both.
 	aw accessWriter
+	// replayValues holds the values of a replay's header fields
+	// (ownValues): a usual response's fit.
+	replayValues [8]string
 	// cacheCall is the context of the first replay cache read (cacheCtx),
 	// held here for the same reason; cacheCallUsed once it was handed out.
 	cacheCall     storeCall

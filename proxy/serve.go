@@ -32,7 +32,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r)}
+	ex := &exchange{start: time.Now()}
+	ex.requestID = p.requestIDs.of(r, &ex.requestIDField)
 	defer p.done(ex)
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
