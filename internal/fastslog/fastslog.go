@@ -97,8 +97,38 @@ const maxPooled = 16 << 10
 // Handle writes r, or hands it to the slog handler when it holds what
 // only slog writes.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	if y := r.Time.Year(); r.Time.IsZero() || y < 0 || y >= 10000 {
-		return h.std.Handle(ctx, r)
+	return h.handle(ctx, r.Time, r.Level, r.Message, nil, &r)
+}
+
+// AttrsHandler is a slog.Handler that also writes a record given as its
+// parts, attrs in order: what a caller logging a fixed set of attributes
+// (the access line) calls instead of building a slog.Record, which
+// allocates for more than five attributes. Handler implements it, and so
+// does logbuf's handler over one.
+type AttrsHandler interface {
+	slog.Handler
+	HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error
+}
+
+// HandleAttrs writes the record of t, level, msg and attrs as Handle
+// writes it.
+func (h *Handler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	return h.handle(ctx, t, level, msg, attrs, nil)
+}
+
+// handle writes the record r, or when r is nil the one of t, level, msg
+// and attrs, or hands it to the slog handler.
+func (h *Handler) handle(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr, r *slog.Record) error {
+	std := func() error {
+		if r != nil {
+			return h.std.Handle(ctx, *r)
+		}
+		rec := slog.NewRecord(t, level, msg, 0)
+		rec.AddAttrs(attrs...)
+		return h.std.Handle(ctx, rec)
+	}
+	if y := t.Year(); t.IsZero() || y < 0 || y >= 10000 {
+		return std()
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer func() {
@@ -107,19 +137,39 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 			bufPool.Put(bp)
 		}
 	}()
-	b, ok := h.appendRecord((*bp)[:0], r)
+	b, ok := h.appendHead((*bp)[:0], t, level, msg)
+	switch {
+	case !ok:
+	case r == nil:
+		for _, a := range attrs {
+			if b, ok = h.appendAttr(b, a); !ok {
+				break
+			}
+		}
+	default:
+		r.Attrs(func(a slog.Attr) bool {
+			b, ok = h.appendAttr(b, a)
+			return ok
+		})
+	}
 	*bp = b
 	if !ok {
-		return h.std.Handle(ctx, r)
+		return std()
 	}
+	if h.json {
+		b = append(b, '}')
+	}
+	b = append(b, '\n')
+	*bp = b
 	_, err := h.w.Write(b)
 	return err
 }
 
-// appendRecord appends r as slog's handler would write it; ok is false
+// appendHead appends the time, level and message of a record, and the
+// attributes of WithAttrs, as slog's handler would write them; ok is false
 // when it cannot.
-func (h *Handler) appendRecord(b []byte, r slog.Record) (_ []byte, ok bool) {
-	t := r.Time.Round(0) // as slog: no monotonic reading
+func (h *Handler) appendHead(b []byte, t time.Time, level slog.Level, msg string) (_ []byte, ok bool) {
+	t = t.Round(0) // as slog: no monotonic reading
 	if h.json {
 		b = append(b, `{"time":"`...)
 		b = t.AppendFormat(b, time.RFC3339Nano)
@@ -129,7 +179,7 @@ func (h *Handler) appendRecord(b []byte, r slog.Record) (_ []byte, ok bool) {
 		b = appendRFC3339Millis(b, t)
 		b = append(b, " level="...)
 	}
-	if b, ok = h.appendString(b, r.Level.String()); !ok {
+	if b, ok = h.appendString(b, level.String()); !ok {
 		return b, false
 	}
 	if h.json {
@@ -137,22 +187,10 @@ func (h *Handler) appendRecord(b []byte, r slog.Record) (_ []byte, ok bool) {
 	} else {
 		b = append(b, " msg="...)
 	}
-	if b, ok = h.appendString(b, r.Message); !ok {
+	if b, ok = h.appendString(b, msg); !ok {
 		return b, false
 	}
-	b = append(b, h.pre...)
-	ok = true
-	r.Attrs(func(a slog.Attr) bool {
-		b, ok = h.appendAttr(b, a)
-		return ok
-	})
-	if !ok {
-		return b, false
-	}
-	if h.json {
-		b = append(b, '}')
-	}
-	return append(b, '\n'), true
+	return append(b, h.pre...), true
 }
 
 // appendAttr appends a with its leading separator; ok is false for an
