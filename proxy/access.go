@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/fastslog"
 	"github.com/idemgate/idemgate/internal/logdigest"
 	"github.com/idemgate/idemgate/store"
 )
@@ -101,8 +103,9 @@ const AccessLogMessage = "request"
 // accessLog writes the one line per request, enforced or not (docs/operations.md,
 // "Access log"): method, path as sent, route, outcome, status and bytes
 // sent, durations, the identity's keyHash and the cause of a failure. It is
-// off with Options.AccessLog false, or below the info level.
-func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
+// off with Options.AccessLog false, or below the info level. now is the
+// request's end: the line's time and its duration's end.
+func (p *Proxy) accessLog(r *http.Request, ex *exchange, now time.Time) {
 	if !p.access || !p.log.Enabled(r.Context(), slog.LevelInfo) {
 		return
 	}
@@ -118,9 +121,15 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	// stack (runtime.Callers) for the caller's PC on every line, 2 % of
 	// idemgate's CPU on replays, for a source field the handlers are not
 	// configured to print. Typed attributes, added at once: the record holds
-	// five and allocates the rest in one slice.
-	var buf [14]slog.Attr // on the stack: AddAttrs copies them
-	now := time.Now()     // the line's time and its duration's end: one clock read
+	// five and allocates the rest in one slice. A handler that takes the
+	// line as its parts (fastslog.AttrsHandler) needs no record; the
+	// attributes handed to it through an interface would escape, so their
+	// array is pooled.
+	buf := accessAttrs.Get().(*[14]slog.Attr)
+	defer func() {
+		*buf = [14]slog.Attr{} // no request's strings kept alive
+		accessAttrs.Put(buf)
+	}()
 	path := r.URL.EscapedPath()
 	if p.logQuery && r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
@@ -141,10 +150,19 @@ func (p *Proxy) accessLog(r *http.Request, ex *exchange) {
 	if ex.cause != nil {
 		attrs = append(attrs, slog.String("err", ex.cause.Error()))
 	}
+	if h, ok := p.log.Handler().(fastslog.AttrsHandler); ok {
+		// The line as its parts: no record to build (cmd/idemgate's
+		// handler, internal/fastslog).
+		_ = h.HandleAttrs(r.Context(), now, slog.LevelInfo, AccessLogMessage, attrs)
+		return
+	}
 	rec := slog.NewRecord(now, slog.LevelInfo, AccessLogMessage, 0)
 	rec.AddAttrs(attrs...)
 	_ = p.log.Handler().Handle(r.Context(), rec) // as Logger.LogAttrs, which drops the error too
 }
+
+// accessAttrs holds the arrays accessLog builds a line's attributes in.
+var accessAttrs = sync.Pool{New: func() any { return new([14]slog.Attr) }}
 
 // keyHash is what a log line shows for the operation of id instead of its
 // key or owner: logdigest.OfIdentity, one digest per (owner, scope, key),

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/fastslog"
 	"github.com/idemgate/idemgate/internal/gatetest"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,9 +89,10 @@ type loopbackGate struct {
 }
 
 // newLoopbackGate starts the upstream and idemgate on st (nil: a memory
-// store).
+// store), its access lines written as cmd/idemgate writes them with
+// log.format json.
 func newLoopbackGate(tb testing.TB, st store.Store) *loopbackGate {
-	return newLoopbackGateLog(tb, st, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	return newLoopbackGateLog(tb, st, slog.New(fastslog.New(io.Discard, nil, true)))
 }
 
 // newLoopbackGateLog is newLoopbackGate with log as the logger.
@@ -170,7 +172,7 @@ func labelConns(srv *http.Server, name string) {
 // newLoopbackGateValkey is newLoopbackGate on a throwaway valkey-server
 // with the replay cache on at its production default size.
 func newLoopbackGateValkey(tb testing.TB) *loopbackGate {
-	return newLoopbackGateValkeyLog(tb, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	return newLoopbackGateValkeyLog(tb, slog.New(fastslog.New(io.Discard, nil, true)))
 }
 
 // newLoopbackGateValkeyLog is newLoopbackGateValkey with log as the logger.
@@ -381,12 +383,12 @@ func BenchmarkAccessLogToFile(b *testing.B) {
 			}
 			b.Cleanup(func() { f.Close() })
 			var out io.Writer = f
-			h := slog.Handler(slog.NewJSONHandler(f, nil))
+			h := fastslog.New(f, nil, true)
 			if buffered {
 				w := logbuf.New(f, logbuf.DefaultSize, logbuf.DefaultInterval)
 				b.Cleanup(func() { w.Close() })
 				out = w
-				h = logbuf.Handler(slog.NewJSONHandler(out, nil), w, func(r slog.Record) bool { return r.Message == proxy.AccessLogMessage })
+				h = logbuf.Handler(fastslog.New(out, nil, true), w, func(r slog.Record) bool { return r.Message == proxy.AccessLogMessage })
 			}
 			benchHotPath(b, newLoopbackGateValkeyLog(b, slog.New(h)), "replay")
 		})

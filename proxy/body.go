@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,7 +36,11 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) b
 	ex.body, ex.read = body, true
 	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
 	if len(body) > 0 {
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		// The reader lives in the exchange, which is allocated anyway.
+		// io.NopCloser keeps the type net/http's transport recognises as
+		// a body in memory (it would otherwise flush the header apart).
+		ex.bodyReader.Reset(body)
+		r.Body, r.ContentLength = io.NopCloser(&ex.bodyReader), int64(len(body))
 	}
 	return true
 }

@@ -164,7 +164,7 @@ func (p *Proxy) cachedReplay(r *http.Request, ex *exchange) *store.Record {
 	if p.health.failing.Load() != 0 {
 		return nil
 	}
-	ctx := p.storeCtx(r.Context())
+	ctx := ex.cacheCtx(r.Context(), p.storeTimeout)
 	rec, _, err := store.CachedReplayOf(ctx, p.store, ex.id)
 	ctx.cancel()
 	if err != nil {

@@ -339,6 +339,8 @@ type exchange struct {
 	recipe string // how fp was computed: the route's recipe, or the record's
 	body   []byte
 	read   bool // body holds the request body (readBody)
+	// bodyReader reads body to the upstream (readBody).
+	bodyReader bytes.Reader
 	// completing is when this request started recording its response
 	// (forward): no earlier than the store's completion time, so the
 	// expiry advertised in the first answer is never later than the
@@ -363,13 +365,22 @@ type exchange struct {
 	// waitUntil is when this request stops waiting, set by its first wait
 	// (wait.go).
 	waitUntil time.Time
-	// requestID is the request's X-Request-Id (requestid.go).
-	requestID string
-	outcome   string
-	status    int
+	// requestID is the request's X-Request-Id (requestid.go);
+	// requestIDField the value slice of the field when idemgate set it.
+	requestID      string
+	requestIDField [1]string
+	outcome        string
+	status         int
 	accessFields
 	// aw is accessFields.w's storage: one allocation per request for both.
 	aw accessWriter
+	// replayValues holds the values of a replay's header fields
+	// (ownValues): a usual response's fit.
+	replayValues [8]string
+	// cacheCall is the context of the first replay cache read (cacheCtx),
+	// held here for the same reason; cacheCallUsed once it was handed out.
+	cacheCall     storeCall
+	cacheCallUsed bool
 }
 
 // passthroughRequest returns the request a passthrough sends on, and

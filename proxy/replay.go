@@ -48,7 +48,7 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 	// spare holds value slots of h's own for the fields set below.
 	var spare []string
 	if replayed {
-		spare = setOne(h, ReplayedHeader, "true", ownValues(h, resp.Header, 2))
+		spare = setOne(h, ReplayedHeader, "true", ownValues(h, resp.Header, 2, ex.replayValues[:]))
 	} else {
 		for name, values := range resp.Header {
 			// The first answer's values are this request's own: filtered
@@ -89,7 +89,9 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 }
 
 // ownValues sets each field of stored in h with value slices of h's own,
-// cut from one array (one allocation, whatever the number of fields). A
+// cut from one array: buf when it is long enough (the exchange's own
+// storage, no allocation), else one allocated, whatever the number of
+// fields. A
 // replayed response is shared: the replay cache hands every replay the
 // record it decoded once, and the waiters of one call are answered from
 // the record their wait read. A writer on the way may edit the values it
@@ -103,12 +105,16 @@ func (p *Proxy) writeStored(w http.ResponseWriter, r *http.Request, ex *exchange
 // itself (setOne): the replay marker and Content-Length, whose slices
 // h.Set would allocate apart, so a replay costs no more allocations than
 // when it shared the stored slices.
-func ownValues(h, stored http.Header, extra int) (spare []string) {
+func ownValues(h, stored http.Header, extra int, buf []string) (spare []string) {
 	n := extra
 	for _, values := range stored {
 		n += len(values)
 	}
-	own := make([]string, n)
+	own := buf
+	if n > len(buf) {
+		own = make([]string, n)
+	}
+	own = own[:n:n]
 	for name, values := range stored {
 		vs := own[:len(values):len(values)]
 		copy(vs, values)

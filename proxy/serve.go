@@ -32,7 +32,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{start: time.Now(), requestID: p.requestIDs.of(r)}
+	ex := &exchange{start: time.Now()}
+	ex.requestID = p.requestIDs.of(r, &ex.requestIDField)
 	defer p.done(ex)
 	ex.aw.ResponseWriter = w
 	ex.w = &ex.aw
@@ -197,14 +198,16 @@ func ownerMissingWhy(route *policy.Route, err error) string {
 // key in the log.
 func (p *Proxy) done(ex *exchange) {
 	r := ex.r
+	// One clock read ends the request for the metric and the access line.
+	now := time.Now()
 	p.m.Request(ex.route.Name, ex.outcome)
-	p.m.RequestDuration(ex.route.Name, r.Method, clientStatus(r, ex), time.Since(ex.start))
+	p.m.RequestDuration(ex.route.Name, r.Method, clientStatus(r, ex), now.Sub(ex.start))
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 		// Guarded: building the attributes costs an allocation per request
 		// even for the no-op span when tracing is off.
 		span.SetAttributes(attribute.String("idemgate.route", ex.route.Name), attribute.String("idemgate.outcome", ex.outcome))
 	}
-	p.accessLog(r, ex)
+	p.accessLog(r, ex, now)
 }
 
 // clientStatus is the status the client was sent: what reached the

@@ -27,6 +27,22 @@ type storeCall struct {
 	err   error
 }
 
+// cacheCtx is Proxy.storeCtx for the replay cache's read, the one store
+// call of a cached replay: the exchange's first one is held in the
+// exchange itself (cacheCall), an allocation less per replay; a later
+// round of the claim loop, after a wait, gets one of its own, as a timer
+// of the first may still end it.
+func (ex *exchange) cacheCtx(parent context.Context, timeout time.Duration) *storeCall {
+	deadline := time.Now().Add(timeout)
+	if ex.cacheCallUsed {
+		return newStoreCall(parent, deadline)
+	}
+	ex.cacheCallUsed = true
+	c := &ex.cacheCall
+	c.parent, c.deadline = parent, deadline
+	return c
+}
+
 // newStoreCall returns the context of a store call under parent's values
 // that ends at deadline; its cancel method ends it sooner (Canceled).
 func newStoreCall(parent context.Context, deadline time.Time) *storeCall {

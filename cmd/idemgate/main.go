@@ -29,6 +29,7 @@ import (
 	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/internal/buildversion"
 	"github.com/idemgate/idemgate/internal/exampleapi"
+	"github.com/idemgate/idemgate/internal/fastslog"
 	"github.com/idemgate/idemgate/internal/logbuf"
 	"github.com/idemgate/idemgate/internal/serverlog"
 	"github.com/idemgate/idemgate/metrics"
@@ -319,11 +320,9 @@ func isAccessLine(r slog.Record) bool {
 func newLogger(c config.LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
-	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// slog's own format, written by hand for the access line
+	// (internal/fastslog).
+	return slog.New(fastslog.New(w, &slog.HandlerOptions{Level: level}, c.Format == "json"))
 }
 
 func startDemoAPI(addr string, log *slog.Logger) (*http.Server, error) {

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/fastslog"
 )
 
 // DefaultSize is the buffer a Writer fills before it writes, in bytes:
@@ -135,6 +137,27 @@ type handler struct {
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	err := h.Handler.Handle(ctx, r)
 	if !h.buffered(r) {
+		if ferr := h.w.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// HandleAttrs implements fastslog.AttrsHandler: the record of t, level,
+// msg and attrs, handed as its parts to a handler that takes them so,
+// else as a slog.Record. buffered is asked about the record without its
+// attributes.
+func (h *handler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	var err error
+	if ah, ok := h.Handler.(fastslog.AttrsHandler); ok {
+		err = ah.HandleAttrs(ctx, t, level, msg, attrs)
+	} else {
+		r := slog.NewRecord(t, level, msg, 0)
+		r.AddAttrs(attrs...)
+		err = h.Handler.Handle(ctx, r)
+	}
+	if !h.buffered(slog.NewRecord(t, level, msg, 0)) {
 		if ferr := h.w.Flush(); err == nil {
 			err = ferr
 		}

@@ -2,11 +2,14 @@ package logbuf
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/fastslog"
 )
 
 // sink records each write it gets.
@@ -118,5 +121,38 @@ func TestHandlerFlushesWhatMustNotWait(t *testing.T) {
 	}
 	if i, j := strings.Index(b.String(), `"n":1`), strings.Index(b.String(), `"n":2`); i < 0 || j < i {
 		t.Fatalf("access lines out of order: %s", b.String())
+	}
+}
+
+// TestHandlerTakesLinesAsParts: a line given as its parts (HandleAttrs,
+// the access line's way) is buffered or flushed as Handle does it, and
+// written as the handler below writes the same record, whether that
+// handler takes parts (fastslog) or only records (slog's own).
+func TestHandlerTakesLinesAsParts(t *testing.T) {
+	tm := time.Date(2026, 12, 6, 9, 30, 0, 0, time.UTC)
+	attrs := []slog.Attr{slog.String("method", "POST"), slog.Int("status", 201)}
+	for _, fast := range []bool{true, false} {
+		s := &sink{}
+		w := New(s, 1<<10, time.Hour)
+		var below slog.Handler = slog.NewJSONHandler(w, nil)
+		if fast {
+			below = fastslog.New(w, nil, true)
+		}
+		h := Handler(below, w, func(r slog.Record) bool { return r.Level == slog.LevelInfo && r.Message == "request" }).(fastslog.AttrsHandler)
+		if err := h.HandleAttrs(context.Background(), tm, slog.LevelInfo, "request", attrs); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.get(); len(got) != 0 {
+			t.Fatalf("fast %v: the access line written at once: %q", fast, got)
+		}
+		if err := h.HandleAttrs(context.Background(), tm, slog.LevelWarn, "store operation failed", nil); err != nil {
+			t.Fatal(err)
+		}
+		want := `{"time":"2026-12-06T09:30:00Z","level":"INFO","msg":"request","method":"POST","status":201}` + "\n" +
+			`{"time":"2026-12-06T09:30:00Z","level":"WARN","msg":"store operation failed"}` + "\n"
+		if got := s.get(); len(got) != 1 || got[0] != want {
+			t.Fatalf("fast %v: writes %q, want %q in one write", fast, got, want)
+		}
+		w.Close()
 	}
 }
