@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -88,6 +89,29 @@ func TestNoLongFiles(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestNoTrackedBinaries: no file git tracks is a compiled program. A
+// `go build` in a command's directory writes its binary next to the
+// sources, and a tracked one makes every clone carry tens of megabytes that
+// go stale with the first commit after it.
+func TestNoTrackedBinaries(t *testing.T) {
+	out, err := exec.Command("git", "-C", repoRoot, "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (git ls-files: %v): nothing is tracked", err)
+	}
+	for _, rel := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(repoRoot, rel))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		f.Close()
+		if bytes.Equal(head[:n], []byte("\x7fELF")) {
+			t.Errorf("%s is tracked and is an ELF binary: remove it (git rm --cached) and list it in .gitignore", rel)
+		}
+	}
 }
 
 // walkGo calls check with the path relative to the repository root and
