@@ -83,6 +83,18 @@ type Options struct {
 	// replay does not decode the same reply again. The sizes are estimates of
 	// the entries, not heap measures.
 	CacheBytes int64
+	// MaxFlushDelay is how long, at most, a connection's writer pauses
+	// after each write to the server while other commands are in flight
+	// on it (valkey-go's ClientOption.MaxFlushDelay): the commands sent
+	// meanwhile leave together in the next write, so under concurrent
+	// load both this process and Valkey make fewer read and write system
+	// calls per command (docs/performance.md, "Pipeline flush delay").
+	// A command sent alone, with nothing else in flight, is written at
+	// once. The cost is up to this much latency per store round trip
+	// under load (two per fresh key), more on an otherwise idle process,
+	// whose timers round the pause up. 0 (the zero value, and idemgate's
+	// default) writes at once; negative is an error.
+	MaxFlushDelay time.Duration
 	// Layout is the layout this store writes new records in: Layout3
 	// (the default, when 0) or Layout4. Every build from this one on
 	// reads both; a build from before reads only layout 3, so switch to
@@ -171,6 +183,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.CacheBytes < 0 {
 		return nil, fmt.Errorf("valkey store: Options.CacheBytes %d must be >= 0 (0 = no replay cache)", opts.CacheBytes)
 	}
+	if opts.MaxFlushDelay < 0 {
+		return nil, fmt.Errorf("valkey store: Options.MaxFlushDelay %v must be >= 0 (0 writes at once)", opts.MaxFlushDelay)
+	}
 	if opts.Layout == 0 {
 		opts.Layout = Layout3
 	}
@@ -194,6 +209,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		// (valkey-go README, "Context Cancellation").
 		AlwaysPipelining: true,
 		ConnWriteTimeout: opts.ConnTimeout,
+		MaxFlushDelay:    opts.MaxFlushDelay,
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
