@@ -529,9 +529,8 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 	// The body is already here; asking the upstream for 100 Continue would
 	// only add a round trip.
 	out.Header.Del("Expect")
-	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-		out.Header.Del(name)
-	}
+	// The client's Forwarded and X-Forwarded-* fields are replaced (or,
+	// from a trusted peer, appended to) by rewrite's forwardingHeaders.
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header.Set("User-Agent", "") // as ReverseProxy: do not add Go's default
 	}
