@@ -44,7 +44,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	// there and passes the request through.
 	var call *handlerCall
 	if p.next != nil {
-		call = &handlerCall{claimed: true}
+		call = &fc.call
+		call.claimed = true
 		ctx = withCall(ctx, call)
 	}
 	fc.trace.GotConn = fc.gotConn
@@ -284,13 +285,16 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 }
 
 // forwardCall is what one claimed forward keeps beside its request, in
-// one allocation where they took four: the lease's heartbeat, and whether
-// the upstream call got a connection (its ClientTrace's GotConn), which
-// tells a request never sent from one that may have reached the upstream.
+// one allocation where they took four (five in process): the lease's
+// heartbeat; whether the upstream call got a connection (its
+// ClientTrace's GotConn), which tells a request never sent from one that
+// may have reached the upstream; and in process the handler's call, which
+// its reports reach (outcome.go).
 type forwardCall struct {
 	heartbeat
 	connected atomic.Bool
 	trace     httptrace.ClientTrace
+	call      handlerCall
 }
 
 func (f *forwardCall) gotConn(httptrace.GotConnInfo) { f.connected.Store(true) }
