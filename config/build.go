@@ -114,6 +114,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 	if l := raw.Store.Valkey.Layout; l != nil {
 		c.Store.Valkey.Layout = *l
 	}
+	b.duration("store.valkey.max_flush_delay", &c.Store.Valkey.MaxFlushDelay, raw.Store.Valkey.MaxFlushDelay)
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
 	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
 	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)

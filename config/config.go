@@ -130,11 +130,23 @@ type ValkeyConfig struct {
 	// both; builds before it read only 3, so 4 is for once every instance
 	// runs a build that reads it.
 	Layout int
+	// MaxFlushDelay is `store.valkey.max_flush_delay`: how long, at most,
+	// a connection to Valkey waits after each write while other commands
+	// are in flight on it, so that they leave together (valkey.Options
+	// MaxFlushDelay); default 0 (off: on the bench it cut no CPU per
+	// fresh key and cost latency at low concurrency, docs/performance.md,
+	// "Pipeline flush delay"), at most MaxValkeyMaxFlushDelay.
+	MaxFlushDelay time.Duration
 }
 
 // DefaultValkeyLayout is store.valkey.layout when unset: layout 3, which
 // every build reads.
 const DefaultValkeyLayout = 3
+
+// MaxValkeyMaxFlushDelay bounds store.valkey.max_flush_delay: a longer
+// pause adds latency to every round trip under load and gathers few more
+// commands.
+const MaxValkeyMaxFlushDelay = time.Millisecond
 
 // DefaultCacheBytes is store.valkey.cache_bytes when unset: 32 MiB, a
 // few tens of thousands of typical completed records.
@@ -395,6 +407,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Store.Valkey.CacheBytes < 0 {
 			bad("store.valkey.cache_bytes", "%d must be >= 0 (0 turns the replay cache off)", c.Store.Valkey.CacheBytes)
+		}
+		if d := c.Store.Valkey.MaxFlushDelay; d < 0 || d > MaxValkeyMaxFlushDelay {
+			bad("store.valkey.max_flush_delay", "%v must be between 0 (off) and %v", d, MaxValkeyMaxFlushDelay)
 		}
 		if l := c.Store.Valkey.Layout; l != 3 && l != 4 {
 			bad("store.valkey.layout", "%d must be 3 or 4 (4 only once every instance runs a build that reads it)", l)

@@ -352,6 +352,9 @@ func TestValidationErrors(t *testing.T) {
 		{"cache bytes negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: -1}}\n", "store.valkey.cache_bytes", "not a byte size"},
 		{"cache bytes unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: 32MiBs}}\n", "store.valkey.cache_bytes", "unknown unit"},
 		{"valkey layout", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 5}}\n", "store.valkey.layout", "must be 3 or 4"},
+		{"flush delay negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: -1us}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
+		{"flush delay too long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 2ms}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
+		{"flush delay unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 50}}\n", "store.valkey.max_flush_delay", "not a duration"},
 		{"valkey layout type", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: four}}\n", "store.valkey.layout", "int"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
@@ -685,6 +688,23 @@ func TestValkeyCacheBytes(t *testing.T) {
 	c.Store.Valkey.CacheBytes = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "store.valkey.cache_bytes") {
 		t.Fatalf("Validate with cache_bytes -1: %v", err)
+	}
+}
+
+// TestValkeyMaxFlushDelay: store.valkey.max_flush_delay is off unless
+// set, from the file or the environment.
+func TestValkeyMaxFlushDelay(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.MaxFlushDelay != 0 {
+		t.Fatalf("default max_flush_delay = %v, want 0 (off)", c.Store.Valkey.MaxFlushDelay)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 1ms}}\n")
+	if c.Store.Valkey.MaxFlushDelay != time.Millisecond {
+		t.Fatalf("max_flush_delay 1ms = %v", c.Store.Valkey.MaxFlushDelay)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_MAX_FLUSH_DELAY=20us")
+	if c.Store.Valkey.MaxFlushDelay != 20*time.Microsecond {
+		t.Fatalf("max_flush_delay from the environment = %v, want 20µs", c.Store.Valkey.MaxFlushDelay)
 	}
 }
 

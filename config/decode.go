@@ -131,8 +131,9 @@ type rawConfig struct {
 				AOFLocal *bool   `mapstructure:"aof_local"`
 				Timeout  *string `mapstructure:"timeout"`
 			} `mapstructure:"acks"`
-			CacheBytes *string `mapstructure:"cache_bytes"`
-			Layout     *int    `mapstructure:"layout"`
+			CacheBytes    *string `mapstructure:"cache_bytes"`
+			Layout        *int    `mapstructure:"layout"`
+			MaxFlushDelay *string `mapstructure:"max_flush_delay"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`

@@ -32,9 +32,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	// cancel the upstream call, so its result is recorded for the retry.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), p.timeout)
 	defer cancel()
+	fc := &forwardCall{}
+	p.startHeartbeat(&fc.heartbeat, ex, token, false)
 	// stopHeartbeat is idempotent: every path below stops it before it
 	// answers; the defer covers a panic.
-	stopHeartbeat := p.heartbeat(ex, token)
+	stopHeartbeat := fc.end
 	defer stopHeartbeat()
 
 	// In process the handler reports through its request what its answer
@@ -42,13 +44,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	// there and passes the request through.
 	var call *handlerCall
 	if p.next != nil {
-		call = &handlerCall{claimed: true}
+		call = &fc.call
+		call.claimed = true
 		ctx = withCall(ctx, call)
 	}
-	var connected atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-	})
+	fc.trace.GotConn = fc.gotConn
+	ctx = httptrace.WithClientTrace(ctx, &fc.trace)
 	out := p.outbound(ctx, r, ex.body)
 	call.of(out, route)
 	upStart := time.Now()
@@ -75,7 +76,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 			}
 			panic(hp.value)
 		}
-		if (!connected.Load() && ctx.Err() == nil) || notSent(err) {
+		if (!fc.connected.Load() && ctx.Err() == nil) || notSent(err) {
 			// No connection was made, so no byte reached the upstream, or
 			// an h2c upstream did not speak HTTP/2 (ErrProtocolMismatch):
 			// the key is free again.
@@ -283,27 +284,46 @@ func (p *Proxy) release(r *http.Request, ex *exchange, token string) {
 	}
 }
 
-// heartbeat extends the lease every lease/3 until the returned stop function
-// is called (stop waits for the heartbeat goroutine to end). A slow upstream
-// keeps its claim; a dead proxy's claim ends one lease later. It stops by
-// itself when an Extend finds the claim gone.
-func (p *Proxy) heartbeat(ex *exchange, token string) func() {
-	return p.heartbeatWith(ex, token, false)
+// forwardCall is what one claimed forward keeps beside its request, in
+// one allocation where they took four (five in process): the lease's
+// heartbeat; whether the upstream call got a connection (its
+// ClientTrace's GotConn), which tells a request never sent from one that
+// may have reached the upstream; and in process the handler's call, which
+// its reports reach (outcome.go).
+type forwardCall struct {
+	heartbeat
+	connected atomic.Bool
+	trace     httptrace.ClientTrace
+	call      handlerCall
 }
 
-// heartbeatWith is heartbeat; with keepOnLost it goes on after an Extend
-// that found the record no longer running with token. completeLater needs
-// that: a completion made but not acknowledged leaves the record completed
-// on the primary (Extend answers false), yet a failover may bring back the
+func (f *forwardCall) gotConn(httptrace.GotConnInfo) { f.connected.Store(true) }
+
+// heartbeatWith starts a heartbeat (startHeartbeat) and returns its stop
+// function.
+func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func() {
+	h := &heartbeat{}
+	p.startHeartbeat(h, ex, token, keepOnLost)
+	return h.end
+}
+
+// startHeartbeat starts h, a zero heartbeat, which extends the lease every
+// lease/3 until h.end is called (end waits for the heartbeat goroutine to
+// end). A slow upstream keeps its claim; a dead proxy's claim ends one
+// lease later. It stops by itself when an Extend finds the claim gone,
+// unless keepOnLost: then it goes on after an Extend that found the
+// record no longer running with token. completeLater needs that: a
+// completion made but not acknowledged leaves the record completed on the
+// primary (Extend answers false), yet a failover may bring back the
 // running record, whose lease must then keep being extended until the
 // repeated Complete lands.
-func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func() {
+func (p *Proxy) startHeartbeat(h *heartbeat, ex *exchange, token string, keepOnLost bool) {
 	lease := ex.route.Lease
 	interval := lease / 3
 	if interval <= 0 {
 		interval = lease
 	}
-	h := &heartbeat{p: p, ex: ex, token: token, keepOnLost: keepOnLost, lease: lease, interval: interval}
+	h.p, h.ex, h.token, h.keepOnLost, h.lease, h.interval = p, ex, token, keepOnLost, lease, interval
 	h.running.Add(1)
 	// The goroutine and its ticker start only once a first interval has
 	// passed: most forwards end well within lease/3, and starting both
@@ -311,12 +331,11 @@ func (p *Proxy) heartbeatWith(ex *exchange, token string, keepOnLost bool) func(
 	// (docs/performance.md, "Hot path targets"). The first Extend
 	// still comes at lease/3, the next ones every lease/3 after it.
 	h.timer = time.AfterFunc(interval, h.run)
-	return h.end
 }
 
-// heartbeat is one heartbeatWith: one allocation with what run needs, where
-// a closure over channels made six per claimed forward. Its stop channel
-// is made by run, which most forwards never start.
+// heartbeat is one startHeartbeat: what run needs, where a closure over
+// channels made six allocations per claimed forward. Its stop channel is
+// made by run, which most forwards never start.
 type heartbeat struct {
 	p               *Proxy
 	ex              *exchange
@@ -514,9 +533,8 @@ func (p *Proxy) outbound(ctx context.Context, r *http.Request, body []byte) *htt
 	// The body is already here; asking the upstream for 100 Continue would
 	// only add a round trip.
 	out.Header.Del("Expect")
-	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-		out.Header.Del(name)
-	}
+	// The client's Forwarded and X-Forwarded-* fields are replaced (or,
+	// from a trusted peer, appended to) by rewrite's forwardingHeaders.
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header.Set("User-Agent", "") // as ReverseProxy: do not add Go's default
 	}

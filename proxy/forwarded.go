@@ -28,9 +28,9 @@ const realIPHeader = "X-Real-Ip"
 // owners and fingerprints are computed from the request before this runs.
 func forwardingHeaders(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
 	in, out := pr.In, pr.Out
-	// ReverseProxy (passthrough) and outbound (enforced) drop the client's
-	// X-Forwarded-* fields from out before this runs, but not X-Real-IP;
-	// in still has them all.
+	// ReverseProxy (passthrough) drops the client's X-Forwarded-* fields
+	// from out before this runs, outbound (enforced) leaves them to these
+	// deletions, and neither drops X-Real-IP; in still has them all.
 	out.Header.Del("X-Forwarded-For")
 	out.Header.Del("X-Forwarded-Host")
 	out.Header.Del("X-Forwarded-Proto")

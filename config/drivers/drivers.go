@@ -66,6 +66,7 @@ func Open(ctx context.Context, c config.StoreConfig, o Options) (store.Store, er
 			OnAck:          o.OnAck,
 			CacheBytes:     v.CacheBytes,
 			Layout:         v.Layout,
+			MaxFlushDelay:  v.MaxFlushDelay,
 		})
 	case config.DriverPostgres:
 		opts := PostgresOptions(c.Postgres)

@@ -83,6 +83,18 @@ type Options struct {
 	// replay does not decode the same reply again. The sizes are estimates of
 	// the entries, not heap measures.
 	CacheBytes int64
+	// MaxFlushDelay is how long, at most, a connection's writer pauses
+	// after each write to the server while other commands are in flight
+	// on it (valkey-go's ClientOption.MaxFlushDelay): the commands sent
+	// meanwhile leave together in the next write, so under concurrent
+	// load both this process and Valkey make fewer read and write system
+	// calls per command (docs/performance.md, "Pipeline flush delay").
+	// A command sent alone, with nothing else in flight, is written at
+	// once. The cost is up to this much latency per store round trip
+	// under load (two per fresh key), more on an otherwise idle process,
+	// whose timers round the pause up. 0 (the zero value, and idemgate's
+	// default) writes at once; negative is an error.
+	MaxFlushDelay time.Duration
 	// Layout is the layout this store writes new records in: Layout3
 	// (the default, when 0) or Layout4. Every build from this one on
 	// reads both; a build from before reads only layout 3, so switch to
@@ -171,6 +183,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.CacheBytes < 0 {
 		return nil, fmt.Errorf("valkey store: Options.CacheBytes %d must be >= 0 (0 = no replay cache)", opts.CacheBytes)
 	}
+	if opts.MaxFlushDelay < 0 {
+		return nil, fmt.Errorf("valkey store: Options.MaxFlushDelay %v must be >= 0 (0 writes at once)", opts.MaxFlushDelay)
+	}
 	if opts.Layout == 0 {
 		opts.Layout = Layout3
 	}
@@ -194,6 +209,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		// (valkey-go README, "Context Cancellation").
 		AlwaysPipelining: true,
 		ConnWriteTimeout: opts.ConnTimeout,
+		MaxFlushDelay:    opts.MaxFlushDelay,
 		ClientName:       "idemgate",
 	}
 	co.Dialer.Timeout = opts.DialTimeout
@@ -322,27 +338,6 @@ func (s *Store) execKey(ctx context.Context, op string, l *valkey.Lua, key strin
 		return res, key, unavailable(op, err)
 	}
 	return res, key, nil
-}
-
-// await runs call and returns its result, or ctx's error as soon as ctx is
-// done: valkey-go honours deadlines but may wait out a reconnect (up to
-// DialTimeout) before noticing a manual cancel. An abandoned call still ends
-// within DialTimeout + ConnTimeout, and its outcome is unknown to the caller,
-// which fails closed. A ctx with a deadline is left to valkey-go (direct):
-// the proxy's store calls carry only their deadline (proxy's storeCtx
-// detaches them from the client).
-func await(ctx context.Context, call func() valkey.ValkeyResult) valkey.ValkeyResult {
-	if direct(ctx) {
-		return call()
-	}
-	done := make(chan valkey.ValkeyResult, 1)
-	go func() { done <- call() }()
-	select {
-	case res := <-done:
-		return res
-	case <-ctx.Done():
-		return valkey.NewErrorResult(ctx.Err())
-	}
 }
 
 // boolOp runs l on the record key given (s.Key of its identity, computed
@@ -668,36 +663,4 @@ func (s *Store) Close() error {
 		s.watchers.Close()
 	})
 	return nil
-}
-
-// direct reports whether a call under ctx can run on the caller's
-// goroutine: ctx never ends, or ends by a deadline, which valkey-go
-// enforces itself (a call waiting on another's reconnect ends with that
-// dial, within DialTimeout). A goroutine and a channel per call, two
-// scheduler hand-offs more, were a store call's price for a deadline it
-// did not need them for: every claim and completion of the proxy, 6
-// allocations per fresh key.
-// The deadline is asked first: a context that arms its timer only when
-// Done is called (the proxy's store calls) then arms none.
-func direct(ctx context.Context) bool {
-	if _, ok := ctx.Deadline(); ok {
-		return true
-	}
-	return ctx.Done() == nil
-}
-
-// awaitCall is await for a call whose result is not one ValkeyResult: ok
-// is false when ctx ended first (the call's outcome is then unknown).
-func awaitCall[T any](ctx context.Context, call func() T) (out T, ok bool) {
-	if direct(ctx) {
-		return call(), true
-	}
-	done := make(chan T, 1)
-	go func() { done <- call() }()
-	select {
-	case out = <-done:
-		return out, true
-	case <-ctx.Done():
-		return out, false
-	}
 }
