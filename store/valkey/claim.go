@@ -24,8 +24,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
-	if s.layout == Layout4 {
-		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
+	if s.layout != Layout3 {
+		state := v4Running
+		if s.layout == Layout5 {
+			state = v5Running
+		}
+		head := running4Head(state, p.Token, p.Identity, p.Fingerprint, p.Recipe)
 		if !s.acks.On() {
 			return s.claim4(ctx, p, head)
 		}
@@ -35,7 +39,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 }
 
 // claimArgs are claim.lua's arguments for p; head, when not nil, is the
-// running record of layout 4 it writes (ARGV[10]).
+// running record of layout 4 or 5 it writes (ARGV[10]).
 func claimArgs(p store.ClaimParams, head []byte) []string {
 	noTakeover := "0"
 	if p.NoTakeover {
@@ -97,7 +101,7 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 		s.sawCompleted4(key)
 	case out.State == store.Completed:
 		s.sawCompleted(key)
-	case out.State == store.Claimed && s.layout == Layout4:
+	case out.State == store.Claimed && s.layout != Layout3:
 		// claim.lua wrote the record at lease end - lease (a repeated
 		// claim keeps its first time: this is an estimate).
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
@@ -105,8 +109,10 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 	}
 }
 
-// claim4 is Claim writing layout 4 without acknowledgements: one SET NX
-// GET of the running record. A key never seen is claimed there; a
+// claim4 is Claim writing layout 4 or 5 without acknowledgements: one
+// SET NX GET of the running record (layout 5: with a bound of the
+// server's clock only, since its record carries the expiry it sets; see
+// claimSampling). A key never seen is claimed there; a
 // completed record of layout 4 is answered from GET's reply and its key's
 // PEXPIRETIME (another identity's fails closed, as parseClaim says);
 // anything else (a running record, a hash of layouts 1 to 3
@@ -149,8 +155,18 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	if s.clock != nil {
 		upper, gen, bound = s.clock.upperMs()
 	}
+	if s.layout == Layout5 && !bound {
+		// A running record of layout 5 carries its expiry, which a claim
+		// without a bound cannot know before its SET: claim.lua writes it
+		// by the server's TIME, and its lease end (that TIME plus the
+		// lease) bounds the clock for the claims after it.
+		return s.claimSampling(ctx, p, head)
+	}
 	if bound {
 		e = upper + px
+		if s.layout == Layout5 {
+			val = appendRunning5Tail(val, e)
+		}
 		res, ok := awaitCall(ctx, func() valkey.ValkeyResult {
 			return s.client.Do(ctx, s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().
 				PxatMillisecondsTimestamp(e).Build())
@@ -212,6 +228,25 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
 	return s.claimScript(ctx, p, claimArgs(p, head))
+}
+
+// claimSampling claims p (layout 5, no bound of the server's clock) with
+// claim.lua, and keeps a Claimed answer as a sample of the server's
+// clock: claim.lua answers the lease end as its TIME, in whole ms, plus
+// the lease.
+func (s *Store) claimSampling(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
+	var (
+		sent reading
+		gen  uint64
+	)
+	if s.clock != nil {
+		sent, gen = s.clock.begin()
+	}
+	out, err := s.claimScript(ctx, p, claimArgs(p, head))
+	if err == nil && s.clock != nil && out.State == store.Claimed {
+		s.clock.observe(out.LeaseEnd.UnixMilli()-p.Lease.Milliseconds(), sent, gen)
+	}
+	return out, err
 }
 
 // awaitPexpiretime reads key's PEXPIRETIME: -1 without an expiry, -2 when

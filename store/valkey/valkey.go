@@ -96,10 +96,11 @@ type Options struct {
 	// default) writes at once; negative is an error.
 	MaxFlushDelay time.Duration
 	// Layout is the layout this store writes new records in: Layout3
-	// (the default, when 0) or Layout4. Every build from this one on
-	// reads both; a build from before reads only layout 3, so switch to
-	// Layout4 only once every instance sharing the server runs a build
-	// that reads it (docs/protocol.md, "Rolling upgrade to layout 4").
+	// (the default, when 0), Layout4 or Layout5. Every build from this
+	// one on reads all three; a build from before reads only the layouts
+	// before, so switch to a layout only once every instance sharing the
+	// server runs a build that reads it (docs/protocol.md, "Rolling
+	// upgrade to layout 4" and "Rolling upgrade to layout 5").
 	Layout int
 }
 
@@ -123,13 +124,14 @@ type Store struct {
 
 	claim, complete, release, extend, del, get *valkey.Lua
 	index, tomb                                *valkey.Lua
-	completeV4                                 *valkey.Lua
+	completeV4, completeV5, mark               *valkey.Lua
 
 	// layout is Options.Layout; held the claims answered Claimed, kept for
-	// the completed records of layout 4 (heldClaim).
+	// the completed records of layouts 4 and 5 (heldClaim).
 	layout int
 	held   heldClaims
-	// clock bounds the server's clock for fresh claims of layout 4; nil
+	// clock bounds the server's clock for fresh claims of layouts 4 and
+	// 5; nil
 	// in Cluster mode (each shard has its own clock), where every fresh
 	// claim asks PEXPIRETIME.
 	clock *serverClock
@@ -138,7 +140,10 @@ type Store struct {
 	onAck func(op string, took time.Duration, acknowledged bool)
 	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
 	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
-	claimSrc, completeSrc, extendSrc, complete4Src script
+	claimSrc, completeSrc, extendSrc, complete4Src, complete5Src script
+	// markTimeout bounds mark.lua, which Watch sends on its own
+	// (Options.ConnTimeout).
+	markTimeout time.Duration
 	// getSrc is get.lua, sent with an acknowledgement by Get (acks on).
 	getSrc script
 
@@ -189,8 +194,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Layout == 0 {
 		opts.Layout = Layout3
 	}
-	if opts.Layout != Layout3 && opts.Layout != Layout4 {
-		return nil, fmt.Errorf("valkey store: Options.Layout %d must be %d or %d", opts.Layout, Layout3, Layout4)
+	if opts.Layout != Layout3 && opts.Layout != Layout4 && opts.Layout != Layout5 {
+		return nil, fmt.Errorf("valkey store: Options.Layout %d must be %d, %d or %d", opts.Layout, Layout3, Layout4, Layout5)
 	}
 	if opts.Acks.On() && opts.Acks.Timeout < time.Millisecond {
 		return nil, fmt.Errorf("valkey store: Options.Acks.Timeout %v must be >= 1ms when acks are on", opts.Acks.Timeout)
@@ -219,10 +224,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	// redirected to it, and the watchers of that shard's records would
 	// wait for that.
 	co.ClusterOption.ShardsRefreshInterval = topologyRefresh
-	// Only layout 4 claims use the clock; the others dial as valkey-go
-	// does.
+	// Only layout 4 and 5 claims use the clock; layout 3 dials as
+	// valkey-go does.
 	var clock *serverClock
-	if opts.Layout == Layout4 {
+	if opts.Layout != Layout3 {
 		clock = newServerClock(nil)
 		co.DialCtxFn = dialNoting(clock)
 	}
@@ -271,11 +276,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		complete: valkey.NewLuaScript(completeLua),
 		// complete4.lua, like complete.lua, answers 0 when run again.
 		completeV4: valkey.NewLuaScript(complete4Lua),
-		layout:     opts.Layout,
-		release:    valkey.NewLuaScript(releaseLua),
-		extend:     valkey.NewLuaScriptRetryable(extendLua),
-		del:        valkey.NewLuaScript(deleteLua),
-		get:        valkey.NewLuaScriptReadOnly(getLua),
+		completeV5: valkey.NewLuaScript(complete5Lua),
+		// mark.lua only sets a mark: safe to run twice.
+		mark:    valkey.NewLuaScriptRetryable(markLua),
+		layout:  opts.Layout,
+		release: valkey.NewLuaScript(releaseLua),
+		extend:  valkey.NewLuaScriptRetryable(extendLua),
+		del:     valkey.NewLuaScript(deleteLua),
+		get:     valkey.NewLuaScriptReadOnly(getLua),
 		// Index only adds an entry, and Tombstone only turns a record whose
 		// completion is the indexed one: both are safe to run twice.
 		index:   valkey.NewLuaScriptRetryable(indexLua),
@@ -293,7 +301,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		extendSrc:   newScript(extendLua),
 
 		complete4Src: newScript(complete4Lua),
+		complete5Src: newScript(complete5Lua),
 		getSrc:       newScript(getLua),
+		markTimeout:  opts.ConnTimeout,
 	}
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock
@@ -359,9 +369,10 @@ func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, key string
 }
 
 // Complete implements store.Store with complete.lua, or complete4.lua
-// for a record of layout 4: each answers 2 for a record of the other
-// layout, which the other script then completes. Errors wrap
-// store.ErrUnavailable; a Status outside 100..599 is rejected.
+// (complete5.lua) for a record of layout 4 (5): each answers 2 for a
+// record of the other kind (hash or string), which the other script then
+// completes. Errors wrap store.ErrUnavailable; a Status outside 100..599
+// is rejected.
 func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
@@ -371,7 +382,7 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 	// on every completion (TestHotPathAllocationCeilings).
 	var n int64
 	var err error
-	if s.layout == Layout4 {
+	if s.layout != Layout3 {
 		if n, err = s.complete4(ctx, id, key, token, resp); err == nil && n == 2 {
 			n, err = s.complete3(ctx, id, key, token, resp)
 		}
@@ -410,11 +421,14 @@ func (s *Store) complete3(ctx context.Context, _ store.Identity, key, token stri
 	return n, err
 }
 
-// complete4 completes a string (layout 4) with complete4.lua, the
-// completed record built here: 1 completed, 0 not held, 2 a hash.
+// complete4 completes a string (layout 4 or 5) with complete4.lua or
+// complete5.lua, the completed record (layout 4's) built here: 1
+// completed, 0 not held, 2 a hash. A claim this store made was written in
+// its own layout; another is read first, and its first bytes tell.
 func (s *Store) complete4(ctx context.Context, id store.Identity, key, token string, resp store.Response) (int64, error) {
 	h, ok := s.held.get(token)
 	runningPrefix := tokenPrefix(v4Running, token)
+	five := ok && s.layout == Layout5
 	var storedMs int64
 	if ok {
 		storedMs = h.createdMs + time.Since(h.at).Milliseconds()
@@ -436,8 +450,9 @@ func (s *Store) complete4(ctx context.Context, id store.Identity, key, token str
 			// Not a record this store wrote: a failure, never an answer.
 			return 0, unavailable("complete", err)
 		}
+		five = strings.HasPrefix(v, v5Running)
 		switch {
-		case strings.HasPrefix(v, runningPrefix):
+		case strings.HasPrefix(v, runningPrefix) || (five && strings.HasPrefix(v[2:], runningPrefix[2:])):
 			r, err := decodeRunning4(v)
 			e, eerr := strconv.ParseInt(f[v4Expiry], 10, 64)
 			if err != nil || eerr != nil {
@@ -456,9 +471,17 @@ func (s *Store) complete4(ctx context.Context, id store.Identity, key, token str
 	c := compactRecord{owner: id.Owner, scope: id.Scope, key: id.Key, fingerprint: h.fingerprint, recipe: h.recipe,
 		createdMs: h.createdMs, storedAtMs: max(storedMs, h.createdMs)}
 	rec := encodeCompleted4(s.codec, token, h.retentionMs, &c, resp)
-	args := []string{runningPrefix, valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
-		tokenPrefix(v4Completed, token), s.repeat()}
-	n, err := s.intOp(ctx, "complete", s.completeV4, s.complete4Src, key, args)
+	var n int64
+	var err error
+	if five {
+		args := []string{v5Running + runningPrefix[2:], valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
+			tokenPrefix(v4Completed, token), s.repeat(), runningPrefix}
+		n, err = s.intOp(ctx, "complete", s.completeV5, s.complete5Src, key, args)
+	} else {
+		args := []string{runningPrefix, valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
+			tokenPrefix(v4Completed, token), s.repeat()}
+		n, err = s.intOp(ctx, "complete", s.completeV4, s.complete4Src, key, args)
+	}
 	if err == nil && n == 1 {
 		s.sawCompleted4(key)
 	}
