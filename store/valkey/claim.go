@@ -110,9 +110,8 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 }
 
 // claim4 is Claim writing layout 4 or 5 without acknowledgements: one
-// SET NX GET of the running record (layout 5: with a bound of the
-// server's clock only, since its record carries the expiry it sets; see
-// claimSampling). A key never seen is claimed there; a
+// SET NX GET of the running record (layout 5's carries the expiry it
+// sets, or 0 when the claim has no bound of the server's clock). A key never seen is claimed there; a
 // completed record of layout 4 is answered from GET's reply and its key's
 // PEXPIRETIME (another identity's fails closed, as parseClaim says);
 // anything else (a running record, a hash of layouts 1 to 3
@@ -155,13 +154,6 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	if s.clock != nil {
 		upper, gen, bound = s.clock.upperMs()
 	}
-	if s.layout == Layout5 && !bound {
-		// A running record of layout 5 carries its expiry, which a claim
-		// without a bound cannot know before its SET: claim.lua writes it
-		// by the server's TIME, and its lease end (that TIME plus the
-		// lease) bounds the clock for the claims after it.
-		return s.claimSampling(ctx, p, head)
-	}
 	if bound {
 		e = upper + px
 		if s.layout == Layout5 {
@@ -186,6 +178,13 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 			e, eerr = awaitPexpiretime(ctx, s.client, key)
 		}
 	} else {
+		if s.layout == Layout5 {
+			// Its expiry is unknown before the SET: 0 says so (a
+			// completion that must put the record back then gives it an
+			// expiry never earlier than its own; docs/protocol.md,
+			// "Layout 5 (Valkey)").
+			val = appendRunning5Tail(val, 0)
+		}
 		if s.clock != nil {
 			sent, sentGen = s.clock.begin()
 			setBound = true
@@ -228,25 +227,6 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
 	return s.claimScript(ctx, p, claimArgs(p, head))
-}
-
-// claimSampling claims p (layout 5, no bound of the server's clock) with
-// claim.lua, and keeps a Claimed answer as a sample of the server's
-// clock: claim.lua answers the lease end as its TIME, in whole ms, plus
-// the lease.
-func (s *Store) claimSampling(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
-	var (
-		sent reading
-		gen  uint64
-	)
-	if s.clock != nil {
-		sent, gen = s.clock.begin()
-	}
-	out, err := s.claimScript(ctx, p, claimArgs(p, head))
-	if err == nil && s.clock != nil && out.State == store.Claimed {
-		s.clock.observe(out.LeaseEnd.UnixMilli()-p.Lease.Milliseconds(), sent, gen)
-	}
-	return out, err
 }
 
 // awaitPexpiretime reads key's PEXPIRETIME: -1 without an expiry, -2 when

@@ -138,8 +138,8 @@ func takeOver(t *testing.T, s *valkey.Store, p store.ClaimParams) store.ClaimPar
 // lost its record (its lease passed and another instance took the key
 // over) overwrites it with SET ... XX GET and puts it back in the same
 // script: a running record of layout 5 exactly (bytes and expiry), one of
-// layout 4 and a completed record byte for byte with an expiry never
-// earlier than before (a longer lease only delays a takeover), and a hash
+// layout 4, one of layout 5 whose expiry is not known (0) and a completed
+// record byte for byte with an expiry never earlier than before (a longer lease only delays a takeover), and a hash
 // of layout 3 is never written at all (SET ... GET refuses it). The holder
 // is answered not held, and the new record's owner still completes it.
 func TestLayout5CompletionPutsBack(t *testing.T) {
@@ -155,12 +155,16 @@ func TestLayout5CompletionPutsBack(t *testing.T) {
 		taker    *valkey.Store
 		complete bool // the taker completes before the late holder
 		exact    bool // expiry restored to the millisecond
+		// noExpiry rewrites the taker's record with expiry 0, as a
+		// fresh claim without a bound of the server's clock writes it.
+		noExpiry bool
 	}{
-		{"running5", s5, false, true},
-		{"running4", s4, false, false},
-		{"completed4", s4, true, false},
-		{"completed5", s5, true, false},
-		{"hash3", s3, false, true},
+		{"running5", s5, false, true, false},
+		{"running5NoExpiry", s5, false, false, true},
+		{"running4", s4, false, false, false},
+		{"completed4", s4, true, false, false},
+		{"completed5", s5, true, false, false},
+		{"hash3", s3, false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := store.Identity{Owner: "o", Scope: "r", Key: tc.name}
@@ -173,6 +177,13 @@ func TestLayout5CompletionPutsBack(t *testing.T) {
 			if tc.complete {
 				if ok, err := tc.taker.Complete(t.Context(), id, q.Token, store.Response{Status: 200, Body: []byte("first")}); err != nil || !ok {
 					t.Fatalf("taker's Complete: %v %v", ok, err)
+				}
+			}
+			if tc.noExpiry {
+				v, _ := srv.CLI("GET", key)
+				i := strings.LastIndexByte(v[:len(v)-2], ' ')
+				if _, err := srv.CLI("SET", key, v[:i]+" 0"+v[len(v)-2:], "KEEPTTL"); err != nil {
+					t.Fatal(err)
 				}
 			}
 			before := dump(t, srv, key)
@@ -228,8 +239,9 @@ func dump(t *testing.T, srv *valkeytest.Server, key string) string {
 }
 
 // TestLayout5ExtendMovesItsExpiry: a running record of layout 5 carries
-// its key's expiry, which a repeated claim and Extend move with the key's
-// (the put-back restores it from there), and keeps its waiters' mark.
+// its key's expiry (0 from a fresh claim without a bound of the server's
+// clock), which a repeated claim and Extend write with the key's (the
+// put-back restores it from there), and keeps its waiters' mark.
 func TestLayout5ExtendMovesItsExpiry(t *testing.T) {
 	srv := valkeytest.Start(t)
 	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout5})
@@ -240,7 +252,8 @@ func TestLayout5ExtendMovesItsExpiry(t *testing.T) {
 		t.Helper()
 		v, err := srv.CLI("GET", key)
 		e, eerr := srv.CLI("PEXPIRETIME", key)
-		if err != nil || eerr != nil || !strings.HasPrefix(v, "5r") || !strings.HasSuffix(v, " "+e+" "+mark) {
+		fresh := what == "claimed" && strings.HasSuffix(v, " 0 "+mark) // no bound of the server's clock yet
+		if err != nil || eerr != nil || !strings.HasPrefix(v, "5r") || (!strings.HasSuffix(v, " "+e+" "+mark) && !fresh) {
 			t.Fatalf("%s: record %q, PEXPIRETIME %s (%v %v); want it to end with its expiry and mark %s", what, v, e, err, eerr, mark)
 		}
 	}

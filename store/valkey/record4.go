@@ -65,13 +65,15 @@ const (
 //	" " expiry_ms " " mark ("0" or "1")
 //
 // expiry_ms its key's expiry E (unix ms), which every write of it sets
-// with PXAT, and mark "1" once a waiter asked its completion to PUBLISH
+// with PXAT (0 when a fresh claim without a bound of the server's clock
+// wrote it), and mark "1" once a waiter asked its completion to PUBLISH
 // (mark.lua).
 type running4 struct {
 	token, owner, scope, key, fingerprint, recipe string
 	retentionMs, gapMs, ageMs                     int64
 	takeover                                      bool
-	// expiryMs and marked are layout 5's; zero for layout 4.
+	// expiryMs and marked are layout 5's (expiryMs 0: not known); zero
+	// for layout 4.
 	expiryMs int64
 	marked   bool
 }
@@ -121,7 +123,8 @@ func appendRunning4Tail(b []byte, retentionMs, gapMs, ageMs int64, takeover bool
 }
 
 // appendRunning5Tail appends what a running record of layout 5 adds after
-// appendRunning4Tail's numbers: its expiry and an unset mark.
+// appendRunning4Tail's numbers: its expiry (0: not known) and an unset
+// mark.
 func appendRunning5Tail(b []byte, expiryMs int64) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, expiryMs, 10)
@@ -180,7 +183,7 @@ func decodeRunning4(v string) (*running4, error) {
 	tail := bytes.Split(r.b, []byte{' '})
 	if five && len(tail) == 7 && (string(tail[6]) == "0" || string(tail[6]) == "1") {
 		n, err := canonicalInt(tail[5])
-		if err != nil || n <= 0 {
+		if err != nil {
 			return nil, fmt.Errorf("%w: bad expiry %q (%w)", errRecord4, tail[5], err)
 		}
 		out.expiryMs, out.marked = n, string(tail[6]) == "1"

@@ -40,11 +40,12 @@ func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
 }
 
 // markWaited runs mark.lua on key and wakes its watchers unless the
-// record's completion will publish.
+// record's completion will publish. No deadline of its own: valkey-go
+// ends a call on a dead connection within ConnTimeout (and a dial within
+// DialTimeout), and a context with a timer cost the waiting path four
+// allocations more.
 func (s *Store) markWaited(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.markTimeout)
-	defer cancel()
-	res, _, err := s.execKey(ctx, "mark", s.mark, key)
+	res, _, err := s.execKey(context.Background(), "mark", s.mark, key)
 	if err == nil {
 		if n, nerr := res.AsInt64(); nerr == nil && n != 0 {
 			return

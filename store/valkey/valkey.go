@@ -141,9 +141,6 @@ type Store struct {
 	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
 	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
 	claimSrc, completeSrc, extendSrc, complete4Src, complete5Src script
-	// markTimeout bounds mark.lua, which Watch sends on its own
-	// (Options.ConnTimeout).
-	markTimeout time.Duration
 	// getSrc is get.lua, sent with an acknowledgement by Get (acks on).
 	getSrc script
 
@@ -303,7 +300,6 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		complete4Src: newScript(complete4Lua),
 		complete5Src: newScript(complete5Lua),
 		getSrc:       newScript(getLua),
-		markTimeout:  opts.ConnTimeout,
 	}
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock

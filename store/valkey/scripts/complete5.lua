@@ -80,18 +80,22 @@ if held(v) then
   return 1
 end
 -- Not held: put the old record back. Layout 5 carries its expiry (the
--- number before the mark): exactly as it was. Layout 4 carries its times
--- relative to its expiry E, with age_ms = E - (its claim's time) >= E -
--- now: now + age_ms is never earlier than E (a longer lease only delays a
--- takeover). A completed record of layout 4 expires retention_ms after its
--- completion: now + retention_ms is never earlier either (none for 0).
--- Anything else (no record idemgate writes) keeps no expiry: never removed
--- early.
+-- number before the mark): exactly as it was. Layout 4, and layout 5
+-- whose expiry is 0 (a fresh claim that did not know it), carry their
+-- times relative to their expiry E, with age_ms = E - (the claim's time)
+-- >= E - now: now + age_ms is never earlier than E (a longer lease only
+-- delays a takeover). A completed record of layout 4 expires retention_ms
+-- after its completion: now + retention_ms is never earlier either (none
+-- for 0). Anything else (no record idemgate writes) keeps no expiry:
+-- never removed early.
 local s2 = string.sub(v, 1, 2)
 if s2 == '5r' then
-  local e = string.match(v, ' (%d+) [01]$')
-  if e then
+  local age, e = string.match(v, ' (%d+) [01] (%d+) [01]$')
+  if e and e ~= '0' then
     redis.call('SET', key, v, 'PXAT', e)
+    return 0
+  elseif age then
+    redis.call('SET', key, v, 'PX', age)
     return 0
   end
 elseif s2 == '4r' then
