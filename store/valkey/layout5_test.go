@@ -293,3 +293,81 @@ func TestLayout5ExtendMovesItsExpiry(t *testing.T) {
 		t.Fatal("Release did not wake the waiter")
 	}
 }
+
+// TestContractLayout5Cached: the contract holds with the replay cache on,
+// on a store writing layout 5 beside peers writing 4 (client tracking
+// invalidates a cached key on every write, the completion's put-back and
+// the waiters' mark included).
+func TestContractLayout5Cached(t *testing.T) { testContractCached(t, valkey.Layout5, valkey.Layout4) }
+
+// TestCacheLayout5: a completion of layout 5 (layout 4's completed record)
+// is replayed from the cache with no command once read, and a purge
+// through a peer reaches the cache.
+func TestCacheLayout5(t *testing.T) { testCacheString(t, valkey.Layout5) }
+
+// TestAcksLayout5: with acks on, claims and completions of layout 5 wait
+// for the replica on the write's own connection (claim.lua then WAIT,
+// complete5.lua, which reads first with acks on, then WAIT); an
+// unacknowledged completion is re-confirmed by its token's repeat.
+func TestAcksLayout5(t *testing.T) { testAcksString(t, valkey.Layout5) }
+
+// TestLayout5SentinelFailoverDropsClockBound: after a Sentinel failover
+// the first fresh claim of layout 5 on the new primary does not set its
+// expiry (nor the one its record carries) from the old primary's clock.
+func TestLayout5SentinelFailoverDropsClockBound(t *testing.T) {
+	testSentinelFailoverDropsClockBound(t, valkey.Layout5)
+}
+
+// TestFullValkeyLayout5: on a full Valkey (noeviction) a store writing
+// layout 5 still replays a completed record and answers a running one
+// from a read (its SET ... NX GET is refused with -OOM like any write),
+// waiters still mark (mark.lua declares allow-oom) and are not woken by
+// it, a fresh key and a completion stay the -OOM error (fail closed), and
+// nothing is written: the running record keeps its bytes.
+func TestFullValkeyLayout5(t *testing.T) {
+	srv := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout5})
+	done, resp := completeOne(t, s, "done", time.Hour)
+	want, err := s.Claim(t.Context(), store.ClaimParams{Identity: done, Fingerprint: "fp-done", Recipe: "v=hs1", Token: "replay", Lease: time.Second, Retention: time.Hour})
+	if err != nil || want.State != store.Completed || string(want.Response.Body) != string(resp.Body) {
+		t.Fatalf("replay before the server is full = %+v, %v", want, err)
+	}
+	running := store.Identity{Owner: "alice", Scope: "default", Key: "running"}
+	p := store.ClaimParams{Identity: running, Fingerprint: "fp", Token: "holder", Lease: time.Minute, Retention: time.Hour}
+	if res, err := s.Claim(t.Context(), p); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %+v %v", res, err)
+	}
+	free := srv.Fill(t)
+	defer free()
+
+	ch, stop := s.Watch(running)
+	defer stop()
+	waitFor(t, "the mark on a full server", func() bool { v, _ := srv.CLI("GET", s.Key(running)); return strings.HasSuffix(v, " 1") })
+	select {
+	case <-ch:
+		t.Fatal("the waiter was woken by its own mark")
+	default:
+	}
+	before := dump(t, srv, s.Key(running))
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: done, Fingerprint: "fp-done", Recipe: "v=hs1", Token: "full", Lease: time.Second, Retention: time.Hour}); err != nil || !reflect.DeepEqual(res, want) {
+		t.Fatalf("replay on a full server = %+v, %v; want %+v", res, err, want)
+	}
+	q := p
+	q.Token = "dup"
+	if res, err := s.Claim(t.Context(), q); err != nil || res.State != store.Running {
+		t.Fatalf("duplicate on a full server = %+v, %v; want Running", res, err)
+	}
+	fresh := store.Identity{Owner: "alice", Scope: "default", Key: "fresh"}
+	if res, err := s.Claim(t.Context(), store.ClaimParams{Identity: fresh, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err == nil {
+		t.Fatalf("fresh claim on a full server = %+v, want the -OOM error", res)
+	}
+	if ok, err := s.Complete(t.Context(), running, p.Token, resp); err == nil {
+		t.Fatalf("Complete on a full server = %v, want the -OOM error", ok)
+	}
+	if after := dump(t, srv, s.Key(running)); after != before {
+		t.Fatalf("running record on a full server changed:\n%q\nwant\n%q", after, before)
+	}
+	if n, _ := srv.CLI("EXISTS", s.Key(fresh)); n != "0" {
+		t.Fatalf("a fresh claim on a full server wrote its key")
+	}
+}
