@@ -131,9 +131,8 @@ type Store struct {
 	layout int
 	held   heldClaims
 	// clock bounds the server's clock for fresh claims of layouts 4 and
-	// 5; nil
-	// in Cluster mode (each shard has its own clock), where every fresh
-	// claim asks PEXPIRETIME.
+	// 5; nil in Cluster mode (each shard has its own clock), where every
+	// fresh claim asks PEXPIRETIME.
 	clock *serverClock
 
 	acks  Acks
