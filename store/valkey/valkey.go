@@ -112,7 +112,8 @@ type Options struct {
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
 // in unix milliseconds from the server's TIME, an expiry always set on
 // running records, and Complete/Release/Delete/Tombstone PUBLISH the
-// record key on KeyPrefix + "events". It keeps the resource index and tombstones: resource
+// record key on KeyPrefix + "events" (a completion of layout 5 only when
+// a waiter marked the record: Watch). It keeps the resource index and tombstones: resource
 // indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
 // (IndexKey) and tombstones are records in state "gone".
 type Store struct {
