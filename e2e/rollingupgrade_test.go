@@ -19,13 +19,12 @@ import (
 // another commit or tag.
 const previousRef = "5c287aa"
 
-// buildPrevious builds idemgate at the previous release in a temporary git
-// worktree of this repository, removed in t.Cleanup, and returns the
-// executable.
-func buildPrevious(t *testing.T) string {
+// buildPrevious builds idemgate at ref (or at the commit or tag the
+// environment variable env names, when set) in a temporary git worktree
+// of this repository, removed in t.Cleanup, and returns the executable.
+func buildPrevious(t *testing.T, ref, env string) string {
 	t.Helper()
-	ref := previousRef
-	if r := os.Getenv("IDEMGATE_PREVIOUS_REF"); r != "" {
+	if r := os.Getenv(env); r != "" {
 		ref = r
 	}
 	dir := filepath.Join(t.TempDir(), "previous")
@@ -63,7 +62,7 @@ func TestRollingUpgradeLayout4(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release")
 	}
-	previous := buildPrevious(t)
+	previous := buildPrevious(t, previousRef, "IDEMGATE_PREVIOUS_REF")
 	srv := valkeytest.Start(t)
 	up := startUpstream(t)
 	base := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{srv.Addr()}}
@@ -208,12 +207,7 @@ func TestRollingUpgradeLayout5(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release")
 	}
-	if r := os.Getenv("IDEMGATE_PREVIOUS_REF5"); r != "" {
-		t.Setenv("IDEMGATE_PREVIOUS_REF", r)
-	} else {
-		t.Setenv("IDEMGATE_PREVIOUS_REF", previousRef5)
-	}
-	previous := buildPrevious(t)
+	previous := buildPrevious(t, previousRef5, "IDEMGATE_PREVIOUS_REF5")
 	srv := valkeytest.Start(t)
 	up := startUpstream(t)
 	base := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{srv.Addr()}}
