@@ -24,6 +24,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
+	// Read before anything is sent: the lease counts from no earlier
+	// (leaseSure).
+	start := time.Now()
 	if s.layout != Layout3 {
 		state := v4Running
 		if s.layout == Layout5 {
@@ -31,11 +34,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		}
 		head := running4Head(state, p.Token, p.Identity, p.Fingerprint, p.Recipe)
 		if !s.acks.On() {
-			return s.claim4(ctx, p, head)
+			return s.claim4(ctx, p, head, start)
 		}
-		return s.claimScript(ctx, p, claimArgs(p, head))
+		return s.claimScript(ctx, p, claimArgs(p, head), start)
 	}
-	return s.claimScript(ctx, p, claimArgs(p, nil))
+	return s.claimScript(ctx, p, claimArgs(p, nil), start)
 }
 
 // claimArgs are claim.lua's arguments for p; head, when not nil, is the
@@ -55,8 +58,8 @@ func claimArgs(p store.ClaimParams, head []byte) []string {
 }
 
 // claimScript runs claim.lua with args (see Claim), with its
-// acknowledgement when acks are on.
-func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string) (store.ClaimResult, error) {
+// acknowledgement when acks are on; start is when Claim began.
+func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string, start time.Time) (store.ClaimResult, error) {
 	if s.acks.On() {
 		key := s.Key(p.Identity)
 		// With the mark: a Completed answer hands out a completion the
@@ -78,7 +81,7 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 				return store.ClaimResult{}, err
 			}
 		}
-		s.claimed(key, p, out, str)
+		s.claimed(key, p, out, str, start)
 		return out, nil
 	}
 	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
@@ -89,13 +92,14 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
-	s.claimed(key, p, out, str)
+	s.claimed(key, p, out, str, start)
 	return out, nil
 }
 
 // claimed notes what claim.lua answered: a completed record for the
-// replay cache, a claim of layout 4 for its Complete.
-func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool) {
+// replay cache, a claim of layout 4 for its Complete (start: when Claim
+// began).
+func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool, start time.Time) {
 	switch {
 	case out.State == store.Completed && str:
 		s.sawCompleted4(key)
@@ -105,7 +109,8 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 		// claim.lua wrote the record at lease end - lease (a repeated
 		// claim keeps its first time: this is an estimate).
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now()})
+			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now(),
+			sure: leaseSure(start, p.Lease)})
 	}
 }
 
@@ -129,7 +134,7 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 // Without one it sets PX px and
 // asks PEXPIRETIME in the same round trip, and that answer bounds the
 // clock for the claims after it.
-func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
+func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, start time.Time) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
@@ -171,7 +176,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 			// A connection was dialled during the call: the SET may have
 			// reached another server (a failover) than the one the bound
 			// is of. claim.lua repeats the claim by that server's clock.
-			return s.claimScript(ctx, p, claimArgs(p, head))
+			return s.claimScript(ctx, p, claimArgs(p, head), start)
 		}
 		if err == nil && strings.HasPrefix(old, v4Completed) {
 			// The completed record's times hang on its key's expiry.
@@ -208,7 +213,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
 		// Claimed: the record is ours, its times those of the key's expiry.
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now()})
+			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now(), sure: leaseSure(start, p.Lease)})
 		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
 	case err == nil && eerr == nil && e != -2 && strings.HasPrefix(old, v4Completed):
 		r, perr := parseRecord4(s.codec, 0, old, e)
@@ -226,7 +231,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	if cerr := ctx.Err(); cerr != nil {
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
-	return s.claimScript(ctx, p, claimArgs(p, head))
+	return s.claimScript(ctx, p, claimArgs(p, head), start)
 }
 
 // awaitPexpiretime reads key's PEXPIRETIME: -1 without an expiry, -2 when

@@ -33,6 +33,9 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		n, err = s.complete4(ctx, id, key, token, resp)
 	}
 	if err != nil {
+		// It may have gone through: a retry must not take the record
+		// for the running one it put there (complete4).
+		s.held.unsure(token)
 		return false, err
 	}
 	if n == 2 {
@@ -72,6 +75,14 @@ func (s *Store) complete4(ctx context.Context, id store.Identity, key, token str
 	h, ok := s.held.get(token)
 	runningPrefix := tokenPrefix(v4Running, token)
 	five := ok && s.layout == Layout5
+	// "1": the record may not be the token's any more (its lease may have
+	// passed, or a completion failed), and complete5.lua reads its expiry
+	// first so that a record it puts back keeps it exactly. Before the
+	// lease surely ends the one SET ... XX GET does.
+	exact := "1"
+	if ok && time.Now().Before(h.sure) {
+		exact = "0"
+	}
 	var storedMs int64
 	if ok {
 		storedMs = h.createdMs + time.Since(h.at).Milliseconds()
@@ -118,7 +129,7 @@ func (s *Store) complete4(ctx context.Context, id store.Identity, key, token str
 	var err error
 	if five {
 		args := []string{v5Running + runningPrefix[2:], valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
-			tokenPrefix(v4Completed, token), s.repeat(), runningPrefix}
+			tokenPrefix(v4Completed, token), s.repeat(), runningPrefix, exact}
 		n, err = s.intOp(ctx, "complete", s.completeV5, s.complete5Src, key, args)
 	} else {
 		args := []string{runningPrefix, valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,

@@ -371,3 +371,68 @@ func TestFullValkeyLayout5(t *testing.T) {
 		t.Fatalf("a fresh claim on a full server wrote its key")
 	}
 }
+
+// TestLayout5LateCompletionKeepsTheIndexedCompletion: a holder whose
+// lease passed completes late, after the key was taken over, completed
+// by the new holder and indexed at its resource (a route with
+// resource_from). Its completion must leave that record as it was: its
+// completion time (stored at, what the index entry names) and its
+// retention end unchanged, so that a DELETE of the resource still
+// tombstones it (store contract rules 9 and 11) and a retry of the create
+// then answers Gone instead of replaying the deleted resource. Run for a
+// new holder writing layout 5 and one writing layout 4 (a rollout).
+func TestLayout5LateCompletionKeepsTheIndexedCompletion(t *testing.T) {
+	srv := valkeytest.Start(t)
+	prefix := randomPrefix()
+	addrs := []string{srv.Addr()}
+	s5 := newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: prefix, Layout: valkey.Layout5})
+	s4 := newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: prefix, Layout: valkey.Layout4})
+	c := raw(t, srv.Addr())
+	for _, taker := range []struct {
+		name string
+		s    *valkey.Store
+	}{{"taker5", s5}, {"taker4", s4}} {
+		t.Run(taker.name, func(t *testing.T) {
+			id := store.Identity{Owner: "o", Scope: "r", Key: "late-" + taker.name}
+			path := "/v1/orders/" + taker.name
+			p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "late", Lease: 20 * time.Millisecond, Retention: time.Hour}
+			if res, err := s5.Claim(t.Context(), p); err != nil || res.State != store.Claimed {
+				t.Fatalf("Claim: %+v %v", res, err)
+			}
+			q := takeOver(t, taker.s, p)
+			if ok, err := taker.s.Complete(t.Context(), id, q.Token, store.Response{Status: 201, Body: []byte("created")}); err != nil || !ok {
+				t.Fatalf("taker's Complete: %v %v", ok, err)
+			}
+			if err := taker.s.Index(t.Context(), path, id); err != nil {
+				t.Fatalf("Index: %v", err)
+			}
+			before, err := s5.Get(t.Context(), id)
+			if err != nil || before == nil || before.State != store.Completed {
+				t.Fatalf("Get: %+v %v", before, err)
+			}
+			// The late completion comes some milliseconds after the
+			// taker's, by the server's clock.
+			waitFor(t, "the server's clock to pass the completion", func() bool {
+				return serverTime(t, c).After(before.Response.StoredAt.Add(20 * time.Millisecond))
+			})
+			if ok, err := s5.Complete(t.Context(), id, p.Token, store.Response{Status: 500, Body: []byte("late")}); err != nil || ok {
+				t.Fatalf("late holder's Complete = %v, %v; want not held", ok, err)
+			}
+			after, err := s5.Get(t.Context(), id)
+			if err != nil || after == nil {
+				t.Fatalf("Get after: %+v %v", after, err)
+			}
+			if !after.Response.StoredAt.Equal(before.Response.StoredAt) || !after.RetentionEnd.Equal(before.RetentionEnd) {
+				t.Errorf("late completion moved the completed record: stored at %v -> %v, retention end %v -> %v",
+					before.Response.StoredAt, after.Response.StoredAt, before.RetentionEnd, after.RetentionEnd)
+			}
+			n, err := s5.Tombstone(t.Context(), store.Resource{Owner: id.Owner, Scope: id.Scope, Path: path})
+			if err != nil || n != 1 {
+				t.Fatalf("Tombstone after the late completion = %d, %v; want 1 (the indexed completion)", n, err)
+			}
+			if res, err := s5.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "retry", Lease: time.Minute, Retention: time.Hour}); err != nil || res.State != store.Gone {
+				t.Fatalf("retry of the create after the DELETE = %+v, %v; want Gone", res.State, err)
+			}
+		})
+	}
+}

@@ -334,6 +334,23 @@ type heldClaim struct {
 	// createdMs plus the time elapsed since (monotonic).
 	createdMs int64
 	at        time.Time
+	// sure is until when the claim's lease has surely not ended by the
+	// server's clock (leaseSure): before it no other token can have taken
+	// the record over, and a completion skips reading its expiry. Zero
+	// once a completion of this token failed (it may have completed the
+	// record, which a retry then must put back exactly).
+	sure time.Time
+}
+
+// leaseSure returns until when a lease counted from start, read on this
+// process's monotonic clock before the claim was sent, has surely not
+// ended by the server's clock. Every claim ends the lease no earlier than
+// lease after the server's time at start (claim4's expiry is from a bound
+// read after start, or the server's own time when it runs the SET or
+// claim.lua), and the server's clock runs at most maxDriftPPM faster than
+// this process's; 2 ms cover the server's whole milliseconds.
+func leaseSure(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - lease*maxDriftPPM/1_000_000 - 2*time.Millisecond)
 }
 
 // maxHeld bounds the claims remembered: a claim its holder never
@@ -368,6 +385,17 @@ func (h *heldClaims) get(token string) (heldClaim, bool) {
 	defer h.mu.Unlock()
 	c, ok := h.m[token]
 	return c, ok
+}
+
+// unsure notes that a completion of token's claim failed: it may have
+// gone through, and the record may no longer be the running one.
+func (h *heldClaims) unsure(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.m[token]; ok {
+		c.sure = time.Time{}
+		h.m[token] = c
+	}
 }
 
 // drop forgets token's claim: its Complete or Release answered.

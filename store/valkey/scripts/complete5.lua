@@ -6,7 +6,10 @@
 -- ARGV[4] events channel; ARGV[5] "4c" ns(token), the start of the record
 -- that token completed; ARGV[6] "1" = acks on: a repeat by the token that
 -- completed the record re-confirms it; ARGV[7] "4r" ns(token), the start of
--- a running record of layout 4 the token holds.
+-- a running record of layout 4 the token holds; ARGV[8] "1" = the record
+-- may not be held any more (the claim's lease may have passed, or a
+-- completion of this token failed): its expiry is read first, so that a
+-- record put back keeps it exactly.
 -- Returns 1 when completed (or re-confirmed), 0 when the token does not
 -- hold the record, 2 when the record is a hash (layouts 1 to 3:
 -- complete.lua's).
@@ -65,6 +68,13 @@ if ARGV[6] == '1' then
   end
   return 0
 end
+-- A completed record put back must keep its expiry: its completion time
+-- is that expiry - retention_ms, which the resource index names
+-- (tombstone.lua) and which replays report.
+local e = false
+if ARGV[8] == '1' then
+  e = redis.call('PEXPIRETIME', key)
+end
 local v = set()
 if wrongtype(v) then
   if string.sub(v.err, 1, 9) == 'WRONGTYPE' then
@@ -79,15 +89,25 @@ end
 if held(v) then
   return 1
 end
--- Not held: put the old record back. Layout 5 carries its expiry (the
--- number before the mark): exactly as it was. Layout 4, and layout 5
--- whose expiry is 0 (a fresh claim that did not know it), carry their
--- times relative to their expiry E, with age_ms = E - (the claim's time)
--- >= E - now: now + age_ms is never earlier than E (a longer lease only
--- delays a takeover). A completed record of layout 4 expires retention_ms
--- after its completion: now + retention_ms is never earlier either (none
--- for 0). Anything else (no record idemgate writes) keeps no expiry:
--- never removed early.
+if e then
+  -- Exactly as it was: bytes and expiry (-1: none).
+  if e > 0 then
+    redis.call('SET', key, v, 'PXAT', e)
+  else
+    redis.call('SET', key, v)
+  end
+  return 0
+end
+-- Not held, though within the claim's lease (an operator purged the key,
+-- and it was claimed again): put the old record back. Layout 5 carries
+-- its expiry (the number before the mark): exactly as it was. Layout 4,
+-- and layout 5 whose expiry is 0 (a fresh claim that did not know it),
+-- carry their times relative to their expiry E, with age_ms = E - (the
+-- claim's time) >= E - now: now + age_ms is never earlier than E (a
+-- longer lease only delays a takeover). A completed record of layout 4
+-- expires retention_ms after its completion: now + retention_ms is never
+-- earlier either (none for 0). Anything else (no record idemgate writes)
+-- keeps no expiry: never removed early.
 local s2 = string.sub(v, 1, 2)
 if s2 == '5r' then
   local age, e = string.match(v, ' (%d+) [01] (%d+) [01]$')
