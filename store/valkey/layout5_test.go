@@ -137,11 +137,15 @@ func takeOver(t *testing.T, s *valkey.Store, p store.ClaimParams) store.ClaimPar
 // TestLayout5CompletionPutsBack: a completion of layout 5 by a token that
 // lost its record (its lease passed and another instance took the key
 // over) overwrites it with SET ... XX GET and puts it back in the same
-// script: a running record of layout 5 exactly (bytes and expiry), one of
-// layout 4, one of layout 5 whose expiry is not known (0) and a completed
-// record byte for byte with an expiry never earlier than before (a longer lease only delays a takeover), and a hash
-// of layout 3 is never written at all (SET ... GET refuses it). The holder
-// is answered not held, and the new record's owner still completes it.
+// script, bytes and expiry exactly (its lease passed: the script reads
+// the expiry first), and a hash of layout 3 is never written at all (SET
+// ... GET refuses it). Within the holder's lease (the key purged and
+// claimed again) the script reads nothing first: a running record of
+// layout 5 goes back exactly, one of layout 4, one of layout 5 whose
+// expiry is not known (0) and a completed record byte for byte with an
+// expiry never earlier than before (a longer lease only delays a
+// takeover). The holder is answered not held, and the new record's owner
+// still completes it.
 func TestLayout5CompletionPutsBack(t *testing.T) {
 	srv := valkeytest.Start(t)
 	prefix := randomPrefix()
@@ -158,22 +162,47 @@ func TestLayout5CompletionPutsBack(t *testing.T) {
 		// noExpiry rewrites the taker's record with expiry 0, as a
 		// fresh claim without a bound of the server's clock writes it.
 		noExpiry bool
+		// purged: the holder's lease has not passed; an operator purged
+		// the key and the taker claimed it afresh. The late completion
+		// then reads no expiry first (one SET), and puts the record back
+		// from what it carries.
+		purged bool
 	}{
-		{"running5", s5, false, true, false},
-		{"running5NoExpiry", s5, false, false, true},
-		{"running4", s4, false, false, false},
-		{"completed4", s4, true, false, false},
-		{"completed5", s5, true, false, false},
-		{"hash3", s3, false, true, false},
+		{"running5", s5, false, true, false, false},
+		{"running5NoExpiry", s5, false, true, true, false},
+		{"running4", s4, false, true, false, false},
+		{"completed4", s4, true, true, false, false},
+		{"completed5", s5, true, true, false, false},
+		{"hash3", s3, false, true, false, false},
+		{"purgedRunning5", s5, false, true, false, true},
+		{"purgedRunning5NoExpiry", s5, false, false, true, true},
+		{"purgedRunning4", s4, false, false, false, true},
+		{"purgedCompleted4", s4, true, false, false, true},
+		{"purgedCompleted5", s5, true, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := store.Identity{Owner: "o", Scope: "r", Key: tc.name}
 			key := s5.Key(id)
 			p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "late", Lease: 20 * time.Millisecond, Retention: time.Hour}
+			if tc.purged {
+				p.Lease = time.Minute
+			}
 			if res, err := s5.Claim(t.Context(), p); err != nil || res.State != store.Claimed {
 				t.Fatalf("Claim: %+v %v", res, err)
 			}
-			q := takeOver(t, tc.taker, p)
+			var q store.ClaimParams
+			if tc.purged {
+				if ok, err := s5.Delete(t.Context(), id); err != nil || !ok {
+					t.Fatalf("Delete: %v %v", ok, err)
+				}
+				q = p
+				q.Token = "taker"
+				if res, err := tc.taker.Claim(t.Context(), q); err != nil || res.State != store.Claimed || res.Takeover {
+					t.Fatalf("Claim after the purge: %+v %v", res, err)
+				}
+			} else {
+				q = takeOver(t, tc.taker, p)
+			}
 			if tc.complete {
 				if ok, err := tc.taker.Complete(t.Context(), id, q.Token, store.Response{Status: 200, Body: []byte("first")}); err != nil || !ok {
 					t.Fatalf("taker's Complete: %v %v", ok, err)
