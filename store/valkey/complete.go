@@ -33,8 +33,9 @@ func (s *Store) Complete(ctx context.Context, id store.Identity, token string, r
 		n, err = s.complete4(ctx, id, key, token, resp)
 	}
 	if err != nil {
-		// It may have gone through: a retry must not take the record
-		// for the running one it put there (complete4).
+		// It may have gone through: a retry may then find the record
+		// this token completed, which it must put back exactly
+		// (complete4).
 		s.held.unsure(token)
 		return false, err
 	}
