@@ -1,6 +1,7 @@
 package valkey_test
 
 import (
+	"context"
 	"reflect"
 	"strconv"
 	"strings"
@@ -463,5 +464,54 @@ func TestLayout5LateCompletionKeepsTheIndexedCompletion(t *testing.T) {
 				t.Fatalf("retry of the create after the DELETE = %+v, %v; want Gone", res.State, err)
 			}
 		})
+	}
+}
+
+// TestLayout5RetriedCompletionKeepsTheRecord: a completion whose reply
+// did not come back (the server stalled past the caller's deadline) went
+// through once the server resumed; the holder's retry, still within the
+// claim's lease, finds the record its own token completed. It must leave
+// it as it was: the response, and the expiry its completion time is read
+// from (docs/protocol.md, "Layout 5 (Valkey)").
+func TestLayout5RetriedCompletionKeepsTheRecord(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout5})
+	c := raw(t, srv.Addr())
+	completeOne(t, s, "warm", time.Hour) // loads the scripts: no NOSCRIPT fallback after the pause
+	id := store.Identity{Owner: "o", Scope: "r", Key: "retried"}
+	key := s.Key(id)
+	p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "tok", Lease: time.Minute, Retention: time.Hour}
+	if res, err := s.Claim(t.Context(), p); err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim: %+v %v", res, err)
+	}
+	resp := store.Response{Status: 201, Body: []byte("created")}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	ok, err := s.Complete(ctx, id, p.Token, resp)
+	cancel()
+	if err == nil {
+		t.Fatalf("Complete on a paused server = %v, want an error", ok)
+	}
+	srv.Resume()
+	waitFor(t, "the stalled completion to run", func() bool {
+		v, _ := srv.CLI("GET", key)
+		return strings.HasPrefix(v, "4c")
+	})
+	before := dump(t, srv, key)
+	e0, _ := srv.CLI("PEXPIRETIME", key)
+	r0, err := s.Get(t.Context(), id)
+	if err != nil || r0 == nil || r0.State != store.Completed {
+		t.Fatalf("Get: %+v %v", r0, err)
+	}
+	waitFor(t, "the server's clock to pass the completion", func() bool {
+		return serverTime(t, c).After(r0.Response.StoredAt.Add(20 * time.Millisecond))
+	})
+	if _, err := s.Complete(t.Context(), id, p.Token, resp); err != nil {
+		t.Fatalf("retried Complete: %v", err)
+	}
+	e1, _ := srv.CLI("PEXPIRETIME", key)
+	if after := dump(t, srv, key); after != before || e1 != e0 {
+		t.Fatalf("record after the retried completion: PEXPIRETIME %s (was %s), bytes kept %v; want both as they were", e1, e0, after == before)
 	}
 }
