@@ -125,9 +125,10 @@ type ValkeyConfig struct {
 	// DefaultCacheBytes, 0 off.
 	CacheBytes int64
 	// Layout is `store.valkey.layout`: the stored layout new records are
-	// written in, 3 (DefaultValkeyLayout) or 4 (valkey.Options Layout;
-	// docs/protocol.md, "Rolling upgrade to layout 4"). This build reads
-	// both; builds before it read only 3, so 4 is for once every instance
+	// written in, 3 (DefaultValkeyLayout), 4 or 5 (valkey.Options Layout;
+	// docs/protocol.md, "Rolling upgrade to layout 4" and "Rolling upgrade
+	// to layout 5"). This build reads all three; builds before it read only
+	// the layouts before theirs, so a layout is for once every instance
 	// runs a build that reads it.
 	Layout int
 	// MaxFlushDelay is `store.valkey.max_flush_delay`: how long, at most,
@@ -411,8 +412,8 @@ func (c *Config) Validate() error {
 		if d := c.Store.Valkey.MaxFlushDelay; d < 0 || d > MaxValkeyMaxFlushDelay {
 			bad("store.valkey.max_flush_delay", "%v must be between 0 (off) and %v", d, MaxValkeyMaxFlushDelay)
 		}
-		if l := c.Store.Valkey.Layout; l != 3 && l != 4 {
-			bad("store.valkey.layout", "%d must be 3 or 4 (4 only once every instance runs a build that reads it)", l)
+		if l := c.Store.Valkey.Layout; l != 3 && l != 4 && l != 5 {
+			bad("store.valkey.layout", "%d must be 3, 4 or 5 (4 or 5 only once every instance runs a build that reads it)", l)
 		}
 	case DriverBolt:
 		if c.Store.Bolt.Path == "" {

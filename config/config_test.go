@@ -351,7 +351,7 @@ func TestValidationErrors(t *testing.T) {
 		{"acks unknown", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], acks: {replica: 1}}}\n", "store.valkey.acks.replica", "unknown key"},
 		{"cache bytes negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: -1}}\n", "store.valkey.cache_bytes", "not a byte size"},
 		{"cache bytes unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], cache_bytes: 32MiBs}}\n", "store.valkey.cache_bytes", "unknown unit"},
-		{"valkey layout", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 5}}\n", "store.valkey.layout", "must be 3 or 4"},
+		{"valkey layout", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 6}}\n", "store.valkey.layout", "must be 3, 4 or 5"},
 		{"flush delay negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: -1us}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
 		{"flush delay too long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 2ms}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
 		{"flush delay unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 50}}\n", "store.valkey.max_flush_delay", "not a duration"},
@@ -722,6 +722,10 @@ func TestValkeyLayout(t *testing.T) {
 	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_LAYOUT=4")
 	if c.Store.Valkey.Layout != 4 {
 		t.Fatalf("layout from the environment = %d, want 4", c.Store.Valkey.Layout)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], layout: 5}}\n")
+	if c.Store.Valkey.Layout != 5 {
+		t.Fatalf("layout 5 = %d", c.Store.Valkey.Layout)
 	}
 }
 

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,12 +15,21 @@ import (
 // mid-switch, docs/protocol.md "Rolling upgrade to layout 4"): a key
 // claimed through either is replayed byte for byte by the other, refused
 // (422) with another body, and the handler runs it once.
-func TestMiddlewareLayout4(t *testing.T) {
+func TestMiddlewareLayout4(t *testing.T) { testMiddlewareLayouts(t, 3, 4) }
+
+// TestMiddlewareLayout5: the same with the middleware on layout 5 beside
+// one on layout 4 (docs/protocol.md, "Rolling upgrade to layout 5").
+func TestMiddlewareLayout5(t *testing.T) { testMiddlewareLayouts(t, 4, 5) }
+
+// testMiddlewareLayouts runs two middlewares writing layouts from and to
+// on one Valkey and key prefix, each key through one then the other.
+func testMiddlewareLayouts(t *testing.T, from, to int) {
 	srv := valkeytest.Start(t)
 	h := newOrders()
-	cfg3 := testConfig(srv.Addr(), "mw-layout:")
-	cfg4 := strings.Replace(cfg3, "    key_prefix:", "    layout: 4\n    key_prefix:", 1)
-	g3, g4 := serve(t, cfg3, h), serve(t, cfg4, h)
+	withLayout := func(l int) string {
+		return strings.Replace(testConfig(srv.Addr(), "mw-layout:"), "    key_prefix:", "    layout: "+strconv.Itoa(l)+"\n    key_prefix:", 1)
+	}
+	g3, g4 := serve(t, withLayout(from), h), serve(t, withLayout(to), h)
 	// One Host for both, as behind a load balancer: the host joins the
 	// key scope in process.
 	post := func(t *testing.T, url, key, body string) answer {
@@ -30,7 +40,8 @@ func TestMiddlewareLayout4(t *testing.T) {
 		}
 		return a
 	}
-	for name, pair := range map[string][2]string{"4 then 3": {g4.URL, g3.URL}, "3 then 4": {g3.URL, g4.URL}, "4 then 4": {g4.URL, g4.URL}} {
+	a, b := strconv.Itoa(to), strconv.Itoa(from)
+	for name, pair := range map[string][2]string{a + " then " + b: {g4.URL, g3.URL}, b + " then " + a: {g3.URL, g4.URL}, a + " then " + a: {g4.URL, g4.URL}} {
 		t.Run(name, func(t *testing.T) {
 			key := "k-" + strings.ReplaceAll(name, " ", "-")
 			first := post(t, pair[0], key, `{"n":1}`)

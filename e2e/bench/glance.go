@@ -108,6 +108,9 @@ var hotPathTargets = []hotPathTarget{
 			if x == nil {
 				return ""
 			}
+			if x.perReq(x.storeOps) < 4 { // layout 5
+				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 5: SET, then complete5.lua's one SET ... XX GET): with 64 connections on a saturated machine most of Valkey's CPU is the read and write system calls of each round trip, which BenchmarkServerCPUPerFreshOp, pipelined, brings to 9-10.5 µs (\"Layout 4\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
+			}
 			if x.perReq(x.storeOps) < 8 { // layout 4
 				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 4: SET, then complete4.lua's GET, SET, PUBLISH): with 64 connections on a saturated machine most of Valkey's CPU is the read and write system calls of each round trip, which BenchmarkServerCPUPerFreshOp, pipelined, brings to 12-14 µs (\"Layout 4\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
 			}

@@ -112,7 +112,7 @@ func main() {
 	flag.Float64Var(&o.hotPathScale, "hotpath-scale", 1, "workload hotpath: scale of the exchanges profiled per path (30,000 fresh, 100,000 replays, 40,000 passthrough at 1)")
 	flag.StringVar(&o.targets, "targets", "ABCDENSG", "targets to run: A upstream, B bare proxy, C idemgate+memory, D idemgate+valkey, E idemgate+postgres, N nginx, S nginx in front sending keyed writes to idemgate+valkey (docs/nginx.md), G the upstream's handler with idemgate's Go middleware+valkey")
 	flag.StringVar(&o.loader, "loader", loaderWrk, "closed-loop load generator: wrk (light, as users measure; installed with apt-get when missing and -install-nginx is set) or vegeta; open loop always uses vegeta")
-	flag.IntVar(&o.valkeyLayout, "valkey-layout", 4, "store.valkey.layout of D, S and G (3 or 4; docs/protocol.md, \"Layout 4 (Valkey)\")")
+	flag.IntVar(&o.valkeyLayout, "valkey-layout", 5, "store.valkey.layout of D, S and G (3, 4 or 5; docs/protocol.md, \"Layout 5 (Valkey)\")")
 	flag.BoolVar(&o.installNginx, "install-nginx", true, "install nginx with apt-get (Debian's nginx-light) when target N needs it and it is missing")
 	flag.StringVar(&o.logLevel, "log-level", "info", "idemgate log level (info logs one line per enforced request, as in production)")
 	flag.IntVar(&o.acks, "acks", 0, "run D with store.valkey.acks.replicas N against N replicas the bench starts (0: no replica, acks off)")

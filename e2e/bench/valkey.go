@@ -137,21 +137,23 @@ func readCmdStats(addr string) (cmdStats, error) {
 // adds a command and the replica's delay, not a round trip. A replay-cache
 // miss is CLIENT CACHING YES, MULTI, PTTL, HGETALL, EXEC in one
 // pipeline: its EXEC counts it once; a hit sends nothing. SET is counted
-// apart (clientSets): a claim of layout 4 sends it alone (or pipelined
-// with a PEXPIRETIME, which is therefore not counted), and complete4.lua
-// runs one inside its script.
+// apart (clientSets): a claim of layout 4 or 5 sends it alone (or
+// pipelined with a PEXPIRETIME, which is therefore not counted), and
+// complete4.lua and complete5.lua run one inside their script.
 var clientCommands = map[string]bool{
 	"evalsha": true, "evalsha_ro": true, "eval": true, "eval_ro": true, "script": true,
 	"ping": true, "hello": true, "client": true, "subscribe": true, "exec": true,
 }
 
 // clientSets estimates the SETs a client sent itself from commandstats'
-// counts: layout 4's claims and replay reads send SET, and layout 4's
-// scripts (complete4.lua, claim.lua on a record that is not fresh) run one
-// SET inside each call, so every script call beyond those stands for one
-// SET that was not a round trip. Layout 3 writes hashes and sends no SET,
-// which this reads as 0. An estimate: a layout 4 script that ends without
-// its SET (a token that lost its key) makes it undercount by one.
+// counts: layout 4's and 5's claims and replay reads send SET, and their
+// scripts (complete4.lua, complete5.lua, claim.lua on a record that is
+// not fresh) run one SET inside each call, so every script call beyond
+// those stands for one SET that was not a round trip. Layout 3 writes
+// hashes and sends no SET, which this reads as 0. An estimate: a layout 4
+// script that ends without its SET (a token that lost its key) makes it
+// undercount by one, a complete5.lua that puts a record back (two SETs)
+// overcount by one.
 func clientSets(byName map[string]int64) int64 {
 	n := byName["set"] - byName["evalsha"] - byName["eval"]
 	if n < 0 {

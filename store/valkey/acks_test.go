@@ -369,11 +369,11 @@ func TestAcksNotHeldFromAPrimaryThatLostTheRecord(t *testing.T) {
 // route) is not handed out by another instance either: its Claim, Get and
 // replay cache refuse it, since a failover that lost it would let the
 // operation run again after a client was told its result. Once the
-// replica is back, the same calls replay it. Both layouts; in Cluster
+// replica is back, the same calls replay it. Every layout; in Cluster
 // mode too, where the acknowledgement's mark is a key in the record's
 // slot.
 func TestAcksReplayOnlyAcknowledged(t *testing.T) {
-	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4, valkey.Layout5} {
 		t.Run(fmt.Sprintf("layout%d", layout), func(t *testing.T) {
 			primary := valkeytest.Start(t)
 			replica := valkeytest.StartReplica(t, primary.Addr())

@@ -24,18 +24,25 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}
-	if s.layout == Layout4 {
-		head := running4Head(p.Token, p.Identity, p.Fingerprint, p.Recipe)
-		if !s.acks.On() {
-			return s.claim4(ctx, p, head)
+	// Read before anything is sent: the lease counts from no earlier
+	// (leaseSure).
+	start := time.Now()
+	if s.layout != Layout3 {
+		state := v4Running
+		if s.layout == Layout5 {
+			state = v5Running
 		}
-		return s.claimScript(ctx, p, claimArgs(p, head))
+		head := running4Head(state, p.Token, p.Identity, p.Fingerprint, p.Recipe)
+		if !s.acks.On() {
+			return s.claim4(ctx, p, head, start)
+		}
+		return s.claimScript(ctx, p, claimArgs(p, head), start)
 	}
-	return s.claimScript(ctx, p, claimArgs(p, nil))
+	return s.claimScript(ctx, p, claimArgs(p, nil), start)
 }
 
 // claimArgs are claim.lua's arguments for p; head, when not nil, is the
-// running record of layout 4 it writes (ARGV[10]).
+// running record of layout 4 or 5 it writes (ARGV[10]).
 func claimArgs(p store.ClaimParams, head []byte) []string {
 	noTakeover := "0"
 	if p.NoTakeover {
@@ -51,8 +58,8 @@ func claimArgs(p store.ClaimParams, head []byte) []string {
 }
 
 // claimScript runs claim.lua with args (see Claim), with its
-// acknowledgement when acks are on.
-func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string) (store.ClaimResult, error) {
+// acknowledgement when acks are on; start is when Claim began.
+func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string, start time.Time) (store.ClaimResult, error) {
 	if s.acks.On() {
 		key := s.Key(p.Identity)
 		// With the mark: a Completed answer hands out a completion the
@@ -74,7 +81,7 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 				return store.ClaimResult{}, err
 			}
 		}
-		s.claimed(key, p, out, str)
+		s.claimed(key, p, out, str, start)
 		return out, nil
 	}
 	res, key, err := s.exec(ctx, "claim", s.claim, p.Identity, args...)
@@ -85,28 +92,31 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 	if err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
-	s.claimed(key, p, out, str)
+	s.claimed(key, p, out, str, start)
 	return out, nil
 }
 
 // claimed notes what claim.lua answered: a completed record for the
-// replay cache, a claim of layout 4 for its Complete.
-func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool) {
+// replay cache, a claim of layout 4 for its Complete (start: when Claim
+// began).
+func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, str bool, start time.Time) {
 	switch {
 	case out.State == store.Completed && str:
 		s.sawCompleted4(key)
 	case out.State == store.Completed:
 		s.sawCompleted(key)
-	case out.State == store.Claimed && s.layout == Layout4:
+	case out.State == store.Claimed && s.layout != Layout3:
 		// claim.lua wrote the record at lease end - lease (a repeated
 		// claim keeps its first time: this is an estimate).
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now()})
+			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now(),
+			sure: leaseSure(start, p.Lease)})
 	}
 }
 
-// claim4 is Claim writing layout 4 without acknowledgements: one SET NX
-// GET of the running record. A key never seen is claimed there; a
+// claim4 is Claim writing layout 4 or 5 without acknowledgements: one
+// SET NX GET of the running record (layout 5's carries the expiry it
+// sets, or 0 when the claim has no bound of the server's clock). A key never seen is claimed there; a
 // completed record of layout 4 is answered from GET's reply and its key's
 // PEXPIRETIME (another identity's fails closed, as parseClaim says);
 // anything else (a running record, a hash of layouts 1 to 3
@@ -124,7 +134,7 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 // Without one it sets PX px and
 // asks PEXPIRETIME in the same round trip, and that answer bounds the
 // clock for the claims after it.
-func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (store.ClaimResult, error) {
+func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, start time.Time) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
 	}
@@ -151,6 +161,9 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	}
 	if bound {
 		e = upper + px
+		if s.layout == Layout5 {
+			val = appendRunning5Tail(val, e)
+		}
 		res, ok := awaitCall(ctx, func() valkey.ValkeyResult {
 			return s.client.Do(ctx, s.client.B().Set().Key(key).Value(valkey.BinaryString(val)).Nx().Get().
 				PxatMillisecondsTimestamp(e).Build())
@@ -163,13 +176,20 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 			// A connection was dialled during the call: the SET may have
 			// reached another server (a failover) than the one the bound
 			// is of. claim.lua repeats the claim by that server's clock.
-			return s.claimScript(ctx, p, claimArgs(p, head))
+			return s.claimScript(ctx, p, claimArgs(p, head), start)
 		}
 		if err == nil && strings.HasPrefix(old, v4Completed) {
 			// The completed record's times hang on its key's expiry.
 			e, eerr = awaitPexpiretime(ctx, s.client, key)
 		}
 	} else {
+		if s.layout == Layout5 {
+			// Its expiry is unknown before the SET: 0 says so (a
+			// completion that must put the record back then gives it an
+			// expiry never earlier than its own; docs/protocol.md,
+			// "Layout 5 (Valkey)").
+			val = appendRunning5Tail(val, 0)
+		}
 		if s.clock != nil {
 			sent, sentGen = s.clock.begin()
 			setBound = true
@@ -193,7 +213,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
 		// Claimed: the record is ours, its times those of the key's expiry.
 		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now()})
+			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now(), sure: leaseSure(start, p.Lease)})
 		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
 	case err == nil && eerr == nil && e != -2 && strings.HasPrefix(old, v4Completed):
 		r, perr := parseRecord4(s.codec, 0, old, e)
@@ -211,7 +231,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte) (s
 	if cerr := ctx.Err(); cerr != nil {
 		return store.ClaimResult{}, unavailable("claim", ctxWrap(ctx, cerr))
 	}
-	return s.claimScript(ctx, p, claimArgs(p, head))
+	return s.claimScript(ctx, p, claimArgs(p, head), start)
 }
 
 // awaitPexpiretime reads key's PEXPIRETIME: -1 without an expiry, -2 when

@@ -141,15 +141,19 @@ func TestLayout4ExpiryFromClockBound(t *testing.T) {
 // TestContractLayout4Cached: the replay cache reads records of layout 4
 // (GET and PEXPIRETIME, tracked) and the contract holds with it on, in a
 // fleet writing both layouts.
-func TestContractLayout4Cached(t *testing.T) {
+func TestContractLayout4Cached(t *testing.T) { testContractCached(t, valkey.Layout4, valkey.Layout3) }
+
+// testContractCached runs the contract with the replay cache on, the
+// store writing layout and its peers peerLayout.
+func testContractCached(t *testing.T, layout, peerLayout int) {
 	srv := valkeytest.Start(t)
 	addrs := []string{srv.Addr()}
 	storetest.RunHarness(t, storetest.Harness{
 		NewStore: func(t *testing.T, _ *storetest.Clock) store.Store {
-			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix(), CacheBytes: 1 << 20, Layout: valkey.Layout4})
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: randomPrefix(), CacheBytes: 1 << 20, Layout: layout})
 		},
 		NewPeer: func(t *testing.T, s store.Store, _ *storetest.Clock) store.Store {
-			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix(), CacheBytes: 1 << 20, Layout: valkey.Layout3})
+			return newStore(t, valkey.Options{Addrs: addrs, KeyPrefix: s.(*valkey.Store).KeyPrefix(), CacheBytes: 1 << 20, Layout: peerLayout})
 		},
 	})
 }
@@ -157,10 +161,14 @@ func TestContractLayout4Cached(t *testing.T) {
 // TestCacheLayout4: a completed record of layout 4 is replayed from the
 // cache with no command once read, equal to what Get and Claim answer, and
 // a purge through a peer reaches the cache.
-func TestCacheLayout4(t *testing.T) {
+func TestCacheLayout4(t *testing.T) { testCacheString(t, valkey.Layout4) }
+
+// testCacheString is TestCacheLayout4 on a store writing layout (4 or 5:
+// the completed record is the same string).
+func testCacheString(t *testing.T, layout int) {
 	srv := valkeytest.Start(t)
 	prefix := randomPrefix()
-	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, CacheBytes: 1 << 20, Layout: valkey.Layout4}
+	opts := valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, CacheBytes: 1 << 20, Layout: layout}
 	s := newStore(t, opts)
 	id, _ := completeOne(t, s, "k1", time.Hour)
 	m := newMeter(t, srv.Addr())
@@ -191,12 +199,15 @@ func TestCacheLayout4(t *testing.T) {
 // for the replica on the write's own connection (claim.lua then WAIT,
 // complete4.lua then WAIT); an unacknowledged completion is re-confirmed
 // by its token's repeat once the replica is back.
-func TestAcksLayout4(t *testing.T) {
+func TestAcksLayout4(t *testing.T) { testAcksString(t, valkey.Layout4) }
+
+// testAcksString is TestAcksLayout4 on a store writing layout (4 or 5).
+func testAcksString(t *testing.T, layout int) {
 	primary := valkeytest.Start(t)
 	replica := valkeytest.StartReplica(t, primary.Addr())
 	var acks ackLog
 	s := newStore(t, valkey.Options{Addrs: []string{primary.Addr()}, KeyPrefix: randomPrefix(),
-		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on, Layout: valkey.Layout4})
+		Acks: valkey.Acks{Replicas: 1, Timeout: ackTimeout}, OnAck: acks.on, Layout: layout})
 	ctx := t.Context()
 	done := store.Identity{Owner: "o", Scope: "r", Key: "acked"}
 	untilAcked(t, "Claim with a live replica", claimed(s, claimParams(done, "t1")))
@@ -232,10 +243,17 @@ func TestAcksLayout4(t *testing.T) {
 // and its lease is no shorter than px from the new primary's time before
 // the claim was sent.
 func TestLayout4SentinelFailoverDropsClockBound(t *testing.T) {
+	testSentinelFailoverDropsClockBound(t, valkey.Layout4)
+}
+
+// testSentinelFailoverDropsClockBound is
+// TestLayout4SentinelFailoverDropsClockBound on a store writing layout (4
+// or 5).
+func testSentinelFailoverDropsClockBound(t *testing.T, layout int) {
 	primary := valkeytest.Start(t)
 	replica := valkeytest.StartReplica(t, primary.Addr())
 	sen := valkeytest.StartSentinel(t, primary, "idemgate-clock")
-	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix(), Layout: valkey.Layout4})
+	s := newStore(t, valkey.Options{Addrs: []string{sen.Addr()}, SentinelMaster: sen.MasterName, KeyPrefix: randomPrefix(), Layout: layout})
 	warmClock(t, s, newMeter(t, primary.Addr()))
 	// The sentinel learns the replica from the primary's INFO (FAILOVER
 	// answers NOGOODSLAVE until it has) and may abort a failover it

@@ -24,6 +24,12 @@ const (
 	// before it cannot read it (docs/protocol.md, "Rolling upgrade to
 	// layout 4").
 	Layout4 = 4
+	// Layout5 is Layout4 whose running record also carries its absolute
+	// expiry and a mark its waiters set, so that a completion is one SET
+	// ... XX GET inside a script and publishes only for a waited-on record
+	// (docs/protocol.md, "Layout 5 (Valkey)"). Builds from before it
+	// cannot read its running records ("Rolling upgrade to layout 5").
+	Layout5 = 5
 )
 
 // v4Field and v4Expiry name a layout 4 record in the field maps Go reads
@@ -39,6 +45,9 @@ const (
 const (
 	v4Running   = "4r"
 	v4Completed = "4c"
+	// v5Running starts a running record of layout 5; its completed
+	// record is layout 4's.
+	v5Running = "5r"
 )
 
 // running4 is a running record of layout 4:
@@ -49,20 +58,35 @@ const (
 // with the lease end at PEXPIRETIME - gap and the claim at PEXPIRETIME -
 // age. The numbers come last so that a script rewrites them (repeated
 // claim, Extend) without parsing the netstrings.
+//
+// A running record of layout 5 is the same after "5r" instead of "4r",
+// followed by
+//
+//	" " expiry_ms " " mark ("0" or "1")
+//
+// expiry_ms its key's expiry E (unix ms), which every write of it sets
+// with PXAT (0 when a fresh claim without a bound of the server's clock
+// wrote it), and mark "1" once a waiter asked its completion to PUBLISH
+// (mark.lua).
 type running4 struct {
 	token, owner, scope, key, fingerprint, recipe string
 	retentionMs, gapMs, ageMs                     int64
 	takeover                                      bool
+	// expiryMs and marked are layout 5's (expiryMs 0: not known); zero
+	// for layout 4.
+	expiryMs int64
+	marked   bool
 }
 
 // running4Head returns the part of a running record that no script
-// rewrites: "4r" and the netstrings. Its first part, "4r" ns(token), is
-// what Complete, Release and Extend compare with the stored record.
-func running4Head(token string, id store.Identity, fingerprint, recipe string) []byte {
+// rewrites: state ("4r" or "5r") and the netstrings. Its first part,
+// state ns(token), is what Complete, Release and Extend compare with the
+// stored record.
+func running4Head(state, token string, id store.Identity, fingerprint, recipe string) []byte {
 	// Room for the netstrings' lengths and the numbers appendRunning4Tail
-	// adds, so that neither grows the slice again.
-	b := make([]byte, 0, 80+len(token)+len(id.Owner)+len(id.Scope)+len(id.Key)+len(fingerprint)+len(recipe))
-	b = append(b, v4Running...)
+	// (and appendRunning5Tail) add, so that neither grows the slice again.
+	b := make([]byte, 0, 100+len(token)+len(id.Owner)+len(id.Scope)+len(id.Key)+len(fingerprint)+len(recipe))
+	b = append(b, state...)
 	for _, s := range []string{token, id.Owner, id.Scope, id.Key, fingerprint, recipe} {
 		b = appendNetstring(b, s)
 	}
@@ -95,6 +119,15 @@ func appendRunning4Tail(b []byte, retentionMs, gapMs, ageMs int64, takeover bool
 	if takeover {
 		return append(b, " 1"...)
 	}
+	return append(b, " 0"...)
+}
+
+// appendRunning5Tail appends what a running record of layout 5 adds after
+// appendRunning4Tail's numbers: its expiry (0: not known) and an unset
+// mark.
+func appendRunning5Tail(b []byte, expiryMs int64) []byte {
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, expiryMs, 10)
 	return append(b, " 0"...)
 }
 
@@ -133,11 +166,12 @@ func (r *netstringReader) next() (string, error) {
 // parse: a store error, never a guess at what was meant.
 var errRecord4 = fmt.Errorf("layout 4 record")
 
-// decodeRunning4 parses a running record of layout 4.
+// decodeRunning4 parses a running record of layout 4 or 5.
 func decodeRunning4(v string) (*running4, error) {
-	if len(v) < 2 || v[:2] != v4Running {
+	if len(v) < 2 || (v[:2] != v4Running && v[:2] != v5Running) {
 		return nil, fmt.Errorf("%w: not running", errRecord4)
 	}
+	five := v[:2] == v5Running
 	r := netstringReader{b: []byte(v[2:])}
 	var out running4
 	for _, p := range []*string{&out.token, &out.owner, &out.scope, &out.key, &out.fingerprint, &out.recipe} {
@@ -147,6 +181,16 @@ func decodeRunning4(v string) (*running4, error) {
 		}
 	}
 	tail := bytes.Split(r.b, []byte{' '})
+	if five && len(tail) == 7 && (string(tail[6]) == "0" || string(tail[6]) == "1") {
+		n, err := canonicalInt(tail[5])
+		if err != nil {
+			return nil, fmt.Errorf("%w: bad expiry %q (%w)", errRecord4, tail[5], err)
+		}
+		out.expiryMs, out.marked = n, string(tail[6]) == "1"
+		tail = tail[:5]
+	} else if five {
+		return nil, fmt.Errorf("%w: bad tail %q", errRecord4, r.b)
+	}
 	if len(tail) != 5 || len(tail[0]) != 0 || (string(tail[4]) != "0" && string(tail[4]) != "1") {
 		return nil, fmt.Errorf("%w: bad tail %q", errRecord4, r.b)
 	}
@@ -290,6 +334,23 @@ type heldClaim struct {
 	// createdMs plus the time elapsed since (monotonic).
 	createdMs int64
 	at        time.Time
+	// sure is until when the claim's lease has surely not ended by the
+	// server's clock (leaseSure): before it no other token can have taken
+	// the record over, and a completion skips reading its expiry. Zero
+	// once a completion of this token failed (it may have completed the
+	// record, which a retry then must put back exactly).
+	sure time.Time
+}
+
+// leaseSure returns until when a lease counted from start, read on this
+// process's monotonic clock before the claim was sent, has surely not
+// ended by the server's clock. Every claim ends the lease no earlier than
+// lease after the server's time at start (claim4's expiry is from a bound
+// read after start, or the server's own time when it runs the SET or
+// claim.lua), and the server's clock runs at most maxDriftPPM faster than
+// this process's; 2 ms cover the server's whole milliseconds.
+func leaseSure(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - lease*maxDriftPPM/1_000_000 - 2*time.Millisecond)
 }
 
 // maxHeld bounds the claims remembered: a claim its holder never
@@ -324,6 +385,17 @@ func (h *heldClaims) get(token string) (heldClaim, bool) {
 	defer h.mu.Unlock()
 	c, ok := h.m[token]
 	return c, ok
+}
+
+// unsure notes that a completion of token's claim failed: it may have
+// gone through, and the record may no longer be the running one.
+func (h *heldClaims) unsure(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.m[token]; ok {
+		c.sure = time.Time{}
+		h.m[token] = c
+	}
 }
 
 // drop forgets token's claim: its Complete or Release answered.

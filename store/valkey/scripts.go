@@ -18,6 +18,10 @@ var (
 	completeLua string
 	//go:embed scripts/complete4.lua
 	complete4Lua string
+	//go:embed scripts/complete5.lua
+	complete5Lua string
+	//go:embed scripts/mark.lua
+	markLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/extend.lua
@@ -50,8 +54,8 @@ func withConstants(src string) string {
 // complete.lua, ...), as sent to the server; for docs and tests.
 func Scripts() map[string]string {
 	return map[string]string{
-		"claim.lua": claimLua, "complete.lua": completeLua, "complete4.lua": complete4Lua, "release.lua": releaseLua,
+		"claim.lua": claimLua, "complete.lua": completeLua, "complete4.lua": complete4Lua, "complete5.lua": complete5Lua, "release.lua": releaseLua,
 		"extend.lua": extendLua, "delete.lua": deleteLua, "get.lua": getLua,
-		"index.lua": indexLua, "tombstone.lua": tombstoneLua,
+		"index.lua": indexLua, "tombstone.lua": tombstoneLua, "mark.lua": markLua,
 	}
 }

@@ -67,7 +67,7 @@ func commandCalls(b *testing.B, srv *valkeytest.Server) (calls int64, byCommand 
 // those inside scripts included) as commands/op: they set how many
 // shards a rate of fresh keys needs. It runs once per stored layout.
 func BenchmarkServerCPUPerFreshOp(b *testing.B) {
-	for _, layout := range []int{valkey.Layout3, valkey.Layout4} {
+	for _, layout := range []int{valkey.Layout3, valkey.Layout4, valkey.Layout5} {
 		b.Run("layout"+strconv.Itoa(layout), func(b *testing.B) { benchServerCPU(b, layout) })
 	}
 }

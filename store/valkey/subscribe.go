@@ -25,8 +25,33 @@ const topologyRefresh = time.Second
 // Watch implements store.Store: the watcher is woken by the PUBLISH of
 // Complete, Release, Delete and Tombstone from any process, and spuriously
 // whenever a subscription is lost or (re-)established.
+//
+// A completion of layout 5 publishes only for a record a waiter marked, so
+// Watch, once the watcher is registered, marks the record with mark.lua
+// (whatever layout this store writes: a peer may write layout 5). When
+// the record is not one whose completion will publish (absent, completed),
+// or the mark fails, the watcher is woken at once and reads the record
+// again: a wake-up is never lost, only early.
 func (s *Store) Watch(id store.Identity) (<-chan struct{}, func()) {
-	return s.watchers.Watch(s.Key(id))
+	key := s.Key(id)
+	ch, stop := s.watchers.Watch(key)
+	go s.markWaited(key)
+	return ch, stop
+}
+
+// markWaited runs mark.lua on key and wakes its watchers unless the
+// record's completion will publish. No deadline of its own: valkey-go
+// ends a call on a dead connection within ConnTimeout (and a dial within
+// DialTimeout), and a context with a timer cost the waiting path four
+// allocations more.
+func (s *Store) markWaited(key string) {
+	res, _, err := s.execKey(context.Background(), "mark", s.mark, key)
+	if err == nil {
+		if n, nerr := res.AsInt64(); nerr == nil && n != 0 {
+			return
+		}
+	}
+	s.wake(key)
 }
 
 func (s *Store) wake(key string) { s.watchers.Wake(key) }

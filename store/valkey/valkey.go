@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -96,10 +95,11 @@ type Options struct {
 	// default) writes at once; negative is an error.
 	MaxFlushDelay time.Duration
 	// Layout is the layout this store writes new records in: Layout3
-	// (the default, when 0) or Layout4. Every build from this one on
-	// reads both; a build from before reads only layout 3, so switch to
-	// Layout4 only once every instance sharing the server runs a build
-	// that reads it (docs/protocol.md, "Rolling upgrade to layout 4").
+	// (the default, when 0), Layout4 or Layout5. Every build from this
+	// one on reads all three; a build from before reads only the layouts
+	// before, so switch to a layout only once every instance sharing the
+	// server runs a build that reads it (docs/protocol.md, "Rolling
+	// upgrade to layout 4" and "Rolling upgrade to layout 5").
 	Layout int
 }
 
@@ -111,7 +111,8 @@ type Options struct {
 // identity under KeyPrefix + "{" + hex(SHA-256(identity)) + "}", all times
 // in unix milliseconds from the server's TIME, an expiry always set on
 // running records, and Complete/Release/Delete/Tombstone PUBLISH the
-// record key on KeyPrefix + "events". It keeps the resource index and tombstones: resource
+// record key on KeyPrefix + "events" (a completion of layout 5 only when
+// a waiter marked the record: Watch). It keeps the resource index and tombstones: resource
 // indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
 // (IndexKey) and tombstones are records in state "gone".
 type Store struct {
@@ -123,22 +124,22 @@ type Store struct {
 
 	claim, complete, release, extend, del, get *valkey.Lua
 	index, tomb                                *valkey.Lua
-	completeV4                                 *valkey.Lua
+	completeV4, completeV5, mark               *valkey.Lua
 
 	// layout is Options.Layout; held the claims answered Claimed, kept for
-	// the completed records of layout 4 (heldClaim).
+	// the completed records of layouts 4 and 5 (heldClaim).
 	layout int
 	held   heldClaims
-	// clock bounds the server's clock for fresh claims of layout 4; nil
-	// in Cluster mode (each shard has its own clock), where every fresh
-	// claim asks PEXPIRETIME.
+	// clock bounds the server's clock for fresh claims of layouts 4 and
+	// 5; nil in Cluster mode (each shard has its own clock), where every
+	// fresh claim asks PEXPIRETIME.
 	clock *serverClock
 
 	acks  Acks
 	onAck func(op string, took time.Duration, acknowledged bool)
 	// The scripts that run with an acknowledgement, sent by hand (EVALSHA,
 	// then EVAL after NOSCRIPT) in one pipeline with WAIT.
-	claimSrc, completeSrc, extendSrc, complete4Src script
+	claimSrc, completeSrc, extendSrc, complete4Src, complete5Src script
 	// getSrc is get.lua, sent with an acknowledgement by Get (acks on).
 	getSrc script
 
@@ -189,8 +190,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Layout == 0 {
 		opts.Layout = Layout3
 	}
-	if opts.Layout != Layout3 && opts.Layout != Layout4 {
-		return nil, fmt.Errorf("valkey store: Options.Layout %d must be %d or %d", opts.Layout, Layout3, Layout4)
+	if opts.Layout != Layout3 && opts.Layout != Layout4 && opts.Layout != Layout5 {
+		return nil, fmt.Errorf("valkey store: Options.Layout %d must be %d, %d or %d", opts.Layout, Layout3, Layout4, Layout5)
 	}
 	if opts.Acks.On() && opts.Acks.Timeout < time.Millisecond {
 		return nil, fmt.Errorf("valkey store: Options.Acks.Timeout %v must be >= 1ms when acks are on", opts.Acks.Timeout)
@@ -219,10 +220,10 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	// redirected to it, and the watchers of that shard's records would
 	// wait for that.
 	co.ClusterOption.ShardsRefreshInterval = topologyRefresh
-	// Only layout 4 claims use the clock; the others dial as valkey-go
-	// does.
+	// Only layout 4 and 5 claims use the clock; layout 3 dials as
+	// valkey-go does.
 	var clock *serverClock
-	if opts.Layout == Layout4 {
+	if opts.Layout != Layout3 {
 		clock = newServerClock(nil)
 		co.DialCtxFn = dialNoting(clock)
 	}
@@ -271,11 +272,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		complete: valkey.NewLuaScript(completeLua),
 		// complete4.lua, like complete.lua, answers 0 when run again.
 		completeV4: valkey.NewLuaScript(complete4Lua),
-		layout:     opts.Layout,
-		release:    valkey.NewLuaScript(releaseLua),
-		extend:     valkey.NewLuaScriptRetryable(extendLua),
-		del:        valkey.NewLuaScript(deleteLua),
-		get:        valkey.NewLuaScriptReadOnly(getLua),
+		completeV5: valkey.NewLuaScript(complete5Lua),
+		// mark.lua only sets a mark: safe to run twice.
+		mark:    valkey.NewLuaScriptRetryable(markLua),
+		layout:  opts.Layout,
+		release: valkey.NewLuaScript(releaseLua),
+		extend:  valkey.NewLuaScriptRetryable(extendLua),
+		del:     valkey.NewLuaScript(deleteLua),
+		get:     valkey.NewLuaScriptReadOnly(getLua),
 		// Index only adds an entry, and Tombstone only turns a record whose
 		// completion is the indexed one: both are safe to run twice.
 		index:   valkey.NewLuaScriptRetryable(indexLua),
@@ -293,6 +297,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		extendSrc:   newScript(extendLua),
 
 		complete4Src: newScript(complete4Lua),
+		complete5Src: newScript(complete5Lua),
 		getSrc:       newScript(getLua),
 	}
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
@@ -356,122 +361,6 @@ func (s *Store) boolOp(ctx context.Context, op string, l *valkey.Lua, key string
 		s.wake(key)
 	}
 	return n == 1, nil
-}
-
-// Complete implements store.Store with complete.lua, or complete4.lua
-// for a record of layout 4: each answers 2 for a record of the other
-// layout, which the other script then completes. Errors wrap
-// store.ErrUnavailable; a Status outside 100..599 is rejected.
-func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
-	if resp.Status < 100 || resp.Status > 599 {
-		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
-	}
-	key := s.Key(id)
-	// Called directly, not through method values, which would allocate
-	// on every completion (TestHotPathAllocationCeilings).
-	var n int64
-	var err error
-	if s.layout == Layout4 {
-		if n, err = s.complete4(ctx, id, key, token, resp); err == nil && n == 2 {
-			n, err = s.complete3(ctx, id, key, token, resp)
-		}
-	} else if n, err = s.complete3(ctx, id, key, token, resp); err == nil && n == 2 {
-		n, err = s.complete4(ctx, id, key, token, resp)
-	}
-	if err != nil {
-		return false, err
-	}
-	if n == 2 {
-		// The record changed layout between the two scripts: not held.
-		n = 0
-	}
-	s.held.drop(token)
-	return n == 1, nil
-}
-
-// complete3 completes a hash (layouts 1 to 3) with complete.lua: 1
-// completed, 0 not held, 2 a string (layout 4).
-func (s *Store) complete3(ctx context.Context, _ store.Identity, key, token string, resp store.Response) (int64, error) {
-	// Layout 3: the response travels as its head and its stored body (the
-	// zstd frame, or resp.Body itself when the codec leaves it), which
-	// complete.lua concatenates after the rest of the record. The strings
-	// share those bytes (never written again), so a large body is not
-	// copied on its way out.
-	head, tail := encodeResponseParts(s.codec, resp)
-	// ARGV[4], "1": a repeat by the completing token re-confirms the
-	// record (store contract, rule 3), so a completion that was not
-	// acknowledged can be retried and its WAIT then means something.
-	args := []string{token, valkey.BinaryString(head), s.channel, s.repeat(), valkey.BinaryString(tail)}
-	n, err := s.intOp(ctx, "complete", s.complete, s.completeSrc, key, args)
-	if err == nil && n == 1 {
-		// Its retries may come here: the first is read into the cache.
-		s.sawCompleted(key)
-	}
-	return n, err
-}
-
-// complete4 completes a string (layout 4) with complete4.lua, the
-// completed record built here: 1 completed, 0 not held, 2 a hash.
-func (s *Store) complete4(ctx context.Context, id store.Identity, key, token string, resp store.Response) (int64, error) {
-	h, ok := s.held.get(token)
-	runningPrefix := tokenPrefix(v4Running, token)
-	var storedMs int64
-	if ok {
-		storedMs = h.createdMs + time.Since(h.at).Milliseconds()
-	} else {
-		// Claimed through another Store, or forgotten (maxHeld): the
-		// running record tells what the completed one keeps.
-		nowMs, f, err := s.getFields(ctx, "complete", key)
-		if err != nil {
-			return 0, err
-		}
-		v, str := f[v4Field]
-		if f == nil {
-			return 0, nil
-		}
-		if !str {
-			return 2, nil
-		}
-		if _, err := parseFields(s.codec, nowMs, f); err != nil {
-			// Not a record this store wrote: a failure, never an answer.
-			return 0, unavailable("complete", err)
-		}
-		switch {
-		case strings.HasPrefix(v, runningPrefix):
-			r, err := decodeRunning4(v)
-			e, eerr := strconv.ParseInt(f[v4Expiry], 10, 64)
-			if err != nil || eerr != nil {
-				return 0, unavailable("complete", fmt.Errorf("%w (%w)", err, eerr))
-			}
-			h = heldClaim{fingerprint: r.fingerprint, recipe: r.recipe, retentionMs: r.retentionMs, createdMs: e - r.ageMs}
-			storedMs = nowMs
-		case s.acks.On() && strings.HasPrefix(v, tokenPrefix(v4Completed, token)):
-			// A repeat that re-confirms: the script writes no new record,
-			// and a prefix no record starts with keeps it from doing so.
-			runningPrefix = "\x00"
-		default:
-			return 0, nil
-		}
-	}
-	c := compactRecord{owner: id.Owner, scope: id.Scope, key: id.Key, fingerprint: h.fingerprint, recipe: h.recipe,
-		createdMs: h.createdMs, storedAtMs: max(storedMs, h.createdMs)}
-	rec := encodeCompleted4(s.codec, token, h.retentionMs, &c, resp)
-	args := []string{runningPrefix, valkey.BinaryString(rec), strconv.FormatInt(h.retentionMs, 10), s.channel,
-		tokenPrefix(v4Completed, token), s.repeat()}
-	n, err := s.intOp(ctx, "complete", s.completeV4, s.complete4Src, key, args)
-	if err == nil && n == 1 {
-		s.sawCompleted4(key)
-	}
-	return n, err
-}
-
-// repeat is complete.lua's and complete4.lua's flag that lets the
-// completing token re-confirm its record: on with acks only.
-func (s *Store) repeat() string {
-	if s.acks.On() {
-		return "1"
-	}
-	return "0"
 }
 
 // intOp runs a writing script (l, or sc with its acknowledgement when acks

@@ -4,8 +4,8 @@
 -- ARGV[4] fingerprint, ARGV[5] token, ARGV[6] lease ms (> 0),
 -- ARGV[7] retention ms (0 = forever), ARGV[8] "1" = no takeover,
 -- ARGV[9] fingerprint recipe, ARGV[10] (optional) the running record of
--- layout 4 up to its numbers (running4Head): the record is then written as
--- a string of layout 4 instead of a hash.
+-- layout 4 or 5 up to its numbers (running4Head, running5Head): the record
+-- is then written as a string of that layout instead of a hash.
 -- Returns {"claimed", fingerprint, lease_end_ms, takeover "1"/"0", recipe} |
 -- {"running"|"abandoned", fingerprint, lease_end_ms, recipe} |
 -- {"gone"} for a tombstone (Store.Tombstone; never claimable until its end) |
@@ -31,23 +31,30 @@ if rec.err then
   if string.sub(v, 1, 2) == '4c' then
     return {'completed4', v, string.format('%.0f', e)}
   end
-  -- Running: token, owner, scope, key, fingerprint, recipe, then the numbers.
+  -- Running: token, owner, scope, key, fingerprint, recipe, then the numbers
+  -- (layout 5 adds its expiry and the waiters' mark).
+  local five = string.sub(v, 1, 2) == '5r'
   local f = {}
   local pos = 3
   for i = 1, 6 do
     local colon = string.find(v, ':', pos, true)
     local n = colon and tonumber(string.sub(v, pos, colon - 1))
-    if string.sub(v, 1, 2) ~= '4r' or not n then
+    if (string.sub(v, 1, 2) ~= '4r' and not five) or not n then
       return redis.error_reply('claim.lua: layout 4 record does not parse')
     end
     f[i] = string.sub(v, colon + 1, colon + n)
     pos = colon + n + 1
   end
-  local rt, gap, age, tk = string.match(v, '^ (%d+) (%d+) (%d+) ([01])$', pos)
+  local rt, gap, age, tk, mark
+  if five then
+    rt, gap, age, tk, mark = string.match(v, '^ (%d+) (%d+) (%d+) ([01]) %d+ ([01])$', pos)
+  else
+    rt, gap, age, tk = string.match(v, '^ (%d+) (%d+) (%d+) ([01])$', pos)
+  end
   if not tk then
     return redis.error_reply('claim.lua: layout 4 record does not parse')
   end
-  v4 = {head = string.sub(v, 1, pos - 1), rt = rt, age = tonumber(age)}
+  v4 = {head = string.sub(v, 1, pos - 1), rt = rt, age = tonumber(age), mark = mark}
   rec = {'running', f[5], f[1], string.format('%.0f', e - tonumber(gap)), e, tk, f[6], false}
 end
 local state = rec[1]
@@ -99,8 +106,12 @@ if repeated then
   expiry = math.max(expiry, tonumber(rec[5]))
   if v4 then
     local created = tonumber(rec[5]) - v4.age
-    redis.call('SET', key, v4.head .. string.format(' %s %.0f %.0f %s', v4.rt,
-      expiry - lease_end, expiry - created, rec[6]), 'PXAT', expiry)
+    local tail = string.format(' %s %.0f %.0f %s', v4.rt, expiry - lease_end, expiry - created, rec[6])
+    if v4.mark then
+      -- Layout 5: its expiry moves with the key's; a waiter's mark stays.
+      tail = tail .. string.format(' %.0f %s', expiry, v4.mark)
+    end
+    redis.call('SET', key, v4.head .. tail, 'PXAT', expiry)
     return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6], rec[7]}
   end
   redis.call('HSET', key, 'l', lease_end, 'x', expiry)
@@ -108,9 +119,19 @@ if repeated then
   return {'claimed', rec[2], string.format('%.0f', lease_end), rec[6], rec[7]}
 end
 if ARGV[10] then
-  -- Layout 4: SET replaces whatever the key held, hash or string.
-  redis.call('SET', key, ARGV[10] .. string.format(' %s %.0f %.0f %s', ARGV[7],
-    expiry - lease_end, expiry - now, takeover), 'PXAT', expiry)
+  -- Layout 4 or 5: SET replaces whatever the key held, hash or string.
+  local tail = string.format(' %s %.0f %.0f %s', ARGV[7], expiry - lease_end, expiry - now, takeover)
+  if string.sub(ARGV[10], 1, 2) == '5r' then
+    -- Layout 5: its expiry, and the mark that makes its completion
+    -- PUBLISH. A takeover sets it: the old record's waiters may not have
+    -- marked this one yet.
+    local mark = '0'
+    if takeover == '1' or (v4 and v4.mark == '1') then
+      mark = '1'
+    end
+    tail = tail .. string.format(' %.0f %s', expiry, mark)
+  end
+  redis.call('SET', key, ARGV[10] .. tail, 'PXAT', expiry)
   return {'claimed', ARGV[4], string.format('%.0f', lease_end), takeover, ARGV[9]}
 end
 if v4 then
