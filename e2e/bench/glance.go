@@ -109,10 +109,10 @@ var hotPathTargets = []hotPathTarget{
 				return ""
 			}
 			if x.perReq(x.storeOps) < 4 { // layout 5
-				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 5: SET, then complete5.lua's one SET ... XX GET): with 64 connections on a saturated machine most of Valkey's CPU is the read and write system calls of each round trip, which BenchmarkServerCPUPerFreshOp, pipelined, brings to 9-10.5 µs (\"Layout 4\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
+				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 5: SET, then complete5.lua's one SET ... XX GET): on a saturated machine Valkey sleeps and wakes for each small batch of commands, reads and writes them, and looks each key up in a keyspace that only grows, none of which fewer commands per key removes; BenchmarkServerCPUPerFreshOp, pipelined over few keys, measures 9-10.5 µs (\"Where Valkey's CPU goes in the bench\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
 			}
 			if x.perReq(x.storeOps) < 8 { // layout 4
-				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 4: SET, then complete4.lua's GET, SET, PUBLISH): with 64 connections on a saturated machine most of Valkey's CPU is the read and write system calls of each round trip, which BenchmarkServerCPUPerFreshOp, pipelined, brings to 12-14 µs (\"Layout 4\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
+				return fmt.Sprintf("%.1f Valkey commands in %.1f round trips per fresh key (INFO commandstats; layout 4: SET, then complete4.lua's GET, SET, PUBLISH): on a saturated machine Valkey sleeps and wakes for each small batch of commands, reads and writes them, and looks each key up in a keyspace that only grows; BenchmarkServerCPUPerFreshOp, pipelined over few keys, measures 12-14 µs (\"Where Valkey's CPU goes in the bench\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
 			}
 			return fmt.Sprintf("%.0f Valkey commands in %.0f Lua scripts per fresh key (INFO commandstats): claim.lua and complete.lua each run in Valkey's Lua interpreter, which with the listpack writes and the allocator is the server's CPU (a callgrind profile of valkey-server: \"Valkey's CPU per fresh key\" below)", x.perReq(x.storeOps), x.perReq(x.storeTrips))
 		}},
