@@ -515,3 +515,31 @@ func TestLayout5RetriedCompletionKeepsTheRecord(t *testing.T) {
 		t.Fatalf("record after the retried completion: PEXPIRETIME %s (was %s), bytes kept %v; want both as they were", e1, e0, after == before)
 	}
 }
+
+// TestMarkNeverReadsTheWholeRecord: a waiter whose record completed before
+// its mark ran (the herd's usual race) is woken at once, and mark.lua reads
+// only the record's first bytes, never the whole value: a completed record
+// may hold a response of many MiB, which a GET would copy into the
+// script's memory once per waiting instance.
+func TestMarkNeverReadsTheWholeRecord(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout5})
+	woken := func(id store.Identity) {
+		t.Helper()
+		ch, stop := s.Watch(id)
+		defer stop()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter on a completed record was not woken at once")
+		}
+	}
+	warm, _ := completeOne(t, s, "warm", time.Hour)
+	woken(warm) // loads mark.lua (a first EVALSHA is answered NOSCRIPT, then EVAL)
+	id, _ := completeOne(t, s, "done", time.Hour)
+	m := newMeter(t, srv.Addr())
+	woken(id)
+	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"evalsha": 1, "getrange": 1}) {
+		t.Fatalf("the mark of a completed record ran %v, want one EVALSHA reading 2 bytes (GETRANGE), no GET", d)
+	}
+}

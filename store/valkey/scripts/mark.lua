@@ -11,18 +11,17 @@
 -- marked record, publishes, or the completion comes first and this script
 -- sees the completed record.
 -- allow-oom: it rewrites one byte of an existing record.
+-- It reads the record's first two bytes and its last one, never the whole
+-- value: a record completed meanwhile may hold a response of many MiB,
+-- which a GET would copy into the script's memory.
 local key = KEYS[1]
-local v = redis.pcall('GET', key)
-if type(v) == 'table' and v.err then
+local s2 = redis.pcall('GETRANGE', key, 0, 1)
+if type(s2) == 'table' and s2.err then
   return 2
 end
-if not v then
-  return 0
-end
-local s2 = string.sub(v, 1, 2)
 if s2 == '5r' then
-  if string.sub(v, -1) ~= '1' then
-    redis.call('SETRANGE', key, #v - 1, '1')
+  if redis.call('GETRANGE', key, -1, -1) ~= '1' then
+    redis.call('SETRANGE', key, redis.call('STRLEN', key) - 1, '1')
   end
   return 1
 end
