@@ -58,10 +58,10 @@ func newScript(src string) script {
 // ackedWrite is the outcome of one script and the WAIT (or WAITAOF) that
 // followed it on the same connection.
 type ackedWrite struct {
-	res  valkey.ValkeyResult // the script's reply
-	mark valkey.ValkeyResult // markCmd's reply, when one was sent
-	ack  valkey.ValkeyResult // WAIT's (an integer) or WAITAOF's ([local, replicas]) reply
-	took time.Duration       // the round trip of both
+	res   valkey.ValkeyResult // the script's reply
+	fence valkey.ValkeyResult // fenceCmd's reply, when one was sent
+	ack   valkey.ValkeyResult // WAIT's (an integer) or WAITAOF's ([local, replicas]) reply
+	took  time.Duration       // the round trip of both
 }
 
 // multiClient is what writeAcked needs of a client: the command builder
@@ -99,11 +99,11 @@ func (s *Store) ackCmd(c multiClient) valkey.Completed {
 // for the caller to check with acked, since only a script that wrote needs
 // one.
 //
-// With mark, markCmd goes between the script and the acknowledgement, so
+// With fence, fenceCmd goes between the script and the acknowledgement, so
 // that the acknowledgement also covers whatever the script read (see
-// markCmd); the caller checks it with acked where the script's answer
+// fenceCmd); the caller checks it with acked where the script's answer
 // hands out what it read.
-func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string, args []string, mark bool) (ackedWrite, error) {
+func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string, args []string, fence bool) (ackedWrite, error) {
 	if err := ctx.Err(); err != nil {
 		return ackedWrite{}, unavailable(op, err)
 	}
@@ -111,8 +111,8 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string
 	start := time.Now()
 	pair := func(c multiClient) {
 		send := func(first valkey.Completed) []valkey.ValkeyResult {
-			if mark {
-				return c.DoMulti(ctx, first, s.markCmd(c, key), s.ackCmd(c))
+			if fence {
+				return c.DoMulti(ctx, first, s.fenceCmd(c, key), s.ackCmd(c))
 			}
 			return c.DoMulti(ctx, first, s.ackCmd(c))
 		}
@@ -121,8 +121,8 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string
 			resps = send(c.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(args...).Build())
 		}
 		out.res, out.ack = resps[0], resps[len(resps)-1]
-		if mark {
-			out.mark = resps[1]
+		if fence {
+			out.fence = resps[1]
 		}
 	}
 	res := await(ctx, func() valkey.ValkeyResult {
@@ -151,19 +151,19 @@ func (s *Store) writeAcked(ctx context.Context, op string, sc script, key string
 		}
 		return out, unavailable(op, err)
 	}
-	if mark {
-		if err := out.mark.Error(); err != nil {
-			return out, unavailable(op, fmt.Errorf("acknowledgement mark: %w", err))
+	if fence {
+		if err := out.fence.Error(); err != nil {
+			return out, unavailable(op, fmt.Errorf("acknowledgement fence: %w", err))
 		}
 	}
 	return out, nil
 }
 
-// ackMarkSuffix names the key of markCmd in Cluster mode: the record key
+// ackFenceSuffix names the key of fenceCmd in Cluster mode: the record key
 // with it keeps the record's hash tag, so it lives on the record's slot.
-const ackMarkSuffix = ":ack"
+const ackFenceSuffix = ":ack"
 
-// markCmd builds the write that lets WAIT vouch for a record the script
+// fenceCmd builds the write that lets WAIT vouch for a record the script
 // before it only read. WAIT counts the replication offset of its
 // connection's last propagated write, and a script that only read (a
 // claim answering Completed, get.lua) propagates nothing; the replication
@@ -174,17 +174,17 @@ const ackMarkSuffix = ":ack"
 // ackChannel, which Valkey replicates (and no subscriber of the events
 // channel hears); in Cluster mode PUBLISH and SPUBLISH travel over the
 // cluster bus, not the replication stream, so it is a SET of a key in the
-// record's slot (key + ackMarkSuffix) that expires after 1 ms. That SET
+// record's slot (key + ackFenceSuffix) that expires after 1 ms. That SET
 // may write, so a full Cluster under noeviction refuses it, and with acks
 // on a full Cluster refuses replays too.
-func (s *Store) markCmd(c multiClient, key string) valkey.Completed {
+func (s *Store) fenceCmd(c multiClient, key string) valkey.Completed {
 	if s.client.Mode() == valkey.ClientModeCluster {
-		return c.B().Set().Key(key + ackMarkSuffix).Value("").PxMilliseconds(1).Build()
+		return c.B().Set().Key(key + ackFenceSuffix).Value("").PxMilliseconds(1).Build()
 	}
 	return c.B().Publish().Channel(s.prefix + ackChannel).Message("").Build()
 }
 
-// ackChannel, after the key prefix, is the channel markCmd publishes on.
+// ackChannel, after the key prefix, is the channel fenceCmd publishes on.
 const ackChannel = "acks"
 
 // acked checks the acknowledgement of a write that changed the record,

@@ -370,7 +370,7 @@ func TestAcksNotHeldFromAPrimaryThatLostTheRecord(t *testing.T) {
 // replay cache refuse it, since a failover that lost it would let the
 // operation run again after a client was told its result. Once the
 // replica is back, the same calls replay it. Every layout; in Cluster
-// mode too, where the acknowledgement's mark is a key in the record's
+// mode too, where the acknowledgement's fence (fenceCmd) is a key in the record's
 // slot.
 func TestAcksReplayOnlyAcknowledged(t *testing.T) {
 	for _, layout := range []int{valkey.Layout3, valkey.Layout4, valkey.Layout5} {

@@ -436,7 +436,7 @@ func (s *Store) Delete(ctx context.Context, id store.Identity) (bool, error) {
 
 // Get implements store.Store with get.lua. Errors wrap store.ErrUnavailable.
 //
-// With acks on, get.lua goes in one pipeline with markCmd and the
+// With acks on, get.lua goes in one pipeline with fenceCmd and the
 // acknowledgement, and a completed record is answered only once
 // acknowledged (else an error wrapping store.ErrNotAcknowledged): its
 // completion may still wait for its own acknowledgement, and a failover
