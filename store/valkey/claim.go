@@ -62,7 +62,7 @@ func claimArgs(p store.ClaimParams, head []byte) []string {
 func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []string, start time.Time) (store.ClaimResult, error) {
 	if s.acks.On() {
 		key := s.Key(p.Identity)
-		// With the mark: a Completed answer hands out a completion the
+		// With the fence (fenceCmd): a Completed answer hands out a completion the
 		// script only read, which may still wait for its own
 		// acknowledgement; replayed before that and lost in a failover, it
 		// would be taken over and run again after a client got its result.
@@ -108,10 +108,17 @@ func (s *Store) claimed(key string, p store.ClaimParams, out store.ClaimResult, 
 	case out.State == store.Claimed && s.layout != Layout3:
 		// claim.lua wrote the record at lease end - lease (a repeated
 		// claim keeps its first time: this is an estimate).
-		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: out.LeaseEnd.UnixMilli() - p.Lease.Milliseconds(), at: time.Now(),
-			sure: leaseSure(start, p.Lease)})
+		s.hold(p, out.LeaseEnd.UnixMilli()-p.Lease.Milliseconds(), start)
 	}
+}
+
+// hold notes a claim this store made of layout 4 or 5, for its Complete:
+// what the completed record keeps (createdMs, the record's time of claim
+// in unix ms by the server's clock) and until when its lease surely holds
+// (leaseSure, from start, when Claim began).
+func (s *Store) hold(p store.ClaimParams, createdMs int64, start time.Time) {
+	s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
+		retentionMs: p.Retention.Milliseconds(), createdMs: createdMs, at: time.Now(), sure: leaseSure(start, p.Lease)})
 }
 
 // claim4 is Claim writing layout 4 or 5 without acknowledgements: one
@@ -212,8 +219,7 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, st
 	switch {
 	case valkey.IsValkeyNil(err) && eerr == nil && e > 0:
 		// Claimed: the record is ours, its times those of the key's expiry.
-		s.held.put(p.Token, heldClaim{fingerprint: p.Fingerprint, recipe: p.Recipe,
-			retentionMs: p.Retention.Milliseconds(), createdMs: e - px, at: time.Now(), sure: leaseSure(start, p.Lease)})
+		s.hold(p, e-px, start)
 		return store.ClaimResult{State: store.Claimed, Fingerprint: p.Fingerprint, Recipe: p.Recipe, LeaseEnd: time.UnixMilli(e - gap)}, nil
 	case err == nil && eerr == nil && e != -2 && strings.HasPrefix(old, v4Completed):
 		r, perr := parseRecord4(s.codec, 0, old, e)
