@@ -13,7 +13,8 @@ import (
 // input: a response header block as the upstream transport parses it (the
 // real path), and a header map built directly, keys not canonical. For every
 // input: no hop-by-hop field (RFC 9110 section 7.6.1), no field the
-// Connection field names and no Content-Length survives, in any letter case;
+// Connection field names and no Content-Length survives, in any ASCII letter
+// case (field names are tokens; other bytes compare as themselves);
 // every surviving field keeps its values exactly, in order (each Set-Cookie
 // line separate, never joined); the input is not changed; the output shares
 // no slice with the input; and filtering again changes nothing.
@@ -44,24 +45,24 @@ func FuzzStoredHeader(f *testing.F) {
 			if !reflect.DeepEqual(in, before) {
 				t.Fatalf("StoredHeader changed its input:\n%v\nwas\n%v", in, before)
 			}
-			dropped := map[string]bool{"Content-Length": true, ReplayedHeader: true}
+			dropped := map[string]bool{"content-length": true, asciiLower(ReplayedHeader): true}
 			for _, n := range hopHeaders {
-				dropped[n] = true
+				dropped[asciiLower(n)] = true
 			}
 			for k, vs := range in {
-				if textproto.CanonicalMIMEHeaderKey(k) != "Connection" {
+				if asciiLower(k) != "connection" {
 					continue
 				}
 				for _, v := range vs {
 					for _, n := range strings.Split(v, ",") {
 						if n = textproto.TrimString(n); n != "" {
-							dropped[textproto.CanonicalMIMEHeaderKey(n)] = true
+							dropped[asciiLower(n)] = true
 						}
 					}
 				}
 			}
 			for k, vs := range out {
-				if dropped[textproto.CanonicalMIMEHeaderKey(k)] {
+				if dropped[asciiLower(k)] {
 					t.Fatalf("field %q survived the filter (in %v, out %v)", k, in, out)
 				}
 				if !reflect.DeepEqual(vs, in[k]) {
@@ -69,7 +70,7 @@ func FuzzStoredHeader(f *testing.F) {
 				}
 			}
 			for k, vs := range in {
-				if !dropped[textproto.CanonicalMIMEHeaderKey(k)] && !reflect.DeepEqual(out[k], vs) {
+				if !dropped[asciiLower(k)] && !reflect.DeepEqual(out[k], vs) {
 					t.Fatalf("end-to-end field %q lost: got %q, want %q", k, out[k], vs)
 				}
 			}
@@ -86,6 +87,20 @@ func FuzzStoredHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// asciiLower folds a field name's ASCII letters only: names are tokens, and
+// any other byte (invalid UTF-8 included) stays itself, as
+// textproto.CanonicalMIMEHeaderKey leaves a name with such a byte
+// uncanonicalized and strings.ToLower would read it as U+FFFD.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func deepCopy(h http.Header) http.Header {

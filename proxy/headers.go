@@ -111,10 +111,33 @@ func foldIn(names []string, key string) bool {
 	return false
 }
 
-// foldEqual is strings.EqualFold, which does not compare the lengths
-// first: most keys differ from the names they are checked against in
-// length.
-func foldEqual(a, b string) bool { return len(a) == len(b) && strings.EqualFold(a, b) }
+// foldEqual reports whether field names a and b are equal in ASCII letter
+// case, byte for byte otherwise. A field name is a token (RFC 9110 section
+// 5.1), ASCII only: strings.EqualFold would also match two different
+// invalid UTF-8 bytes (both read as U+FFFD), so a Connection field naming
+// one would remove a field of another name. Lengths first: most keys
+// differ from the names they are checked against in length.
+func foldEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
 
 // StoredHeader returns the response fields of h that a replay repeats: a deep
 // copy without hop-by-hop fields, without Content-Length (a replay sets it
