@@ -288,3 +288,59 @@ func TestTakeoverRouteAnswersOnlyARecordedResponse(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 1", n)
 	}
 }
+
+// TestClosedWhileStoreDownStaysClosed: a middleware whose context ends
+// while its Valkey is down (a service, or a Caddy site reloaded onto other
+// store settings, during an outage) connects to nothing once Valkey is
+// back. Both orders: the store was connected before the outage, and it
+// never was.
+func TestClosedWhileStoreDownStaysClosed(t *testing.T) {
+	for _, connected := range []bool{true, false} {
+		t.Run(fmt.Sprintf("connected=%v", connected), func(t *testing.T) {
+			port := valkeytest.FreePort(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			var srv *valkeytest.Server
+			if connected {
+				srv = valkeytest.Start(t, valkeytest.WithPort(port))
+			}
+			cfg, err := config.Parse([]byte(testConfig(addr, "closed:")), nil, config.InProcess())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			gate := httptest.NewServer(idem(newOrders()))
+			if connected {
+				if a := mustPost(t, gate.URL, "alice", "k-1", `{"item":1}`); a.status != http.StatusCreated {
+					t.Fatalf("keyed request with the store up: %d %s", a.status, a.body)
+				}
+				srv.Kill()
+			}
+			gate.Close()
+			cancel()
+			if connected {
+				srv.Restart()
+			} else {
+				srv = valkeytest.Start(t, valkeytest.WithPort(port))
+			}
+			// A client left running reconnects within its backoff (at
+			// most a second); sampled for 4s, the last sample decides,
+			// so a connection attempt already under way at cancel, which
+			// the connector closes at once, does not count.
+			var list string
+			for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
+				if list, err = srv.CLI("CLIENT", "LIST"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if strings.Contains(list, "name=idemgate") {
+				t.Fatalf("a middleware whose context ended is connected to Valkey 4s after it came back:\n%s", list)
+			}
+		})
+	}
+}
