@@ -36,8 +36,9 @@ const MinStoreWaiting = 64
 //     else the DSN's pool_max_conns, else pgxpool's default, the larger of
 //     4 and the CPU count), at least MinStoreWaiting;
 //   - valkey: valkey.PipelineCapacity, the commands valkey-go keeps in
-//     flight before callers wait (1,024 per pipelined connection, 2^min(2,
-//     log2 GOMAXPROCS) connections): past it the client queues them anyway;
+//     flight before callers wait (1,024 per pipelined connection,
+//     store.valkey.connections of them): past it the client queues them
+//     anyway;
 //   - bolt: MinStoreWaiting (one writer at a time);
 //   - memory: 0, no bound: its answers never wait on I/O, so nothing
 //     queues for it.
@@ -46,7 +47,7 @@ func DefaultMaxStoreWaiting(s StoreConfig) int {
 	case DriverPostgres:
 		return max(MinStoreWaiting, StoreWaitingPerConn*postgresPoolSize(s.Postgres))
 	case DriverValkey:
-		return valkey.PipelineCapacity()
+		return valkey.PipelineCapacity(s.Valkey.Connections)
 	case DriverBolt:
 		return MinStoreWaiting
 	}

@@ -24,7 +24,7 @@ func TestMaxStoreWaiting(t *testing.T) {
 	}{
 		{"memory", base, nil, 0},
 		{"bolt", base + "store: {driver: bolt}\n", nil, 64},
-		{"valkey", base + "store: {driver: valkey, valkey: {addrs: ['127.0.0.1:6379']}}\n", nil, valkey.PipelineCapacity()},
+		{"valkey", base + "store: {driver: valkey, valkey: {addrs: ['127.0.0.1:6379']}}\n", nil, valkey.PipelineCapacity(valkey.DefaultConnections)},
 		{"postgres default pool", base + pg, nil, max(64, 16*max(4, runtime.NumCPU()))},
 		{"postgres max_conns", base + "store: {driver: postgres, postgres: {dsn: 'postgres://u@127.0.0.1/db', max_conns: 16}}\n", nil, 16 * 16},
 		{"postgres pool_max_conns in the DSN", base + "store: {driver: postgres, postgres: {dsn: 'postgres://u@127.0.0.1/db?pool_max_conns=5'}}\n", nil, 16 * 5},
@@ -40,8 +40,8 @@ func TestMaxStoreWaiting(t *testing.T) {
 			t.Errorf("%s: max_store_waiting = %d, want %d", c.name, got, c.want)
 		}
 	}
-	if got := valkey.PipelineCapacity(); got < 1024 {
-		t.Errorf("valkey.PipelineCapacity() = %d, want at least one ring of 1024", got)
+	if got := valkey.PipelineCapacity(valkey.DefaultConnections); got < 1024 {
+		t.Errorf("valkey.PipelineCapacity(%d) = %d, want at least one ring of 1024", valkey.DefaultConnections, got)
 	}
 	c, err := Load("", nil, WithOverrides(map[string]string{"store.driver": "bolt", "upstream.url": "http://127.0.0.1:3000"}))
 	if err != nil || c.Server.MaxStoreWaiting != 64 {

@@ -115,6 +115,9 @@ func (b *builder) build(raw *rawConfig) *Config {
 		c.Store.Valkey.Layout = *l
 	}
 	b.duration("store.valkey.max_flush_delay", &c.Store.Valkey.MaxFlushDelay, raw.Store.Valkey.MaxFlushDelay)
+	if n := raw.Store.Valkey.Connections; n != nil {
+		c.Store.Valkey.Connections = *n
+	}
 	b.str(&c.Store.Bolt.Path, raw.Store.Bolt.Path)
 	b.str(&c.Store.Postgres.DSN, raw.Store.Postgres.DSN)
 	b.str(&c.Store.Postgres.Table, raw.Store.Postgres.Table)

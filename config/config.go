@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/store/postgres"
+	"github.com/idemgate/idemgate/store/valkey"
 )
 
 // Store drivers.
@@ -138,6 +139,11 @@ type ValkeyConfig struct {
 	// fresh key and cost latency at low concurrency, docs/performance.md,
 	// "Pipeline flush delay"), at most MaxValkeyMaxFlushDelay.
 	MaxFlushDelay time.Duration
+	// Connections is `store.valkey.connections`: how many pipelined
+	// connections carry the store's commands to each Valkey server, a
+	// power of two from 1 to valkey.MaxConnections (valkey.Options
+	// Connections); default valkey.DefaultConnections, 1.
+	Connections int
 }
 
 // DefaultValkeyLayout is store.valkey.layout when unset: layout 3, which
@@ -340,7 +346,7 @@ func Default() *Config {
 		Store: StoreConfig{
 			Driver:   DriverMemory,
 			V1Lookup: true,
-			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}, CacheBytes: DefaultCacheBytes, Layout: DefaultValkeyLayout},
+			Valkey:   ValkeyConfig{KeyPrefix: "idemgate:", Acks: AcksConfig{Timeout: 500 * time.Millisecond}, CacheBytes: DefaultCacheBytes, Layout: DefaultValkeyLayout, Connections: valkey.DefaultConnections},
 			Bolt:     BoltConfig{Path: "/var/lib/idemgate/idemgate.db"},
 			Postgres: PostgresConfig{Table: postgres.DefaultTable},
 		},
@@ -411,6 +417,9 @@ func (c *Config) Validate() error {
 		}
 		if d := c.Store.Valkey.MaxFlushDelay; d < 0 || d > MaxValkeyMaxFlushDelay {
 			bad("store.valkey.max_flush_delay", "%v must be between 0 (off) and %v", d, MaxValkeyMaxFlushDelay)
+		}
+		if n := c.Store.Valkey.Connections; n < 1 || n > valkey.MaxConnections || n&(n-1) != 0 {
+			bad("store.valkey.connections", "%d must be a power of two from 1 to %d (connections per Valkey server)", n, valkey.MaxConnections)
 		}
 		if l := c.Store.Valkey.Layout; l != 3 && l != 4 && l != 5 {
 			bad("store.valkey.layout", "%d must be 3, 4 or 5 (4 or 5 only once every instance runs a build that reads it)", l)

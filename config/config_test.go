@@ -355,6 +355,9 @@ func TestValidationErrors(t *testing.T) {
 		{"flush delay negative", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: -1us}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
 		{"flush delay too long", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 2ms}}\n", "store.valkey.max_flush_delay", "between 0 (off) and 1ms"},
 		{"flush delay unit", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], max_flush_delay: 50}}\n", "store.valkey.max_flush_delay", "not a duration"},
+		{"connections not a power of two", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], connections: 3}}\n", "store.valkey.connections", "power of two from 1 to 256"},
+		{"connections zero", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], connections: 0}}\n", "store.valkey.connections", "power of two from 1 to 256"},
+		{"connections too many", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], connections: 512}}\n", "store.valkey.connections", "power of two from 1 to 256"},
 		{"valkey layout type", base + "store: {driver: valkey, valkey: {addrs: ['h:1'], layout: four}}\n", "store.valkey.layout", "int"},
 		{"log format", base + "log: {format: xml}\n", "log.format", "text or json"},
 		{"log level", base + "log: {level: trace}\n", "log.level", "debug, info"},
@@ -705,6 +708,23 @@ func TestValkeyMaxFlushDelay(t *testing.T) {
 	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_MAX_FLUSH_DELAY=20us")
 	if c.Store.Valkey.MaxFlushDelay != 20*time.Microsecond {
 		t.Fatalf("max_flush_delay from the environment = %v, want 20µs", c.Store.Valkey.MaxFlushDelay)
+	}
+}
+
+// TestValkeyConnections: store.valkey.connections is one per server
+// unless set, from the file or the environment.
+func TestValkeyConnections(t *testing.T) {
+	c := mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n")
+	if c.Store.Valkey.Connections != 1 {
+		t.Fatalf("default connections = %d, want 1", c.Store.Valkey.Connections)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1'], connections: 4}}\n")
+	if c.Store.Valkey.Connections != 4 {
+		t.Fatalf("connections 4 = %d", c.Store.Valkey.Connections)
+	}
+	c = mustParse(t, base+"store: {driver: valkey, valkey: {addrs: ['h:1']}}\n", "IDEMGATE_STORE_VALKEY_CONNECTIONS=2")
+	if c.Store.Valkey.Connections != 2 {
+		t.Fatalf("connections from the environment = %d, want 2", c.Store.Valkey.Connections)
 	}
 }
 

@@ -134,6 +134,7 @@ type rawConfig struct {
 			CacheBytes    *string `mapstructure:"cache_bytes"`
 			Layout        *int    `mapstructure:"layout"`
 			MaxFlushDelay *string `mapstructure:"max_flush_delay"`
+			Connections   *int    `mapstructure:"connections"`
 		} `mapstructure:"valkey"`
 		Bolt struct {
 			Path *string `mapstructure:"path"`

@@ -67,6 +67,7 @@ func Open(ctx context.Context, c config.StoreConfig, o Options) (store.Store, er
 			CacheBytes:     v.CacheBytes,
 			Layout:         v.Layout,
 			MaxFlushDelay:  v.MaxFlushDelay,
+			Connections:    v.Connections,
 		})
 	case config.DriverPostgres:
 		opts := PostgresOptions(c.Postgres)

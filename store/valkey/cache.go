@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,20 +288,11 @@ func (s *seen) onInvalidations(msgs []valkey.ValkeyMessage) {
 	}
 }
 
-// connsPerServer is how many pipelined connections valkey-go v1.0.79 opens
-// to one standalone or Sentinel server when ClientOption.PipelineMultiplex
-// is 0 (singleClientMultiplex: 2^min(2, log2(GOMAXPROCS))); a Cluster
-// client opens 1 per node, so the bound per node is tighter there.
-func connsPerServer() int {
-	m := int(math.Log2(float64(runtime.GOMAXPROCS(0))))
-	m = min(max(m, 0), 2)
-	return 1 << m
-}
-
-// cacheSizes splits cacheBytes (> 0) into valkey-go's CacheSizeEachConn,
-// the seen set's key count and the bytes of decoded records.
-func cacheSizes(cacheBytes int64) (eachConn, seenKeys int, decodedBytes int64) {
-	conns := int64(connsPerServer())
+// cacheSizes splits cacheBytes (> 0) into valkey-go's CacheSizeEachConn
+// for conns connections per server, the seen set's key count and the
+// bytes of decoded records.
+func cacheSizes(cacheBytes int64, connections int) (eachConn, seenKeys int, decodedBytes int64) {
+	conns := int64(connections)
 	// Divided before multiplied: any int64 bound is accepted, and
 	// cacheBytes*6 overflows from 1.5 EiB up (4 EiB gave 1 byte).
 	eachConn = int(max(cacheBytes/cacheShares*cacheSharesRaw/conns, 1))

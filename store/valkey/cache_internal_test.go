@@ -191,9 +191,11 @@ func TestSeenBounded(t *testing.T) {
 	if sn.len() != 0 || sn.flushes.Load() != 1 {
 		t.Fatalf("after a flush: %d keys, %d flushes", sn.len(), sn.flushes.Load())
 	}
-	eachConn, keys, decodedBytes := cacheSizes(32 << 20)
-	if total := int64(eachConn*connsPerServer()+keys*seenKeyBytes) + decodedBytes; total > 32<<20 {
-		t.Fatalf("cacheSizes(32 MiB) = %d per connection, %d keys, %d decoded bytes: %d bytes in all", eachConn, keys, decodedBytes, total)
+	for _, conns := range []int{1, 2, 4} {
+		eachConn, keys, decodedBytes := cacheSizes(32<<20, conns)
+		if total := int64(eachConn*conns+keys*seenKeyBytes) + decodedBytes; total > 32<<20 {
+			t.Fatalf("cacheSizes(32 MiB, %d) = %d per connection, %d keys, %d decoded bytes: %d bytes in all", conns, eachConn, keys, decodedBytes, total)
+		}
 	}
 }
 
@@ -315,7 +317,7 @@ func (s *seen) lookup(key string) (*decoded, bool) {
 // bound (every key new, one dropped for it), at the size 32 MiB of
 // cache_bytes gives it, with the record keys' length.
 func BenchmarkSeenAddFull(b *testing.B) {
-	_, n, _ := cacheSizes(32 << 20)
+	_, n, _ := cacheSizes(32<<20, DefaultConnections)
 	sn := newSeen(n, 1<<20)
 	keys := make([]string, 4*n)
 	for i := range keys {

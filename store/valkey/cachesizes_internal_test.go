@@ -10,8 +10,8 @@ import (
 // overflow into a cache of one byte per connection.
 func TestCacheSizesLargeBound(t *testing.T) {
 	for _, b := range []int64{1 << 40, 1 << 62, math.MaxInt64} {
-		eachConn, keys, decoded := cacheSizes(b)
-		want := b / cacheShares * cacheSharesRaw / int64(connsPerServer())
+		eachConn, keys, decoded := cacheSizes(b, MaxConnections)
+		want := b / cacheShares * cacheSharesRaw / MaxConnections
 		if int64(eachConn) < want/2 || keys < 1 || decoded < b/cacheShares/2 {
 			t.Errorf("cacheSizes(%d) = %d per connection, %d keys; want about %d per connection", b, eachConn, keys, want)
 		}

@@ -94,6 +94,15 @@ type Options struct {
 	// whose timers round the pause up. 0 (the zero value, and idemgate's
 	// default) writes at once; negative is an error.
 	MaxFlushDelay time.Duration
+	// Connections is how many pipelined connections carry the commands
+	// of this store to each Valkey server (valkey-go's
+	// ClientOption.PipelineMultiplex, as a count): a power of two from 1
+	// to MaxConnections; 0 (the zero value) is DefaultConnections. Fewer
+	// connections gather the commands of concurrent requests into fewer
+	// writes and reads, on both sides (docs/performance.md, "Connections
+	// per server"). The events subscription has its own connection
+	// besides, one per primary.
+	Connections int
 	// Layout is the layout this store writes new records in: Layout3
 	// (the default, when 0), Layout4 or Layout5. Every build from this
 	// one on reads all three; a build from before reads only the layouts
@@ -187,6 +196,12 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.MaxFlushDelay < 0 {
 		return nil, fmt.Errorf("valkey store: Options.MaxFlushDelay %v must be >= 0 (0 writes at once)", opts.MaxFlushDelay)
 	}
+	if opts.Connections == 0 {
+		opts.Connections = DefaultConnections
+	}
+	if !validConnections(opts.Connections) {
+		return nil, fmt.Errorf("valkey store: Options.Connections %d must be a power of two from 1 to %d", opts.Connections, MaxConnections)
+	}
 	if opts.Layout == 0 {
 		opts.Layout = Layout3
 	}
@@ -208,10 +223,11 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		DisableCache: true,
 		// Manual cancellation of a ctx is only honoured in pipeline mode
 		// (valkey-go README, "Context Cancellation").
-		AlwaysPipelining: true,
-		ConnWriteTimeout: opts.ConnTimeout,
-		MaxFlushDelay:    opts.MaxFlushDelay,
-		ClientName:       "idemgate",
+		AlwaysPipelining:  true,
+		ConnWriteTimeout:  opts.ConnTimeout,
+		MaxFlushDelay:     opts.MaxFlushDelay,
+		ClientName:        "idemgate",
+		PipelineMultiplex: pipelineMultiplex(opts.Connections),
 	}
 	co.Dialer.Timeout = opts.DialTimeout
 	// In Cluster mode the events subscriptions follow the primaries
@@ -229,7 +245,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	var sn *seen
 	if opts.CacheBytes > 0 {
-		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes)
+		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes, opts.Connections)
 		sn = newSeen(seenKeys, decodedBytes)
 		co.DisableCache = false
 		co.CacheSizeEachConn = eachConn
