@@ -161,3 +161,23 @@ func TestMiddlewareAllocationCeilings(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkMiddlewarePath sends one exchange after the other of each path
+// through the middleware on a loopback server and a real Valkey (replay
+// cache on), as TestMiddlewareAllocationCeilings does; with -cpuprofile,
+// the functions of packages middleware and proxy are the middleware's own
+// (the client and the handler run in the same process).
+func BenchmarkMiddlewarePath(b *testing.B) {
+	srv := valkeytest.Start(b)
+	g := newAllocGate(b, fmt.Sprintf("store:\n  driver: valkey\n  valkey:\n    addrs: [%q]\n    layout: 5\n", srv.Addr()))
+	for _, name := range []string{"fresh", "replay", "passthrough"} {
+		b.Run(name, func(b *testing.B) {
+			g.tb = b
+			run := allocPath(g, name)
+			b.ReportAllocs()
+			for b.Loop() {
+				run()
+			}
+		})
+	}
+}
