@@ -418,7 +418,7 @@ func (c *Config) Validate() error {
 		if d := c.Store.Valkey.MaxFlushDelay; d < 0 || d > MaxValkeyMaxFlushDelay {
 			bad("store.valkey.max_flush_delay", "%v must be between 0 (off) and %v", d, MaxValkeyMaxFlushDelay)
 		}
-		if n := c.Store.Valkey.Connections; n < 1 || n > valkey.MaxConnections || n&(n-1) != 0 {
+		if n := c.Store.Valkey.Connections; !valkey.ValidConnections(n) {
 			bad("store.valkey.connections", "%d must be a power of two from 1 to %d (connections per Valkey server)", n, valkey.MaxConnections)
 		}
 		if l := c.Store.Valkey.Layout; l != 3 && l != 4 && l != 5 {

@@ -17,12 +17,12 @@ const DefaultConnections = 1
 // MaxPipelineMultiplex (8) as a count.
 const MaxConnections = 1 << valkeygo.MaxPipelineMultiplex
 
-// validConnections reports whether n is a power of two from 1 to
-// MaxConnections.
-func validConnections(n int) bool { return n >= 1 && n <= MaxConnections && n&(n-1) == 0 }
+// ValidConnections reports whether n is a count Options.Connections
+// accepts: a power of two from 1 to MaxConnections.
+func ValidConnections(n int) bool { return n >= 1 && n <= MaxConnections && n&(n-1) == 0 }
 
 // pipelineMultiplex is valkey-go's ClientOption.PipelineMultiplex for n
-// connections per server (validConnections): log2 n, except that 0 there
+// connections per server (ValidConnections): log2 n, except that 0 there
 // is valkey-go's own default (2 or 4 by GOMAXPROCS), so one is -1.
 func pipelineMultiplex(n int) int {
 	if n == 1 {

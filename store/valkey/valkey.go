@@ -100,8 +100,8 @@ type Options struct {
 	// to MaxConnections; 0 (the zero value) is DefaultConnections. Fewer
 	// connections gather the commands of concurrent requests into fewer
 	// writes and reads, on both sides (docs/performance.md, "Connections
-	// per server"). The events subscription has its own connection
-	// besides, one per primary.
+	// per server"). The events subscription shares them (RESP3);
+	// acknowledgements' WAIT and WAITAOF take connections of their own.
 	Connections int
 	// Layout is the layout this store writes new records in: Layout3
 	// (the default, when 0), Layout4 or Layout5. Every build from this
@@ -199,7 +199,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Connections == 0 {
 		opts.Connections = DefaultConnections
 	}
-	if !validConnections(opts.Connections) {
+	if !ValidConnections(opts.Connections) {
 		return nil, fmt.Errorf("valkey store: Options.Connections %d must be a power of two from 1 to %d", opts.Connections, MaxConnections)
 	}
 	if opts.Layout == 0 {
