@@ -9,9 +9,9 @@ package proxy_test
 // with allocs_race_off_test.go.
 var hotPathCeilings = []ceiling{
 	{path: "fresh", memory: 251 + raceMargin, valkey: 274 + raceMargin},
-	{path: "replay", memory: 119 + raceMargin, valkey: 116 + raceMargin},
+	{path: "replay", memory: 119 + raceMargin, valkey: 111 + raceMargin},
 	{path: "passthrough", memory: 234 + raceMargin, valkey: 234 + raceMargin},
-	{path: "mismatch422", memory: 129 + raceMargin, valkey: 126 + raceMargin},
+	{path: "mismatch422", memory: 129 + raceMargin, valkey: 121 + raceMargin},
 	{path: "waitReplay", memory: 419 + raceMargin, valkey: 573 + raceMargin},
 }
 

@@ -72,52 +72,30 @@ const cacheSharesRaw = 6
 // body, roughly: the Record and Response, the header map and its slices.
 const decodedOverhead = 512
 
-// decoded is a record CachedReplay decoded, with the reply it was decoded
-// from. Decoding is a pure function of the reply's fields (a completed
-// record's fields hold everything it returns), so a later cached read
-// whose fields are equal, name for name and byte for byte, gets the same
-// record without parsing the layout and decompressing the body again on
-// every replay (16 % of idemgate's CPU on a replay: docs/performance.md,
-// "Hot path budget"). Equality
-// is checked on every hit, so no invalidation can leave a stale record
-// behind: valkey-go hands out its cached reply itself, whose strings
-// compare equal at their first pointer test, and a reply read after a
-// change differs and is decoded anew.
+// decoded is a completed record CachedReplay decoded from a cached read,
+// with the end of its retention. Once remembered it answers the record's
+// replays by itself, with no read: parsing the layout and decompressing
+// the body took 16 % of idemgate's CPU per replay, and valkey-go's
+// DoMultiCache with its commands another 11 % (docs/performance.md,
+// "Replay cache"). It stays coherent as the client cache itself does:
+// Valkey pushes an invalidation when the key is written, deleted, expires
+// or is evicted, and seen.onInvalidations drops the key with its decoded
+// record; a closed connection or FLUSHALL drops them all (seen.clear); a
+// record decoded from a read that an invalidation may have overtaken is
+// never remembered (seen.remember's epoch). As for a read of the client
+// cache, CachedReplay answers it only behind the fence (CacheFence) and
+// before its retention end by this process's clock.
 type decoded struct {
-	fields map[string]string
-	// value and expiry are the reply of a record of layout 4 (a string),
-	// whose fields is nil: its value and PEXPIRETIME.
-	value  string
-	expiry int64
-	rec    *store.Record
-	size   int64
+	rec *store.Record
+	// end is the record's retention end, unix ms; 0 for none.
+	end  int64
+	size int64
 }
 
-// matchesString reports whether the layout 4 reply v, e is the one d was
-// decoded from.
-func (d *decoded) matchesString(v string, e int64) bool {
-	return d.fields == nil && d.expiry == e && d.value == v
-}
-
-// matches reports whether f is the reply d was decoded from.
-func (d *decoded) matches(f map[string]string) bool {
-	if len(f) != len(d.fields) {
-		return false
-	}
-	for k, v := range f {
-		if w, ok := d.fields[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-// decodedSize estimates what d keeps alive beyond valkey-go's cache.
-func decodedSize(f map[string]string, rec *store.Record) int64 {
+// decodedSize estimates what a decoded rec keeps alive beyond valkey-go's
+// cache (whose reply strings it shares).
+func decodedSize(rec *store.Record) int64 {
 	n := int64(decodedOverhead)
-	for k, v := range f {
-		n += int64(len(k) + len(v))
-	}
 	if rec.Response != nil {
 		n += int64(len(rec.Response.Body))
 		for name, values := range rec.Response.Header {
@@ -156,6 +134,14 @@ type seen struct {
 	// flushes counts the nil invalidations: connections closed with their
 	// cache, and FLUSHALLs.
 	flushes atomic.Int64
+	// epoch counts every key dropped (not a key the full set let go of
+	// to make room: that one's record did not change) and every clear,
+	// under mu: a record
+	// decoded from a read is remembered only when no key left the set
+	// since before the read (remember), so an invalidation that came
+	// between the read and remember never leaves its decoded record to be
+	// answered.
+	epoch uint64
 	// heard is when (unix ns, taken before the command was sent) the last
 	// command that proves the link alive was sent: a fence PING or a
 	// cached read that reached the server; 0 before any (see CacheFence).
@@ -187,6 +173,7 @@ func (s *seen) addLayout(key string, str bool) {
 	if _, ok := s.keys[key]; ok {
 		if _, was := s.strings[key]; was != str {
 			// Rewritten in the other layout: what was decoded is stale.
+			s.epoch++
 			s.deleteLocked(key)
 		} else {
 			return
@@ -209,25 +196,30 @@ func (s *seen) addLayout(key string, str bool) {
 // and whether key was seen completed as a string
 // (layout 4), under one lock: a replay asks both, and the lock is shared
 // by every replay on every core.
-func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool) {
+func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok = s.keys[key]
 	_, str = s.strings[key]
-	return d, str, ok
+	return d, str, ok, s.epoch
 }
 
-// remember keeps d as key's decoded record while key is still seen,
-// forgetting arbitrary other decoded records to stay within maxDecoded.
-func (s *seen) remember(key string, d *decoded) {
+// remember keeps d as key's decoded record while key is still seen and
+// no key left the set since epoch (lookupLayout's, taken before the read
+// d was decoded from), forgetting arbitrary other decoded records to stay
+// within maxDecoded.
+func (s *seen) remember(key string, d *decoded, epoch uint64) {
 	if d.size > s.maxDecoded {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.keys[key]
-	if !ok {
-		return // dropped meanwhile
+	if !ok || s.epoch != epoch {
+		// Dropped meanwhile, or another key was: an invalidation of key
+		// handled between the read and now may have dropped key and a
+		// claim noted it again since.
+		return
 	}
 	if old != nil {
 		s.keys[key] = nil
@@ -256,15 +248,18 @@ func (s *seen) deleteLocked(key string) {
 	delete(s.strings, key)
 }
 
+// drop forgets key: its record was invalidated, or read absent.
 func (s *seen) drop(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.epoch++
 	s.deleteLocked(key)
 }
 
 func (s *seen) clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.epoch++
 	clear(s.keys)
 	clear(s.strings)
 	s.decodedBytes = 0
@@ -310,7 +305,9 @@ var _ store.ReplayCache = (*Store)(nil)
 // the key was not seen, with no round trip. Only a completed record is
 // returned; any other state, or a record whose retention end has passed by
 // this process's clock, answers nil so the caller claims (the claim then
-// decides by the server's clock). With acks on, a read the client cache
+// decides by the server's clock). A record this instance decoded from a
+// cached read before answers from memory with no read at all while Valkey
+// has not invalidated it (decoded). With acks on, a read the client cache
 // did not answer is followed by Get, which acknowledges the record: one
 // that is not acknowledged answers Get's error (store.ErrNotAcknowledged)
 // and the key is forgotten until a claim or Get acknowledges it again.
@@ -320,7 +317,7 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, store.CacheSkipped, nil
 	}
 	key := s.Key(id)
-	memo, str, ok := s.seen.lookupLayout(key)
+	memo, str, ok, epoch := s.seen.lookupLayout(key)
 	if !ok {
 		return nil, store.CacheSkipped, nil
 	}
@@ -332,6 +329,18 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	now, err := s.fence(ctx)
 	if err != nil {
 		return nil, store.CacheSkipped, err
+	}
+	if memo != nil {
+		if memo.end != 0 && memo.end <= now.UnixMilli() {
+			// Ended by this clock: Valkey's invalidation is on its way.
+			s.seen.drop(key)
+			return nil, store.CacheSkipped, nil
+		}
+		if memo.rec.Identity != id {
+			// A SHA-256 collision (below): never replay it.
+			return nil, store.CacheHit, unavailable("cached-replay", errors.New("the record key holds another identity"))
+		}
+		return memo.rec, store.CacheHit, nil
 	}
 	sent := now.UnixNano()
 	read := func() cachedRead {
@@ -382,7 +391,7 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		}
 	}
 	if str {
-		return s.cachedString(id, key, memo, rd, result)
+		return s.cachedString(id, key, epoch, rd, result)
 	}
 	f := rd.f
 	if len(f) == 0 {
@@ -411,18 +420,15 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	if x != 0 && x <= time.Now().UnixMilli() {
 		return nil, result, nil
 	}
-	var r *store.Record
-	if memo != nil && memo.matches(f) {
-		r = memo.rec
-	} else {
-		if r, err = parseFields(s.codec, 0, f); err != nil {
-			return nil, result, unavailable("cached-replay", err)
-		}
-		if result == store.CacheHit && r.Identity == id {
-			// Only a cached reply is worth remembering: it is the one the
-			// next hit hands out again.
-			s.seen.remember(key, &decoded{fields: f, rec: r, size: decodedSize(f, r)})
-		}
+	r, err := parseFields(s.codec, 0, f)
+	if err != nil {
+		return nil, result, unavailable("cached-replay", err)
+	}
+	if result == store.CacheHit && r.Identity == id {
+		// Only a reply the client cache answered is remembered: Valkey
+		// tracks its key for this connection, so a change of the record
+		// reaches onInvalidations.
+		s.seen.remember(key, &decoded{rec: r, end: x, size: decodedSize(r)}, epoch)
 	}
 	if r.Identity != id {
 		// A different identity under the same key would be a SHA-256
@@ -481,7 +487,7 @@ type cachedRead struct {
 // cachedString is CachedReplay's answer from rd, the read of a record of
 // layout 4 (readString), as for a hash but with no map of fields built,
 // compared and parsed per replay.
-func (s *Store) cachedString(id store.Identity, key string, memo *decoded, rd cachedRead, result store.CacheResult) (*store.Record, store.CacheResult, error) {
+func (s *Store) cachedString(id store.Identity, key string, epoch uint64, rd cachedRead, result store.CacheResult) (*store.Record, store.CacheResult, error) {
 	if !rd.present {
 		// Absent: purged or ended (CachedReplay).
 		s.seen.drop(key)
@@ -492,21 +498,16 @@ func (s *Store) cachedString(id store.Identity, key string, memo *decoded, rd ca
 	}
 	// The key's own expiry, -1 for none; refused from this clock as well
 	// (CachedReplay).
-	if x := max(rd.e, 0); x != 0 && x <= time.Now().UnixMilli() {
+	x := max(rd.e, 0)
+	if x != 0 && x <= time.Now().UnixMilli() {
 		return nil, result, nil
 	}
-	var r *store.Record
-	if memo != nil && memo.matchesString(rd.v, rd.e) {
-		r = memo.rec
-	} else {
-		var err error
-		if r, err = parseRecord4(s.codec, 0, rd.v, rd.e); err != nil {
-			return nil, result, unavailable("cached-replay", err)
-		}
-		if result == store.CacheHit && r.Identity == id {
-			s.seen.remember(key, &decoded{value: rd.v, expiry: rd.e, rec: r,
-				size: decodedSize(nil, r) + int64(len(rd.v)) + 8})
-		}
+	r, err := parseRecord4(s.codec, 0, rd.v, rd.e)
+	if err != nil {
+		return nil, result, unavailable("cached-replay", err)
+	}
+	if result == store.CacheHit && r.Identity == id {
+		s.seen.remember(key, &decoded{rec: r, end: x, size: decodedSize(r)}, epoch)
 	}
 	if r.Identity != id {
 		// A SHA-256 collision (CachedReplay): never replay it.

@@ -207,7 +207,7 @@ func TestSeenDecodedBounded(t *testing.T) {
 	for i := range 100 {
 		k := strconv.Itoa(i)
 		sn.add(k)
-		sn.remember(k, &decoded{size: 1000})
+		sn.rememberNow(k, &decoded{size: 1000})
 		if sn.decodedBytes > 3000 {
 			t.Fatalf("%d decoded bytes after %d records, bound 3000", sn.decodedBytes, i+1)
 		}
@@ -219,22 +219,49 @@ func TestSeenDecodedBounded(t *testing.T) {
 	if sn.decodedBytes != 2000 {
 		t.Fatalf("%d decoded bytes after a drop, want 2000", sn.decodedBytes)
 	}
-	sn.remember("gone", &decoded{size: 10})
+	sn.rememberNow("gone", &decoded{size: 10})
 	if _, ok := sn.lookup("gone"); ok || sn.decodedBytes != 2000 {
 		t.Fatal("a key not seen got a decoded record")
 	}
-	sn.remember("98", &decoded{size: 1000})
-	sn.remember("98", &decoded{size: 1000}) // replaced, not counted twice
+	sn.rememberNow("98", &decoded{size: 1000})
+	sn.rememberNow("98", &decoded{size: 1000}) // replaced, not counted twice
 	if sn.decodedBytes > 3000 {
 		t.Fatalf("%d decoded bytes after a record was replaced, bound 3000", sn.decodedBytes)
 	}
-	sn.remember("98", &decoded{size: 4000}) // larger than the whole share
+	sn.rememberNow("98", &decoded{size: 4000}) // larger than the whole share
 	if d, _ := sn.lookup("98"); d == nil || d.size != 1000 || sn.decodedBytes > 3000 {
 		t.Fatal("a record over the share replaced the one kept")
 	}
 	sn.onInvalidations(nil)
 	if sn.decodedBytes != 0 {
 		t.Fatalf("%d decoded bytes after a flush", sn.decodedBytes)
+	}
+}
+
+// TestSeenRememberAfterInvalidation: a record decoded from a read that an
+// invalidation of its key overtook is never remembered, even when a claim
+// noted the key completed again before remember ran; the replays it would
+// answer by itself would be the record as it was before the change.
+func TestSeenRememberAfterInvalidation(t *testing.T) {
+	sn := newSeen(100, 1<<20)
+	sn.add("k")
+	_, _, _, epoch := sn.lookupLayout("k") // before the read
+	sn.drop("k")                           // its invalidation
+	sn.add("k")                            // a claim saw it completed again
+	sn.remember("k", &decoded{size: 10}, epoch)
+	if d, ok := sn.lookup("k"); !ok || d != nil {
+		t.Fatalf("lookup after an overtaken read: %+v %v, want seen with nothing decoded", d, ok)
+	}
+	// A key the full set lets go of to make room changed nothing: a read
+	// of another key in the meantime is still remembered.
+	full := newSeen(2, 1<<20)
+	full.add("a")
+	full.add("b")
+	_, _, _, epoch = full.lookupLayout("b")
+	full.add("c") // a goes
+	full.remember("b", &decoded{size: 10}, epoch)
+	if d, _ := full.lookup("b"); d == nil {
+		t.Fatal("a read was not remembered after an unrelated key made room")
 	}
 }
 
@@ -309,8 +336,14 @@ func (s *seen) len() int {
 
 // lookup reports whether key was seen, and its decoded record if any.
 func (s *seen) lookup(key string) (*decoded, bool) {
-	d, _, ok := s.lookupLayout(key)
+	d, _, ok, _ := s.lookupLayout(key)
 	return d, ok
+}
+
+// rememberNow is remember with the epoch as it is now.
+func (s *seen) rememberNow(key string, d *decoded) {
+	_, _, _, epoch := s.lookupLayout(key)
+	s.remember(key, d, epoch)
 }
 
 // BenchmarkSeenAddFull is what a fresh key costs the seen set at its
