@@ -108,12 +108,22 @@ func decodedSize(rec *store.Record) int64 {
 	return n
 }
 
+// seenEntry is what seen keeps for a key: its decoded record, once
+// CachedReplay decoded one, and whether the record is a string (layouts
+// 4 and 5, read with GET and PEXPIRETIME) or a hash (HGETALL). One map
+// of both: noting a key costs every fresh key one insert and, once the
+// set is full, one delete, in a map too large for the CPU's caches.
+type seenEntry struct {
+	d   *decoded
+	str bool
+}
+
 // seen is the bounded set of record keys this instance has seen completed.
 // Losing a key costs one round trip later (the next replay of it claims),
 // never a wrong answer, so it drops the key added longest ago when full.
 type seen struct {
 	mu   sync.Mutex
-	keys map[string]*decoded // nil until CachedReplay decoded the record
+	keys map[string]seenEntry
 	// added is a ring of the keys in the order they were added, at most
 	// max: a full set drops the key of the oldest entry (if still there),
 	// where ranging over the map for a victim cost 1.1-1.6 us per fresh
@@ -124,10 +134,7 @@ type seen struct {
 	// keys never holds more than max.
 	added []string
 	next  int // the oldest entry of added, once it is full
-	// strings are the keys of keys whose record is a string (layout 4),
-	// read with GET and PEXPIRETIME instead of HGETALL.
-	strings map[string]struct{}
-	max     int
+	max   int
 	// decodedBytes is what the decoded records in keys take (decodedSize),
 	// at most maxDecoded.
 	decodedBytes, maxDecoded int64
@@ -159,7 +166,7 @@ func (s *seen) noteHeard(sent int64) {
 }
 
 func newSeen(max int, maxDecoded int64) *seen {
-	return &seen{keys: make(map[string]*decoded), strings: make(map[string]struct{}), max: max, maxDecoded: maxDecoded}
+	return &seen{keys: make(map[string]seenEntry), max: max, maxDecoded: maxDecoded}
 }
 
 // add notes key as seen completed in a hash (layouts 1 to 3).
@@ -170,8 +177,8 @@ func (s *seen) add(key string) { s.addLayout(key, false) }
 func (s *seen) addLayout(key string, str bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.keys[key]; ok {
-		if _, was := s.strings[key]; was != str {
+	if e, ok := s.keys[key]; ok {
+		if e.str != str {
 			// Rewritten in the other layout: what was decoded is stale.
 			s.epoch++
 			s.deleteLocked(key)
@@ -186,10 +193,7 @@ func (s *seen) addLayout(key string, str bool) {
 		s.added[s.next] = key
 		s.next = (s.next + 1) % s.max
 	}
-	s.keys[key] = nil
-	if str {
-		s.strings[key] = struct{}{}
-	}
+	s.keys[key] = seenEntry{str: str}
 }
 
 // lookupLayout reports whether key was seen, its decoded record if any,
@@ -199,9 +203,8 @@ func (s *seen) addLayout(key string, str bool) {
 func (s *seen) lookupLayout(key string) (d *decoded, str, ok bool, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, ok = s.keys[key]
-	_, str = s.strings[key]
-	return d, str, ok, s.epoch
+	e, ok := s.keys[key]
+	return e.d, e.str, ok, s.epoch
 }
 
 // remember keeps d as key's decoded record while key is still seen and
@@ -214,16 +217,17 @@ func (s *seen) remember(key string, d *decoded, epoch uint64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, ok := s.keys[key]
+	e, ok := s.keys[key]
 	if !ok || s.epoch != epoch {
 		// Dropped meanwhile, or another key was: an invalidation of key
 		// handled between the read and now may have dropped key and a
 		// claim noted it again since.
 		return
 	}
-	if old != nil {
-		s.keys[key] = nil
-		s.decodedBytes -= old.size
+	if e.d != nil {
+		s.decodedBytes -= e.d.size
+		e.d = nil
+		s.keys[key] = e
 	}
 	// An arbitrary victim, as add drops an arbitrary key: this runs once
 	// per record and instance (its first cached replay), not per replay.
@@ -231,21 +235,22 @@ func (s *seen) remember(key string, d *decoded, epoch uint64) {
 		if s.decodedBytes+d.size <= s.maxDecoded {
 			break
 		}
-		if o != nil {
-			s.keys[k] = nil
-			s.decodedBytes -= o.size
+		if o.d != nil {
+			s.decodedBytes -= o.d.size
+			o.d = nil
+			s.keys[k] = o
 		}
 	}
-	s.keys[key] = d
+	e.d = d
+	s.keys[key] = e
 	s.decodedBytes += d.size
 }
 
 func (s *seen) deleteLocked(key string) {
-	if d := s.keys[key]; d != nil {
-		s.decodedBytes -= d.size
+	if e := s.keys[key]; e.d != nil {
+		s.decodedBytes -= e.d.size
 	}
 	delete(s.keys, key)
-	delete(s.strings, key)
 }
 
 // drop forgets key: its record was invalidated, or read absent.
@@ -261,7 +266,6 @@ func (s *seen) clear() {
 	defer s.mu.Unlock()
 	s.epoch++
 	clear(s.keys)
-	clear(s.strings)
 	s.decodedBytes = 0
 	clear(s.added)
 	s.added, s.next = s.added[:0], 0
