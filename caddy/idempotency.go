@@ -400,8 +400,15 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	// returns its last error only, and a dial failure last does not prove
 	// that nothing was sent before it (neverSent).
 	var connected atomic.Bool
+	var sent sendGuard
 	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			connected.Store(true)
+			sent.gotConn(info.Conn)
+		},
+		WroteHeaderField:     sent.wroteHeaderField,
+		WroteHeaders:         sent.wroteHeaders,
+		GotFirstResponseByte: sent.answered,
 	}))
 	if r.ContentLength == 0 {
 		hideKeyFields(r.Header)
@@ -436,28 +443,6 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	h.logger.Error("next handler failed on a keyed request: outcome unknown, the claim is kept",
 		zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 	w.WriteHeader(status)
-}
-
-// hideKeyFields keeps net/http's transport from sending a keyed request
-// without a body a second time by itself. reverse_proxy hands its
-// transport a nil body for a request of length 0, and net/http re-sends a
-// request with a nil body and an Idempotency-Key or X-Idempotency-Key
-// field (looked up by its canonical name) on a new connection when a
-// reused one breaks before the answer, after the upstream may have acted
-// (TestCaddyEmptyBodyNotResentOnReusedConnection). The fields move to
-// their lowercase names in h, the header of the engine's own copy of the
-// request: the upstream gets them as sent (field names are
-// case-insensitive on the wire), and a handler after the module that
-// looks them up by name (a placeholder, a matcher, header_up) no longer
-// finds them on a bodiless keyed request. The length cannot be made
-// unknown instead: php_fastcgi refuses a body of unknown length (411).
-func hideKeyFields(h http.Header) {
-	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
-		if v, ok := h[name]; ok {
-			delete(h, name)
-			h[strings.ToLower(name)] = v
-		}
-	}
 }
 
 // neverSent reports whether err, returned by reverse_proxy with nothing

@@ -236,30 +236,69 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 // field, and the outcome is unknown.
 func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 	vk := valkeytest.Start(t)
-	var execs atomic.Int64
-	// The GET /warm leaves the connection idle for reuse.
-	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, r *http.Request, _ int64) {
-		if r.Header.Get("Idempotency-Key") != "k" {
-			t.Errorf("upstream got Idempotency-Key %q, want the client's", r.Header.Get("Idempotency-Key"))
+	// With header_up (or an https upstream, whose transport sets Host),
+	// reverse_proxy builds the outgoing header again with Header.Add,
+	// which gives each field its canonical name back.
+	for i, block := range []string{"", " {\n\t\theader_up X-Forwarded-Port 443\n\t}"} {
+		name := "plain"
+		if block != "" {
+			name = "header_up"
 		}
-		gatetest.HangUp(w)
+		t.Run(name, func(t *testing.T) {
+			var execs atomic.Int64
+			// The GET /warm leaves the connection idle for reuse.
+			up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, r *http.Request, _ int64) {
+				if r.Header.Get("Idempotency-Key") != "k" {
+					t.Errorf("upstream got Idempotency-Key %q, want the client's", r.Header.Get("Idempotency-Key"))
+				}
+				gatetest.HangUp(w)
+			})
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, "10s"),
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-reuse-%d:", vk.Addr(), i),
+				After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://") + block,
+			})
+			resp, err := http.Get(c.URL + "/warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			first := post(t, c.URL, "alice", "k", "")
+			retry := post(t, c.URL, "alice", "k", "")
+			if n := execs.Load(); n != 1 {
+				t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+			}
+			if retry.Status != http.StatusConflict || retry.replayed() {
+				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
+			}
+		})
+	}
+}
+
+// TestCaddyRetryAfterSendNeverRunsTwice: reverse_proxy with lb_retry_match
+// allowing POST retries the request on another upstream after the first
+// one took it and died. The upstream that died may have acted, so the
+// second send is cut before a byte of it leaves (sendGuard): the
+// upstreams run once between them, and the outcome is unknown.
+func TestCaddyRetryAfterSendNeverRunsTwice(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	dies := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) { gatetest.Die(w) })
+	answers := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+		w.WriteHeader(http.StatusCreated)
 	})
 	c := runCaddy(t, caddySite{
 		YAML:        fmt.Sprintf(conflictYAML, "10s"),
-		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-reuse:", vk.Addr()),
-		After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-lbretry:", vk.Addr()),
+		After: fmt.Sprintf("reverse_proxy %s %s {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tfail_duration 30s\n\t\tmax_fails 1\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}\n\t}",
+			strings.TrimPrefix(dies.URL, "http://"), strings.TrimPrefix(answers.URL, "http://")),
 	})
-	resp, err := http.Get(c.URL + "/warm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	first := post(t, c.URL, "alice", "k", "")
-	retry := post(t, c.URL, "alice", "k", "")
+	first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+	retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
 	if n := execs.Load(); n != 1 {
-		t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+		t.Fatalf("upstreams executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
 	}
 	if retry.Status != http.StatusConflict || retry.replayed() {
-		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
+		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
 	}
 }
