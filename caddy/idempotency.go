@@ -407,7 +407,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 			sent.gotConn(info.Conn)
 		},
 		WroteHeaderField:     sent.wroteHeaderField,
-		WroteHeaders:         sent.wroteHeaders,
+		WroteRequest:         sent.wroteRequest,
 		GotFirstResponseByte: sent.answered,
 	}))
 	if r.ContentLength == 0 {

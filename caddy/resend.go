@@ -3,6 +3,7 @@ package caddyidem
 import (
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 )
@@ -23,21 +24,22 @@ import (
 // sets Host (TestCaddyEmptyBodyNotResentOnReusedConnection/header_up).
 // reverse_proxy sends it again too when lb_retry_match allows a retry
 // after the request was written (TestCaddyRetryAfterSendNeverRunsTwice).
-// Both take a connection for it after one was written and before any
-// answer began: the guard closes that connection as the transport hands it
-// over (GotConn comes before the request is written to it), so the second
-// send fails without a byte, the call ends in an error after a connection,
-// and the outcome is unknown (the claim kept) instead of run twice. A
-// connection taken after an answer began (a handle_response route's own
-// reverse_proxy) is left alone, as are HTTP/2 ones, which carry other
-// requests' streams, and whose transport re-sends only what the upstream
-// said it did not process (REFUSED_STREAM, GOAWAY).
+// Both take a connection for it after it was written in full and before
+// any answer began: the guard closes that connection as the transport
+// hands it over (GotConn comes before the request is written to it), so
+// the second send fails without a byte, the call ends in an error after a
+// connection, and the outcome is unknown (the claim kept) instead of run
+// twice. A connection taken after an answer began (a handle_response
+// route's own reverse_proxy) is left alone, as are HTTP/2 ones, which
+// carry other requests' streams, and whose transport re-sends only what
+// the upstream said it did not process (REFUSED_STREAM, GOAWAY).
 type sendGuard struct {
 	mu sync.Mutex
 	// http1 says the request written last went over HTTP/1 (its Host
 	// field is reported under that name; HTTP/2 reports :authority).
 	http1 bool
-	// unanswered says a request was written and no answer has begun.
+	// unanswered says a request was written in full and no answer has
+	// begun.
 	unanswered bool
 }
 
@@ -49,7 +51,14 @@ func (g *sendGuard) wroteHeaderField(name string, _ []string) {
 	}
 }
 
-func (g *sendGuard) wroteHeaders() {
+// wroteRequest marks a request written in full. One whose write failed
+// is not marked: net/http re-sends a bodiless one only when no byte of it
+// left (a reused connection the upstream had closed before the write),
+// which is safe, and sends no other again.
+func (g *sendGuard) wroteRequest(info httptrace.WroteRequestInfo) {
+	if info.Err != nil {
+		return
+	}
 	g.mu.Lock()
 	g.unanswered = true
 	g.mu.Unlock()
