@@ -39,6 +39,29 @@ func (b *builder) str(dst *string, src *string) {
 	}
 }
 
+// statuses sets *dst to the status classes and codes of v
+// (policy.ParseStatus) when v is set and every entry parses; each bad one
+// is reported under path.
+func (b *builder) statuses(path string, dst *[]policy.StatusRange, v *[]string) {
+	if v == nil {
+		return
+	}
+	st := []policy.StatusRange{}
+	ok := true
+	for _, e := range *v {
+		sr, err := policy.ParseStatus(e)
+		if err != nil {
+			b.bad(path, "%v", err)
+			ok = false
+			continue
+		}
+		st = append(st, sr)
+	}
+	if ok {
+		*dst = st
+	}
+}
+
 func (b *builder) duration(path string, dst *time.Duration, src *string) {
 	if src == nil {
 		return
@@ -208,6 +231,7 @@ func (b *builder) build(raw *rawConfig) *Config {
 		r.Fingerprint.Headers = append([]string(nil), defaults.Fingerprint.Headers...)
 		r.Fingerprint.Exclude = append([]string(nil), defaults.Fingerprint.Exclude...)
 		r.ReplayStatuses = append([]policy.StatusRange(nil), defaults.ReplayStatuses...)
+		r.UnknownStatuses = append([]policy.StatusRange(nil), defaults.UnknownStatuses...)
 		r.TombstoneMethods = append([]string(nil), defaults.TombstoneMethods...)
 		r.Name = ""
 		if rr.Name == nil {
@@ -408,22 +432,8 @@ func (b *builder) apply(r *policy.Route, s *rawSettings, path string) {
 		r.Concurrent = policy.Concurrent(*s.Concurrent)
 	}
 	b.duration(path+".wait_timeout", &r.WaitTimeout, s.WaitTimeout)
-	if s.ReplayStatuses != nil {
-		var st []policy.StatusRange
-		ok := true
-		for _, v := range *s.ReplayStatuses {
-			sr, err := policy.ParseStatus(v)
-			if err != nil {
-				b.bad(path+".replay_statuses", "%v", err)
-				ok = false
-				continue
-			}
-			st = append(st, sr)
-		}
-		if ok {
-			r.ReplayStatuses = st
-		}
-	}
+	b.statuses(path+".replay_statuses", &r.ReplayStatuses, s.ReplayStatuses)
+	b.statuses(path+".unknown_statuses", &r.UnknownStatuses, s.UnknownStatuses)
 	if s.ReplayGRPCCodes != nil {
 		codes := []int{}
 		for _, v := range *s.ReplayGRPCCodes {

@@ -229,6 +229,7 @@ defaults:
   lease: 3s
   retention: 0
   replay_statuses: ["2xx", 409]
+  unknown_statuses: [502, 504]
   fingerprint: {headers: [Content-Type, X-Tenant], query: false}
   max_request_bytes: 64KiB
 routes:
@@ -241,6 +242,7 @@ routes:
     fingerprint: {query: true, headers: []}
     owner: authorization
     replay_statuses: [201]
+    unknown_statuses: []
 `)
 	d := c.Policy.Defaults()
 	if d.Lease != 3*time.Second || d.Retention != 0 || d.Owner.Header != "X-User" || d.Fingerprint.Query || d.MaxRequestBytes != 64<<10 {
@@ -259,12 +261,18 @@ routes:
 	if !slices.Equal(a.ReplayStatuses, []policy.StatusRange{{Min: 200, Max: 299}, {Min: 409, Max: 409}}) || !slices.Equal(a.Methods, []string{"POST"}) {
 		t.Errorf("a = %+v", a)
 	}
+	if !slices.Equal(a.UnknownStatuses, []policy.StatusRange{{Min: 502, Max: 502}, {Min: 504, Max: 504}}) || !a.OutcomeUnknown(504) || a.OutcomeUnknown(503) {
+		t.Errorf("a did not inherit unknown_statuses: %v", a.UnknownStatuses)
+	}
 	b := route(t, c, "b")
 	if b.Lease != 3*time.Second || b.Owner.Kind != identity.OwnerAuthorization || !b.Fingerprint.Query || len(b.Fingerprint.Headers) != 0 || b.Fingerprint.Body != fingerprint.BodyRaw {
 		t.Errorf("b = %+v", b)
 	}
 	if !slices.Equal(b.ReplayStatuses, []policy.StatusRange{{Min: 201, Max: 201}}) || !slices.Equal(b.Methods, []string{"POST", "PATCH"}) {
 		t.Errorf("b = %+v", b)
+	}
+	if len(b.UnknownStatuses) != 0 || b.OutcomeUnknown(504) {
+		t.Errorf("b's unknown_statuses: [] kept the defaults': %v", b.UnknownStatuses)
 	}
 }
 
@@ -400,6 +408,9 @@ func TestValidationErrors(t *testing.T) {
 		{"statuses", base + "defaults: {replay_statuses: ['2xx', 700]}\n", "defaults.replay_statuses", "100..599"},
 		{"statuses class", base + "routes: [{name: a, match: /a, replay_statuses: [6xx]}]\n", "routes[0].replay_statuses", "1xx..5xx"},
 		{"statuses empty", base + "defaults: {replay_statuses: []}\n", "defaults.replay_statuses", "at least one"},
+		{"unknown statuses bad", base + "defaults: {unknown_statuses: [5x4]}\n", "defaults.unknown_statuses", "1xx..5xx"},
+		{"unknown statuses replayed", base + "routes: [{name: a, match: /a, unknown_statuses: [201]}]\n", "routes[0].unknown_statuses", "also in replay_statuses"},
+		{"unknown statuses informational", base + "defaults: {unknown_statuses: [1xx]}\n", "defaults.unknown_statuses", "informational"},
 		{"size syntax", base + "defaults: {max_request_bytes: 1.5MiB}\n", "defaults.max_request_bytes", "fractions"},
 		{"size zero", base + "routes: [{name: a, match: /a, max_response_bytes: 0}]\n", "routes[0].max_response_bytes", "> 0"},
 		{"size unit", base + "defaults: {max_response_bytes: 1TiB}\n", "defaults.max_response_bytes", "unknown unit"},

@@ -226,6 +226,7 @@ type rawSettings struct {
 	Concurrent       *string         `mapstructure:"concurrent"`
 	WaitTimeout      *string         `mapstructure:"wait_timeout"`
 	ReplayStatuses   *[]string       `mapstructure:"replay_statuses"`
+	UnknownStatuses  *[]string       `mapstructure:"unknown_statuses"`
 	ReplayGRPCCodes  *[]string       `mapstructure:"replay_grpc_codes"`
 	MaxRequestBytes  *string         `mapstructure:"max_request_bytes"`
 	MaxResponseBytes *string         `mapstructure:"max_response_bytes"`
@@ -307,6 +308,7 @@ func (s *rawSettings) setFields() map[string]bool {
 	add("concurrent", s.Concurrent != nil)
 	add("wait_timeout", s.WaitTimeout != nil)
 	add("replay_statuses", s.ReplayStatuses != nil)
+	add("unknown_statuses", s.UnknownStatuses != nil)
 	add("replay_grpc_codes", s.ReplayGRPCCodes != nil)
 	add("max_request_bytes", s.MaxRequestBytes != nil)
 	add("max_response_bytes", s.MaxResponseBytes != nil)

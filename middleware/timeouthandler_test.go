@@ -2,12 +2,14 @@ package middleware_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -75,6 +77,69 @@ func TestTimeoutHandlerOutsideRunsOnce(t *testing.T) {
 			t.Fatalf("no replay 10 s after the first call ended: last %d %v", a.status, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times for one key, want 1", n)
+	}
+}
+
+// TestTimeoutHandlerInsideWithUnknownStatus: http.TimeoutHandler between
+// the middleware and a handler that is still acting, on a route that
+// lists its 503 in unknown_statuses: the 503 is passed on with the claim
+// kept, so the retry, sent while the first call still acts, does not run
+// the handler a second time. Without the setting the 503 reads as a
+// refusal written before acting and releases the key (docs/in-process.md,
+// "Timeouts").
+func TestTimeoutHandlerInsideWithUnknownStatus(t *testing.T) {
+	vk := valkeytest.Start(t)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`store:
+  driver: valkey
+  valkey: {addrs: [%q], key_prefix: "timeouthandler-inside:"}
+log:
+  access: false
+defaults:
+  owner: header:X-User
+  lease: 5s
+  concurrent: conflict
+  unknown_statuses: [503]
+routes:
+  - name: orders
+    match: "POST /v1/orders"
+`, vk.Addr())), nil, config.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	acting := make(chan struct{})
+	h := http.TimeoutHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-acting // the first call acts past TimeoutHandler's deadline
+		}
+		w.WriteHeader(http.StatusCreated)
+	}), 200*time.Millisecond, "timeout")
+	srv := httptest.NewServer(idem(h))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(acting) })
+
+	first, err := postWith(t, noRetry, context.Background(), srv.URL, "alice", "k", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.status != http.StatusServiceUnavailable || first.body != "timeout" {
+		t.Fatalf("first: %d %q, want TimeoutHandler's 503 as it came", first.status, first.body)
+	}
+	retry, err := postWith(t, noRetry, context.Background(), srv.URL, "alice", "k", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry.status != http.StatusConflict {
+		t.Fatalf("retry while the first call still acts: %d %q, want 409", retry.status, retry.body)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times for one key, want 1", n)

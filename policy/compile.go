@@ -367,6 +367,7 @@ func cloneRoute(r Route) *Route {
 	r.Fingerprint.Headers = slices.Clone(r.Fingerprint.Headers)
 	r.Fingerprint.Exclude = slices.Clone(r.Fingerprint.Exclude)
 	r.ReplayStatuses = slices.Clone(r.ReplayStatuses)
+	r.UnknownStatuses = slices.Clone(r.UnknownStatuses)
 	r.ReplayGRPCCodes = slices.Clone(r.ReplayGRPCCodes)
 	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
 	r.JWT = r.JWT.Clone()
@@ -551,6 +552,20 @@ func normalize(r *Route, path string) []error {
 			// only one a transport returns is 101, whose body is another
 			// protocol's stream, nothing a replay can repeat.
 			bad("replay_statuses", "%s: informational (1xx) responses are not final and cannot be replayed", s)
+		}
+	}
+	for _, s := range r.UnknownStatuses {
+		switch {
+		case s.Min < 100 || s.Max > 599 || s.Min > s.Max:
+			bad("unknown_statuses", "range %d-%d is not within 100-599", s.Min, s.Max)
+		case s.Min < 200:
+			bad("unknown_statuses", "%s: informational (1xx) responses are not final", s)
+		default:
+			for _, rs := range r.ReplayStatuses {
+				if s.Min <= rs.Max && rs.Min <= s.Max {
+					bad("unknown_statuses", "%s is also in replay_statuses (%s): an answer is either stored or of unknown outcome", s, rs)
+				}
+			}
 		}
 	}
 	checkGRPCCodes(r, bad)

@@ -114,6 +114,13 @@ func (r *Route) describe(w *bufio.Writer) {
 		st[i] = strconv.Quote(s.String())
 	}
 	kv("replay_statuses", "["+strings.Join(st, ", ")+"]")
+	if len(r.UnknownStatuses) > 0 {
+		us := make([]string, len(r.UnknownStatuses))
+		for i, s := range r.UnknownStatuses {
+			us[i] = strconv.Quote(s.String())
+		}
+		kv("unknown_statuses", "["+strings.Join(us, ", ")+"] # passed on, the claim kept: outcome unknown")
+	}
 	kv("replay_grpc_codes", "["+strings.Join(r.GRPCCodeNames(), ", ")+"] # for gRPC calls, by grpc-status")
 	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))
 	kv("max_response_bytes", strconv.FormatInt(r.MaxResponseBytes, 10))

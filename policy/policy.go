@@ -82,18 +82,29 @@ type Route struct {
 	HeaderName string
 	// Key says where the key is read: the Header field (the default) or a
 	// member of a JSON body (`key: {from: body, pointer: /id}`).
-	Key              identity.KeySource
-	Methods          []string
-	Required         bool
-	Owner            identity.OwnerSource
-	JWT              *identity.JWTSettings // the `jwt:` section; set exactly when Owner.Kind is identity.OwnerJWT
-	AllowGlobalKeys  bool
-	Fingerprint      fingerprint.Spec
-	Lease            time.Duration
-	Retention        time.Duration // 0 keeps completed records forever
-	Concurrent       Concurrent
-	WaitTimeout      time.Duration
-	ReplayStatuses   []StatusRange
+	Key             identity.KeySource
+	Methods         []string
+	Required        bool
+	Owner           identity.OwnerSource
+	JWT             *identity.JWTSettings // the `jwt:` section; set exactly when Owner.Kind is identity.OwnerJWT
+	AllowGlobalKeys bool
+	Fingerprint     fingerprint.Spec
+	Lease           time.Duration
+	Retention       time.Duration // 0 keeps completed records forever
+	Concurrent      Concurrent
+	WaitTimeout     time.Duration
+	ReplayStatuses  []StatusRange
+	// UnknownStatuses are the answers that say nothing of whether the
+	// upstream acted (unknown_statuses, none by default): a gateway
+	// between idemgate and the application that answers 504 at its own
+	// timeout while the application goes on, or a wrapper in process
+	// that answers 503 for a handler it leaves running
+	// (http.TimeoutHandler). Such an answer is passed on, neither stored
+	// nor released: the claim is kept until its lease ends, then
+	// on_abandoned decides, as for an upstream exchange that failed after
+	// the request was sent. A status is in at most one of ReplayStatuses
+	// and UnknownStatuses.
+	UnknownStatuses  []StatusRange
 	MaxRequestBytes  int64 // bytes
 	MaxResponseBytes int64 // bytes
 	OnStoreError     OnStoreError

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// ParseStatus parses one replay_statuses entry: a class "1xx".."5xx" (also
+// ParseStatus parses one replay_statuses or unknown_statuses entry: a class "1xx".."5xx" (also
 // "2XX") or a code 100..599.
 func ParseStatus(s string) (StatusRange, error) {
 	s = strings.TrimSpace(s)
@@ -31,6 +31,17 @@ func (s StatusRange) String() string {
 		return strconv.Itoa(s.Min/100) + "xx"
 	}
 	return strconv.Itoa(s.Min) + "-" + strconv.Itoa(s.Max)
+}
+
+// OutcomeUnknown reports whether a response with this status leaves the
+// outcome unknown (unknown_statuses; Route.UnknownStatuses).
+func (r *Route) OutcomeUnknown(status int) bool {
+	for _, s := range r.UnknownStatuses {
+		if s.Min <= status && status <= s.Max {
+			return true
+		}
+	}
+	return false
 }
 
 // Replayable reports whether a response with this status is stored and

@@ -118,6 +118,21 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.upstreamAmbiguous(w, r, ex, ctx, fmt.Errorf("the handler answered %d after upstream.timeout ended its context", resp.StatusCode))
 		return
 	}
+	if route.OutcomeUnknown(resp.StatusCode) {
+		// An answer that says nothing of whether the upstream acted
+		// (unknown_statuses: a gateway's 504 at its own timeout while the
+		// application goes on, a wrapper's 503 for a handler it left
+		// running): passed on as it came, neither stored nor released, so
+		// a retry is refused until the lease ends and on_abandoned decides,
+		// as after an exchange that failed once the request was sent.
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		ex.cause = fmt.Errorf("the upstream answered %d, listed in unknown_statuses: it may have acted, so the key stays claimed until its lease ends", resp.StatusCode)
+		p.log.Warn("upstream answered a status of unknown outcome", "route", route.Name, "key_hash", keyHash(ex.id), "status", resp.StatusCode)
+		ex.outcome, ex.status = metrics.OutcomeUpstreamError, resp.StatusCode
+		p.copyResponse(w, r, ex, resp, nil)
+		return
+	}
 	// The request body has gone upstream and is never sent again (no
 	// retry resends a claimed request): drop this exchange's references
 	// to it, so a large body is not held while the response is read and

@@ -42,12 +42,16 @@ type publishedRoute struct {
 	Fingerprint publishedFingerprint `json:"fingerprint"`
 	// RetentionSeconds is how long a completed response is replayed; 0
 	// means forever.
-	RetentionSeconds int64            `json:"retention_seconds"`
-	Concurrent       publishedConc    `json:"concurrent"`
-	ReusedKey        string           `json:"reused_key"`
-	ReplayStatuses   []string         `json:"replay_statuses"`
-	MaxRequestBytes  int64            `json:"max_request_bytes"`
-	Problems         []publishedIssue `json:"problems"`
+	RetentionSeconds int64         `json:"retention_seconds"`
+	Concurrent       publishedConc `json:"concurrent"`
+	ReusedKey        string        `json:"reused_key"`
+	ReplayStatuses   []string      `json:"replay_statuses"`
+	// UnknownStatuses are the statuses passed on with the claim kept
+	// (unknown_statuses): a retry is refused until the lease ends, then
+	// on_abandoned decides. Omitted when none.
+	UnknownStatuses []string         `json:"unknown_statuses,omitempty"`
+	MaxRequestBytes int64            `json:"max_request_bytes"`
+	Problems        []publishedIssue `json:"problems"`
 	// AdvertiseExpiry says that first answers and replays carry
 	// Idempotency-Key-Expires (advertise_expiry).
 	AdvertiseExpiry bool `json:"advertise_expiry"`
@@ -194,6 +198,9 @@ func publish(p *policy.Policy, typeBase string) publishedPolicy {
 		for _, s := range r.ReplayStatuses {
 			pr.ReplayStatuses = append(pr.ReplayStatuses, s.String())
 		}
+		for _, s := range r.UnknownStatuses {
+			pr.UnknownStatuses = append(pr.UnknownStatuses, s.String())
+		}
 		pr.ReplayGRPCCodes = r.GRPCCodeNames()
 		for _, k := range problem.Catalog() {
 			if applies(r, k) {
@@ -308,7 +315,11 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 		} else {
 			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
 		}
-		fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
+		if len(r.UnknownStatuses) > 0 {
+			fmt.Fprintf(&b, "- **Replayed statuses**: %s. **Outcome unknown**: %s, which say nothing of whether the request took effect: a retry is refused with `409`, as for any request whose outcome is unknown. Any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "), strings.Join(r.UnknownStatuses, ", "))
+		} else {
+			fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
+		}
 		if mayCarryGRPC(r) {
 			fmt.Fprintf(&b, "- **gRPC calls** (`Content-Type: application/grpc`): stored by `grpc-status`, for %s; `CANCELLED` and `DEADLINE_EXCEEDED` leave the outcome unknown, any other code is not stored and a retry is performed again.\n", strings.Join(r.ReplayGRPCCodes, ", "))
 		}
