@@ -1,7 +1,7 @@
 // Package caddyidem is idemgate's engine as a Caddy v2 HTTP handler,
 // http.handlers.idempotency, with the Caddyfile directive idempotency
-// (ordered before handle, and so before handle_path, route, respond and
-// reverse_proxy). It enforces HTTP idempotency
+// (ordered before invoke and handle, and so before handle_path, route,
+// respond and reverse_proxy). It enforces HTTP idempotency
 // (draft-ietf-httpapi-idempotency-key-header) on the handlers after it in
 // the route: the first request of a key reaches them once, its replayable
 // response is stored and replayed to retries, a key reused on another
@@ -111,14 +111,16 @@ import (
 func init() {
 	caddy.RegisterModule(Handler{})
 	httpcaddyfile.RegisterDirective("idempotency", parseDirective)
-	// Before handle, not just before reverse_proxy: handle, handle_path
-	// and route come before reverse_proxy in Caddy's order, and a block
-	// of them whose reverse_proxy answers ends the request, so a handler
-	// ordered after them never saw the requests they serve
-	// (TestCaddyEnforcesBesideHandleBlocks). The directives between
-	// handle and reverse_proxy (abort, error, copy_response, respond,
-	// metrics) answer keyed requests under the claim too.
-	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "handle")
+	// Before invoke and handle, not just before reverse_proxy: invoke,
+	// handle, handle_path and route come before reverse_proxy in Caddy's
+	// order, and a named route or block whose reverse_proxy answers ends
+	// the request, so a handler ordered after them never saw the
+	// requests they serve (TestCaddyEnforcesBesideHandleBlocks). The
+	// directives between them and reverse_proxy (abort, error,
+	// copy_response, respond, metrics) answer keyed requests under the
+	// claim too. Authentication (basic_auth, forward_auth) stays before
+	// it, at the top of a site.
+	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "invoke")
 }
 
 // Handler is the http.handlers.idempotency module: idemgate's engine

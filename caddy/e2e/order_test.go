@@ -23,14 +23,20 @@ func TestCaddyEnforcesBesideHandleBlocks(t *testing.T) {
 		"handle /orders* {\n\t\treverse_proxy %s\n\t}\n\thandle {\n\t\trespond 404\n\t}",
 		"handle_path /orders* {\n\t\treverse_proxy %s\n\t}",
 		"route /orders* {\n\t\treverse_proxy %s\n\t}",
+		"invoke orders",
 	} {
 		block := strings.Fields(form)[0]
 		t.Run(block, func(t *testing.T) {
 			up := startUpstream(t)
-			c := runCaddy(t, caddySite{
+			site := caddySite{
 				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-order-%d:", vk.Addr(), i),
 				After:       fmt.Sprintf(form, strings.TrimPrefix(up.URL, "http://")),
-			})
+			}
+			if block == "invoke" {
+				site.After = form
+				site.Sites = fmt.Sprintf("&(orders) {\n\treverse_proxy %s\n}\n", strings.TrimPrefix(up.URL, "http://"))
+			}
+			c := runCaddy(t, site)
 			first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
 			if first.Status != http.StatusCreated {
 				t.Fatalf("first: %d %s\n%s", first.Status, first.Body, c.out.String())
