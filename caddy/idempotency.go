@@ -410,8 +410,10 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	// returns its last error only, and a dial failure last does not prove
 	// that nothing was sent before it (neverSent).
 	var connected atomic.Bool
-	var sent sendGuard
-	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	sent := sendGuard{cancel: cancel}
+	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			connected.Store(true)
 			sent.gotConn(info.Conn)
@@ -424,6 +426,14 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		hideKeyFields(r.Header)
 	}
 	err := c.next.ServeHTTP(rec, r)
+	if sent.cut() {
+		// Whatever reverse_proxy made of its cancelled call (499, no
+		// error), an upstream may have acted on the first send.
+		middleware.OutcomeUnknown(r, errors.Join(errSecondSendCut, err))
+		h.logger.Error("a second send of a keyed request to an upstream was cut: outcome unknown, the claim is kept", zap.Error(err))
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
 	if err == nil {
 		return
 	}

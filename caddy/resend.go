@@ -1,6 +1,8 @@
 package caddyidem
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -30,9 +32,16 @@ import (
 // the second send fails without a byte, the call ends in an error after a
 // connection, and the outcome is unknown (the claim kept) instead of run
 // twice. A connection taken after an answer began (a handle_response
-// route's own reverse_proxy) is left alone, as are HTTP/2 ones, which
-// carry other requests' streams, and whose transport re-sends only what
-// the upstream said it did not process (REFUSED_STREAM, GOAWAY).
+// route's own reverse_proxy) is left alone. An HTTP/2 connection carries
+// other requests' streams, so it is never closed: the guard cancels the
+// call's context instead, which its transport checks before it writes a
+// stream's header (encodeAndWriteHeaders), as reverse_proxy retries a
+// request that went over HTTP/2 all the same
+// (TestCaddyRetryAfterSendNeverRunsTwice/h2c). reverse_proxy answers a
+// cancelled call 499 with no error, so callNext asks cut and makes the
+// call an unknown outcome itself. That also cuts the HTTP/2 transport's
+// own re-send of a stream written in full that the upstream then refused
+// (REFUSED_STREAM, GOAWAY): an unknown outcome, never a second run.
 type sendGuard struct {
 	mu sync.Mutex
 	// http1 says the request written last went over HTTP/1 (its Host
@@ -41,6 +50,22 @@ type sendGuard struct {
 	// unanswered says a request was written in full and no answer has
 	// begun.
 	unanswered bool
+	// answering says an answer began to the request being sent before
+	// it was written in full (an upstream may answer early, and HTTP/2
+	// is full duplex): its end does not leave it unanswered.
+	answering bool
+	// cancel ends the context of the call's requests to upstreams;
+	// cancelled says it did.
+	cancel    context.CancelFunc
+	cancelled bool
+}
+
+// cut reports whether the guard cancelled the call's context to stop a
+// second send over HTTP/2.
+func (g *sendGuard) cut() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cancelled
 }
 
 func (g *sendGuard) wroteHeaderField(name string, _ []string) {
@@ -60,24 +85,33 @@ func (g *sendGuard) wroteRequest(info httptrace.WroteRequestInfo) {
 		return
 	}
 	g.mu.Lock()
-	g.unanswered = true
+	g.unanswered = !g.answering
 	g.mu.Unlock()
 }
 
 func (g *sendGuard) answered() {
 	g.mu.Lock()
-	g.unanswered, g.http1 = false, false
+	g.unanswered, g.http1, g.answering = false, false, true
 	g.mu.Unlock()
 }
 
-// gotConn closes conn when it is about to carry again an HTTP/1 request
-// that was written and not answered.
+// gotConn stops conn from carrying again a request that was written and
+// not answered: it closes it after HTTP/1, and cancels the call's
+// context after HTTP/2 (sendGuard says why).
 func (g *sendGuard) gotConn(conn net.Conn) {
 	g.mu.Lock()
-	resend := g.unanswered && g.http1
+	resend, http1 := g.unanswered, g.http1
+	g.answering = false
+	g.cancelled = g.cancelled || (resend && !http1)
 	g.mu.Unlock()
-	if resend && conn != nil {
-		_ = conn.Close()
+	switch {
+	case !resend:
+	case http1:
+		if conn != nil {
+			_ = conn.Close()
+		}
+	default:
+		g.cancel()
 	}
 }
 
@@ -102,3 +136,7 @@ func hideKeyFields(h http.Header) {
 		}
 	}
 }
+
+// errSecondSendCut is the cause of an unknown outcome whose second send
+// to an upstream the guard cut by cancelling the call's context.
+var errSecondSendCut = errors.New("a second send of the request to an upstream was cut")

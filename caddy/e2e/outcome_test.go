@@ -279,26 +279,41 @@ func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 // allowing POST retries the request on another upstream after the first
 // one took it and died. The upstream that died may have acted, so the
 // second send is cut before a byte of it leaves (sendGuard): the
-// upstreams run once between them, and the outcome is unknown.
+// upstreams run once between them, and the outcome is unknown. Over
+// HTTP/1 the first one resets its connection; over HTTP/2 (h2c) it
+// resets its stream, and reverse_proxy retries all the same.
 func TestCaddyRetryAfterSendNeverRunsTwice(t *testing.T) {
 	vk := valkeytest.Start(t)
-	var execs atomic.Int64
-	dies := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) { gatetest.Die(w) })
-	answers := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
-		w.WriteHeader(http.StatusCreated)
-	})
-	c := runCaddy(t, caddySite{
-		YAML:        fmt.Sprintf(conflictYAML, "10s"),
-		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-lbretry:", vk.Addr()),
-		After: fmt.Sprintf("reverse_proxy %s %s {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tfail_duration 30s\n\t\tmax_fails 1\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}\n\t}",
-			strings.TrimPrefix(dies.URL, "http://"), strings.TrimPrefix(answers.URL, "http://")),
-	})
-	first := post(t, c.URL, "alice", "k", `{"amount":1}`)
-	retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
-	if n := execs.Load(); n != 1 {
-		t.Fatalf("upstreams executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
-	}
-	if retry.Status != http.StatusConflict || retry.replayed() {
-		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
+	for i, tc := range []struct {
+		name     string
+		upstream func(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string
+		die      func(http.ResponseWriter)
+	}{
+		{"http1", func(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string {
+			return strings.TrimPrefix(gatetest.CountingUpstream(t, execs, handle).URL, "http://")
+		}, gatetest.Die},
+		{"h2c", h2cUpstream, func(http.ResponseWriter) { panic(http.ErrAbortHandler) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var execs atomic.Int64
+			dies := tc.upstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) { tc.die(w) })
+			answers := tc.upstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+				w.WriteHeader(http.StatusCreated)
+			})
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, "10s"),
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-lbretry-%d:", vk.Addr(), i),
+				After: fmt.Sprintf("reverse_proxy %s %s {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tfail_duration 30s\n\t\tmax_fails 1\n\t\tlb_retry_match {\n\t\t\tmethod POST\n\t\t}\n\t}",
+					dies, answers),
+			})
+			first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			if n := execs.Load(); n != 1 {
+				t.Fatalf("upstreams executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+			}
+			if retry.Status != http.StatusConflict || retry.replayed() {
+				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
+			}
+		})
 	}
 }
