@@ -56,14 +56,17 @@
 // key (middleware.NothingDone) when no upstream got a connection earlier
 // in the call (reverse_proxy returns its last error only: neverSent): the adapter writes the error's status
 // with an empty body, as Caddy does when no handle_errors route is set,
-// and a retry runs again. Every other error leaves the outcome unknown
+// and a retry runs again. So does a 4xx error from a call in which
+// reverse_proxy picked no upstream and no connection was made (refused:
+// basic_auth, an error directive, file_server in a handle block below a
+// top-level idempotency). Every other error leaves the outcome unknown
 // (middleware.OutcomeUnknown), as the standalone proxy's for an upstream
 // that failed after the request was sent: the claim is kept until its
 // lease ends and on_abandoned decides then, and the client gets 502
 // upstream-failed (504 upstream-timeout for a timeout). A handler that
-// refuses a request before acting answers it (respond, a status written)
-// instead of returning an error: a status that is not stored releases the
-// key. The error is logged at error level, and Caddy's handle_errors
+// refuses a request with a 5xx before acting answers it (respond, a
+// status written) instead of returning an error: a status that is not
+// stored releases the key. The error is logged at error level, and Caddy's handle_errors
 // routes do not see it (the response is already decided). A request the
 // engine does not enforce (another method, no key on a route that does
 // not require one) reaches the next handler with Caddy's own
@@ -448,9 +451,9 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	if neverSent(err) && !connected.Load() {
+	if (neverSent(err) || refused(r, err)) && !connected.Load() {
 		middleware.NothingDone(r)
-		h.logger.Error("next handler could not reach its upstream on a keyed request: key released",
+		h.logger.Error("next handler reached no upstream on a keyed request (dial failure, none available, or a refusal): key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 		w.WriteHeader(status)
 		return
@@ -463,6 +466,28 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	h.logger.Error("next handler failed on a keyed request: outcome unknown, the claim is kept",
 		zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 	w.WriteHeader(status)
+}
+
+// refused reports whether err is a handler's refusal of r that reached no
+// upstream: a 4xx status (RFC 9110 section 15.5: the request was not
+// acted on, the client erred), from a call in which reverse_proxy picked
+// no upstream (it sets {http.reverse_proxy.upstream.address} before it
+// sends, FastCGI ones included). basic_auth's 401, an `error` directive's
+// 403, file_server's 404 or 405, request_body's 413: a handler ordered
+// after idempotency, as in a handle block below a top-level one, refused
+// the request, and the key is released rather than its outcome left
+// unknown (TestCaddyRefusalReleasesKey). A 5xx is not a refusal.
+func refused(r *http.Request, err error) bool {
+	var he caddyhttp.HandlerError
+	if !errors.As(err, &he) || he.StatusCode < 400 || he.StatusCode > 499 {
+		return false
+	}
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return false
+	}
+	_, proxied := repl.Get("http.reverse_proxy.upstream.address")
+	return !proxied
 }
 
 // neverSent reports whether err, returned by reverse_proxy with nothing
