@@ -44,7 +44,10 @@ import (
 // closed. A silent link thus stops cached replays within CacheFence plus
 // one PING's timeout. The PING vouches for the server (standalone,
 // Sentinel primary); in a Cluster it reaches one node, not necessarily
-// the record's.
+// the record's. Through Sentinel, a PING or read answered after a switch
+// to another primary drops every record seen on the old one
+// (seen.servedBy): the PING reaches the new primary, and the old one may
+// be the silent link.
 const CacheFence = 100 * time.Millisecond
 
 // DefaultCacheTTL is the longest a record stays in the client cache
@@ -149,6 +152,9 @@ type seen struct {
 	// between the read and remember never leaves its decoded record to be
 	// answered.
 	epoch uint64
+	// server is the address of the primary a Sentinel client sent to
+	// when last asked (servedBy), under mu; "" otherwise.
+	server string
 	// heard is when (unix ns, taken before the command was sent) the last
 	// command that proves the link alive was sent: a fence PING or a
 	// cached read that reached the server; 0 before any (see CacheFence).
@@ -264,11 +270,56 @@ func (s *seen) drop(key string) {
 func (s *seen) clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.clearLocked()
+}
+
+func (s *seen) clearLocked() {
 	s.epoch++
 	clear(s.keys)
 	s.decodedBytes = 0
 	clear(s.added)
 	s.added, s.next = s.added[:0], 0
+}
+
+// servedBy notes addr, the primary a Sentinel client sends to now, and
+// clears the set when it is another than the one noted before: the
+// records seen and decoded on the old primary are tracked on its
+// connection alone, which valkey-go closes, and so drops its cache, only
+// once its keepalive times out when that primary stalled, while the fence
+// PING reaches the new one (TestCacheSentinelFailoverFromStalledPrimary).
+// It reports whether it cleared.
+func (s *seen) servedBy(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if addr == s.server {
+		return false
+	}
+	switched := s.server != ""
+	s.server = addr
+	if switched {
+		s.clearLocked()
+	}
+	return switched
+}
+
+// sentinelPrimary returns the address of the primary c, a Sentinel
+// client, sends to now.
+func sentinelPrimary(c valkey.Client) string {
+	for addr := range c.Nodes() {
+		return addr
+	}
+	return ""
+}
+
+// heardFrom notes that a command sent at sent (unix ns) was answered, and
+// through Sentinel whether the primary changed (seen.servedBy), which it
+// reports. A Nodes call per fence PING or missed read, never per hit.
+func (s *Store) heardFrom(sent int64) (switched bool) {
+	if s.sentinel {
+		switched = s.seen.servedBy(sentinelPrimary(s.client))
+	}
+	s.seen.noteHeard(sent)
+	return switched
 }
 
 // onInvalidations is valkey-go's ClientOption.OnInvalidations: it runs on
@@ -330,9 +381,13 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	}
 	// The fence's clock read stands for when the read is sent: no later
 	// than the read, so the Valkey answer it notes is never dated late.
-	now, err := s.fence(ctx)
+	now, switched, err := s.fence(ctx)
 	if err != nil {
 		return nil, store.CacheSkipped, err
+	}
+	if switched {
+		// memo and str came from the old primary's records.
+		return nil, store.CacheSkipped, nil
 	}
 	if memo != nil {
 		if memo.end != 0 && memo.end <= now.UnixMilli() {
@@ -379,7 +434,7 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, result, unavailable("cached-replay", rd.err)
 	}
 	if result == store.CacheMiss {
-		s.seen.noteHeard(sent)
+		s.heardFrom(sent)
 		if s.acks.On() {
 			// Read from the server, with no acknowledgement: the record
 			// may be a completion still waiting for its own. Get reads it
@@ -444,21 +499,21 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 
 // fence makes sure Valkey answered this process less than CacheFence ago,
 // sending a PING when it did not (CacheFence says why). It returns the
-// time it read before any PING, for the caller's own read to use. Errors
-// wrap store.ErrUnavailable.
-func (s *Store) fence(ctx context.Context) (time.Time, error) {
+// time it read before any PING, for the caller's own read to use, and
+// whether the PING found that Sentinel had switched to another primary
+// (heardFrom). Errors wrap store.ErrUnavailable.
+func (s *Store) fence(ctx context.Context) (time.Time, bool, error) {
 	now := time.Now()
 	if h := s.seen.heard.Load(); h != 0 && now.Sub(time.Unix(0, h)) < CacheFence {
-		return now, nil
+		return now, false, nil
 	}
 	err := await(ctx, func() valkey.ValkeyResult {
 		return s.client.Do(ctx, s.client.B().Ping().Build())
 	}).Error()
 	if err != nil {
-		return now, unavailable("cached-replay", fmt.Errorf("fence PING: %w", ctxWrap(ctx, err)))
+		return now, false, unavailable("cached-replay", fmt.Errorf("fence PING: %w", ctxWrap(ctx, err)))
 	}
-	s.seen.noteHeard(now.UnixNano())
-	return now, nil
+	return now, s.heardFrom(now.UnixNano()), nil
 }
 
 // sawCompleted notes that the record at key is completed, so its next

@@ -158,7 +158,10 @@ type Store struct {
 	codec *layout.BodyCodec
 
 	// seen is nil when the replay cache is off (Options.CacheBytes 0).
-	seen     *seen
+	seen *seen
+	// sentinel says the client finds its primary through Sentinel
+	// (heardFrom).
+	sentinel bool
 	cacheTTL time.Duration
 
 	stopSub   context.CancelFunc
@@ -304,6 +307,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		codec:   codec,
 
 		seen:     sn,
+		sentinel: client.Mode() == valkey.ClientModeSentinel,
 		cacheTTL: DefaultCacheTTL,
 
 		acks:        opts.Acks,
@@ -318,6 +322,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock
+	}
+	if sn != nil && s.sentinel {
+		sn.servedBy(sentinelPrimary(client))
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
