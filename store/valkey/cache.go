@@ -85,9 +85,10 @@ const decodedOverhead = 512
 // or is evicted, and seen.onInvalidations drops the key with its decoded
 // record; a closed connection or FLUSHALL drops them all (seen.clear); a
 // record decoded from a read that an invalidation may have overtaken is
-// never remembered (seen.remember's epoch). As for a read of the client
-// cache, CachedReplay answers it only behind the fence (CacheFence) and
-// before its retention end by this process's clock.
+// never remembered (seen.remember's epoch); a switch of Sentinel primary
+// drops them all (seen.servedBy); a Cluster keeps none (New). As for a
+// read of the client cache, CachedReplay answers it only behind the fence
+// (CacheFence) and before its retention end by this process's clock.
 type decoded struct {
 	rec *store.Record
 	// end is the record's retention end, unix ms; 0 for none.

@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,80 @@ func TestCacheSentinelFailoverFromStalledPrimary(t *testing.T) {
 			t.Fatalf("the record purged on the new primary is still replayed from the stalled primary's cache %v after (%v)", time.Since(purged), res)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCacheClusterFailoverFromStalledPrimary is
+// TestCacheSentinelFailoverFromStalledPrimary in a Cluster: a primary
+// stalls, its replica takes over, and an instance that learned the new
+// topology purges records that another instance read from the stalled
+// primary. The fence PING reaches any node, so that instance must not
+// answer those records from memory while their connection lingers.
+func TestCacheClusterFailoverFromStalledPrimary(t *testing.T) {
+	c := valkeytest.StartClusterWithReplicas(t, 3)
+	prefix := randomPrefix()
+	opts := valkey.Options{Addrs: c.Addrs(), KeyPrefix: prefix, CacheBytes: 1 << 20}
+	s1, writer := newStore(t, opts), newStore(t, opts)
+	var ids []store.Identity
+	for i := 0; len(ids) < 3; i++ {
+		if i == 64 {
+			t.Fatal("64 keys, too few on primary 0")
+		}
+		id, _ := completeOne(t, writer, "k"+strconv.Itoa(i), time.Hour)
+		if out, _ := c.Servers[0].CLI("EXISTS", writer.Key(id)); out != "1" {
+			continue
+		}
+		if _, err := s1.Get(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			cached(t, s1, id)
+		}
+		if rec, res := cached(t, s1, id); rec == nil || res != store.CacheHit {
+			t.Fatalf("before the failover: %+v %v, want a hit", rec, res)
+		}
+		ids = append(ids, id)
+	}
+	if out, err := c.Servers[0].CLI("WAIT", "1", "5000"); err != nil || out != "1" {
+		t.Fatalf("WAIT: %q %v", out, err)
+	}
+	c.Servers[0].Pause()
+	t.Cleanup(c.Servers[0].Resume)
+	if out, err := c.Replicas[0].CLI("CLUSTER", "FAILOVER", "TAKEOVER"); err != nil || out != "OK" {
+		t.Fatalf("CLUSTER FAILOVER TAKEOVER: %q %v", out, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if role, _ := c.Replicas[0].CLI("ROLE"); strings.HasPrefix(role, "master") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica 0 not promoted in 15 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// An instance started now learns the new topology.
+	purger := newStore(t, valkey.Options{Addrs: []string{c.Servers[1].Addr()}, KeyPrefix: prefix})
+	for _, id := range ids {
+		if ok, err := purger.Delete(t.Context(), id); err != nil || !ok {
+			t.Fatalf("Delete on the new primary: %v %v", ok, err)
+		}
+	}
+	// valkey-go's own cache answers from the stalled node's connection
+	// until the client refreshes its slots (a command to that node fails,
+	// a fence PING among them): a Cluster promises no CacheFence bound,
+	// only that nothing outlives that refresh, where the connection itself
+	// lingers until its keepalive times out (2 ConnTimeouts, 6 s).
+	purged := time.Now()
+	for time.Since(purged) < 2*time.Second {
+		for _, id := range ids {
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			rec, res, _ := s1.CachedReplay(ctx, id)
+			cancel()
+			if rec != nil && time.Since(purged) > time.Second {
+				t.Fatalf("%s purged on the new primary is still replayed %v after (%v)", id.Key, time.Since(purged), res)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -326,6 +326,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if sn != nil && s.sentinel {
 		sn.servedBy(sentinelPrimary(client))
 	}
+	if sn != nil && client.Mode() == valkey.ClientModeCluster {
+		// No decoded records in a Cluster: the fence PING reaches any
+		// node, so a record decoded from a node that stalled and failed
+		// over was answered until its connection timed out
+		// (TestCacheClusterFailoverFromStalledPrimary); each hit asks
+		// valkey-go's cache, which reads the slot's current primary.
+		sn.maxDecoded = 0
+	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
 	ready := make(chan struct{})
