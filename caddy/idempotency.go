@@ -415,7 +415,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	var connected atomic.Bool
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sent := sendGuard{cancel: cancel}
+	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0}
 	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			connected.Store(true)
@@ -424,6 +424,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		WroteHeaderField:     sent.wroteHeaderField,
 		WroteRequest:         sent.wroteRequest,
 		GotFirstResponseByte: sent.answered,
+		Got1xxResponse:       sent.got1xx,
 	}))
 	if r.ContentLength == 0 {
 		hideKeyFields(r.Header)

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/internal/gatetest"
 )
@@ -28,4 +30,23 @@ func h2cUpstream(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) str
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return "h2c://" + strings.TrimPrefix(srv.URL, "http://")
+}
+
+// http1Upstream is gatetest.CountingUpstream's address for reverse_proxy.
+func http1Upstream(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string {
+	t.Helper()
+	return strings.TrimPrefix(gatetest.CountingUpstream(t, execs, handle).URL, "http://")
+}
+
+// postExpect is post with Expect: 100-continue, as curl sends a body
+// over 1 KiB.
+func postExpect(t *testing.T, url, user, key, body string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, b, err := gatetest.Post(ctx, nil, url+"/orders", "", http.Header{"Idempotency-Key": {key}, "X-User": {user}, "Expect": {"100-continue"}}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
 }
