@@ -1,7 +1,9 @@
 // Package caddyidem is idemgate's engine as a Caddy v2 HTTP handler,
 // http.handlers.idempotency, with the Caddyfile directive idempotency
-// (ordered before invoke and handle, and so before handle_path, route,
-// respond and reverse_proxy). It enforces HTTP idempotency
+// (ordered before reverse_proxy, after authentication and the handle,
+// handle_path, route and invoke blocks; a Caddyfile that puts it at the
+// top of a site whose blocks reach a backend is refused, unless it orders
+// it before them). It enforces HTTP idempotency
 // (draft-ietf-httpapi-idempotency-key-header) on the handlers after it in
 // the route: the first request of a key reaches them once, its replayable
 // response is stored and replayed to retries, a key reused on another
@@ -114,16 +116,10 @@ import (
 func init() {
 	caddy.RegisterModule(Handler{})
 	httpcaddyfile.RegisterDirective("idempotency", parseDirective)
-	// Before invoke and handle, not just before reverse_proxy: invoke,
-	// handle, handle_path and route come before reverse_proxy in Caddy's
-	// order, and a named route or block whose reverse_proxy answers ends
-	// the request, so a handler ordered after them never saw the
-	// requests they serve (TestCaddyEnforcesBesideHandleBlocks). The
-	// directives between them and reverse_proxy (abort, error,
-	// copy_response, respond, metrics) answer keyed requests under the
-	// claim too. Authentication (basic_auth, forward_auth) stays before
-	// it, at the top of a site.
-	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, "invoke")
+	// After authentication and the block directives (orderedBefore); a
+	// top-level idempotency beside blocks that reach a backend is refused
+	// (checkPlace).
+	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.Before, orderedBefore)
 }
 
 // Handler is the http.handlers.idempotency module: idemgate's engine
@@ -623,6 +619,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	if !h.Next() {
 		return nil, h.ArgErr()
+	}
+	if err := checkPlace(h, h.File(), h.Line()); err != nil {
+		return nil, err
 	}
 	if h.NextArg() && configMatcher(h.Val()) {
 		return nil, h.Errf("idempotency %s: Caddy reads a first argument that starts with / as a path matcher, not as the configuration file, so this handler would run without its configuration and only for the request path %s: write idempotency { config %s }",

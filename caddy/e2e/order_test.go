@@ -12,15 +12,20 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestCaddyEnforcesBesideHandleBlocks: idempotency at the top of a site
-// whose reverse_proxy sits in a handle, handle_path or route block (the
-// usual Caddyfile of an API with more than one backend) runs the upstream
-// once for a key and replays the retry. The Caddyfile sorts top-level
-// directives by their order, and a block whose reverse_proxy answers ends
-// the request: a handler ordered after those blocks would never see a
-// request they serve, and every duplicate would reach the upstream with
-// nothing to show for it.
-func TestCaddyEnforcesBesideHandleBlocks(t *testing.T) {
+// TestCaddyTopLevelBesideBlocksRefused: idempotency at the top of a site
+// whose reverse_proxy sits in a handle, handle_path or route block, or in
+// a named route it invokes (the usual Caddyfile of an API with more than
+// one backend), would come after those blocks in Caddy's order and never
+// see the requests they send on: every duplicate would reach the upstream
+// with nothing to show for it. Ordering it first by default would run it
+// before an authentication written inside a block
+// (TestCaddyAuthInsideABlockIsNotBypassed). So Caddy refuses the site
+// with an error that says where to put it; with the global option
+// "order idempotency before invoke" the same site is enforced, the
+// upstream runs once for a key and the retry is replayed. A block that
+// reaches no backend (file_server) beside a top-level reverse_proxy is
+// accepted and enforced as it always was.
+func TestCaddyTopLevelBesideBlocksRefused(t *testing.T) {
 	vk := valkeytest.Start(t)
 	for i, form := range []string{
 		"handle /orders* {\n\t\treverse_proxy %s\n\t}\n\thandle {\n\t\trespond 404\n\t}",
@@ -39,6 +44,15 @@ func TestCaddyEnforcesBesideHandleBlocks(t *testing.T) {
 				site.After = form
 				site.Sites = fmt.Sprintf("&(orders) {\n\treverse_proxy %s\n}\n", strings.TrimPrefix(up.URL, "http://"))
 			}
+			if c, err := tryRunCaddy(t, site); err == nil {
+				post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+				post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency at the top beside a %s block (the upstream ran %d times for one key)", block, up.execs.Load())
+			} else if !strings.Contains(err.Error(), "comes after its "+block) || !strings.Contains(err.Error(), "order idempotency before "+block) {
+				t.Fatalf("refused without saying where to put it:\n%v", err)
+			}
+
+			site.Global = "order idempotency before invoke"
 			c := runCaddy(t, site)
 			first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
 			if first.Status != http.StatusCreated {
@@ -46,22 +60,34 @@ func TestCaddyEnforcesBesideHandleBlocks(t *testing.T) {
 			}
 			retry := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
 			if n := up.execs.Load(); n != 1 {
-				t.Fatalf("idempotency beside a %s block: the upstream ran %d times for one key, want 1 (retry %d, Idempotent-Replayed %q)",
+				t.Fatalf("idempotency ordered before a %s block: the upstream ran %d times for one key, want 1 (retry %d, Idempotent-Replayed %q)",
 					block, n, retry.Status, retry.Header.Get("Idempotent-Replayed"))
 			}
 			sameResponse(t, first, retry)
 		})
 	}
+	t.Run("block without a backend", func(t *testing.T) {
+		up := startUpstream(t)
+		c := runCaddy(t, caddySite{
+			Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-order-static:", vk.Addr()),
+			After:       fmt.Sprintf("handle /static/* {\n\t\troot * .\n\t\tfile_server\n\t}\n\treverse_proxy %s", strings.TrimPrefix(up.URL, "http://")),
+		})
+		first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+		retry := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+		if n := up.execs.Load(); n != 1 || first.Status != http.StatusCreated {
+			t.Fatalf("the upstream ran %d times for one key (first %d), want 1", n, first.Status)
+		}
+		sameResponse(t, first, retry)
+	})
 }
 
 // TestCaddyRefusalReleasesKey: a handler after a top-level idempotency
-// that refuses a keyed request with a 4xx error before any upstream is
-// picked (an `error` directive, basic_auth in a handle block, file_server)
-// releases the key: the client gets the handler's status, not 502
-// upstream-failed, and the same key runs once the refusal no longer
-// applies, instead of 409 outcome-unknown forever. Ordered before
-// reverse_proxy only, idempotency ran after `error` and never saw the
-// handle blocks, and these requests behaved so.
+// (ordered before handle, as the global option "order idempotency before
+// handle" asks) that refuses a keyed request with a 4xx error before any
+// upstream is picked (an `error` directive, basic_auth in a handle block,
+// file_server) releases the key: the client gets the handler's status,
+// not 502 upstream-failed, and the same key runs once the refusal no
+// longer applies, instead of 409 outcome-unknown forever.
 func TestCaddyRefusalReleasesKey(t *testing.T) {
 	vk := valkeytest.Start(t)
 	send := func(t *testing.T, c *caddyProc, path string, h http.Header) answer {
@@ -98,6 +124,7 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := startUpstream(t)
 			c := runCaddy(t, caddySite{
+				Global:      "order idempotency before handle",
 				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-refused-%d:", vk.Addr(), i),
 				After:       fmt.Sprintf(tc.site, strings.TrimPrefix(up.URL, "http://")),
 			})
