@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // panicConfig is the configuration of the panic tests: one route on the
-// Valkey at addr, a lease long enough for the retry to find the claim.
-func panicConfig(t *testing.T, addr, prefix string) *config.Config {
+// Valkey at addr, a lease long enough for the retry to find the claim;
+// defaults are more lines of the defaults section ("  key: value").
+func panicConfig(t *testing.T, addr, prefix string, defaults ...string) *config.Config {
 	t.Helper()
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`store:
   driver: valkey
@@ -26,10 +28,10 @@ defaults:
   owner: header:X-User
   lease: 5s
   concurrent: conflict
-routes:
+%sroutes:
   - name: orders
     match: "POST /v1/orders"
-`, addr, prefix)), nil, config.InProcess())
+`, addr, prefix, strings.Join(defaults, ""))), nil, config.InProcess())
 	if err != nil {
 		t.Fatal(err)
 	}
