@@ -3,6 +3,7 @@ package caddyidem
 import (
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -28,45 +29,121 @@ var blockDirectives = []string{"invoke", "handle", "handle_path", "route"}
 // backend, and invoke, whose named route may.
 var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 
-// checkPlace refuses an idempotency directive at the top of a site that
-// would never see the keyed requests a handle, handle_path or route block
-// (or invoke) of the same site sends to a backend: ordered after those
-// blocks, it would enforce nothing on them, silently. Moving it first
-// instead would run it before an authentication written inside a block,
-// which would then decide nothing of the owner (a client could name
-// another's). So the user chooses: idempotency inside each block, after
-// its authentication, or the global option "order idempotency before
-// handle" (or before invoke) when authentication runs at the top of the
-// site, which this check honours. file and line locate the directive.
+// checkPlace refuses an idempotency directive that would never see the
+// keyed requests a handle, handle_path or route block (or invoke) beside
+// it sends to a backend: at the top of a site, or inside a handle,
+// handle_path or handle_errors block, whose directives Caddy sorts by the
+// same order, it comes after those blocks, and would enforce nothing on
+// them, silently. Moving it first instead would run it before an
+// authentication written inside a block, which would then decide nothing
+// of the owner (a client could name another's). So the user chooses:
+// idempotency inside each block, after its authentication (a block with
+// an idempotency of its own is checked where that one is), or the global
+// option "order idempotency before handle" (or before invoke) when
+// authentication runs before the blocks, which this check honours. Inside
+// a route block, whose directives run as written, the user wrote the
+// order. file and line locate the directive.
 func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 	segs, ok := siteSegments(h)
 	if !ok {
 		return nil // not an httpcaddyfile whose block reads as below: not checked
 	}
-	top := false
+	order, _ := h.Option("order").([]string)
+	return checkBlock(h, segs, true, order, file, line)
+}
+
+// checkBlock looks for the directive at file:line among segs, the
+// directives of one block (sorted tells whether Caddy sorts them), and
+// in the blocks nested in them.
+func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order []string, file string, line int) error {
 	for _, seg := range segs {
-		if len(seg) > 0 && seg[0].Text == "idempotency" && seg[0].File == file && seg[0].Line == line {
-			top = true
+		if isDirectiveAt(seg, file, line) {
+			if !sorted {
+				return nil
+			}
+			return checkSiblings(h, segs, order)
 		}
 	}
-	if !top {
-		return nil
+	for _, seg := range segs {
+		dir := seg.Directive()
+		if !slices.Contains(nestingDirectives, dir) {
+			continue
+		}
+		if err := checkBlock(h, innerSegments(seg), dir != "route", order, file, line); err != nil {
+			return err
+		}
 	}
-	order, _ := h.Option("order").([]string)
+	return nil
+}
+
+// nestingDirectives are the directives whose block holds directives of
+// their own that may hold an idempotency: route runs them as written,
+// the others sort them.
+var nestingDirectives = []string{"handle", "handle_path", "route", "handle_errors"}
+
+// checkSiblings refuses the block segs when one of its block directives
+// (or invoke) sorted before idempotency reaches a backend without an
+// idempotency of its own.
+func checkSiblings(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []string) error {
 	for _, seg := range segs {
 		dir := seg.Directive()
 		if !slices.Contains(blockDirectives, dir) || before(order, "idempotency", dir) {
 			continue
 		}
+		if slices.ContainsFunc(innerSegments(seg), func(s caddyfile.Segment) bool { return s.Directive() == "idempotency" }) {
+			continue // checked where that idempotency is parsed
+		}
 		for _, tok := range seg[1:] {
 			if slices.Contains(backendDirectives, tok.Text) || dir == "invoke" {
-				return h.Errf("idempotency at the top of this site comes after its %s (%s:%d) in Caddy's directive order, so it would never see the requests that block sends to a backend: "+
-					"put idempotency inside the block (after any authentication there), or, when authentication runs at the top of the site, "+
+				return h.Errf("idempotency at this level of the site comes after its %s (%s:%d) in Caddy's directive order, so it would never see the requests that block sends to a backend: "+
+					"put idempotency inside the block (after any authentication there), or, when authentication runs before the blocks, "+
 					"set the global option 'order idempotency before %s'", dir, seg[0].File, seg[0].Line, dir)
 			}
 		}
 	}
 	return nil
+}
+
+// isDirectiveAt reports whether seg is the idempotency directive at
+// file:line.
+func isDirectiveAt(seg caddyfile.Segment, file string, line int) bool {
+	return len(seg) > 0 && seg[0].Text == "idempotency" && seg[0].File == file && seg[0].Line == line
+}
+
+// innerSegments splits the block of seg (the tokens between its first
+// "{" and the matching "}") into its directives: a directive starts on a
+// line of its own at the block's depth.
+func innerSegments(seg caddyfile.Segment) []caddyfile.Segment {
+	start := slices.IndexFunc(seg, func(t caddyfile.Token) bool { return t.Text == "{" })
+	if start < 0 {
+		return nil
+	}
+	var segs []caddyfile.Segment
+	depth := 0
+	for i := start + 1; i < len(seg); i++ {
+		tok, prev := seg[i], seg[i-1]
+		switch {
+		case tok.Text == "}" && depth == 0:
+			return segs
+		case depth == 0 && (i == start+1 || newLine(prev, tok)):
+			segs = append(segs, caddyfile.Segment{tok})
+		case len(segs) > 0:
+			segs[len(segs)-1] = append(segs[len(segs)-1], tok)
+		}
+		switch tok.Text {
+		case "{":
+			depth++
+		case "}":
+			depth--
+		}
+	}
+	return segs
+}
+
+// newLine reports whether tok starts a line after prev (a token from an
+// imported snippet or file counts as on a line of its own).
+func newLine(prev, tok caddyfile.Token) bool {
+	return tok.File != prev.File || tok.Line != prev.Line+strings.Count(prev.Text, "\n")
 }
 
 // before reports whether a comes before b in order, the Caddyfile's own

@@ -149,3 +149,68 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyNestedBesideBlocksRefused: Caddy sorts the directives inside
+// a handle or handle_path block by the same order as a site's, so an
+// idempotency there comes after a handle or route block nested beside it
+// and never sees the requests that block sends to a backend: each
+// duplicate reached the upstream. Caddy refuses it as it refuses the same
+// site at the top; ordered before the blocks it is enforced. An
+// idempotency at the top beside a block with its own idempotency is
+// accepted: each one enforces its requests.
+func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
+	vk := valkeytest.Start(t)
+	for i, outer := range []struct{ head, inner string }{{"handle", "handle"}, {"handle_path /v1*", "route"}} {
+		form := outer.head + " {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\t%s\n\t\t}\n\t\t" + outer.inner + " /orders* {\n\t\t\treverse_proxy %s\n\t\t}\n\t}"
+		outer, inner := strings.Fields(outer.head)[0], outer.inner
+		t.Run(outer+"/"+inner, func(t *testing.T) {
+			up := startUpstream(t)
+			site := caddySite{Directive: fmt.Sprintf(form, fmt.Sprintf("store_addrs %s\n\t\t\tkey_prefix caddy-nested-%d:", vk.Addr(), i), strings.TrimPrefix(up.URL, "http://"))}
+			url := func(c *caddyProc) string {
+				if outer == "handle_path" {
+					return c.URL + "/v1"
+				}
+				return c.URL
+			}
+			if c, err := tryRunCaddy(t, site); err == nil {
+				post(t, url(c), "alice", "k-0", `{"amount":1}`)
+				post(t, url(c), "alice", "k-0", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency in a %s block beside a %s block (the upstream ran %d times for one key)", outer, inner, up.execs.Load())
+			} else if !strings.Contains(err.Error(), "comes after its "+inner) || !strings.Contains(err.Error(), "order idempotency before "+inner) {
+				t.Fatalf("refused without saying where to put it:\n%v", err)
+			}
+
+			site.Global = "order idempotency before invoke"
+			c := runCaddy(t, site)
+			first := post(t, url(c), "alice", "k-1", `{"amount":1}`)
+			if first.Status != http.StatusCreated {
+				t.Fatalf("first: %d %s\n%s", first.Status, first.Body, c.out.String())
+			}
+			retry := post(t, url(c), "alice", "k-1", `{"amount":1}`)
+			if n := up.execs.Load(); n != 1 {
+				t.Fatalf("nested idempotency ordered before a %s block: the upstream ran %d times for one key, want 1", inner, n)
+			}
+			sameResponse(t, first, retry)
+		})
+	}
+	t.Run("block with its own idempotency", func(t *testing.T) {
+		up, other := startUpstream(t), startUpstream(t)
+		c := runCaddy(t, caddySite{
+			Directive: fmt.Sprintf("idempotency {\n\t\tconfig $CONFIG\n\t\tstore_addrs %s\n\t\tkey_prefix caddy-nested-top:\n\t\tname top\n\t}\n\t"+
+				"handle /orders* {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t\tkey_prefix caddy-nested-own:\n\t\t\tname own\n\t\t}\n\t\treverse_proxy %s\n\t}",
+				vk.Addr(), vk.Addr(), strings.TrimPrefix(up.URL, "http://")),
+			After: "reverse_proxy " + strings.TrimPrefix(other.URL, "http://"),
+		})
+		for _, tc := range []struct {
+			path string
+			up   *upstream
+		}{{"/orders", up}, {"/payments", other}} {
+			first := post(t, c.URL+tc.path, "alice", "k-1", `{"amount":1}`)
+			retry := post(t, c.URL+tc.path, "alice", "k-1", `{"amount":1}`)
+			if n := tc.up.execs.Load(); n != 1 || first.Status != http.StatusCreated {
+				t.Fatalf("%s: the upstream ran %d times for one key (first %d), want 1\n%s", tc.path, n, first.Status, c.out.String())
+			}
+			sameResponse(t, first, retry)
+		}
+	})
+}
