@@ -48,6 +48,11 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 	if !ok {
 		return nil // not an httpcaddyfile whose block reads as below: not checked
 	}
+	if h.IsNamedRoute() && len(segs) == 1 {
+		// A named route's block is one segment, its name then its
+		// braces; Caddy sorts its directives as a handle block's.
+		segs = innerSegments(segs[0])
+	}
 	order, _ := h.Option("order").([]string)
 	return checkBlock(h, segs, true, order, file, line)
 }
@@ -157,9 +162,10 @@ func before(order []string, a, b string) bool {
 	return ia >= 0 && ib >= 0 && ia < ib
 }
 
-// siteSegments returns the directives at the top of the site block h is
-// parsing in: httpcaddyfile keeps the block in the Helper without an
-// accessor, so it is read by reflection, tokens' text, file and line only
+// siteSegments returns the directives at the top of the site block (or
+// named route) h is parsing in: httpcaddyfile keeps the block in the
+// Helper without an accessor, so it is read by reflection, tokens' text,
+// file and line only (a quoted brace's text keeps its quotes)
 // (reading, never writing; ok false when the Helper no longer holds it
 // so, and then nothing is checked: TestCaddyTopLevelBesideBlocksRefused
 // fails on a Caddy whose Helper changed).
@@ -182,7 +188,13 @@ func siteSegments(h httpcaddyfile.Helper) (segs []caddyfile.Segment, ok bool) {
 		seg := make(caddyfile.Segment, s.Len())
 		for j := range s.Len() {
 			t := s.Index(j)
-			seg[j] = caddyfile.Token{File: t.FieldByName("File").String(), Line: int(t.FieldByName("Line").Int()), Text: t.FieldByName("Text").String()}
+			text := t.FieldByName("Text").String()
+			if q := t.FieldByName("wasQuoted"); q.IsValid() && q.Int() != 0 && (text == "{" || text == "}") {
+				// A quoted brace ("{" as respond's body) opens or
+				// closes no block (Token.wasQuoted, unexported too).
+				text = `"` + text + `"`
+			}
+			seg[j] = caddyfile.Token{File: t.FieldByName("File").String(), Line: int(t.FieldByName("Line").Int()), Text: text}
 		}
 		segs = append(segs, seg)
 	}

@@ -128,7 +128,8 @@ type caddySite struct {
 	// After is the site's directives besides idempotency, e.g.
 	// reverse_proxy and handle_errors.
 	After string
-	// Sites is added after the site: other sites of the configuration.
+	// Sites is added after the site: other sites of the configuration
+	// (or named routes), $CONFIG standing for the YAML's path.
 	Sites string
 	// Hosts, when set, replaces the one site on 127.0.0.1 by a site per
 	// host, http://HOST:PORT on the same listener, each with its own
@@ -235,7 +236,7 @@ http://%s:%d {
 	%s
 }
 %s%s
-`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, sites, site.Sites)
+`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, sites, strings.ReplaceAll(site.Sites, "$CONFIG", cfgPath))
 	path := filepath.Join(c.dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)

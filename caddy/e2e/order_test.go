@@ -157,38 +157,48 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 // duplicate reached the upstream. Caddy refuses it as it refuses the same
 // site at the top; ordered before the blocks it is enforced. An
 // idempotency at the top beside a block with its own idempotency is
-// accepted: each one enforces its requests.
+// accepted: each one enforces its requests. The same holds in a named
+// route, whose directives Caddy sorts too, and past a quoted brace.
 func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
 	vk := valkeytest.Start(t)
-	for i, outer := range []struct{ head, inner string }{{"handle", "handle"}, {"handle_path /v1*", "route"}} {
-		form := outer.head + " {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\t%s\n\t\t}\n\t\t" + outer.inner + " /orders* {\n\t\t\treverse_proxy %s\n\t\t}\n\t}"
-		outer, inner := strings.Fields(outer.head)[0], outer.inner
-		t.Run(outer+"/"+inner, func(t *testing.T) {
+	for i, tc := range []struct {
+		name, outer, inner string
+		// before: the outer block's lines before idempotency; path: the
+		// outer block's request path prefix.
+		before, path string
+	}{
+		{"handle/handle", "handle", "handle", "", ""},
+		{"handle_path/route", "handle_path /v1*", "route", "", "/v1"},
+		// A quoted brace opens no block: the nested handle is still seen.
+		{"quoted brace", "handle", "handle", "respond /never \"{\" 200\n\t\t", ""},
+		// A named route's directives are sorted as a handle block's.
+		{"named route", "&(orders)", "handle", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			up := startUpstream(t)
-			site := caddySite{Directive: fmt.Sprintf(form, fmt.Sprintf("store_addrs %s\n\t\t\tkey_prefix caddy-nested-%d:", vk.Addr(), i), strings.TrimPrefix(up.URL, "http://"))}
-			url := func(c *caddyProc) string {
-				if outer == "handle_path" {
-					return c.URL + "/v1"
-				}
-				return c.URL
+			block := fmt.Sprintf("%s {\n\t\t%sidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t\tkey_prefix caddy-nested-%d:\n\t\t}\n\t\t%s /orders* {\n\t\t\treverse_proxy %s\n\t\t}\n\t}",
+				tc.outer, tc.before, vk.Addr(), i, tc.inner, strings.TrimPrefix(up.URL, "http://"))
+			site := caddySite{Directive: block}
+			if strings.HasPrefix(tc.outer, "&") {
+				site = caddySite{Directive: "invoke orders", Sites: block + "\n"}
 			}
 			if c, err := tryRunCaddy(t, site); err == nil {
-				post(t, url(c), "alice", "k-0", `{"amount":1}`)
-				post(t, url(c), "alice", "k-0", `{"amount":1}`)
-				t.Fatalf("Caddy ran idempotency in a %s block beside a %s block (the upstream ran %d times for one key)", outer, inner, up.execs.Load())
-			} else if !strings.Contains(err.Error(), "comes after its "+inner) || !strings.Contains(err.Error(), "order idempotency before "+inner) {
+				post(t, c.URL+tc.path, "alice", "k-0", `{"amount":1}`)
+				post(t, c.URL+tc.path, "alice", "k-0", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency in a %s block beside a %s block (the upstream ran %d times for one key)", tc.outer, tc.inner, up.execs.Load())
+			} else if !strings.Contains(err.Error(), "comes after its "+tc.inner) || !strings.Contains(err.Error(), "order idempotency before "+tc.inner) {
 				t.Fatalf("refused without saying where to put it:\n%v", err)
 			}
 
 			site.Global = "order idempotency before invoke"
 			c := runCaddy(t, site)
-			first := post(t, url(c), "alice", "k-1", `{"amount":1}`)
+			first := post(t, c.URL+tc.path, "alice", "k-1", `{"amount":1}`)
 			if first.Status != http.StatusCreated {
 				t.Fatalf("first: %d %s\n%s", first.Status, first.Body, c.out.String())
 			}
-			retry := post(t, url(c), "alice", "k-1", `{"amount":1}`)
+			retry := post(t, c.URL+tc.path, "alice", "k-1", `{"amount":1}`)
 			if n := up.execs.Load(); n != 1 {
-				t.Fatalf("nested idempotency ordered before a %s block: the upstream ran %d times for one key, want 1", inner, n)
+				t.Fatalf("nested idempotency ordered before a %s block: the upstream ran %d times for one key, want 1", tc.inner, n)
 			}
 			sameResponse(t, first, retry)
 		})
