@@ -41,8 +41,8 @@ var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 // an idempotency of its own is checked where that one is), or the global
 // option "order idempotency before handle" (or before invoke) when
 // authentication runs before the blocks, which this check honours. Inside
-// a route block, whose directives run as written, the user wrote the
-// order. file and line locate the directive.
+// a route block, whose directives run as written, it is refused only
+// when written after such a block. file and line locate the directive.
 func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 	segs, ok := siteSegments(h)
 	if !ok {
@@ -61,10 +61,10 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 // directives of one block (sorted tells whether Caddy sorts them), and
 // in the blocks nested in them.
 func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order []string, file string, line int) error {
-	for _, seg := range segs {
+	for i, seg := range segs {
 		if isDirectiveAt(seg, file, line) {
 			if !sorted {
-				return nil
+				return checkWrittenBefore(h, segs[:i])
 			}
 			return checkSiblings(h, segs, order)
 		}
@@ -92,21 +92,44 @@ var nestingDirectives = []string{"handle", "handle_path", "route", "handle_error
 func checkSiblings(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []string) error {
 	for _, seg := range segs {
 		dir := seg.Directive()
-		if !slices.Contains(blockDirectives, dir) || before(order, "idempotency", dir) {
-			continue
-		}
-		if slices.ContainsFunc(innerSegments(seg), func(s caddyfile.Segment) bool { return s.Directive() == "idempotency" }) {
-			continue // checked where that idempotency is parsed
-		}
-		for _, tok := range seg[1:] {
-			if slices.Contains(backendDirectives, tok.Text) || dir == "invoke" {
-				return h.Errf("idempotency at this level of the site comes after its %s (%s:%d) in Caddy's directive order, so it would never see the requests that block sends to a backend: "+
-					"put idempotency inside the block (after any authentication there), or, when authentication runs before the blocks, "+
-					"set the global option 'order idempotency before %s'", dir, seg[0].File, seg[0].Line, dir)
-			}
+		if !before(order, "idempotency", dir) && bypasses(seg) {
+			return h.Errf("idempotency at this level of the site comes after its %s (%s:%d) in Caddy's directive order, so it would never see the requests that block sends to a backend: "+
+				"put idempotency inside the block (after any authentication there), or, when authentication runs before the blocks, "+
+				"set the global option 'order idempotency before %s'", dir, seg[0].File, seg[0].Line, dir)
 		}
 	}
 	return nil
+}
+
+// checkWrittenBefore refuses an idempotency in a route block written
+// after a block directive (or invoke) of the route that reaches a
+// backend: a route runs its directives as written, so that block's
+// requests would end before idempotency; moving it up is the way out.
+func checkWrittenBefore(h httpcaddyfile.Helper, segs []caddyfile.Segment) error {
+	for _, seg := range segs {
+		if bypasses(seg) {
+			return h.Errf("idempotency is written after the %s (%s:%d) of its route block, which runs its directives as written, so it would never see the requests that block sends to a backend: "+
+				"write idempotency before it", seg.Directive(), seg[0].File, seg[0].Line)
+		}
+	}
+	return nil
+}
+
+// bypasses reports whether seg is a block directive (or invoke) that
+// reaches a backend without an idempotency of its own (one there is
+// checked where it is parsed).
+func bypasses(seg caddyfile.Segment) bool {
+	dir := seg.Directive()
+	if !slices.Contains(blockDirectives, dir) {
+		return false
+	}
+	if dir == "invoke" {
+		return true
+	}
+	if slices.ContainsFunc(innerSegments(seg), func(s caddyfile.Segment) bool { return s.Directive() == "idempotency" }) {
+		return false
+	}
+	return slices.ContainsFunc(seg[1:], func(t caddyfile.Token) bool { return slices.Contains(backendDirectives, t.Text) })
 }
 
 // isDirectiveAt reports whether seg is the idempotency directive at

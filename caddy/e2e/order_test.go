@@ -158,7 +158,9 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 // site at the top; ordered before the blocks it is enforced. An
 // idempotency at the top beside a block with its own idempotency is
 // accepted: each one enforces its requests. The same holds in a named
-// route, whose directives Caddy sorts too, and past a quoted brace.
+// route, whose directives Caddy sorts too, and past a quoted brace. In a
+// route block, which runs its directives as written, idempotency written
+// after a block that proxies is refused, and accepted written first.
 func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
 	vk := valkeytest.Start(t)
 	for i, tc := range []struct {
@@ -203,6 +205,28 @@ func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
 			sameResponse(t, first, retry)
 		})
 	}
+	t.Run("route written after a block", func(t *testing.T) {
+		// A route runs its directives as written: written after a block
+		// that proxies, idempotency never sees its requests.
+		up := startUpstream(t)
+		idem := fmt.Sprintf("idempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t\tkey_prefix caddy-nested-route:\n\t\t}", vk.Addr())
+		proxy := "handle /orders* {\n\t\t\treverse_proxy " + strings.TrimPrefix(up.URL, "http://") + "\n\t\t}"
+		site := caddySite{Directive: "route {\n\t\t" + proxy + "\n\t\t" + idem + "\n\t}"}
+		if c, err := tryRunCaddy(t, site); err == nil {
+			post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+			post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+			t.Fatalf("Caddy ran idempotency written after a handle block in a route (the upstream ran %d times for one key)", up.execs.Load())
+		} else if !strings.Contains(err.Error(), "written after the handle") || !strings.Contains(err.Error(), "write idempotency before it") {
+			t.Fatalf("refused without saying where to put it:\n%v", err)
+		}
+		c := runCaddy(t, caddySite{Directive: "route {\n\t\t" + idem + "\n\t\t" + proxy + "\n\t}"})
+		first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+		retry := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+		if n := up.execs.Load(); n != 1 || first.Status != http.StatusCreated {
+			t.Fatalf("idempotency written first in a route: the upstream ran %d times for one key (first %d), want 1", n, first.Status)
+		}
+		sameResponse(t, first, retry)
+	})
 	t.Run("block with its own idempotency", func(t *testing.T) {
 		up, other := startUpstream(t), startUpstream(t)
 		c := runCaddy(t, caddySite{
