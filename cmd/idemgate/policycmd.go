@@ -316,7 +316,13 @@ func writeMarkdown(w io.Writer, doc publishedPolicy) error {
 			fmt.Fprintf(&b, "- **Retention**: a completed response is replayed for %s after it was stored; after that the key is forgotten and a retry is performed again.\n", humanSeconds(r.RetentionSeconds))
 		}
 		if len(r.UnknownStatuses) > 0 {
-			fmt.Fprintf(&b, "- **Replayed statuses**: %s. **Outcome unknown**: %s, which say nothing of whether the request took effect: a retry is refused with `409`, as for any request whose outcome is unknown. Any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "), strings.Join(r.UnknownStatuses, ", "))
+			// On a takeover route (no outcome-unknown problem) the retry
+			// is refused only while the first attempt's lease lasts.
+			after := "a retry is refused with `409`, as for any request whose outcome is unknown"
+			if !slices.ContainsFunc(r.Problems, func(p publishedIssue) bool { return p.Slug == problem.OutcomeUnknown.Slug }) {
+				after = "a retry is refused with `409` while the first attempt's lease lasts, then performed again, so the operation may run twice"
+			}
+			fmt.Fprintf(&b, "- **Replayed statuses**: %s. **Outcome unknown**: %s, which say nothing of whether the request took effect: %s. Any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "), strings.Join(r.UnknownStatuses, ", "), after)
 		} else {
 			fmt.Fprintf(&b, "- **Replayed statuses**: %s; any other answer is not stored, and a retry is performed again.\n", strings.Join(r.ReplayStatuses, ", "))
 		}
