@@ -22,8 +22,10 @@ const orderedBefore = "reverse_proxy"
 // blockDirectives are the directives that come before reverse_proxy in
 // Caddy's order and hand a request to handlers of their own: a block (or
 // named route) among them whose backend answers ends the request before a
-// top-level idempotency ordered after them runs.
-var blockDirectives = []string{"invoke", "handle", "handle_path", "route"}
+// top-level idempotency ordered after them runs. intercept runs its
+// handle_response routes after the handlers it wraps answered, so a
+// backend there is reached by every attempt, a replay's too.
+var blockDirectives = []string{"intercept", "invoke", "handle", "handle_path", "route"}
 
 // backendDirectives are the directives that send a request on to a
 // backend, and invoke, whose named route may.

@@ -248,3 +248,34 @@ func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestCaddyInterceptBesideRefused: intercept comes before idempotency in
+// Caddy's order and runs its handle_response routes once the handlers it
+// wraps have answered, so a reverse_proxy there (a fallback for a 5xx) is
+// reached by every attempt of a key, a replay's included: the fallback ran
+// once per retry. Caddy refuses the site; ordered before intercept,
+// idempotency stores the fallback's answer and the retry is replayed.
+func TestCaddyInterceptBesideRefused(t *testing.T) {
+	vk := valkeytest.Start(t)
+	fallback := startUpstream(t)
+	site := caddySite{
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-intercept:", vk.Addr()),
+		After: fmt.Sprintf("intercept {\n\t\t@down status 5xx\n\t\thandle_response @down {\n\t\t\treverse_proxy %s\n\t\t}\n\t}\n\trespond 503",
+			strings.TrimPrefix(fallback.URL, "http://")),
+	}
+	if c, err := tryRunCaddy(t, site); err == nil {
+		post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+		post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+		t.Fatalf("Caddy ran idempotency beside an intercept that proxies (the fallback ran %d times for one key)", fallback.execs.Load())
+	} else if !strings.Contains(err.Error(), "comes after its intercept") || !strings.Contains(err.Error(), "order idempotency before intercept") {
+		t.Fatalf("refused without saying where to put it:\n%v", err)
+	}
+	site.Global = "order idempotency before intercept"
+	c := runCaddy(t, site)
+	first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+	retry := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
+	if n := fallback.execs.Load(); n != 1 || first.Status != http.StatusCreated {
+		t.Fatalf("idempotency ordered before intercept: the fallback ran %d times for one key (first %d %s), want 1\n%s", n, first.Status, first.Body, c.out.String())
+	}
+	sameResponse(t, first, retry)
+}
