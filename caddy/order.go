@@ -56,31 +56,49 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 		segs = innerSegments(segs[0])
 	}
 	order, _ := h.Option("order").([]string)
-	return checkBlock(h, segs, true, order, file, line)
+	_, err := checkBlock(h, segs, true, order, file, line)
+	return err
 }
 
 // checkBlock looks for the directive at file:line among segs, the
 // directives of one block (sorted tells whether Caddy sorts them), and
-// in the blocks nested in them.
-func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order []string, file string, line int) error {
+// in the blocks nested in them; found tells whether it is there.
+func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order []string, file string, line int) (found bool, err error) {
 	for i, seg := range segs {
 		if isDirectiveAt(seg, file, line) {
 			if !sorted {
-				return checkWrittenBefore(h, segs[:i])
+				return true, checkWrittenBefore(h, segs[:i])
 			}
-			return checkSiblings(h, segs, order)
+			return true, checkSiblings(h, segs, order)
 		}
 	}
-	for _, seg := range segs {
+	for i, seg := range segs {
 		dir := seg.Directive()
 		if !slices.Contains(nestingDirectives, dir) {
 			continue
 		}
-		if err := checkBlock(h, innerSegments(seg), dir != "route", order, file, line); err != nil {
-			return err
+		found, err := checkBlock(h, innerSegments(seg), dir != "route", order, file, line)
+		if !found {
+			continue
 		}
+		if err == nil && dir != "handle_errors" {
+			// An intercept beside the block that holds idempotency wraps
+			// it, when it comes first (Caddy's order, or as written in a
+			// route), and its backend is reached by every attempt.
+			wrapping := segs
+			if !sorted {
+				wrapping = segs[:i]
+			}
+			for _, w := range wrapping {
+				if w.Directive() == "intercept" && bypasses(w) && (!sorted || order == nil || before(order, "intercept", dir)) {
+					err = h.Errf("the intercept (%s:%d) around the %s that holds this idempotency reaches a backend on every attempt of a key, a replay's included: "+
+						"put idempotency at the top of the site with the global option 'order idempotency before intercept'", w[0].File, w[0].Line, dir)
+				}
+			}
+		}
+		return true, err
 	}
-	return nil
+	return false, nil
 }
 
 // nestingDirectives are the directives whose block holds directives of

@@ -253,7 +253,8 @@ func TestCaddyNestedBesideBlocksRefused(t *testing.T) {
 // Caddy's order and runs its handle_response routes once the handlers it
 // wraps have answered, so a reverse_proxy there (a fallback for a 5xx) is
 // reached by every attempt of a key, a replay's included: the fallback ran
-// once per retry. Caddy refuses the site; ordered before intercept,
+// once per retry. Caddy refuses the site, and an idempotency in a handle
+// block that such an intercept wraps; ordered before intercept,
 // idempotency stores the fallback's answer and the retry is replayed.
 func TestCaddyInterceptBesideRefused(t *testing.T) {
 	vk := valkeytest.Start(t)
@@ -270,6 +271,19 @@ func TestCaddyInterceptBesideRefused(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "comes after its intercept") || !strings.Contains(err.Error(), "order idempotency before intercept") {
 		t.Fatalf("refused without saying where to put it:\n%v", err)
 	}
+
+	// Inside a handle block the intercept at the top of the site wraps it.
+	nested := caddySite{Directive: fmt.Sprintf("handle /orders* {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t\tkey_prefix caddy-intercept-nested:\n\t\t}\n\t\trespond 503\n\t}\n\t", vk.Addr()) +
+		strings.SplitN(site.After, "\n\trespond", 2)[0] + "\n\trespond 404"}
+	if c, err := tryRunCaddy(t, nested); err == nil {
+		before := fallback.execs.Load()
+		post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+		post(t, c.URL, "alice", "k-0", `{"amount":1}`)
+		t.Fatalf("Caddy ran idempotency in a handle block inside an intercept that proxies (the fallback ran %d times for one key)", fallback.execs.Load()-before)
+	} else if !strings.Contains(err.Error(), "the intercept") || !strings.Contains(err.Error(), "order idempotency before intercept") {
+		t.Fatalf("refused without saying where to put it:\n%v", err)
+	}
+
 	site.Global = "order idempotency before intercept"
 	c := runCaddy(t, site)
 	first := post(t, c.URL, "alice", "k-1", `{"amount":1}`)
