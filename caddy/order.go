@@ -34,9 +34,10 @@ var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 // checkPlace refuses an idempotency directive that would never see the
 // keyed requests a handle, handle_path or route block (or invoke) beside
 // it sends to a backend: at the top of a site, or inside a handle,
-// handle_path or handle_errors block, whose directives Caddy sorts by the
-// same order, it comes after those blocks, and would enforce nothing on
-// them, silently. Moving it first instead would run it before an
+// handle_path or handle_errors block or a named route, whose directives
+// Caddy sorts by the same order, it comes after those blocks, and would
+// enforce nothing on them, silently; likewise beside (or inside a block
+// wrapped by) an intercept whose handle_response reaches a backend. Moving it first instead would run it before an
 // authentication written inside a block, which would then decide nothing
 // of the owner (a client could name another's). So the user chooses:
 // idempotency inside each block, after its authentication (a block with
