@@ -37,9 +37,10 @@ var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 // handle_path or handle_errors block or a named route, whose directives
 // Caddy sorts by the same order, it comes after those blocks, and would
 // enforce nothing on them, silently; likewise beside (or inside a block
-// wrapped by) an intercept whose handle_response reaches a backend. Moving it first instead would run it before an
-// authentication written inside a block, which would then decide nothing
-// of the owner (a client could name another's). So the user chooses:
+// wrapped by) an intercept whose handle_response reaches a backend.
+// Moving it first instead would run it before an authentication written
+// inside a block, which would then decide nothing of the owner (a client
+// could name another's). So the user chooses:
 // idempotency inside each block, after its authentication (a block with
 // an idempotency of its own is checked where that one is), or the global
 // option "order idempotency before handle" (or before invoke) when
@@ -208,11 +209,11 @@ func before(order []string, a, b string) bool {
 
 // siteSegments returns the directives at the top of the site block (or
 // named route) h is parsing in: httpcaddyfile keeps the block in the
-// Helper without an accessor, so it is read by reflection, tokens' text,
-// file and line only (a quoted brace's text keeps its quotes)
-// (reading, never writing; ok false when the Helper no longer holds it
-// so, and then nothing is checked: TestCaddyTopLevelBesideBlocksRefused
-// fails on a Caddy whose Helper changed).
+// Helper without an accessor, so it is read by reflection: tokens' text,
+// file and line only, a quoted brace's text with its quotes. It only
+// reads; ok is false when the Helper no longer holds the block so, and
+// then nothing is checked (TestCaddyTopLevelBesideBlocksRefused fails on
+// a Caddy whose Helper changed).
 func siteSegments(h httpcaddyfile.Helper) (segs []caddyfile.Segment, ok bool) {
 	defer func() {
 		if recover() != nil {
