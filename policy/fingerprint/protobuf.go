@@ -60,7 +60,7 @@ func LoadProtoSchema(path string) (*ProtoSchema, error) {
 		return nil, fmt.Errorf("reading descriptors: %w", err)
 	}
 	var set descriptorpb.FileDescriptorSet
-	if err := proto.Unmarshal(b, &set); err != nil {
+	if err := unmarshal(b, &set); err != nil {
 		return nil, fmt.Errorf("%s is not a FileDescriptorSet: %w", path, err)
 	}
 	files, err := protodesc.NewFiles(&set)
@@ -126,7 +126,7 @@ func (s *ProtoSchema) canonical(path string, body []byte, exclude [][]string) ([
 			return nil, errNotCanonical
 		}
 		msg := dynamicpb.NewMessage(md)
-		if err := proto.Unmarshal(body[5:5+n], msg); err != nil {
+		if err := unmarshal(body[5:5+n], msg); err != nil {
 			return nil, fmt.Errorf("%w: %w", errNotCanonical, err)
 		}
 		if !lossless(md, body[5:5+n]) {
@@ -208,4 +208,19 @@ func sortedExclude(ptrs []string) []string {
 		return ptrs
 	}
 	return slices.Compact(slices.Sorted(slices.Values(ptrs)))
+}
+
+// unmarshal is proto.Unmarshal with a panic of the decoder returned as an
+// error: protobuf-go (v1.36.12) panics on some malformed input into a
+// dynamicpb message, a map entry whose key field comes again with another
+// wire type among them ("type mismatch: cannot convert nil to map key";
+// FuzzProtobufLossless, testdata 25d63c575ed191a7), and a request body
+// must get a problem, never a panic in the engine or the handler's server.
+func unmarshal(b []byte, m proto.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("protobuf decoder panicked: %v", v)
+		}
+	}()
+	return proto.Unmarshal(b, m)
 }
