@@ -109,17 +109,9 @@ func (r *Route) describe(w *bufio.Writer) {
 	}
 	kv("concurrent", string(r.Concurrent))
 	kv("wait_timeout", r.WaitTimeout.String())
-	st := make([]string, len(r.ReplayStatuses))
-	for i, s := range r.ReplayStatuses {
-		st[i] = strconv.Quote(s.String())
-	}
-	kv("replay_statuses", "["+strings.Join(st, ", ")+"]")
+	kv("replay_statuses", quotedStatuses(r.ReplayStatuses))
 	if len(r.UnknownStatuses) > 0 {
-		us := make([]string, len(r.UnknownStatuses))
-		for i, s := range r.UnknownStatuses {
-			us[i] = strconv.Quote(s.String())
-		}
-		kv("unknown_statuses", "["+strings.Join(us, ", ")+"] # passed on, the claim kept: outcome unknown")
+		kv("unknown_statuses", quotedStatuses(r.UnknownStatuses)+" # passed on, the claim kept: outcome unknown")
 	}
 	kv("replay_grpc_codes", "["+strings.Join(r.GRPCCodeNames(), ", ")+"] # for gRPC calls, by grpc-status")
 	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// ParseStatus parses one replay_statuses or unknown_statuses entry: a class "1xx".."5xx" (also
-// "2XX") or a code 100..599.
+// ParseStatus parses one replay_statuses or unknown_statuses entry: a
+// class "1xx".."5xx" (also "2XX") or a code 100..599.
 func ParseStatus(s string) (StatusRange, error) {
 	s = strings.TrimSpace(s)
 	if len(s) == 3 && (s[1:] == "xx" || s[1:] == "XX") && '1' <= s[0] && s[0] <= '5' {
@@ -35,8 +35,15 @@ func (s StatusRange) String() string {
 
 // OutcomeUnknown reports whether a response with this status leaves the
 // outcome unknown (unknown_statuses; Route.UnknownStatuses).
-func (r *Route) OutcomeUnknown(status int) bool {
-	for _, s := range r.UnknownStatuses {
+func (r *Route) OutcomeUnknown(status int) bool { return inRanges(r.UnknownStatuses, status) }
+
+// Replayable reports whether a response with this status is stored and
+// replayed (replay_statuses).
+func (r *Route) Replayable(status int) bool { return inRanges(r.ReplayStatuses, status) }
+
+// inRanges reports whether status is in one of rs.
+func inRanges(rs []StatusRange, status int) bool {
+	for _, s := range rs {
 		if s.Min <= status && status <= s.Max {
 			return true
 		}
@@ -44,13 +51,12 @@ func (r *Route) OutcomeUnknown(status int) bool {
 	return false
 }
 
-// Replayable reports whether a response with this status is stored and
-// replayed (replay_statuses).
-func (r *Route) Replayable(status int) bool {
-	for _, s := range r.ReplayStatuses {
-		if s.Min <= status && status <= s.Max {
-			return true
-		}
+// quotedStatuses is rs as a YAML flow list of quoted entries, as
+// Describe writes them: ["2xx", "409"].
+func quotedStatuses(rs []StatusRange) string {
+	q := make([]string, len(rs))
+	for i, s := range rs {
+		q[i] = strconv.Quote(s.String())
 	}
-	return false
+	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -147,11 +147,10 @@ type seen struct {
 	flushes atomic.Int64
 	// epoch counts every key dropped (not a key the full set let go of
 	// to make room: that one's record did not change) and every clear,
-	// under mu: a record
-	// decoded from a read is remembered only when no key left the set
-	// since before the read (remember), so an invalidation that came
-	// between the read and remember never leaves its decoded record to be
-	// answered.
+	// under mu: a record decoded from a read is remembered only when no
+	// key left the set since before the read (remember), so an
+	// invalidation that came between the read and remember never leaves
+	// its decoded record to be answered.
 	epoch uint64
 	// server is the address of the primary a Sentinel client sent to
 	// when last asked (servedBy), under mu; "" otherwise.
