@@ -112,6 +112,10 @@ func (r *Route) describe(w *bufio.Writer) {
 	kv("replay_statuses", quotedStatuses(r.ReplayStatuses))
 	if len(r.UnknownStatuses) > 0 {
 		kv("unknown_statuses", quotedStatuses(r.UnknownStatuses)+" # passed on, the claim kept: outcome unknown")
+	} else {
+		// Shown empty: a gateway's 504 releasing the key is the default a
+		// reader of validate's output most needs to see.
+		kv("unknown_statuses", "[] # any status not replayed releases the key: a retry runs again")
 	}
 	kv("replay_grpc_codes", "["+strings.Join(r.GRPCCodeNames(), ", ")+"] # for gRPC calls, by grpc-status")
 	kv("max_request_bytes", strconv.FormatInt(r.MaxRequestBytes, 10))

@@ -294,6 +294,7 @@ func TestDescribe(t *testing.T) {
 		"  fingerprint: {headers: [content-type], query: true, body: json, media_types: exact}\n",
 		"  retention: 0s # completed records are kept forever\n",
 		"  replay_statuses: [\"2xx\", \"409\"]\n",
+		"  unknown_statuses: [] # any status not replayed releases the key: a retry runs again\n",
 		"- name: \"default\"\n  match: \"\"\n",
 		"  methods: [POST, PATCH]\n",
 		"  max_request_bytes: 1048576\n",
