@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,14 +87,29 @@ const decodedOverhead = 512
 // record; a closed connection or FLUSHALL drops them all (seen.clear); a
 // record decoded from a read that an invalidation may have overtaken is
 // never remembered (seen.remember's epoch); a switch of Sentinel primary
-// drops them all (seen.servedBy); a Cluster keeps none (New). As for a
-// read of the client cache, CachedReplay answers it only behind the fence
-// (CacheFence) and before its retention end by this process's clock.
+// drops them all (seen.servedBy). In a Cluster (seen.verify) it answers
+// only a hit of valkey-go's cache that returned the very reply it was
+// decoded from (from), which saves the decoding but not the lookup. As
+// for a read of the client cache, CachedReplay answers it only behind the
+// fence (CacheFence) and before its retention end by this process's clock.
 type decoded struct {
 	rec *store.Record
 	// end is the record's retention end, unix ms; 0 for none.
 	end  int64
 	size int64
+	// src is the read rec was decoded from, kept only in a Cluster; its
+	// strings are those of valkey-go's cache entry, not copies.
+	src cachedRead
+}
+
+// from reports whether rd, a hit of valkey-go's cache, is the reply d was
+// decoded from. Equal strings that share their bytes compare without
+// reading them, as they do while valkey-go keeps its entry.
+func (d *decoded) from(rd cachedRead) bool {
+	if d.src.present != rd.present || d.src.v != rd.v || d.src.e != rd.e {
+		return false
+	}
+	return maps.Equal(d.src.f, rd.f)
 }
 
 // decodedSize estimates what a decoded rec keeps alive beyond valkey-go's
@@ -142,6 +158,11 @@ type seen struct {
 	// decodedBytes is what the decoded records in keys take (decodedSize),
 	// at most maxDecoded.
 	decodedBytes, maxDecoded int64
+	// verify makes a decoded record answer only a cache hit that returned
+	// the reply it was decoded from (decoded.from): set in a Cluster,
+	// where the fence PING reaches any node and so cannot vouch for the
+	// node a record was read from (New).
+	verify bool
 	// flushes counts the nil invalidations: connections closed with their
 	// cache, and FLUSHALLs.
 	flushes atomic.Int64
@@ -389,17 +410,8 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		// memo and str came from the old primary's records.
 		return nil, store.CacheSkipped, nil
 	}
-	if memo != nil {
-		if memo.end != 0 && memo.end <= now.UnixMilli() {
-			// Ended by this clock: Valkey's invalidation is on its way.
-			s.seen.drop(key)
-			return nil, store.CacheSkipped, nil
-		}
-		if memo.rec.Identity != id {
-			// A SHA-256 collision (below): never replay it.
-			return nil, store.CacheHit, unavailable("cached-replay", errors.New("the record key holds another identity"))
-		}
-		return memo.rec, store.CacheHit, nil
+	if memo != nil && !s.seen.verify {
+		return s.answerDecoded(key, id, memo, now)
 	}
 	sent := now.UnixNano()
 	read := func() cachedRead {
@@ -432,6 +444,9 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 	}
 	if rd.err != nil {
 		return nil, result, unavailable("cached-replay", rd.err)
+	}
+	if memo != nil && result == store.CacheHit && memo.from(rd) {
+		return s.answerDecoded(key, id, memo, now)
 	}
 	if result == store.CacheMiss {
 		s.heardFrom(sent)
@@ -487,7 +502,7 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		// Only a reply the client cache answered is remembered: Valkey
 		// tracks its key for this connection, so a change of the record
 		// reaches onInvalidations.
-		s.seen.remember(key, &decoded{rec: r, end: x, size: decodedSize(r)}, epoch)
+		s.seen.remember(key, s.decoded(r, x, rd), epoch)
 	}
 	if r.Identity != id {
 		// A different identity under the same key would be a SHA-256
@@ -495,6 +510,32 @@ func (s *Store) CachedReplay(ctx context.Context, id store.Identity) (*store.Rec
 		return nil, result, unavailable("cached-replay", errors.New("the record key holds another identity"))
 	}
 	return r, result, nil
+}
+
+// answerDecoded is CachedReplay's answer from memo, key's decoded record,
+// with now the fence's clock read.
+func (s *Store) answerDecoded(key string, id store.Identity, memo *decoded, now time.Time) (*store.Record, store.CacheResult, error) {
+	if memo.end != 0 && memo.end <= now.UnixMilli() {
+		// Ended by this clock: Valkey's invalidation is on its way.
+		s.seen.drop(key)
+		return nil, store.CacheSkipped, nil
+	}
+	if memo.rec.Identity != id {
+		// A SHA-256 collision (CachedReplay): never replay it.
+		return nil, store.CacheHit, unavailable("cached-replay", errors.New("the record key holds another identity"))
+	}
+	return memo.rec, store.CacheHit, nil
+}
+
+// decoded is what CachedReplay remembers of r, decoded from rd with
+// retention end x (unix ms, 0 for none): rd itself only where a hit must
+// match it (seen.verify).
+func (s *Store) decoded(r *store.Record, x int64, rd cachedRead) *decoded {
+	d := &decoded{rec: r, end: x, size: decodedSize(r)}
+	if s.seen.verify {
+		d.src = cachedRead{f: rd.f, v: rd.v, e: rd.e, present: rd.present}
+	}
+	return d
 }
 
 // fence makes sure Valkey answered this process less than CacheFence ago,
@@ -566,7 +607,7 @@ func (s *Store) cachedString(id store.Identity, key string, epoch uint64, rd cac
 		return nil, result, unavailable("cached-replay", err)
 	}
 	if result == store.CacheHit && r.Identity == id {
-		s.seen.remember(key, &decoded{rec: r, end: x, size: decodedSize(r)}, epoch)
+		s.seen.remember(key, s.decoded(r, x, rd), epoch)
 	}
 	if r.Identity != id {
 		// A SHA-256 collision (CachedReplay): never replay it.

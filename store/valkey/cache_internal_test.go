@@ -279,6 +279,30 @@ func TestCachedReplayDecodesOnce(t *testing.T) {
 	}
 }
 
+// TestCachedReplayDecodesOnceInCluster: in a Cluster every hit asks
+// valkey-go's cache (seen.verify), but the record is decoded once while
+// the cache returns the reply it was decoded from, and decoded again
+// once the record changed.
+func TestCachedReplayDecodesOnceInCluster(t *testing.T) {
+	c := valkeytest.StartCluster(t, 3)
+	for _, layout := range []int{Layout3, Layout5} {
+		t.Run("layout"+strconv.Itoa(layout), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			s, err := New(ctx, Options{Addrs: c.Addrs(), KeyPrefix: "cache-test:", CacheBytes: 32 << 20, Layout: layout})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			if !s.seen.verify {
+				t.Fatal("a Cluster store answers decoded records without asking valkey-go's cache")
+			}
+			id := store.Identity{Owner: "o", Scope: "s", Key: "decode-once-cluster-" + strconv.Itoa(layout)}
+			cachedReplayDecodesOnce(t, s, id)
+		})
+	}
+}
+
 func cachedReplayDecodesOnce(t *testing.T, s *Store, id store.Identity) {
 	completeInternal(t, s, id)
 	first, _ := cachedInternal(t, s, id) // a miss: read from the server

@@ -327,12 +327,13 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		sn.servedBy(sentinelPrimary(client))
 	}
 	if sn != nil && client.Mode() == valkey.ClientModeCluster {
-		// No decoded records in a Cluster: the fence PING reaches any
-		// node, so a record decoded from a node that stalled and failed
-		// over was answered until its connection timed out
-		// (TestCacheClusterFailoverFromStalledPrimary); each hit asks
-		// valkey-go's cache, which reads the slot's current primary.
-		sn.maxDecoded = 0
+		// In a Cluster the fence PING reaches any node, so a record
+		// decoded from a node that stalled and failed over was answered
+		// until its connection timed out
+		// (TestCacheClusterFailoverFromStalledPrimary): each hit asks
+		// valkey-go's cache, which reads the slot's current primary, and
+		// a decoded record answers only the reply it came from.
+		sn.verify = true
 	}
 	subCtx, stop := context.WithCancel(context.Background())
 	s.stopSub = stop
