@@ -20,15 +20,27 @@ import (
 //     runs twice (the window this test documents);
 //   - reject: B answers 409 outcome-unknown and forwards nothing; once A
 //     reaches Valkey again it records its response, and retries replay it.
+//
+// The layout5 subtests run both instances on store.valkey.layout 5, whose
+// completion after the lease reads the record's expiry and puts back a
+// record the token no longer holds (docs/protocol.md, "Layout 5"): A's
+// late completion must leave B's takeover record, running or completed,
+// as it found it.
 func TestFaultPartitionedHolder(t *testing.T) {
-	for _, mode := range []string{"reject", "takeover"} {
-		t.Run(mode, func(t *testing.T) {
-			testPartitionedHolder(t, mode)
-		})
+	for _, layout := range []string{"", "5"} {
+		for _, mode := range []string{"reject", "takeover"} {
+			name, extra := mode, ""
+			if layout != "" {
+				name, extra = "layout"+layout+"/"+mode, "    layout: "+layout+"\n"
+			}
+			t.Run(name, func(t *testing.T) {
+				testPartitionedHolder(t, mode, extra)
+			})
+		}
 	}
 }
 
-func testPartitionedHolder(t *testing.T, mode string) {
+func testPartitionedHolder(t *testing.T, mode, valkeyExtra string) {
 	const key = "partition-1"
 	v := valkeytest.Start(t)
 	rl := startRelay(t, v.Addr())
@@ -37,8 +49,8 @@ func testPartitionedHolder(t *testing.T, mode string) {
 	// The holder's call outlasts the partition and the retry.
 	up.Set(nil, 4*time.Second, entered)
 	routes := ordersRoute("lease: 1s", "concurrent: conflict", "on_abandoned: "+mode)
-	a := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{rl.Addr()}, AdminToken: adminToken, Routes: routes})
-	b := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
+	a := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{rl.Addr()}, ValkeyExtra: valkeyExtra, AdminToken: adminToken, Routes: routes})
+	b := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, ValkeyExtra: valkeyExtra, AdminToken: adminToken, Routes: routes})
 
 	first := make(chan Answer, 1)
 	go func() { first <- postTimeout(30*time.Second, a.URL+"/v1/orders", "alice", key, `{"n":1}`) }()
