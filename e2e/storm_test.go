@@ -112,6 +112,15 @@ func TestStorm(t *testing.T) {
 			logStorm(t, "on_abandoned="+mode, runStorm(t, requests, pairs, mode, valkeyStorm))
 		})
 	}
+	// Layout 5 with takeover: the mode whose late completions find another
+	// instance's record, which layout 5 puts back in its completion script.
+	t.Run("layout5/on_abandoned=takeover", func(t *testing.T) {
+		layout5 := func(t *testing.T, c gateConfig) stormFaults {
+			c.ValkeyExtra = "    layout: 5\n"
+			return valkeyStorm(t, c)
+		}
+		logStorm(t, "layout 5, on_abandoned=takeover", runStorm(t, requests, pairs, "takeover", layout5))
+	})
 }
 
 // TestStormSentinel runs the storm of TestStorm on a Sentinel set with
