@@ -1,6 +1,7 @@
 package caddyidem
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -31,6 +32,12 @@ var blockDirectives = []string{"intercept", "invoke", "handle", "handle_path", "
 // backend, and invoke, whose named route may.
 var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 
+// authDirectives are the directives that authenticate a request, and so
+// may set what the owner is read from (forward_auth's copy_headers,
+// basic_auth's user): Caddy's own and those of the common authentication
+// plugins (caddy-jwt, caddy-security).
+var authDirectives = []string{"basic_auth", "basicauth", "forward_auth", "jwtauth", "authenticate", "authorize"}
+
 // checkPlace refuses an idempotency directive that would never see the
 // keyed requests a handle, handle_path or route block (or invoke) beside
 // it sends to a backend: at the top of a site, or inside a handle,
@@ -44,9 +51,11 @@ var backendDirectives = []string{"reverse_proxy", "php_fastcgi", "invoke"}
 // idempotency inside each block, after its authentication (a block with
 // an idempotency of its own is checked where that one is), or the global
 // option "order idempotency before handle" (or before invoke) when
-// authentication runs before the blocks, which this check honours. Inside
-// a route block, whose directives run as written, it is refused only
-// when written after such a block. file and line locate the directive.
+// authentication runs before the blocks, which this check honours while
+// no authentication comes after idempotency (checkAuthAfter). Inside a
+// route block, whose directives run as written, it is refused when
+// written after such a block, or before an authentication. file and line
+// locate the directive.
 func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 	segs, ok := siteSegments(h)
 	if !ok {
@@ -69,9 +78,15 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 	for i, seg := range segs {
 		if isDirectiveAt(seg, file, line) {
 			if !sorted {
-				return true, checkWrittenBefore(h, segs[:i])
+				if err := checkWrittenBefore(h, segs[:i]); err != nil {
+					return true, err
+				}
+				return true, checkAuthWrittenAfter(h, segs[i+1:])
 			}
-			return true, checkSiblings(h, segs, order)
+			if err := checkSiblings(h, segs, order); err != nil {
+				return true, err
+			}
+			return true, checkAuthAfter(h, segs, order)
 		}
 	}
 	for i, seg := range segs {
@@ -121,6 +136,68 @@ func checkSiblings(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []str
 		}
 	}
 	return nil
+}
+
+// checkAuthAfter refuses an idempotency that the global option "order"
+// sorts before an authentication at its level, or before a block that
+// authenticates: it would read the owner before the authentication set
+// it, and replay a record to a client that names another's owner (a
+// forged X-User beside the client's own token, or no credentials at
+// all). Without the option idempotency comes after every authentication
+// and block directive (orderedBefore). An invoke's named route is not
+// looked into.
+func checkAuthAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []string) error {
+	for _, seg := range segs {
+		dir := seg.Directive()
+		if !before(order, "idempotency", dir) {
+			continue
+		}
+		if auth, ok := authIn(seg); ok {
+			return authErr(h, "comes before", "in the directive order the global option 'order' sets", seg, auth)
+		}
+	}
+	return nil
+}
+
+// checkAuthWrittenAfter refuses an idempotency in a route block written
+// before an authentication, or a block that authenticates, of the same
+// route (checkAuthAfter says why): a route runs its directives as
+// written.
+func checkAuthWrittenAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment) error {
+	for _, seg := range segs {
+		if auth, ok := authIn(seg); ok {
+			return authErr(h, "is written before", "in its route block, which runs its directives as written", seg, auth)
+		}
+	}
+	return nil
+}
+
+// authErr is the error of checkAuthAfter and checkAuthWrittenAfter for
+// auth, found in seg (itself, or a block that holds it).
+func authErr(h httpcaddyfile.Helper, how, why string, seg caddyfile.Segment, auth caddyfile.Token) error {
+	where := fmt.Sprintf("the %s (%s:%d)", auth.Text, auth.File, auth.Line)
+	if !slices.Contains(authDirectives, seg.Directive()) {
+		where += fmt.Sprintf(" inside the %s (%s:%d)", seg.Directive(), seg[0].File, seg[0].Line)
+	}
+	return h.Errf("idempotency %s %s %s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
+		"put idempotency after the authentication (inside the block, after it), or the authentication at the top of the site before idempotency", how, where, why)
+}
+
+// authIn finds an authentication directive in seg: seg itself, or one in
+// the blocks it holds, at any depth.
+func authIn(seg caddyfile.Segment) (caddyfile.Token, bool) {
+	if len(seg) == 0 {
+		return caddyfile.Token{}, false
+	}
+	if slices.Contains(authDirectives, seg.Directive()) {
+		return seg[0], true
+	}
+	for _, inner := range innerSegments(seg) {
+		if auth, ok := authIn(inner); ok {
+			return auth, true
+		}
+	}
+	return caddyfile.Token{}, false
 }
 
 // checkWrittenBefore refuses an idempotency in a route block written

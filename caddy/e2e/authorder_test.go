@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/gatetest"
+	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
 // TestCaddyAuthInsideABlockIsNotBypassed: a site whose handle block
@@ -31,4 +36,86 @@ func TestCaddyAuthInsideABlockIsNotBypassed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "put idempotency inside the block (after any authentication there)") {
 		t.Fatalf("Caddy ran (or refused without saying where to put it) a top-level idempotency above a block that authenticates: %v", err)
 	}
+}
+
+// TestCaddyOrderOptionBeforeAuthRefused: the global option "order" that
+// puts idempotency before a block (the way out the refusal of a
+// top-level idempotency beside blocks offers) or before the site's
+// authentication runs it before an authentication written in that block,
+// or at the top: idempotency would read X-User before forward_auth or
+// basic_auth set it, and a client naming another's owner, with no
+// credentials at all, got the other's record. Caddy refuses those sites,
+// and a route block with idempotency written before its authentication;
+// with the authentication at the top and idempotency ordered before the
+// blocks, the site runs.
+func TestCaddyOrderOptionBeforeAuthRefused(t *testing.T) {
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer alice-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("X-User", "alice")
+	}))
+	t.Cleanup(auth.Close)
+	up := startUpstream(t)
+	vk := valkeytest.Start(t)
+	authHost, upHost := strings.TrimPrefix(auth.URL, "http://"), strings.TrimPrefix(up.URL, "http://")
+	forwardAuth := fmt.Sprintf("forward_auth %s {\n\t\turi /check\n\t\tcopy_headers X-User\n\t}", authHost)
+	// Bob's password is hiccup (Caddy's basic_auth documentation).
+	basicAuth := "basic_auth {\n\t\tBob $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG\n\t}"
+	for _, tc := range []struct {
+		name, global, after, want string
+	}{
+		{"forward_auth in a handle block", "order idempotency before handle",
+			fmt.Sprintf("handle /orders* {\n\t%s\n\treverse_proxy %s\n\t}", forwardAuth, upHost), "the forward_auth"},
+		{"basic_auth in a route block", "order idempotency before route",
+			fmt.Sprintf("route /orders* {\n\t%s\n\treverse_proxy %s\n\t}", basicAuth, upHost), "the basic_auth"},
+		{"forward_auth at the top", "order idempotency first",
+			fmt.Sprintf("%s\n\treverse_proxy %s", forwardAuth, upHost), "the forward_auth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tryRunCaddy(t, caddySite{Global: tc.global, Idempotency: "store_addrs " + vk.Addr(), After: tc.after})
+			if err == nil {
+				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency ordered before its authentication: a forged X-User got %d", r.Status)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "put idempotency after the authentication") {
+				t.Fatalf("refused without naming the authentication and the way out:\n%v", err)
+			}
+		})
+	}
+	t.Run("route written before its authentication", func(t *testing.T) {
+		_, err := tryRunCaddy(t, caddySite{Directive: fmt.Sprintf("route {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t}\n\t\t%s\n\t\treverse_proxy %s\n\t}", vk.Addr(), forwardAuth, upHost)})
+		if err == nil || !strings.Contains(err.Error(), "is written before the forward_auth") {
+			t.Fatalf("Caddy ran (or refused without saying why) idempotency written before forward_auth in a route: %v", err)
+		}
+	})
+	t.Run("authentication at the top, ordered before the blocks", func(t *testing.T) {
+		c := runCaddy(t, caddySite{Global: "order idempotency before handle", Idempotency: "store_addrs " + vk.Addr(),
+			After: fmt.Sprintf("%s\n\thandle /orders* {\n\t\treverse_proxy %s\n\t}", forwardAuth, upHost)})
+		forged := postHeader(t, c.URL, http.Header{"X-User": {"alice"}, "Idempotency-Key": {"k-1"}}, `{"amount":1}`)
+		if forged.Status != http.StatusUnauthorized {
+			t.Fatalf("a forged X-User without credentials: %d %s, want forward_auth's 401", forged.Status, forged.Body)
+		}
+		h := http.Header{"Authorization": {"Bearer alice-token"}, "Idempotency-Key": {"k-1"}}
+		first := postHeader(t, c.URL, h, `{"amount":1}`)
+		retry := postHeader(t, c.URL, h, `{"amount":1}`)
+		if first.Status != http.StatusCreated || up.execs.Load() != 1 {
+			t.Fatalf("first %d, upstream ran %d times; want 201 once\n%s", first.Status, up.execs.Load(), c.out.String())
+		}
+		sameResponse(t, first, retry)
+	})
+}
+
+// postHeader sends POST url/orders with the fields h and reads the whole
+// answer.
+func postHeader(t *testing.T, url string, h http.Header, body string) answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, b, err := gatetest.Post(ctx, nil, url+"/orders", "", h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
 }

@@ -84,8 +84,7 @@ func TestCaddyTopLevelBesideBlocksRefused(t *testing.T) {
 // TestCaddyRefusalReleasesKey: a handler after a top-level idempotency
 // (ordered before handle, as the global option "order idempotency before
 // handle" asks) that refuses a keyed request with a 4xx error before any
-// upstream is picked (an `error` directive, basic_auth in a handle block,
-// file_server) releases the key: the client gets the handler's status,
+// upstream is picked (an `error` directive, file_server) releases the key: the client gets the handler's status,
 // not 502 upstream-failed, and the same key runs once the refusal no
 // longer applies, instead of 409 outcome-unknown forever.
 func TestCaddyRefusalReleasesKey(t *testing.T) {
@@ -114,10 +113,6 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 	}{
 		{"error", "@closed header X-Closed 1\n\terror @closed \"closed\" 403\n\treverse_proxy %s",
 			"/orders", http.Header{"X-Closed": {"1"}}, http.StatusForbidden, "/orders", http.Header{}},
-		// Bob's password is hiccup (Caddy's basic_auth documentation).
-		{"basic_auth", "handle /orders* {\n\t\tbasic_auth {\n\t\t\tBob $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG\n\t\t}\n\t\treverse_proxy %s\n\t}",
-			"/orders", http.Header{"Authorization": {"Basic Qm9iOndyb25n"}}, http.StatusUnauthorized,
-			"/orders", http.Header{"Authorization": {"Basic Qm9iOmhpY2N1cA=="}}},
 		{"file_server", "handle /orders* {\n\t\treverse_proxy %s\n\t}\n\thandle {\n\t\troot * .\n\t\tfile_server\n\t}",
 			"/missing", http.Header{}, http.StatusNotFound, "", nil},
 	} {
@@ -131,9 +126,6 @@ func TestCaddyRefusalReleasesKey(t *testing.T) {
 			first := send(t, c, tc.refusedPath, tc.refusedHeader)
 			if first.Status != tc.status {
 				t.Fatalf("refused: %d %q, want the handler's %d\n%s", first.Status, first.Body, tc.status, c.out.String())
-			}
-			if tc.status == http.StatusUnauthorized && first.Header.Get("Www-Authenticate") == "" {
-				t.Fatalf("refused: %d without basic_auth's challenge (WWW-Authenticate)", first.Status)
 			}
 			if tc.thenPath == "" {
 				// Refused again, not 409 outcome-unknown.
