@@ -55,13 +55,15 @@
 // only the first is known not to have acted. So an error that wraps
 // reverseproxy.DialError (the connection was never made), or
 // reverse_proxy's "no upstreams available" (it tried none), releases the
-// key (middleware.NothingDone) when no upstream got a connection earlier
-// in the call (reverse_proxy returns its last error only: neverSent): the adapter writes the error's status
-// with an empty body, as Caddy does when no handle_errors route is set,
-// and a retry runs again. So does a 4xx error from a call in which
-// reverse_proxy picked no upstream and no connection was made (refused:
-// basic_auth, an error directive, file_server in a handle block below a
-// top-level idempotency). Every other error leaves the outcome unknown
+// key when no upstream got a connection earlier in the call
+// (reverse_proxy returns its last error only: neverSent), and the client
+// gets 502 upstream-unreachable, as from the standalone proxy
+// (middleware.Unreachable); a retry runs again. So does a 4xx error from
+// a call in which reverse_proxy picked no upstream and no connection was
+// made (refused: an error directive, file_server in a handle block below
+// a top-level idempotency; middleware.NothingDone), answered with its
+// status and an empty body, as Caddy does when no handle_errors route is
+// set. Every other error leaves the outcome unknown
 // (middleware.OutcomeUnknown), as the standalone proxy's for an upstream
 // that failed after the request was sent: the claim is kept until its
 // lease ends and on_abandoned decides then, and the client gets 502
@@ -448,9 +450,18 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	if (neverSent(err) || refused(r, err)) && !connected.Load() {
+	if neverSent(err) && !connected.Load() {
+		// Answered 502 upstream-unreachable by the engine, as the
+		// standalone proxy answers its own dial failure.
+		middleware.Unreachable(r, err)
+		h.logger.Error("next handler reached no upstream on a keyed request (dial failure, or none available): key released",
+			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
+		w.WriteHeader(status)
+		return
+	}
+	if refused(r, err) && !connected.Load() {
 		middleware.NothingDone(r)
-		h.logger.Error("next handler reached no upstream on a keyed request (dial failure, none available, or a refusal): key released",
+		h.logger.Error("next handler refused a keyed request before it reached an upstream: key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))
 		w.WriteHeader(status)
 		return
@@ -469,7 +480,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 // upstream: a 4xx status (RFC 9110 section 15.5: the request was not
 // acted on, the client erred), from a call in which reverse_proxy picked
 // no upstream (it sets {http.reverse_proxy.upstream.address} before it
-// sends, FastCGI ones included). basic_auth's 401, an `error` directive's
+// sends, FastCGI ones included). An `error` directive's
 // 403, file_server's 404 or 405, request_body's 413: a handler ordered
 // after idempotency, as in a handle block below a top-level one, refused
 // the request, and the key is released rather than its outcome left

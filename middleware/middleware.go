@@ -43,9 +43,11 @@
 //     client's own ResponseWriter.
 //   - A status the route does not store (a 4xx, a 5xx) releases the key:
 //     written before the handler acts, it is how a handler refuses a
-//     request and lets a retry run. Two things a status cannot say, the
+//     request and lets a retry run. What a status cannot say, the
 //     handler says with the request it was given: NothingDone (it did
-//     nothing: released, whatever it writes) and OutcomeUnknown (it may
+//     nothing: released, whatever it writes), Unreachable (its backend
+//     could not be reached: released, answered 502 upstream-unreachable
+//     as by the proxy) and OutcomeUnknown (it may
 //     have acted and does not know the result: nothing stored, the claim
 //     kept until the lease ends, then on_abandoned decides; the client
 //     gets 502 upstream-failed or 504 upstream-timeout, as from the proxy).

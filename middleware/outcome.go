@@ -22,6 +22,16 @@ import (
 // call wins over it.
 func NothingDone(r *http.Request) bool { return proxy.NothingDone(r) }
 
+// Unreachable tells the engine that the handler serving r could not
+// reach the backend it hands the request to and sent it nothing (the
+// connection could not be made): the key is released, as by NothingDone,
+// and the client gets what the standalone proxy answers for an upstream
+// it could not reach, 502 upstream-unreachable as RFC 9457 problem
+// details, whatever the handler writes. cause (nil is allowed) is logged.
+// OutcomeUnknown on the same call wins over it. It reports whether r is a
+// keyed call the engine runs under a claim (see proxy.Unreachable).
+func Unreachable(r *http.Request, cause error) bool { return proxy.Unreachable(r, cause) }
+
 // OutcomeUnknown tells the engine that the handler serving r may have
 // acted and does not know the result (a backend it called took the
 // request and failed before answering): nothing is stored whatever the
@@ -48,14 +58,15 @@ func Captured(w http.ResponseWriter) bool { return proxy.Captured(w) }
 // httputil.ReverseProxy used as a handler behind the middleware. A failure
 // that provably never reached the backend (the connection could not be
 // made: a *net.OpError whose Op is "dial", such as connection refused)
-// releases the key (NothingDone) and the retry runs once the backend is
+// releases the key (Unreachable: the client gets 502 upstream-unreachable,
+// as from the standalone proxy) and the retry runs once the backend is
 // back; every other failure (a connection reset or closed after the
 // request was written, a response header timeout, a TLS failure, a
 // cancelled context) may come after the backend acted, so its outcome is
 // unknown (OutcomeUnknown): the claim is kept and the retry is never sent
 // on, as the standalone proxy does in front of the same backend. Either
 // way it answers 502 Bad Gateway, as ReverseProxy's default handler does,
-// which the engine replaces with its own answer on an unknown outcome. log
+// which the engine replaces with its own answer in a keyed call. log
 // receives one warning per failure; nil discards them.
 func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
 	if log == nil {
@@ -63,7 +74,7 @@ func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.
 	}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if neverSent(err) {
-			NothingDone(r)
+			Unreachable(r, err)
 			log.Warn("reverse proxy: the backend could not be reached; the request was not sent", "err", err)
 		} else {
 			OutcomeUnknown(r, err)

@@ -77,16 +77,19 @@ func TestReverseProxyBackendDiesMidCall(t *testing.T) {
 }
 
 // TestReverseProxyBackendDownReleases: a backend that cannot be reached
-// (connection refused: the request was never sent) releases the key, and
-// the retry runs once the backend is up.
+// (connection refused: the request was never sent) releases the key, the
+// client gets what the standalone proxy answers then (502
+// upstream-unreachable, problem details), and the retry runs once the
+// backend is up.
 func TestReverseProxyBackendDownReleases(t *testing.T) {
 	vk := valkeytest.Start(t)
 	port := valkeytest.FreePort(t) // nothing listens there yet
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	gate := serve(t, testConfig(vk.Addr(), "rp-down:"), proxyTo("http://"+addr))
 
-	if a := mustPost(t, gate.URL, "alice", "k", `{}`); a.status != http.StatusBadGateway {
-		t.Fatalf("backend down: %d %s; want 502", a.status, a.body)
+	if a := mustPost(t, gate.URL, "alice", "k", `{}`); a.status != http.StatusBadGateway ||
+		!strings.HasSuffix(gatetest.ProblemType([]byte(a.body)), "upstream-unreachable") || a.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("backend down: %d %q %s; want 502 upstream-unreachable", a.status, a.header.Get("Content-Type"), a.body)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -111,7 +114,7 @@ func TestReverseProxyBackendDownReleases(t *testing.T) {
 // the engine runs; elsewhere they say so and change nothing.
 func TestOutcomeUnknownOutsideACall(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/orders", nil)
-	if middleware.OutcomeUnknown(r, errors.New("x")) || middleware.NothingDone(r) {
+	if middleware.OutcomeUnknown(r, errors.New("x")) || middleware.NothingDone(r) || middleware.Unreachable(r, nil) {
 		t.Fatal("a report outside the engine counted")
 	}
 }
@@ -207,5 +210,48 @@ func checkStoredOnce(t *testing.T, gate string, runs *atomic.Int64, want string)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestUnreachableReleasesAndAnswersAsTheProxy: a handler that reports
+// Unreachable (its backend could not be reached) has its own answer
+// replaced by the standalone proxy's, 502 upstream-unreachable, and the
+// key released: the retry runs. Reported with OutcomeUnknown as well, the
+// unknown outcome wins (the safe side): 502 upstream-failed, then 409.
+func TestUnreachableReleasesAndAnswersAsTheProxy(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var runs atomic.Int64 // of key "down"
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch strings.Trim(r.Header.Get("Idempotency-Key"), `"`) {
+		case "down":
+			if runs.Add(1) == 1 {
+				middleware.Unreachable(r, errors.New("dial tcp: connection refused"))
+				http.Error(w, "backend down", http.StatusServiceUnavailable)
+				return
+			}
+		case "both":
+			middleware.Unreachable(r, nil)
+			middleware.OutcomeUnknown(r, errors.New("the backend broke off"))
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	gate := serve(t, testConfig(vk.Addr(), "unreachable:"), h)
+
+	first := mustPost(t, gate.URL, "alice", "down", `{}`)
+	if first.status != http.StatusBadGateway || !strings.HasSuffix(gatetest.ProblemType([]byte(first.body)), "upstream-unreachable") {
+		t.Fatalf("unreachable: %d %s; want 502 upstream-unreachable", first.status, first.body)
+	}
+	if retry := mustPost(t, gate.URL, "alice", "down", `{}`); retry.status != http.StatusCreated || runs.Load() != 2 {
+		t.Fatalf("retry: %d %s after %d runs; want the key released and a fresh 201", retry.status, retry.body, runs.Load())
+	}
+
+	both := mustPost(t, gate.URL, "alice", "both", `{}`)
+	if both.status != http.StatusBadGateway || !strings.HasSuffix(gatetest.ProblemType([]byte(both.body)), "upstream-failed") {
+		t.Fatalf("unreachable and unknown: %d %s; want 502 upstream-failed", both.status, both.body)
+	}
+	if retry := mustPost(t, gate.URL, "alice", "both", `{}`); retry.status != http.StatusConflict {
+		t.Fatalf("retry after an unknown outcome: %d %s; want 409", retry.status, retry.body)
 	}
 }

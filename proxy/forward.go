@@ -54,11 +54,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	call.of(out, route)
 	upStart := time.Now()
 	resp, err := p.transport.RoundTrip(out)
-	var nothingDone, unknown bool
-	var cause error
+	var said sealedCall
 	if call != nil {
-		nothingDone, unknown, cause = call.seal()
+		said = call.seal()
 	}
+	nothingDone, unknown, cause := said.nothing, said.unknown, said.cause
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
@@ -81,7 +81,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 			// an h2c upstream did not speak HTTP/2 (ErrProtocolMismatch):
 			// the key is free again.
 			p.release(r, ex, token)
-			p.upstreamFailed(w, r, ex, problem.UpstreamUnreachable.With("the upstream could not be reached; the request was not sent and the key was released"), err)
+			p.upstreamFailed(w, r, ex, unreachableProblem(), err)
 			return
 		}
 		p.upstreamAmbiguous(w, r, ex, ctx, err)
@@ -94,6 +94,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
 		p.handlerUnknown(w, r, ex, ctx, cause)
+		return
+	}
+	if said.unreachable {
+		// In process: the handler could not reach its backend; answered
+		// as the proxy answers its own dial failure.
+		p.m.Upstream(route.Name, time.Since(upStart))
+		stopHeartbeat()
+		p.release(r, ex, token)
+		p.upstreamFailed(w, r, ex, unreachableProblem(), cause)
 		return
 	}
 	if nothingDone {
@@ -473,6 +482,13 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, ex *excha
 	ex.cause = err
 	p.log.Warn("upstream exchange failed", "route", ex.route.Name, "key_hash", keyHash(ex.id), "err", err)
 	p.fail(w, ex, pr)
+}
+
+// unreachableProblem is the answer to a request the upstream could not
+// be reached for (the proxy's own dial, or a handler in process saying
+// Unreachable).
+func unreachableProblem() problem.Details {
+	return problem.UpstreamUnreachable.With("the upstream could not be reached; the request was not sent and the key was released")
 }
 
 // sentBody is the body of an outbound request: it lets go of the bytes

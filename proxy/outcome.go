@@ -32,8 +32,11 @@ type handlerCall struct {
 	claimed bool
 	sealed  bool
 	nothing bool
-	unknown bool
-	cause   error
+	// unreachable says the handler could not reach its backend: nothing
+	// was done, and the engine answers upstream-unreachable.
+	unreachable bool
+	unknown     bool
+	cause       error
 	// header is the header of the request the handler was given, and
 	// keyName and keyValues its idempotency key field (none for a key in
 	// the body): what tells a nested engine's request (covers). Set
@@ -87,7 +90,7 @@ func callOf(ctx context.Context) *handlerCall {
 }
 
 // report records what the handler said; it reports whether it counts.
-func (c *handlerCall) report(unknown bool, cause error) bool {
+func (c *handlerCall) report(said report, cause error) bool {
 	if c == nil {
 		return false
 	}
@@ -96,24 +99,50 @@ func (c *handlerCall) report(unknown bool, cause error) bool {
 	if c.sealed || !c.claimed {
 		return false
 	}
-	if unknown {
+	switch said {
+	case reportUnknown:
 		if !c.unknown {
 			c.unknown, c.cause = true, cause
 		}
-	} else {
+	case reportUnreachable:
+		c.nothing = true
+		if !c.unknown && !c.unreachable {
+			c.unreachable, c.cause = true, cause
+		}
+	default:
 		c.nothing = true
 	}
 	return true
 }
 
+// report is what a handler in process says of its call.
+type report int
+
+const (
+	reportNothingDone report = iota // NothingDone
+	reportUnreachable               // Unreachable
+	reportUnknown                   // OutcomeUnknown
+)
+
 // seal ends the call: what was reported until now decides, and later
 // reports are ignored. A call reported unknown is unknown, whatever else
-// it reported (the safe side).
-func (c *handlerCall) seal() (nothing, unknown bool, cause error) {
+// it reported (the safe side); one reported unreachable did nothing.
+func (c *handlerCall) seal() (sealed sealedCall) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sealed = true
-	return c.nothing && !c.unknown, c.unknown, c.cause
+	return sealedCall{
+		nothing:     c.nothing && !c.unknown,
+		unreachable: c.unreachable && !c.unknown,
+		unknown:     c.unknown,
+		cause:       c.cause,
+	}
+}
+
+// sealedCall is what decides a call of a handler in process (seal).
+type sealedCall struct {
+	nothing, unreachable, unknown bool
+	cause                         error
 }
 
 // NothingDone tells the engine that runs r's handler in process that the
@@ -135,7 +164,23 @@ func (c *handlerCall) seal() (nothing, unknown bool, cause error) {
 // returned, or no engine at all). OutcomeUnknown on the same call wins
 // over it.
 func NothingDone(r *http.Request) bool {
-	return callOf(r.Context()).report(false, nil)
+	return callOf(r.Context()).report(reportNothingDone, nil)
+}
+
+// Unreachable tells the engine that runs r's handler in process that the
+// handler could not reach the backend it hands the request to, and sent
+// it nothing (its connection could not be made): the key is released, as
+// by NothingDone, and the client is answered what the standalone proxy
+// answers for an upstream it could not reach, 502 upstream-unreachable,
+// whatever the handler writes, so that every shape answers a dial failure
+// alike. cause (nil is allowed) goes to the log and the access line.
+// OutcomeUnknown on the same call wins over it. It reports whether the
+// report counts, as NothingDone does.
+func Unreachable(r *http.Request, cause error) bool {
+	if cause == nil {
+		cause = errors.New("the handler could not reach its backend")
+	}
+	return callOf(r.Context()).report(reportUnreachable, cause)
 }
 
 // OutcomeUnknown tells the engine that runs r's handler in process that
@@ -157,7 +202,7 @@ func OutcomeUnknown(r *http.Request, cause error) bool {
 	if cause == nil {
 		cause = errors.New("the handler reported an unknown outcome")
 	}
-	return callOf(r.Context()).report(true, cause)
+	return callOf(r.Context()).report(reportUnknown, cause)
 }
 
 // isTimeout reports whether err says that something did not answer in

@@ -509,17 +509,18 @@ func TestCaddyTwoInstancesOneValkey(t *testing.T) {
 }
 
 // TestCaddyNextErrorReleasesKey: reverse_proxy's dial error (an error
-// returned with nothing written) reaches the client as 502 and is not
-// stored: the retry, once the upstream is up, runs and gets the upstream's
-// answer.
+// returned with nothing written) reaches the client as the standalone
+// proxy's answer to its own dial failure, 502 upstream-unreachable
+// (problem details), and is not stored: the retry, once the upstream is
+// up, runs and gets the upstream's answer.
 func TestCaddyNextErrorReleasesKey(t *testing.T) {
 	vk := valkeytest.Start(t)
 	port := valkeytest.FreePort(t) // nothing listens there yet
 	c := startCaddy(t, vk.Addr(), "caddy-502:", fmt.Sprintf("http://127.0.0.1:%d", port))
 
 	a := post(t, c.URL, "alice", "k-3", `{"amount":3}`)
-	if a.Status != http.StatusBadGateway || a.replayed() {
-		t.Fatalf("upstream down: %d %s (replayed %v), want 502", a.Status, a.Body, a.replayed())
+	if a.Status != http.StatusBadGateway || !strings.HasSuffix(problemType(a), "upstream-unreachable") || a.replayed() {
+		t.Fatalf("upstream down: %d %s (replayed %v), want 502 upstream-unreachable", a.Status, a.Body, a.replayed())
 	}
 	up := serveOn(t, port)
 	checkRetryRunsOnce(t, c.URL, "k-3", `{"amount":3}`, up, "up")
