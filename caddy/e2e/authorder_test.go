@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,60 @@ func postHeader(t *testing.T, url string, h http.Header, body string) answer {
 		t.Fatal(err)
 	}
 	return answer{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+}
+
+// TestReadmeForwardAuthOwner runs caddy/README.md's YAML, whose owner is
+// the X-User field forward_auth sets, behind forward_auth as its Caddyfile
+// shows: Alice's retry is replayed, while Mallory, sending X-User: alice
+// with her own token and Alice's key, is the owner the authentication
+// vouched for and never gets Alice's record, and a request without
+// credentials is refused before idempotency.
+func TestReadmeForwardAuthOwner(t *testing.T) {
+	text, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, yaml, ok := strings.Cut(string(text), "```yaml\n")
+	yaml, _, ok2 := strings.Cut(yaml, "```")
+	if !ok || !ok2 || !strings.Contains(yaml, "owner: header:X-User") {
+		t.Fatalf("caddy/README.md: no yaml block with owner header:X-User")
+	}
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := map[string]string{"Bearer alice-token": "alice", "Bearer mallory-token": "mallory"}[r.Header.Get("Authorization")]
+		if !ok {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("X-User", user)
+	}))
+	t.Cleanup(auth.Close)
+	up := startUpstream(t)
+	vk := valkeytest.Start(t)
+	c := runCaddy(t, caddySite{
+		YAML: strings.Replace(yaml, "127.0.0.1:6379", vk.Addr(), 1),
+		After: fmt.Sprintf("forward_auth %s {\n\t\turi /check\n\t\tcopy_headers X-User\n\t}\n\treverse_proxy %s",
+			strings.TrimPrefix(auth.URL, "http://"), strings.TrimPrefix(up.URL, "http://")),
+	})
+	as := func(token string) http.Header {
+		h := http.Header{"X-User": {"alice"}, "Idempotency-Key": {"order-1"}}
+		if token != "" {
+			h.Set("Authorization", "Bearer "+token)
+		}
+		return h
+	}
+	first := postHeader(t, c.URL, as("alice-token"), `{"amount":1}`)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("alice: %d %s\n%s", first.Status, first.Body, c.out.String())
+	}
+	sameResponse(t, first, postHeader(t, c.URL, as("alice-token"), `{"amount":1}`))
+	if nobody := postHeader(t, c.URL, as(""), `{"amount":1}`); nobody.Status != http.StatusUnauthorized {
+		t.Fatalf("X-User: alice without credentials: %d %s, want forward_auth's 401", nobody.Status, nobody.Body)
+	}
+	mallory := postHeader(t, c.URL, as("mallory-token"), `{"amount":1}`)
+	if mallory.replayed() || mallory.Body == first.Body {
+		t.Fatalf("mallory naming alice got alice's record: %d %s", mallory.Status, mallory.Body)
+	}
+	if n := up.execs.Load(); n != 2 {
+		t.Fatalf("upstream ran %d times, want 2 (alice once, mallory once as herself)", n)
+	}
 }

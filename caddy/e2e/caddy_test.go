@@ -597,7 +597,8 @@ func TestReadmeCaddyfilesAdapt(t *testing.T) {
 				t.Fatalf("%s: caddy adapt of\n%s: %v\n%s", readme, snippet, err, out)
 			}
 			s := string(out)
-			idem, rp := strings.Index(s, `"handler":"idempotency"`), strings.Index(s, `"handler":"reverse_proxy"`)
+			// The last reverse_proxy: forward_auth is one too, before.
+			idem, rp := strings.Index(s, `"handler":"idempotency"`), strings.LastIndex(s, `"handler":"reverse_proxy"`)
 			if idem < 0 || rp < 0 || idem > rp {
 				t.Fatalf("%s: want the idempotency handler before reverse_proxy in\n%s\nadapted:\n%s", readme, snippet, s)
 			}
