@@ -57,6 +57,9 @@ var authDirectives = []string{"basic_auth", "basicauth", "forward_auth", "jwtaut
 // written after such a block, or before an authentication. file and line
 // locate the directive.
 func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
+	// A snippet imported twice puts two directives at one file and line:
+	// the import chain tells them apart.
+	file = withImports(file, reflect.ValueOf(h.Token()))
 	segs, ok := siteSegments(h)
 	if !ok {
 		return nil // not an httpcaddyfile whose block reads as below: not checked
@@ -99,6 +102,9 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 			continue
 		}
 		if err == nil && dir != "handle_errors" {
+			err = checkAuthAround(h, segs, i, sorted, order)
+		}
+		if err == nil && dir != "handle_errors" {
 			// An intercept beside the block that holds idempotency wraps
 			// it, when it comes first (Caddy's order, or as written in a
 			// route), and its backend is reached by every attempt.
@@ -109,7 +115,7 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 			for _, w := range wrapping {
 				if w.Directive() == "intercept" && bypasses(w) && (!sorted || order == nil || before(order, "intercept", dir)) {
 					err = h.Errf("the intercept (%s:%d) around the %s that holds this idempotency reaches a backend on every attempt of a key, a replay's included: "+
-						"put idempotency at the top of the site with the global option 'order idempotency before intercept'", w[0].File, w[0].Line, dir)
+						"put idempotency at the top of the site with the global option 'order idempotency before intercept'", fileOf(w[0]), w[0].Line, dir)
 				}
 			}
 		}
@@ -132,7 +138,7 @@ func checkSiblings(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []str
 		if !before(order, "idempotency", dir) && bypasses(seg) {
 			return h.Errf("idempotency at this level of the site comes after its %s (%s:%d) in Caddy's directive order, so it would never see the requests that block sends to a backend: "+
 				"put idempotency inside the block (after any authentication there), or, when authentication runs before the blocks, "+
-				"set the global option 'order idempotency before %s'", dir, seg[0].File, seg[0].Line, dir)
+				"set the global option 'order idempotency before %s'", dir, fileOf(seg[0]), seg[0].Line, dir)
 		}
 	}
 	return nil
@@ -159,6 +165,66 @@ func checkAuthAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []st
 	return nil
 }
 
+// defaultOrder is Caddy's default directive order (httpcaddyfile's
+// defaultDirectiveOrder, of the Caddy pinned in go.mod) from the
+// authentication on, with idempotency in its place (orderedBefore): what
+// a Caddyfile without the global option "order" sorts by. A plugin's
+// directive is not in it, and counts as running before the blocks.
+var defaultOrder = []string{"basicauth", "basic_auth", "forward_auth", "request_header", "encode", "push",
+	"intercept", "templates", "invoke", "handle", "handle_path", "route", "abort", "error", "copy_response",
+	"respond", "metrics", "idempotency", "reverse_proxy", "php_fastcgi", "file_server", "acme_server"}
+
+// exclusiveDirectives are the blocks of which Caddy runs at most one per
+// request among those beside each other: a handle block, and a
+// handle_path one, never runs after another.
+var exclusiveDirectives = []string{"handle", "handle_path"}
+
+// checkAuthAround refuses an idempotency nested in segs[i], a block,
+// when an authentication beside that block, or in a block beside it,
+// runs after it (checkAuthAfter says why): in a sorted block, a directive
+// that sorts after segs[i]'s (order, or defaultOrder without the option),
+// or another of the same directive (Caddy sorts those by their matchers),
+// unless both are of the blocks Caddy runs one of (exclusiveDirectives);
+// in a route block, one written after it. It is called at each level from idempotency's block
+// up to the site's, so no enclosing level lets an authentication run
+// after idempotency.
+func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, sorted bool, order []string) error {
+	holder := segs[i]
+	dir := holder.Directive()
+	if order == nil {
+		order = defaultOrder
+	}
+	for j, seg := range segs {
+		if j == i {
+			continue
+		}
+		other := seg.Directive()
+		after := j > i
+		switch {
+		case sorted && slices.Contains(exclusiveDirectives, dir) && slices.Contains(exclusiveDirectives, other):
+			after = false
+		case sorted && other == dir:
+			// Caddy sorts blocks of one directive by their matchers'
+			// specificity, not as written: either may run first.
+			after = true
+		case sorted:
+			after = before(order, dir, other)
+		}
+		if !after {
+			continue
+		}
+		if auth, ok := authIn(seg); ok {
+			where := fmt.Sprintf("the %s (%s:%d)", auth.Text, fileOf(auth), auth.Line)
+			if !slices.Contains(authDirectives, other) {
+				where += fmt.Sprintf(" inside the %s (%s:%d)", other, fileOf(seg[0]), seg[0].Line)
+			}
+			return h.Errf("idempotency inside the %s (%s:%d) runs before %s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
+				"put idempotency after the authentication (inside the block, after it), or the authentication before the block that holds idempotency", dir, fileOf(holder[0]), holder[0].Line, where)
+		}
+	}
+	return nil
+}
+
 // checkAuthWrittenAfter refuses an idempotency in a route block written
 // before an authentication, or a block that authenticates, of the same
 // route (checkAuthAfter says why): a route runs its directives as
@@ -175,9 +241,9 @@ func checkAuthWrittenAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment) err
 // authErr is the error of checkAuthAfter and checkAuthWrittenAfter for
 // auth, found in seg (itself, or a block that holds it).
 func authErr(h httpcaddyfile.Helper, how, why string, seg caddyfile.Segment, auth caddyfile.Token) error {
-	where := fmt.Sprintf("the %s (%s:%d)", auth.Text, auth.File, auth.Line)
+	where := fmt.Sprintf("the %s (%s:%d)", auth.Text, fileOf(auth), auth.Line)
 	if !slices.Contains(authDirectives, seg.Directive()) {
-		where += fmt.Sprintf(" inside the %s (%s:%d)", seg.Directive(), seg[0].File, seg[0].Line)
+		where += fmt.Sprintf(" inside the %s (%s:%d)", seg.Directive(), fileOf(seg[0]), seg[0].Line)
 	}
 	return h.Errf("idempotency %s %s %s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
 		"put idempotency after the authentication (inside the block, after it), or the authentication at the top of the site before idempotency", how, where, why)
@@ -208,7 +274,7 @@ func checkWrittenBefore(h httpcaddyfile.Helper, segs []caddyfile.Segment) error 
 	for _, seg := range segs {
 		if bypasses(seg) {
 			return h.Errf("idempotency is written after the %s (%s:%d) of its route block, which runs its directives as written, so it would never see the requests that block sends to a backend: "+
-				"write idempotency before it", seg.Directive(), seg[0].File, seg[0].Line)
+				"write idempotency before it", seg.Directive(), fileOf(seg[0]), seg[0].Line)
 		}
 	}
 	return nil
@@ -284,6 +350,32 @@ func before(order []string, a, b string) bool {
 	return ia >= 0 && ib >= 0 && ia < ib
 }
 
+// importSep joins a token's file and its import chain in the File of the
+// tokens siteSegments returns (fileOf takes the file back).
+const importSep = "\x00"
+
+// withImports is file followed by the import chain of t, a
+// caddyfile.Token (the unexported Token.imports: each import's file,
+// line and snippet), when it has one.
+func withImports(file string, t reflect.Value) string {
+	im := t.FieldByName("imports")
+	if !im.IsValid() || im.Kind() != reflect.Slice || im.Len() == 0 {
+		return file
+	}
+	chain := make([]string, im.Len())
+	for i := range chain {
+		chain[i] = im.Index(i).String()
+	}
+	return file + importSep + strings.Join(chain, importSep)
+}
+
+// fileOf is the file of a token siteSegments returns, without its import
+// chain.
+func fileOf(t caddyfile.Token) string {
+	f, _, _ := strings.Cut(t.File, importSep)
+	return f
+}
+
 // siteSegments returns the directives at the top of the site block (or
 // named route) h is parsing in: httpcaddyfile keeps the block in the
 // Helper without an accessor, so it is read by reflection: tokens' text,
@@ -316,7 +408,7 @@ func siteSegments(h httpcaddyfile.Helper) (segs []caddyfile.Segment, ok bool) {
 				// closes no block (Token.wasQuoted, unexported too).
 				text = `"` + text + `"`
 			}
-			seg[j] = caddyfile.Token{File: t.FieldByName("File").String(), Line: int(t.FieldByName("Line").Int()), Text: text}
+			seg[j] = caddyfile.Token{File: withImports(t.FieldByName("File").String(), t), Line: int(t.FieldByName("Line").Int()), Text: text}
 		}
 		segs = append(segs, seg)
 	}

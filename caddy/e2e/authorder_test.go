@@ -85,6 +85,40 @@ func TestCaddyOrderOptionBeforeAuthRefused(t *testing.T) {
 			}
 		})
 	}
+	// Nested: idempotency in a block, an authentication after that block
+	// at an outer level (no order option, or one that moves a block).
+	idem := fmt.Sprintf("idempotency {\n\t\tconfig $CONFIG\n\t\tstore_addrs %s\n\t}", vk.Addr())
+	for _, tc := range []struct {
+		name, global, snippets, directive, want string
+	}{
+		{"handle, then a route that authenticates", "",
+			"", fmt.Sprintf("handle /orders* {\n\t%s\n\t}\n\troute {\n\t%s\n\treverse_proxy %s\n\t}", idem, forwardAuth, upHost),
+			"idempotency inside the handle"},
+		{"route holding a handle, authentication after it", "",
+			"", fmt.Sprintf("route {\n\thandle /orders* {\n\t%s\n\t}\n\t%s\n\treverse_proxy %s\n\t}", idem, forwardAuth, upHost),
+			"idempotency inside the handle"},
+		{"route ordered before forward_auth", "order route before forward_auth",
+			"", fmt.Sprintf("route {\n\t%s\n\t}\n\t%s\n\treverse_proxy %s", idem, forwardAuth, upHost),
+			"idempotency inside the route"},
+		// One snippet imported twice: the copy placed after the
+		// authentication must not vouch for the one placed before it.
+		{"snippet imported twice", "",
+			"(idem) {\n\t" + strings.Replace(idem, "config $CONFIG", "config $CONFIG\n\t\tname {args[0]}", 1) + "\n}\n",
+			fmt.Sprintf("handle /a* {\n\t%s\n\timport idem a\n\treverse_proxy %s\n\t}\n\thandle /orders* {\n\troute {\n\timport idem orders\n\t%s\n\treverse_proxy %s\n\t}\n\t}",
+				forwardAuth, upHost, forwardAuth, upHost),
+			"is written before the forward_auth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tryRunCaddy(t, caddySite{Global: tc.global, Snippets: tc.snippets, Directive: tc.directive})
+			if err == nil {
+				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency nested before an authentication: a forged X-User got %d", r.Status)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "forward_auth") {
+				t.Fatalf("refused without naming where idempotency is and the authentication:\n%v", err)
+			}
+		})
+	}
 	t.Run("route written before its authentication", func(t *testing.T) {
 		_, err := tryRunCaddy(t, caddySite{Directive: fmt.Sprintf("route {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t}\n\t\t%s\n\t\treverse_proxy %s\n\t}", vk.Addr(), forwardAuth, upHost)})
 		if err == nil || !strings.Contains(err.Error(), "is written before the forward_auth") {

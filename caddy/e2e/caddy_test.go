@@ -131,6 +131,9 @@ type caddySite struct {
 	// Sites is added after the site: other sites of the configuration
 	// (or named routes), $CONFIG standing for the YAML's path.
 	Sites string
+	// Snippets is added before the site, which may import them, $CONFIG
+	// standing for the YAML's path.
+	Snippets string
 	// Hosts, when set, replaces the one site on 127.0.0.1 by a site per
 	// host, http://HOST:PORT on the same listener, each with its own
 	// idempotency handler (named after the host, Idempotency's lines
@@ -235,8 +238,8 @@ http://%s:%d {
 	storage file_system %s
 	%s
 }
-%s%s
-`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, sites, strings.ReplaceAll(site.Sites, "$CONFIG", cfgPath))
+%s%s%s
+`, c.adminPort, filepath.Join(c.dir, "data"), site.Global, strings.ReplaceAll(site.Snippets, "$CONFIG", cfgPath), sites, strings.ReplaceAll(site.Sites, "$CONFIG", cfgPath))
 	path := filepath.Join(c.dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)
