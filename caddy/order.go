@@ -52,7 +52,7 @@ var authDirectives = []string{"basic_auth", "basicauth", "forward_auth", "jwtaut
 // an idempotency of its own is checked where that one is), or the global
 // option "order idempotency before handle" (or before invoke) when
 // authentication runs before the blocks, which this check honours while
-// no authentication comes after idempotency (checkAuthAfter). Inside a
+// no authentication comes after idempotency (checkAuthAround). Inside a
 // route block, whose directives run as written, it is refused when
 // written after such a block, or before an authentication. file and line
 // locate the directive.
@@ -70,6 +70,9 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 		segs = innerSegments(segs[0])
 	}
 	order, _ := h.Option("order").([]string)
+	if order == nil {
+		order = defaultOrder
+	}
 	_, err := checkBlock(h, segs, true, order, file, line)
 	return err
 }
@@ -84,12 +87,12 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 				if err := checkWrittenBefore(h, segs[:i]); err != nil {
 					return true, err
 				}
-				return true, checkAuthWrittenAfter(h, segs[i+1:])
+				return true, checkAuthAround(h, segs, i, false, order)
 			}
 			if err := checkSiblings(h, segs, order); err != nil {
 				return true, err
 			}
-			return true, checkAuthAfter(h, segs, order)
+			return true, checkAuthAround(h, segs, i, true, order)
 		}
 	}
 	for i, seg := range segs {
@@ -113,7 +116,7 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 				wrapping = segs[:i]
 			}
 			for _, w := range wrapping {
-				if w.Directive() == "intercept" && bypasses(w) && (!sorted || order == nil || before(order, "intercept", dir)) {
+				if w.Directive() == "intercept" && bypasses(w) && (!sorted || before(order, "intercept", dir)) {
 					err = h.Errf("the intercept (%s:%d) around the %s that holds this idempotency reaches a backend on every attempt of a key, a replay's included: "+
 						"put idempotency at the top of the site with the global option 'order idempotency before intercept'", fileOf(w[0]), w[0].Line, dir)
 				}
@@ -144,27 +147,6 @@ func checkSiblings(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []str
 	return nil
 }
 
-// checkAuthAfter refuses an idempotency that the global option "order"
-// sorts before an authentication at its level, or before a block that
-// authenticates: it would read the owner before the authentication set
-// it, and replay a record to a client that names another's owner (a
-// forged X-User beside the client's own token, or no credentials at
-// all). Without the option idempotency comes after every authentication
-// and block directive (orderedBefore). An invoke's named route is not
-// looked into.
-func checkAuthAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment, order []string) error {
-	for _, seg := range segs {
-		dir := seg.Directive()
-		if !before(order, "idempotency", dir) {
-			continue
-		}
-		if auth, ok := authIn(seg); ok {
-			return authErr(h, "comes before", "in the directive order the global option 'order' sets", seg, auth)
-		}
-	}
-	return nil
-}
-
 // defaultOrder is Caddy's default directive order (httpcaddyfile's
 // defaultDirectiveOrder, of the Caddy pinned in go.mod) from the
 // authentication on, with idempotency in its place (orderedBefore): what
@@ -179,21 +161,21 @@ var defaultOrder = []string{"basicauth", "basic_auth", "forward_auth", "request_
 // handle_path one, never runs after another.
 var exclusiveDirectives = []string{"handle", "handle_path"}
 
-// checkAuthAround refuses an idempotency nested in segs[i], a block,
-// when an authentication beside that block, or in a block beside it,
-// runs after it (checkAuthAfter says why): in a sorted block, a directive
-// that sorts after segs[i]'s (order, or defaultOrder without the option),
-// or another of the same directive (Caddy sorts those by their matchers),
-// unless both are of the blocks Caddy runs one of (exclusiveDirectives);
-// in a route block, one written after it. It is called at each level from idempotency's block
-// up to the site's, so no enclosing level lets an authentication run
-// after idempotency.
+// checkAuthAround refuses an idempotency when an authentication, or a
+// block that authenticates, runs after segs[i] (idempotency itself, or
+// the block that holds it) in segs, one block of the site: idempotency
+// would read the owner before the authentication set it, and replay a
+// record to a client that names another's owner (a forged X-User beside
+// the client's own token, or no credentials at all). What runs after
+// segs[i]: in a sorted block, a directive that sorts after its own in
+// order, or another of the same directive (Caddy sorts those by their
+// matchers), unless both are of the blocks Caddy runs one of
+// (exclusiveDirectives); in a route block, one written after it. It is
+// called at each level from idempotency's up to the site's, so no
+// enclosing level lets an authentication run after idempotency. An
+// invoke's named route is not looked into.
 func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, sorted bool, order []string) error {
-	holder := segs[i]
-	dir := holder.Directive()
-	if order == nil {
-		order = defaultOrder
-	}
+	dir := segs[i].Directive()
 	for j, seg := range segs {
 		if j == i {
 			continue
@@ -214,39 +196,32 @@ func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, so
 			continue
 		}
 		if auth, ok := authIn(seg); ok {
-			where := fmt.Sprintf("the %s (%s:%d)", auth.Text, fileOf(auth), auth.Line)
-			if !slices.Contains(authDirectives, other) {
-				where += fmt.Sprintf(" inside the %s (%s:%d)", other, fileOf(seg[0]), seg[0].Line)
-			}
-			return h.Errf("idempotency inside the %s (%s:%d) runs before %s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
-				"put idempotency after the authentication (inside the block, after it), or the authentication before the block that holds idempotency", dir, fileOf(holder[0]), holder[0].Line, where)
+			return authErr(h, segs[i], sorted, seg, auth)
 		}
 	}
 	return nil
 }
 
-// checkAuthWrittenAfter refuses an idempotency in a route block written
-// before an authentication, or a block that authenticates, of the same
-// route (checkAuthAfter says why): a route runs its directives as
-// written.
-func checkAuthWrittenAfter(h httpcaddyfile.Helper, segs []caddyfile.Segment) error {
-	for _, seg := range segs {
-		if auth, ok := authIn(seg); ok {
-			return authErr(h, "is written before", "in its route block, which runs its directives as written", seg, auth)
-		}
-	}
-	return nil
-}
-
-// authErr is the error of checkAuthAfter and checkAuthWrittenAfter for
-// auth, found in seg (itself, or a block that holds it).
-func authErr(h httpcaddyfile.Helper, how, why string, seg caddyfile.Segment, auth caddyfile.Token) error {
+// authErr is checkAuthAround's error for auth, found in seg (itself, or a
+// block that holds it), which runs after holder (idempotency, or the
+// block that holds it) in a block that is sorted or not.
+func authErr(h httpcaddyfile.Helper, holder caddyfile.Segment, sorted bool, seg caddyfile.Segment, auth caddyfile.Token) error {
 	where := fmt.Sprintf("the %s (%s:%d)", auth.Text, fileOf(auth), auth.Line)
 	if !slices.Contains(authDirectives, seg.Directive()) {
 		where += fmt.Sprintf(" inside the %s (%s:%d)", seg.Directive(), fileOf(seg[0]), seg[0].Line)
 	}
-	return h.Errf("idempotency %s %s %s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
-		"put idempotency after the authentication (inside the block, after it), or the authentication at the top of the site before idempotency", how, where, why)
+	what, instead := "", "the authentication at the top of the site before idempotency"
+	switch {
+	case holder.Directive() != "idempotency":
+		what = fmt.Sprintf("idempotency inside the %s (%s:%d) runs before %s", holder.Directive(), fileOf(holder[0]), holder[0].Line, where)
+		instead = "the authentication before the block that holds idempotency"
+	case sorted:
+		what = "idempotency comes before " + where + " in the directive order the global option 'order' sets"
+	default:
+		what = "idempotency is written before " + where + " in its route block, which runs its directives as written"
+	}
+	return h.Errf("%s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
+		"put idempotency after the authentication (inside the block, after it), or %s", what, instead)
 }
 
 // authIn finds an authentication directive in seg: seg itself, or one in
@@ -340,12 +315,9 @@ func newLine(prev, tok caddyfile.Token) bool {
 }
 
 // before reports whether a comes before b in order, the Caddyfile's own
-// directive order ("order" global options), or in the default order when
-// it has none (idempotency then comes after every block directive).
+// directive order ("order" global options) or defaultOrder; a directive
+// not in it comes before none.
 func before(order []string, a, b string) bool {
-	if order == nil {
-		return false
-	}
 	ia, ib := slices.Index(order, a), slices.Index(order, b)
 	return ia >= 0 && ib >= 0 && ia < ib
 }
