@@ -336,7 +336,7 @@ func sentinelPrimary(c valkey.Client) string {
 // through Sentinel whether the primary changed (seen.servedBy), which it
 // reports. A Nodes call per fence PING or missed read, never per hit.
 func (s *Store) heardFrom(sent int64) (switched bool) {
-	if s.sentinel {
+	if s.client.Mode() == valkey.ClientModeSentinel {
 		switched = s.seen.servedBy(sentinelPrimary(s.client))
 	}
 	s.seen.noteHeard(sent)

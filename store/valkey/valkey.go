@@ -158,10 +158,7 @@ type Store struct {
 	codec *layout.BodyCodec
 
 	// seen is nil when the replay cache is off (Options.CacheBytes 0).
-	seen *seen
-	// sentinel says the client finds its primary through Sentinel
-	// (heardFrom).
-	sentinel bool
+	seen     *seen
 	cacheTTL time.Duration
 
 	stopSub   context.CancelFunc
@@ -307,7 +304,6 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		codec:   codec,
 
 		seen:     sn,
-		sentinel: client.Mode() == valkey.ClientModeSentinel,
 		cacheTTL: DefaultCacheTTL,
 
 		acks:        opts.Acks,
@@ -323,7 +319,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if clock != nil && client.Mode() != valkey.ClientModeCluster {
 		s.clock = clock
 	}
-	if sn != nil && s.sentinel {
+	if sn != nil && client.Mode() == valkey.ClientModeSentinel {
 		sn.servedBy(sentinelPrimary(client))
 	}
 	if sn != nil && client.Mode() == valkey.ClientModeCluster {
