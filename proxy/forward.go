@@ -58,7 +58,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 	if call != nil {
 		said = call.seal()
 	}
-	nothingDone, unknown, cause := said.nothing, said.unknown, said.cause
 	if err != nil {
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
@@ -68,7 +67,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 			// (TestPanicKeepsTheClaim): the claim runs out with its lease,
 			// unless the handler said it did nothing. The panic goes on
 			// either way.
-			if nothingDone {
+			if said.nothing {
 				p.release(r, ex, token)
 			} else {
 				p.log.Warn("handler panicked; it may have acted before, so the key stays claimed until its lease ends",
@@ -88,12 +87,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
-	if unknown {
+	if said.unknown {
 		// In process: the handler said it may have acted and does not
 		// know the result; whatever it wrote is not an outcome.
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
-		p.handlerUnknown(w, r, ex, ctx, cause)
+		p.handlerUnknown(w, r, ex, ctx, said.cause)
 		return
 	}
 	if said.unreachable {
@@ -102,10 +101,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
 		p.release(r, ex, token)
-		p.upstreamFailed(w, r, ex, unreachableProblem(), cause)
+		p.upstreamFailed(w, r, ex, unreachableProblem(), said.cause)
 		return
 	}
-	if nothingDone {
+	if said.nothing {
 		// In process: the handler said it did nothing; its answer is sent
 		// as written and decides nothing, not even a tombstone.
 		p.m.Upstream(route.Name, time.Since(upStart))
