@@ -219,12 +219,7 @@ func TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) {
 			})
 			first := post(t, c.URL, "alice", "k", `{"amount":1}`)
 			retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
-			if n := execs.Load(); n != 1 {
-				t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
-			}
-			if retry.Status != http.StatusConflict || retry.replayed() {
-				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
-			}
+			checkRanOnceThenRefused(t, c, execs.Load(), first, retry)
 		})
 	}
 }
@@ -268,12 +263,7 @@ func TestCaddyEmptyBodyNotResentOnReusedConnection(t *testing.T) {
 			resp.Body.Close()
 			first := post(t, c.URL, "alice", "k", "")
 			retry := post(t, c.URL, "alice", "k", "")
-			if n := execs.Load(); n != 1 {
-				t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
-			}
-			if retry.Status != http.StatusConflict || retry.replayed() {
-				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown", retry.Status, retry.Body, first.Status, first.Body)
-			}
+			checkRanOnceThenRefused(t, c, execs.Load(), first, retry)
 		})
 	}
 }
@@ -319,12 +309,20 @@ func TestCaddyRetryAfterSendNeverRunsTwice(t *testing.T) {
 			}
 			first := send(t, c.URL, "alice", "k", `{"amount":1}`)
 			retry := send(t, c.URL, "alice", "k", `{"amount":1}`)
-			if n := execs.Load(); n != 1 {
-				t.Fatalf("upstreams executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
-			}
-			if retry.Status != http.StatusConflict || retry.replayed() {
-				t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
-			}
+			checkRanOnceThenRefused(t, c, execs.Load(), first, retry)
 		})
+	}
+}
+
+// checkRanOnceThenRefused fails unless the upstreams behind c executed
+// once (n) for a key whose outcome is unknown after its first attempt,
+// and its retry was refused 409, not replayed.
+func checkRanOnceThenRefused(t *testing.T, c *caddyProc, n int64, first, retry answer) {
+	t.Helper()
+	if n != 1 {
+		t.Fatalf("upstream executed %d times, want 1 (first: %d %q; retry: %d %q)\n%s", n, first.Status, first.Body, retry.Status, retry.Body, c.out.String())
+	}
+	if retry.Status != http.StatusConflict || retry.replayed() {
+		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
 	}
 }

@@ -30,15 +30,7 @@ func TestCacheSentinelFailoverFromStalledPrimary(t *testing.T) {
 	if _, err := primary.CLI("WAIT", "1", "5000"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Get(t.Context(), id); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		cached(t, s1, id)
-	}
-	if rec, res := cached(t, s1, id); rec == nil || res != store.CacheHit {
-		t.Fatalf("before the failover: %+v %v, want a hit", rec, res)
-	}
+	warmToHit(t, s1, id)
 	// The sentinel must know the replica before the primary stalls.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -113,15 +105,7 @@ func TestCacheClusterFailoverFromStalledPrimary(t *testing.T) {
 		if out, _ := c.Servers[0].CLI("EXISTS", writer.Key(id)); out != "1" {
 			continue
 		}
-		if _, err := s1.Get(t.Context(), id); err != nil {
-			t.Fatal(err)
-		}
-		for range 3 {
-			cached(t, s1, id)
-		}
-		if rec, res := cached(t, s1, id); rec == nil || res != store.CacheHit {
-			t.Fatalf("before the failover: %+v %v, want a hit", rec, res)
-		}
+		warmToHit(t, s1, id)
 		ids = append(ids, id)
 	}
 	if out, err := c.Servers[0].CLI("WAIT", "1", "5000"); err != nil || out != "1" {
@@ -165,5 +149,20 @@ func TestCacheClusterFailoverFromStalledPrimary(t *testing.T) {
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// warmToHit has s see id's record completed (Get) and read it through
+// the replay cache until it is answered from there, before a failover.
+func warmToHit(t *testing.T, s *valkey.Store, id store.Identity) {
+	t.Helper()
+	if _, err := s.Get(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cached(t, s, id)
+	}
+	if rec, res := cached(t, s, id); rec == nil || res != store.CacheHit {
+		t.Fatalf("before the failover: %+v %v, want a hit", rec, res)
 	}
 }
