@@ -453,13 +453,31 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 				}
 				useWrk := mode == "closed" && o.wrkBin != ""
 				if mode == "closed" && round == 0 && o.warmup > 0 {
-					if useWrk {
-						if _, _, err := wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix+"warm-", o.replayKeys, o.concurrency, o.warmup); err != nil {
-							return fmt.Errorf("%s warm-up: %w", t.id, err)
+					// Measured like a round but kept out of every ratio:
+					// the first seconds of a workload (of the target's
+					// life, for the first workload) beside its steady
+					// state (docs/performance.md, "Run it").
+					var loadCPU float64
+					var loadErr error
+					x, err := measure(ctx, t, func() *phaseStats {
+						if useWrk {
+							var s *phaseStats
+							if s, loadCPU, loadErr = wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix+"warm-", o.replayKeys, o.concurrency, o.warmup); loadErr != nil {
+								return &phaseStats{codes: map[int]int{}}
+							}
+							return s
 						}
-					} else {
-						attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
+						return attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
+					})
+					if err = errors.Join(err, loadErr); err != nil {
+						return fmt.Errorf("%s warm-up: %w", t.id, err)
 					}
+					if useWrk {
+						x.loadCPUSec = loadCPU
+					}
+					x.workload, x.mode = w, modeWarmup
+					x.s.finish()
+					rep.rows = append(rep.rows, x)
 				}
 				rate := 0
 				if frac > 0 {

@@ -47,6 +47,10 @@ type report struct {
 	inapp             *inappResult   // workload inapp, when run
 }
 
+// modeWarmup is the loop of a row measuring a workload's uncounted
+// warm-up, shown above its steady state.
+const modeWarmup = "warm-up"
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
 
 func (r *report) find(workload, mode, id string) *row {
@@ -96,7 +100,7 @@ func (r *report) markdown() string {
 		p("### Workload %s\n\n", w)
 		p("| target | loop | rate req/s | req/s | p50 ms | p99 ms | p99.9 ms | errors | replayed | CPU s/1k req | peak RSS MiB | store ops/req | round trips/req | store CPU s/1k | load gen CPU s/1k | host busy |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, mode := range modes {
+		for _, mode := range append([]string{modeWarmup}, modes...) {
 			for _, x := range r.rows {
 				if x.workload != w || x.mode != mode {
 					continue
@@ -115,6 +119,9 @@ func (r *report) markdown() string {
 			}
 		}
 		p("\n")
+		if r.opts.warmup > 0 {
+			p("%s: the %v of closed-loop load before the first round on each target, counted in no ratio; for the first workload of a run, the target's first seconds after it started.\n\n", modeWarmup, r.opts.warmup)
+		}
 		for _, x := range r.rows {
 			if x.workload == w && x.s.firstErr != "" {
 				p("First error of %s %s: `%s`  \n", x.target.id, x.mode, strings.TrimSpace(x.s.firstErr))
