@@ -64,8 +64,10 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 				})
 			})
 		}
+		began := time.Now()
 		close(start)
 		wg.Wait()
+		took := time.Since(began)
 		winner := -1
 		for i := range n {
 			if errs[i] != nil {
@@ -86,8 +88,17 @@ func (s *suite) testConcurrentClaims(t *testing.T) {
 			if i == winner {
 				continue
 			}
-			if results[i].State != store.Running || results[i].Fingerprint != wantFP || !results[i].LeaseEnd.Equal(results[winner].LeaseEnd) {
-				t.Fatalf("round %d: claim %d = %+v, want Running with the winner's fingerprint %q and lease end %v", round, i, results[i], wantFP, results[winner].LeaseEnd)
+			// On a real clock a Running answer may be read before the
+			// winner's claim restarted its lease (a repeated claim, which
+			// Valkey's layouts 4 and 5 run for a slow fresh claim): its lease
+			// end is then that of the moment, within the round (and the
+			// millisecond truncation and the error of Valkey's bound of its
+			// clock) of the winner's.
+			leaseEnd, want := results[i].LeaseEnd, results[winner].LeaseEnd
+			off := leaseEnd.Sub(want).Abs()
+			if results[i].State != store.Running || results[i].Fingerprint != wantFP || leaseEnd.IsZero() ||
+				(s.clock != nil && off != 0) || off > took+10*time.Millisecond {
+				t.Fatalf("round %d: claim %d = %+v, want Running with the winner's fingerprint %q and lease end %v", round, i, results[i], wantFP, want)
 			}
 		}
 		if r := s.mustGet(t, st, id); r == nil || r.Token != tokens[winner] {

@@ -133,11 +133,18 @@ func (s *Store) hold(p store.ClaimParams, createdMs int64, start time.Time) {
 //
 // The record's times are relative to its key's expiry E, which the claim
 // must know. With a bound of the server's clock (serverClock) the SET
-// sets E itself (PXAT bound + px): the lease then ends no earlier than px
-// after the server's time when the SET was sent (the lease counts from
-// the moment the claim was sent, as a holder counts it; PX counts from
-// the moment the server ran the SET, no earlier), and at most the
-// bound's error (its sample's round trip, 2 ms and the drift) later.
+// sets E itself (PXAT bound + px): its lease ends no earlier than lease
+// after the server's time when the bound was read (the lease counts from
+// before the claim was sent, as a holder counts it: leaseSure), and at
+// most the bound's error (its sample's round trip, 2 ms and the drift)
+// later. The server may run the SET later than that: a claim answered
+// within maxBoundedCall of reading the bound holds a lease short by at
+// most that (and the drift) from the moment the server ran it. A slower
+// claim (a server busy or pausing its writes, this process stopped before
+// the SET left) may have set a lease much shorter, or already over: it
+// repeats itself with claim.lua, which restarts the lease by the server's
+// TIME or answers the record another instance took over meanwhile
+// (TestLayout4HeldClaimKeepsAWholeLease).
 // Without one it sets PX px and
 // asks PEXPIRETIME in the same round trip, and that answer bounds the
 // clock for the claims after it.
@@ -163,7 +170,9 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, st
 		sentGen  uint64
 		setBound bool
 	)
+	var asked reading
 	if s.clock != nil {
+		asked = s.clock.now()
 		upper, gen, bound = s.clock.upperMs()
 	}
 	if bound {
@@ -179,10 +188,14 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, st
 			return store.ClaimResult{}, unavailable("claim", ctx.Err())
 		}
 		old, err = res.ToString()
-		if valkey.IsValkeyNil(err) && !s.clock.same(gen) {
+		if valkey.IsValkeyNil(err) && (!s.clock.same(gen) || !s.clock.within(asked)) {
 			// A connection was dialled during the call: the SET may have
 			// reached another server (a failover) than the one the bound
-			// is of. claim.lua repeats the claim by that server's clock.
+			// is of. Or the call took longer than maxBoundedCall: the
+			// server may have run the SET so much later than the bound
+			// that the lease it set is short, or already over and taken
+			// over by another instance. claim.lua repeats the claim by
+			// that server's clock, or answers who holds the record now.
 			return s.claimScript(ctx, p, claimArgs(p, head), start)
 		}
 		if err == nil && strings.HasPrefix(old, v4Completed) {

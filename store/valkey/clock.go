@@ -83,6 +83,16 @@ const (
 	// this process's monotonic clock, in parts per million: NTP slews a
 	// clock by at most 500 ppm, and each of the two may be slewed.
 	maxDriftPPM = 1000
+	// maxBoundedCall is the longest a fresh claim that set its expiry
+	// from a bound may take, from the moment it read the bound to its
+	// reply, on both clocks: the server may have run the SET that much
+	// later than the bound is of (a server busy or pausing writes, a
+	// process stopped before the SET left), and its lease is then short
+	// by up to that much (and the drift) from the moment the server ran
+	// it. A slower claim repeats itself with claim.lua, by the server's
+	// TIME (claim4). The same error as a sample's (maxSampleRTT), the
+	// other way.
+	maxBoundedCall = maxSampleRTT
 )
 
 // newServerClock returns a clock without a sample, reading this
@@ -149,6 +159,14 @@ func (s clockSample) upperAt(now reading) (ms int64, gen uint64, ok bool) {
 	elapsed += elapsed * maxDriftPPM / 1_000_000
 	// Rounded up to the millisecond: the expiry is set in whole ms.
 	return s.serverMs + 1 + int64((elapsed+time.Millisecond-1)/time.Millisecond), s.gen, true
+}
+
+// within reports whether at most maxBoundedCall has passed since at, a
+// reading of c.now, by both this process's monotonic and its wall clock
+// (a stopped process moves both; a suspended host only the wall clock).
+func (c *serverClock) within(at reading) bool {
+	now := c.now()
+	return max(now.mono-at.mono, now.wall.Sub(at.wall)) <= maxBoundedCall
 }
 
 // same reports whether no connection was dialled since generation gen:

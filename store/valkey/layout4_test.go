@@ -371,3 +371,53 @@ func TestClaimNeverAnswersAnotherIdentitysRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestLayout4HeldClaimKeepsAWholeLease: a fresh claim whose SET the
+// server runs late (its writes paused, as a primary pauses them during a
+// FAILOVER, or a busy server, or an idemgate process stopped between
+// reading its bound of the server's clock and sending the SET) still
+// holds the record for a whole lease from the moment the server ran it
+// (store contract, rule 1: lease end now+Lease): another instance's retry
+// of the same request, which may take over an abandoned record, finds it
+// running, and the operation does not run twice.
+func TestLayout4HeldClaimKeepsAWholeLease(t *testing.T) {
+	testHeldClaimKeepsAWholeLease(t, valkey.Layout4)
+}
+
+// TestLayout5HeldClaimKeepsAWholeLease: TestLayout4HeldClaimKeepsAWholeLease
+// for a store writing layout 5.
+func TestLayout5HeldClaimKeepsAWholeLease(t *testing.T) {
+	testHeldClaimKeepsAWholeLease(t, valkey.Layout5)
+}
+
+func testHeldClaimKeepsAWholeLease(t *testing.T, layout int) {
+	srv := valkeytest.Start(t)
+	prefix := randomPrefix()
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
+	peer := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
+	c := raw(t, srv.Addr())
+	warmClock(t, s, newMeter(t, srv.Addr()))
+	const lease, pause = 300 * time.Millisecond, 900
+	if err := c.Do(t.Context(), c.B().ClientPause().Timeout(pause).Write().Build()).Error(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "paused"}
+	p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "holder", Lease: lease, Retention: time.Hour}
+	res, err := s.Claim(t.Context(), p)
+	ran := serverTime(t, c)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v; want Claimed", res, err)
+	}
+	// ran is after the server ran the claim, by less than a lease: a
+	// whole lease from then has not ended yet.
+	if !res.LeaseEnd.After(ran) {
+		t.Errorf("lease end %v answered with the server's time %v already past it", res.LeaseEnd, ran)
+	}
+	q := p
+	q.Token = "retry"
+	got, err := peer.Claim(t.Context(), q)
+	if err != nil || got.State != store.Running {
+		t.Fatalf("another instance's Claim right after the holder's = %+v, %v; want Running (the holder's lease, %v from %v, ended at %v)",
+			got, err, lease, ran, res.LeaseEnd)
+	}
+}
