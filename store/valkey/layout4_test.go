@@ -391,33 +391,40 @@ func TestLayout5HeldClaimKeepsAWholeLease(t *testing.T) {
 }
 
 func testHeldClaimKeepsAWholeLease(t *testing.T, layout int) {
-	srv := valkeytest.Start(t)
-	prefix := randomPrefix()
-	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
-	peer := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
-	c := raw(t, srv.Addr())
-	warmClock(t, s, newMeter(t, srv.Addr()))
-	const lease, pause = 300 * time.Millisecond, 900
-	if err := c.Do(t.Context(), c.B().ClientPause().Timeout(pause).Write().Build()).Error(); err != nil {
-		t.Fatalf("CLIENT PAUSE: %v", err)
-	}
-	id := store.Identity{Owner: "alice", Scope: "default", Key: "paused"}
-	p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "holder", Lease: lease, Retention: time.Hour}
-	res, err := s.Claim(t.Context(), p)
-	ran := serverTime(t, c)
-	if err != nil || res.State != store.Claimed {
-		t.Fatalf("Claim = %+v, %v; want Claimed", res, err)
-	}
-	// ran is after the server ran the claim, by less than a lease: a
-	// whole lease from then has not ended yet.
-	if !res.LeaseEnd.After(ran) {
-		t.Errorf("lease end %v answered with the server's time %v already past it", res.LeaseEnd, ran)
-	}
-	q := p
-	q.Token = "retry"
-	got, err := peer.Claim(t.Context(), q)
-	if err != nil || got.State != store.Running {
-		t.Fatalf("another instance's Claim right after the holder's = %+v, %v; want Running (the holder's lease, %v from %v, ended at %v)",
-			got, err, lease, ran, res.LeaseEnd)
+	// With a retention shorter than the lease, the key's expiry is the
+	// lease end: a SET run after it (PXAT in the past) deletes the key it
+	// claimed, which a retry then claims afresh.
+	for _, retention := range []time.Duration{time.Hour, 100 * time.Millisecond} {
+		t.Run("retention="+retention.String(), func(t *testing.T) {
+			srv := valkeytest.Start(t)
+			prefix := randomPrefix()
+			s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
+			peer := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: prefix, Layout: layout})
+			c := raw(t, srv.Addr())
+			warmClock(t, s, newMeter(t, srv.Addr()))
+			const lease, pause = 300 * time.Millisecond, 900
+			if err := c.Do(t.Context(), c.B().ClientPause().Timeout(pause).Write().Build()).Error(); err != nil {
+				t.Fatalf("CLIENT PAUSE: %v", err)
+			}
+			id := store.Identity{Owner: "alice", Scope: "default", Key: "paused"}
+			p := store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "holder", Lease: lease, Retention: retention}
+			res, err := s.Claim(t.Context(), p)
+			ran := serverTime(t, c)
+			if err != nil || res.State != store.Claimed {
+				t.Fatalf("Claim = %+v, %v; want Claimed", res, err)
+			}
+			// ran is after the server ran the claim, by less than a lease:
+			// a whole lease from then has not ended yet.
+			if !res.LeaseEnd.After(ran) {
+				t.Errorf("lease end %v answered with the server's time %v already past it", res.LeaseEnd, ran)
+			}
+			q := p
+			q.Token = "retry"
+			got, err := peer.Claim(t.Context(), q)
+			if err != nil || got.State != store.Running {
+				t.Fatalf("another instance's Claim right after the holder's = %+v, %v; want Running (the holder's lease, %v from %v, ended at %v)",
+					got, err, lease, ran, res.LeaseEnd)
+			}
+		})
 	}
 }
