@@ -177,3 +177,31 @@ func TestServerClockDropsOnWriteElsewhere(t *testing.T) {
 		t.Fatal("a close kept the bound")
 	}
 }
+
+// TestServerClockWithin: a claim is trusted with the expiry it set from a
+// bound only while at most maxBoundedCall has passed since it read the
+// bound, by the monotonic clock (a process stopped, a server slow to run
+// it) and by the wall clock alike (a suspended host stops the monotonic
+// clock alone).
+func TestServerClockWithin(t *testing.T) {
+	c, f := newFakeClock()
+	at := c.now()
+	f.advance(maxBoundedCall)
+	if !c.within(at) {
+		t.Fatalf("within after %v = false, want true", maxBoundedCall)
+	}
+	f.advance(time.Nanosecond)
+	if c.within(at) {
+		t.Fatalf("within after %v = true, want false", maxBoundedCall+time.Nanosecond)
+	}
+	at = c.now()
+	f.r.wall = f.r.wall.Add(time.Second)
+	if c.within(at) {
+		t.Fatal("within after the wall clock alone moved 1 s (a suspended host) = true, want false")
+	}
+	at = c.now()
+	f.r.mono += time.Second
+	if c.within(at) {
+		t.Fatal("within after the monotonic clock alone moved 1 s = true, want false")
+	}
+}
