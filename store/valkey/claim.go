@@ -138,14 +138,13 @@ func (s *Store) hold(p store.ClaimParams, createdMs int64, start time.Time) {
 // before the claim was sent, as a holder counts it: leaseSure), and at
 // most the bound's error (its sample's round trip, 2 ms and the drift)
 // later. The server may run the SET later than that: a claim answered
-// within maxBoundedCall of reading the bound holds a lease short by at
-// most that (and the drift) from the moment the server ran it. A slower
-// claim (a server busy or pausing its writes, this process stopped before
-// the SET left) may have set a lease much shorter, or already over: it
-// repeats itself with claim.lua, which restarts the lease by the server's
-// TIME or answers the record another instance took over meanwhile
-// (TestLayout4HeldClaimKeepsAWholeLease).
-// Without one it sets PX px and
+// within boundedCall (a tenth of the lease) of reading the bound holds a
+// lease short by at most that (and the drift) from the moment the server
+// ran it. A slower claim (a server busy or pausing its writes, this
+// process stopped before the SET left) may have set a lease much shorter,
+// or already over: it repeats itself with claim.lua, which restarts the
+// lease by the server's TIME or answers the record another instance took
+// over meanwhile (TestLayout4HeldClaimKeepsAWholeLease). Without one it sets PX px and
 // asks PEXPIRETIME in the same round trip, and that answer bounds the
 // clock for the claims after it.
 func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, start time.Time) (store.ClaimResult, error) {
@@ -188,10 +187,10 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, st
 			return store.ClaimResult{}, unavailable("claim", ctx.Err())
 		}
 		old, err = res.ToString()
-		if valkey.IsValkeyNil(err) && (!s.clock.same(gen) || !s.clock.within(asked)) {
+		if valkey.IsValkeyNil(err) && (!s.clock.same(gen) || !s.clock.within(asked, boundedCall(p.Lease))) {
 			// A connection was dialled during the call: the SET may have
 			// reached another server (a failover) than the one the bound
-			// is of. Or the call took longer than maxBoundedCall: the
+			// is of. Or the call took longer than boundedCall: the
 			// server may have run the SET so much later than the bound
 			// that the lease it set is short, or already over and taken
 			// over by another instance. claim.lua repeats the claim by

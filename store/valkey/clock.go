@@ -83,16 +83,6 @@ const (
 	// this process's monotonic clock, in parts per million: NTP slews a
 	// clock by at most 500 ppm, and each of the two may be slewed.
 	maxDriftPPM = 1000
-	// maxBoundedCall is the longest a fresh claim that set its expiry
-	// from a bound may take, from the moment it read the bound to its
-	// reply, on both clocks: the server may have run the SET that much
-	// later than the bound is of (a server busy or pausing writes, a
-	// process stopped before the SET left), and its lease is then short
-	// by up to that much (and the drift) from the moment the server ran
-	// it. A slower claim repeats itself with claim.lua, by the server's
-	// TIME (claim4). The same error as a sample's (maxSampleRTT), the
-	// other way.
-	maxBoundedCall = maxSampleRTT
 )
 
 // newServerClock returns a clock without a sample, reading this
@@ -161,12 +151,28 @@ func (s clockSample) upperAt(now reading) (ms int64, gen uint64, ok bool) {
 	return s.serverMs + 1 + int64((elapsed+time.Millisecond-1)/time.Millisecond), s.gen, true
 }
 
-// within reports whether at most maxBoundedCall has passed since at, a
-// reading of c.now, by both this process's monotonic and its wall clock
-// (a stopped process moves both; a suspended host only the wall clock).
-func (c *serverClock) within(at reading) bool {
+// boundedCall is the longest a fresh claim with lease that set its
+// expiry from a bound may take, from the moment it read the bound to its
+// reply: a tenth of the lease, and never under maxSampleRTT. The server
+// may have run the SET that much later than the bound is of (a server
+// busy or pausing its writes, a process stopped before the SET left), and
+// the lease is then short by up to that much (and the drift) from the
+// moment the server ran it: nine tenths of it remain, and the holder's
+// first Extend, a third of a lease after the answer (the engine's
+// heartbeat), comes well before they end. A slower claim repeats itself
+// with claim.lua, by the server's TIME (claim4). Not a fixed few
+// milliseconds: on a saturated machine most answers take longer than
+// that, and each repeat costs a round trip and a script.
+func boundedCall(lease time.Duration) time.Duration {
+	return max(maxSampleRTT, lease/10)
+}
+
+// within reports whether at most limit has passed since at, a reading of
+// c.now, by both this process's monotonic and its wall clock (a stopped
+// process moves both; a suspended host only the wall clock).
+func (c *serverClock) within(at reading, limit time.Duration) bool {
 	now := c.now()
-	return max(now.mono-at.mono, now.wall.Sub(at.wall)) <= maxBoundedCall
+	return max(now.mono-at.mono, now.wall.Sub(at.wall)) <= limit
 }
 
 // same reports whether no connection was dialled since generation gen:

@@ -179,29 +179,39 @@ func TestServerClockDropsOnWriteElsewhere(t *testing.T) {
 }
 
 // TestServerClockWithin: a claim is trusted with the expiry it set from a
-// bound only while at most maxBoundedCall has passed since it read the
-// bound, by the monotonic clock (a process stopped, a server slow to run
-// it) and by the wall clock alike (a suspended host stops the monotonic
-// clock alone).
+// bound only while at most boundedCall (a tenth of its lease, at least
+// maxSampleRTT) has passed since it read the bound, by the monotonic
+// clock (a process stopped, a server slow to run it) and by the wall
+// clock alike (a suspended host stops the monotonic clock alone).
 func TestServerClockWithin(t *testing.T) {
+	for _, c := range []struct{ lease, limit time.Duration }{
+		{10 * time.Second, time.Second},
+		{300 * time.Millisecond, 30 * time.Millisecond},
+		{5 * time.Millisecond, maxSampleRTT},
+	} {
+		if got := boundedCall(c.lease); got != c.limit {
+			t.Errorf("boundedCall(%v) = %v, want %v", c.lease, got, c.limit)
+		}
+	}
+	limit := boundedCall(10 * time.Second)
 	c, f := newFakeClock()
 	at := c.now()
-	f.advance(maxBoundedCall)
-	if !c.within(at) {
-		t.Fatalf("within after %v = false, want true", maxBoundedCall)
+	f.advance(limit)
+	if !c.within(at, limit) {
+		t.Fatalf("within after %v = false, want true", limit)
 	}
 	f.advance(time.Nanosecond)
-	if c.within(at) {
-		t.Fatalf("within after %v = true, want false", maxBoundedCall+time.Nanosecond)
+	if c.within(at, limit) {
+		t.Fatalf("within after %v = true, want false", limit+time.Nanosecond)
 	}
 	at = c.now()
-	f.r.wall = f.r.wall.Add(time.Second)
-	if c.within(at) {
-		t.Fatal("within after the wall clock alone moved 1 s (a suspended host) = true, want false")
+	f.r.wall = f.r.wall.Add(2 * limit)
+	if c.within(at, limit) {
+		t.Fatalf("within after the wall clock alone moved %v (a suspended host) = true, want false", 2*limit)
 	}
 	at = c.now()
-	f.r.mono += time.Second
-	if c.within(at) {
-		t.Fatal("within after the monotonic clock alone moved 1 s = true, want false")
+	f.r.mono += 2 * limit
+	if c.within(at, limit) {
+		t.Fatalf("within after the monotonic clock alone moved %v = true, want false", 2*limit)
 	}
 }

@@ -428,3 +428,34 @@ func testHeldClaimKeepsAWholeLease(t *testing.T, layout int) {
 		})
 	}
 }
+
+// TestLayout5ClaimSlowedWithinATenthOfItsLeaseKeepsItsSet: a fresh claim
+// whose answer takes longer than a sample may (the server paused its
+// writes for 100 ms) but less than a tenth of its 10 s lease keeps the
+// expiry it set: one SET, no claim.lua. On a saturated machine most
+// answers take over a few milliseconds, and a repeat of each would cost
+// a round trip and a script per fresh key.
+func TestLayout5ClaimSlowedWithinATenthOfItsLeaseKeepsItsSet(t *testing.T) {
+	srv := valkeytest.Start(t)
+	s := newStore(t, valkey.Options{Addrs: []string{srv.Addr()}, KeyPrefix: randomPrefix(), Layout: valkey.Layout5})
+	m := newMeter(t, srv.Addr())
+	warmClock(t, s, m)
+	c := raw(t, srv.Addr())
+	if err := c.Do(t.Context(), c.B().ClientPause().Timeout(100).Write().Build()).Error(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	m.since()
+	id := store.Identity{Owner: "alice", Scope: "default", Key: "slowed"}
+	sent := time.Now()
+	res, err := s.Claim(t.Context(), store.ClaimParams{Identity: id, Fingerprint: "fp", Token: "holder", Lease: 10 * time.Second, Retention: time.Hour})
+	took := time.Since(sent)
+	if err != nil || res.State != store.Claimed {
+		t.Fatalf("Claim = %+v, %v; want Claimed", res, err)
+	}
+	if took < 50*time.Millisecond || took > time.Second {
+		t.Fatalf("the claim took %v; the test needs 50 ms to 1 s (the pause held it, a tenth of the lease did not pass)", took)
+	}
+	if d := m.since(); !reflect.DeepEqual(d, map[string]int64{"set": 1}) {
+		t.Errorf("a claim answered in %v, within a tenth of its lease, sent %v; want one SET", took, d)
+	}
+}
