@@ -413,7 +413,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	var connected atomic.Bool
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0}
+	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0, unknownAnswer: func() bool { return answeredUnknown(r) }}
 	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			connected.Store(true)
@@ -522,6 +522,21 @@ func neverSent(err error) bool {
 	var he caddyhttp.HandlerError
 	return errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable &&
 		he.Err != nil && errors.Unwrap(he.Err) == nil && he.Err.Error() == "no upstreams available"
+}
+
+// answeredUnknown reports whether the last answer reverse_proxy got from
+// an upstream during r's call has a status the route lists in
+// unknown_statuses (proxy.UnknownStatus): reverse_proxy sets its status
+// placeholder before it decides on a retry by the response
+// (lb_retry_match) or hands it to a handle_response route.
+func answeredUnknown(r *http.Request) bool {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return false
+	}
+	code, ok := repl.Get("http.reverse_proxy.status_code")
+	status, isInt := code.(int)
+	return ok && isInt && proxy.UnknownStatus(r, status)
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

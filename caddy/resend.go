@@ -64,6 +64,11 @@ type sendGuard struct {
 	// cancelled says it did.
 	cancel    context.CancelFunc
 	cancelled bool
+	// unknownAnswer reports whether the answer an upstream gave last
+	// says nothing of whether it acted (a status the route lists in
+	// unknown_statuses): a send after it is a second one, cut as after
+	// a request left unanswered.
+	unknownAnswer func() bool
 }
 
 // cut reports whether the guard cancelled the call's context to stop a
@@ -126,11 +131,15 @@ func (g *sendGuard) got1xx(code int, _ textproto.MIMEHeader) error {
 }
 
 // gotConn stops conn from carrying again a request that was written and
-// not answered: it closes it after HTTP/1, and cancels the call's
-// context after HTTP/2 (sendGuard says why).
+// not answered, or answered with a status of unknown outcome (Caddy's
+// reverse_proxy retries on the upstream's status when lb_retry_match
+// says so: TestCaddyRetryAfterUnknownStatusNeverRunsTwice): it closes it
+// after HTTP/1, and cancels the call's context after HTTP/2 (sendGuard
+// says why).
 func (g *sendGuard) gotConn(conn net.Conn) {
+	unknown := g.unknownAnswer != nil && g.unknownAnswer()
 	g.mu.Lock()
-	resend, http1 := g.unanswered, g.http1
+	resend, http1 := g.unanswered || unknown, g.http1
 	g.answering, g.wrote = false, false
 	g.cancelled = g.cancelled || (resend && !http1)
 	g.mu.Unlock()

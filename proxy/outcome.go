@@ -44,6 +44,8 @@ type handlerCall struct {
 	header    http.Header
 	keyName   string
 	keyValues []string
+	// route governs the call (UnknownStatus); set with header.
+	route *policy.Route
 }
 
 // of records out, the request the handler of c runs, governed by route.
@@ -51,7 +53,7 @@ func (c *handlerCall) of(out *http.Request, route *policy.Route) {
 	if c == nil {
 		return
 	}
-	c.header = out.Header
+	c.header, c.route = out.Header, route
 	if !route.Key.FromBody() {
 		c.keyName, c.keyValues = route.Header, out.Header.Values(route.Header)
 	}
@@ -203,6 +205,22 @@ func OutcomeUnknown(r *http.Request, cause error) bool {
 		cause = errors.New("the handler reported an unknown outcome")
 	}
 	return callOf(r.Context()).report(reportUnknown, cause)
+}
+
+// UnknownStatus reports whether code, the status of an answer that the
+// handler serving r got from a backend it handed the request to, is one
+// the route of r's call lists in unknown_statuses: an answer that says
+// nothing of whether the backend acted (a gateway's 504 at its own
+// timeout while the application goes on). A handler must then not send
+// the request again, to that backend or another, as Caddy's
+// reverse_proxy does when lb_retry_match matches the upstream's status
+// (TestCaddyRetryAfterUnknownStatusNeverRunsTwice): the first send may
+// have acted. False when r is not a keyed call the engine runs under a
+// claim.
+func UnknownStatus(r *http.Request, code int) bool {
+	c := callOf(r.Context())
+	// claimed and route are set before the handler runs and never change.
+	return c != nil && c.claimed && c.route != nil && c.route.OutcomeUnknown(code)
 }
 
 // isTimeout reports whether err says that something did not answer in

@@ -50,3 +50,40 @@ func TestCaddyUnknownStatusKeepsTheClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyRetryAfterUnknownStatusNeverRunsTwice: reverse_proxy's
+// lb_retry_match on the upstream's status (Caddy's response-based retry)
+// sends the request to the next upstream after the first one answered
+// 504, a status the route lists in unknown_statuses: the first one is a
+// gateway whose application may go on. The second send is cut, as after
+// an upstream that died (TestCaddyRetryAfterSendNeverRunsTwice): the
+// upstreams run once between them, and the retry is refused 409.
+func TestCaddyRetryAfterUnknownStatusNeverRunsTwice(t *testing.T) {
+	vk := valkeytest.Start(t)
+	for i, tc := range []struct {
+		name     string
+		upstream func(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string
+	}{
+		{"http1", http1Upstream},
+		{"h2c", h2cUpstream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var execs atomic.Int64
+			gateway := tc.upstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+				http.Error(w, "upstream request timeout", http.StatusGatewayTimeout)
+			})
+			answers := tc.upstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+				w.WriteHeader(http.StatusCreated)
+			})
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, "10s") + "  unknown_statuses: [504]\n",
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-status-retry-%d:", vk.Addr(), i),
+				After: fmt.Sprintf("reverse_proxy %s %s {\n\t\tlb_policy first\n\t\tlb_retries 1\n\t\tlb_retry_match {\n\t\t\texpression `{rp.status_code} == 504`\n\t\t}\n\t}",
+					gateway, answers),
+			})
+			first := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			retry := post(t, c.URL, "alice", "k", `{"amount":1}`)
+			checkRanOnceThenRefused(t, c, execs.Load(), first, retry)
+		})
+	}
+}
