@@ -413,11 +413,21 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	var connected atomic.Bool
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0, unknownAnswer: func() bool { return answeredUnknown(r) }}
+	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0, answer: func() (bool, bool) { return lastAnswer(r) }}
 	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			connected.Store(true)
 			sent.gotConn(info.Conn)
+		},
+		// A transport that does not report its connections (FastCGI's)
+		// still dials through net.Dialer, which reports each connection
+		// it makes (TestCaddyFastCGIDialFailureAfterAnUpstreamActedKeepsTheClaim).
+		ConnectStart: sent.connectStart,
+		ConnectDone: func(network, addr string, err error) {
+			if err == nil {
+				connected.Store(true)
+			}
+			sent.connectDone(network, addr, err)
 		},
 		WroteHeaderField:     sent.wroteHeaderField,
 		WroteRequest:         sent.wroteRequest,
@@ -506,7 +516,9 @@ func refused(r *http.Request, err error) bool {
 // reverse_proxy could not dial; an upstream that failed mid-call, then a
 // retry allowed by lb_retry_match on one that could not be dialed), so
 // callNext releases the key only when, besides, no connection to any
-// upstream was made during the call (its httptrace GotConn never ran;
+// upstream was made during the call (neither its httptrace GotConn nor a
+// successful ConnectDone ran: FastCGI's transport reports only the
+// second;
 // TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim). A dial
 // failure (reverseproxy.DialError; TestCaddyNextErrorReleasesKey), or no
 // upstream available to try (all of them unhealthy or at their request
@@ -524,19 +536,19 @@ func neverSent(err error) bool {
 		he.Err != nil && errors.Unwrap(he.Err) == nil && he.Err.Error() == "no upstreams available"
 }
 
-// answeredUnknown reports whether the last answer reverse_proxy got from
-// an upstream during r's call has a status the route lists in
-// unknown_statuses (proxy.UnknownStatus): reverse_proxy sets its status
-// placeholder before it decides on a retry by the response
-// (lb_retry_match) or hands it to a handle_response route.
-func answeredUnknown(r *http.Request) bool {
+// lastAnswer reports whether reverse_proxy got an answer from an upstream
+// during r's call, and whether the last one has a status the route lists
+// in unknown_statuses (proxy.UnknownStatus): reverse_proxy sets its status
+// placeholder once it has a response, before it decides on a retry by
+// the response (lb_retry_match) or hands it to a handle_response route.
+func lastAnswer(r *http.Request) (answered, unknown bool) {
 	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !ok {
-		return false
+		return false, false
 	}
 	code, ok := repl.Get("http.reverse_proxy.status_code")
 	status, isInt := code.(int)
-	return ok && isInt && proxy.UnknownStatus(r, status)
+	return ok, isInt && proxy.UnknownStatus(r, status)
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

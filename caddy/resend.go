@@ -64,11 +64,16 @@ type sendGuard struct {
 	// cancelled says it did.
 	cancel    context.CancelFunc
 	cancelled bool
-	// unknownAnswer reports whether the answer an upstream gave last
-	// says nothing of whether it acted (a status the route lists in
-	// unknown_statuses): a send after it is a second one, cut as after
-	// a request left unanswered.
-	unknownAnswer func() bool
+	// answer reports whether an upstream answered during the call, and
+	// whether the last answer says nothing of whether it acted (a status
+	// the route lists in unknown_statuses): a send after such an answer
+	// is a second one, cut as after a request left unanswered.
+	answer func() (answered, unknown bool)
+	// dialed says a connection was made by a dial (ConnectDone), and
+	// traced that a transport reported one (GotConn): a transport that
+	// dials without reporting its connections (FastCGI's) is guarded by
+	// its dials (connectStart).
+	dialed, traced bool
 }
 
 // cut reports whether the guard cancelled the call's context to stop a
@@ -137,8 +142,9 @@ func (g *sendGuard) got1xx(code int, _ textproto.MIMEHeader) error {
 // after HTTP/1, and cancels the call's context after HTTP/2 (sendGuard
 // says why).
 func (g *sendGuard) gotConn(conn net.Conn) {
-	unknown := g.unknownAnswer != nil && g.unknownAnswer()
+	_, unknown := g.answer()
 	g.mu.Lock()
+	g.traced = true
 	resend, http1 := g.unanswered || unknown, g.http1
 	g.answering, g.wrote = false, false
 	g.cancelled = g.cancelled || (resend && !http1)
@@ -150,6 +156,40 @@ func (g *sendGuard) gotConn(conn net.Conn) {
 			_ = conn.Close()
 		}
 	default:
+		g.cancel()
+	}
+}
+
+// connectDone marks a connection made by a dial of the call (net.Dialer
+// reports it through the request's trace whoever dials: net/http's
+// transport and FastCGI's alike).
+func (g *sendGuard) connectDone(_, _ string, err error) {
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	g.dialed = true
+	g.mu.Unlock()
+}
+
+// connectStart cuts a dial for a second send by a transport that reports
+// no connection (FastCGI's: no GotConn, no WroteRequest, no first
+// response byte): after a connection of the call was made and no upstream
+// answered, or answered with a status of unknown outcome, a new dial is
+// a retry of a request an upstream may have acted on (lb_retry_match
+// after a php-fpm that died mid-call), so the call's context is cancelled
+// before it connects, as for HTTP/2 in gotConn
+// (TestCaddyFastCGIDialFailureAfterAnUpstreamActedKeepsTheClaim). A dial
+// that follows an answer (a handle_response route's own reverse_proxy) is
+// left alone. net/http's transport reports its connections, and gotConn
+// guards them.
+func (g *sendGuard) connectStart(_, _ string) {
+	answered, unknown := g.answer()
+	g.mu.Lock()
+	cut := g.dialed && !g.traced && (!answered || unknown)
+	g.cancelled = g.cancelled || cut
+	g.mu.Unlock()
+	if cut {
 		g.cancel()
 	}
 }
