@@ -60,7 +60,9 @@ func Captured(w http.ResponseWriter) bool { return proxy.Captured(w) }
 // made: a *net.OpError whose Op is "dial", such as connection refused)
 // releases the key (Unreachable: the client gets 502 upstream-unreachable,
 // as from the standalone proxy) and the retry runs once the backend is
-// back; every other failure (a connection reset or closed after the
+// back, unless a request made under r's context reached a backend earlier
+// in the call (the handler's own call to a service before it hands the
+// request on: proxy.Reached), which may have acted; every other failure (a connection reset or closed after the
 // request was written, a response header timeout, a TLS failure, a
 // cancelled context) may come after the backend acted, so its outcome is
 // unknown (OutcomeUnknown): the claim is kept and the retry is never sent
@@ -73,7 +75,7 @@ func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.
 		log = slog.New(slog.DiscardHandler)
 	}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
-		if neverSent(err) {
+		if neverSent(err) && !proxy.Reached(r) {
 			Unreachable(r, err)
 			log.Warn("reverse proxy: the backend could not be reached; the request was not sent", "err", err)
 		} else {

@@ -255,3 +255,40 @@ func TestUnreachableReleasesAndAnswersAsTheProxy(t *testing.T) {
 		t.Fatalf("retry after an unknown outcome: %d %s; want 409", retry.status, retry.body)
 	}
 }
+
+// TestReverseProxyDialFailureAfterTheHandlerReachedABackend: a handler
+// that calls a backend of its own (which acts) and then hands the request
+// to httputil.ReverseProxy, whose backend cannot be dialed. The last
+// failure is a dial, but the call did reach a backend before it: the
+// outcome is unknown, the retry is refused 409, and the first backend
+// runs once, as in Caddy (TestCaddyDialFailureAfterAnUpstreamActedKeepsTheClaim).
+func TestReverseProxyDialFailureAfterTheHandlerReachedABackend(t *testing.T) {
+	vk := valkeytest.Start(t)
+	b := &backend{}
+	up := httptest.NewServer(b)
+	t.Cleanup(up.Close)
+	next := proxyTo("http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(valkeytest.FreePort(t)))) // nothing listens there
+	gate := serve(t, testConfig(vk.Addr(), "rp-reached:"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, up.URL, strings.NewReader(`{}`))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		resp, err := up.Client().Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		resp.Body.Close()
+		next.ServeHTTP(w, r)
+	}))
+
+	first := mustPost(t, gate.URL, "alice", "k", `{}`)
+	retry := mustPost(t, gate.URL, "alice", "k", `{}`)
+	if n := b.execs.Load(); n != 1 {
+		t.Fatalf("backend executed %d times, want 1 (first: %d %s; retry: %d %s)", n, first.status, first.body, retry.status, retry.body)
+	}
+	if first.status != http.StatusBadGateway || !strings.Contains(first.body, "upstream-failed") || retry.status != http.StatusConflict {
+		t.Fatalf("first: %d %s; retry: %d %s; want 502 upstream-failed, then 409 (outcome unknown)", first.status, first.body, retry.status, retry.body)
+	}
+}

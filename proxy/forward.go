@@ -320,7 +320,16 @@ type forwardCall struct {
 	call      handlerCall
 }
 
-func (f *forwardCall) gotConn(httptrace.GotConnInfo) { f.connected.Store(true) }
+// gotConn marks the call connected. In process it runs for the handler's
+// start (handlerTransport, without a connection) and for every request
+// the handler makes under its context: a connection of a real transport
+// says the handler reached a backend (Reached).
+func (f *forwardCall) gotConn(info httptrace.GotConnInfo) {
+	f.connected.Store(true)
+	if info.Conn != nil {
+		f.call.reached.Store(true)
+	}
+}
 
 // heartbeatWith starts a heartbeat (startHeartbeat) and returns its stop
 // function.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemgate/idemgate/policy"
 )
@@ -46,6 +47,9 @@ type handlerCall struct {
 	keyValues []string
 	// route governs the call (UnknownStatus); set with header.
 	route *policy.Route
+	// reached says a request made under the call's context got a
+	// connection from a real transport (Reached).
+	reached atomic.Bool
 }
 
 // of records out, the request the handler of c runs, governed by route.
@@ -221,6 +225,20 @@ func UnknownStatus(r *http.Request, code int) bool {
 	c := callOf(r.Context())
 	// claimed and route are set before the handler runs and never change.
 	return c != nil && c.claimed && c.route != nil && c.route.OutcomeUnknown(code)
+}
+
+// Reached reports whether a request that the handler serving r made
+// under r's context (its own http.Client call, httputil.ReverseProxy's
+// outgoing request) got a connection to a backend during the call, so
+// that what it sent there may have acted. A dial failure that comes after
+// proves nothing of the call as a whole: ReverseProxyErrorHandler of
+// package middleware releases the key only when nothing was reached
+// (TestReverseProxyDialFailureAfterTheHandlerReachedABackend), as Caddy's
+// module does for reverse_proxy. False when r is not a keyed call the
+// engine runs under a claim.
+func Reached(r *http.Request) bool {
+	c := callOf(r.Context())
+	return c != nil && c.claimed && c.reached.Load()
 }
 
 // isTimeout reports whether err says that something did not answer in
