@@ -413,7 +413,9 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	var connected atomic.Bool
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0, answer: func() (bool, bool) { return lastAnswer(r) }}
+	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0,
+		answer: func() (bool, bool) { return lastAnswer(r) },
+		forget: func() { forgetAnswer(r) }}
 	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			connected.Store(true)
@@ -549,6 +551,17 @@ func lastAnswer(r *http.Request) (answered, unknown bool) {
 	code, ok := repl.Get("http.reverse_proxy.status_code")
 	status, isInt := code.(int)
 	return ok, isInt && proxy.UnknownStatus(r, status)
+}
+
+// forgetAnswer clears reverse_proxy's status placeholder of r's call as a
+// send to an upstream begins, so that lastAnswer tells of that send's
+// answer, not of an earlier one's: reverse_proxy sets it again once it
+// has the response, and clears the header placeholders of an earlier
+// attempt itself.
+func forgetAnswer(r *http.Request) {
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Delete("http.reverse_proxy.status_code")
+	}
 }
 
 // wroteWriter tells whether the handler wrote a status or body.

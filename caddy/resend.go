@@ -69,6 +69,9 @@ type sendGuard struct {
 	// the route lists in unknown_statuses): a send after such an answer
 	// is a second one, cut as after a request left unanswered.
 	answer func() (answered, unknown bool)
+	// forget clears what answer reads as a send begins, so that it tells
+	// of that send's answer alone.
+	forget func()
 	// dialed says a connection was made by a dial (ConnectDone), and
 	// traced that a transport reported one (GotConn): a transport that
 	// dials without reporting its connections (FastCGI's) is guarded by
@@ -142,15 +145,21 @@ func (g *sendGuard) got1xx(code int, _ textproto.MIMEHeader) error {
 // after HTTP/1, and cancels the call's context after HTTP/2 (sendGuard
 // says why).
 func (g *sendGuard) gotConn(conn net.Conn) {
-	_, unknown := g.answer()
+	answered, unknown := g.answer()
 	g.mu.Lock()
 	g.traced = true
-	resend, http1 := g.unanswered || unknown, g.http1
+	// An answer that began and never became a response (the upstream
+	// acted and died in the middle of its header) is no answer: the
+	// status placeholder is set only once reverse_proxy has the response,
+	// and forgotten as each send begins
+	// (TestCaddyRetryAfterSendNeverRunsTwice/http1_mid-header).
+	resend, http1 := g.unanswered || unknown || (g.answering && !answered), g.http1
 	g.answering, g.wrote = false, false
 	g.cancelled = g.cancelled || (resend && !http1)
 	g.mu.Unlock()
 	switch {
 	case !resend:
+		g.forget()
 	case http1:
 		if conn != nil {
 			_ = conn.Close()
@@ -187,10 +196,17 @@ func (g *sendGuard) connectStart(_, _ string) {
 	answered, unknown := g.answer()
 	g.mu.Lock()
 	cut := g.dialed && !g.traced && (!answered || unknown)
+	untraced := !g.traced
 	g.cancelled = g.cancelled || cut
 	g.mu.Unlock()
-	if cut {
+	switch {
+	case cut:
 		g.cancel()
+	case untraced:
+		// gotConn, which forgets the last answer for net/http's sends,
+		// may not follow: forgotten here (a send of net/http's that
+		// follows has no answer of its own before it either).
+		g.forget()
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -288,6 +289,7 @@ func TestCaddyRetryAfterSendNeverRunsTwice(t *testing.T) {
 	}{
 		{"http1", http1Upstream, gatetest.Die, false},
 		{"http1 100-continue", http1Upstream, gatetest.Die, true},
+		{"http1 mid-header", http1Upstream, dieMidHeader, false},
 		{"h2c", h2cUpstream, func(http.ResponseWriter) { panic(http.ErrAbortHandler) }, false},
 		{"h2c 100-continue", h2cUpstream, func(http.ResponseWriter) { panic(http.ErrAbortHandler) }, true},
 	} {
@@ -325,4 +327,18 @@ func checkRanOnceThenRefused(t *testing.T, c *caddyProc, n int64, first, retry a
 	if retry.Status != http.StatusConflict || retry.replayed() {
 		t.Fatalf("retry: %d %q (first: %d %q); want 409 while the outcome is unknown\n%s", retry.Status, retry.Body, first.Status, first.Body, c.out.String())
 	}
+}
+
+// dieMidHeader begins an HTTP/1 answer and resets the connection before
+// its header is complete: the upstream acted, and no response came.
+func dieMidHeader(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	_, _ = conn.Write([]byte("HTTP/1.1 201 Created\r\nContent-Ty"))
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0) // RST
+	}
+	conn.Close()
 }
