@@ -28,9 +28,9 @@ import (
 // reverse_proxy sends it again too when lb_retry_match allows a retry
 // after the request was written (TestCaddyRetryAfterSendNeverRunsTwice).
 // Both take a connection for it after it was written (a request with a
-// body even in part: wroteRequest) and before
-// a response came (an answer that broke off mid-header is none): the guard closes that connection as the transport
-// hands it over (GotConn comes before the request is written to it), so
+// body even in part: wroteRequest) and before a response came (an
+// answer that broke off mid-header is none): the guard closes that
+// connection as the transport hands it over (GotConn comes before the request is written to it), so
 // the second send fails without a byte, the call ends in an error after a
 // connection, and the outcome is unknown (the claim kept) instead of run
 // twice. A connection taken after a response came (a handle_response
