@@ -426,10 +426,9 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// it makes (TestCaddyFastCGIDialFailureAfterAnUpstreamActedKeepsTheClaim).
 		ConnectStart: sent.connectStart,
 		ConnectDone: func(network, addr string, err error) {
-			if err == nil {
+			if sent.connectDone(network, addr, err) {
 				connected.Store(true)
 			}
-			sent.connectDone(network, addr, err)
 		},
 		WroteHeaderField:     sent.wroteHeaderField,
 		WroteRequest:         sent.wroteRequest,

@@ -171,14 +171,23 @@ func (g *sendGuard) gotConn(conn net.Conn) {
 
 // connectDone marks a connection made by a dial of the call (net.Dialer
 // reports it through the request's trace whoever dials: net/http's
-// transport and FastCGI's alike).
-func (g *sendGuard) connectDone(_, _ string, err error) {
-	if err != nil {
-		return
+// transport and FastCGI's alike), and reports whether it was one.
+func (g *sendGuard) connectDone(network, _ string, err error) bool {
+	if err != nil || !streamDial(network) {
+		return false
 	}
 	g.mu.Lock()
 	g.dialed = true
 	g.mu.Unlock()
+	return true
+}
+
+// streamDial reports whether a dial on network may carry a request to an
+// upstream. The resolver's dials for a lookup made under the request's
+// context (reverse_proxy's dynamic upstreams) are reported too, over UDP:
+// they are none (net.Dialer hides its own lookups' dials already).
+func streamDial(network string) bool {
+	return strings.HasPrefix(network, "tcp") || strings.HasPrefix(network, "unix")
 }
 
 // connectStart cuts a dial for a second send by a transport that reports
@@ -192,7 +201,10 @@ func (g *sendGuard) connectDone(_, _ string, err error) {
 // that follows an answer (a handle_response route's own reverse_proxy) is
 // left alone. net/http's transport reports its connections, and gotConn
 // guards them.
-func (g *sendGuard) connectStart(_, _ string) {
+func (g *sendGuard) connectStart(network, _ string) {
+	if !streamDial(network) {
+		return
+	}
 	answered, unknown := g.answer()
 	g.mu.Lock()
 	cut := g.dialed && !g.traced && (!answered || unknown)
