@@ -130,3 +130,53 @@ func TestCaddyFastCGIDialFailureAfterAnUpstreamActedKeepsTheClaim(t *testing.T) 
 		})
 	}
 }
+
+// TestCaddyHandleResponseReverseProxyAfterAnAnswer: a send that follows a
+// response (a handle_response route's own reverse_proxy, the
+// X-Accel-Redirect pattern) is not a second send of the request, whatever
+// the transport of the first (HTTP, FastCGI): it goes through, its answer
+// is stored, and a retry is replayed it without reaching either upstream
+// again.
+func TestCaddyHandleResponseReverseProxyAfterAnAnswer(t *testing.T) {
+	vk := valkeytest.Start(t)
+	accel := func(w http.ResponseWriter, _ *http.Request, _ int64) {
+		w.Header().Set("X-Accel-Redirect", "/receipt")
+		w.WriteHeader(http.StatusCreated)
+	}
+	for i, tc := range []struct {
+		name  string
+		first func(t *testing.T, execs *atomic.Int64) (addr, transport string)
+	}{
+		{"http", func(t *testing.T, execs *atomic.Int64) (string, string) {
+			return http1Upstream(t, execs, accel), ""
+		}},
+		{"fastcgi", func(t *testing.T, execs *atomic.Int64) (string, string) {
+			return fastCGIUpstream(t, execs, accel), "\t\ttransport fastcgi {\n\t\t\troot /srv\n\t\t}\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var firsts, receipts atomic.Int64
+			first, transport := tc.first(t, &firsts)
+			receipt := http1Upstream(t, &receipts, func(w http.ResponseWriter, _ *http.Request, n int64) {
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprintf(w, "receipt %d", n)
+			})
+			c := runCaddy(t, caddySite{
+				YAML:        fmt.Sprintf(conflictYAML, "10s"),
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-accel-%d:", vk.Addr(), i),
+				After: fmt.Sprintf("reverse_proxy %s {\n%s\t\t@accel header X-Accel-Redirect *\n\t\thandle_response @accel {\n\t\t\treverse_proxy %s\n\t\t}\n\t}",
+					first, transport, receipt),
+			})
+			// Without a body: reverse_proxy would send the first upstream's
+			// read body again, of its length and empty.
+			a := post(t, c.URL, "alice", "k", "")
+			again := post(t, c.URL, "alice", "k", "")
+			if a.Status != http.StatusCreated || a.Body != "receipt 1" || !again.replayed() || again.Body != a.Body {
+				t.Fatalf("first: %d %q; retry: %d %q (replayed %v); want the receipt, then its replay\n%s", a.Status, a.Body, again.Status, again.Body, again.replayed(), c.out.String())
+			}
+			if firsts.Load() != 1 || receipts.Load() != 1 {
+				t.Fatalf("upstreams executed %d and %d times, want 1 each", firsts.Load(), receipts.Load())
+			}
+		})
+	}
+}
