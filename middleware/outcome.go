@@ -96,7 +96,9 @@ func ReverseProxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.
 // those fields on a new connection when a reused one breaks before the
 // answer, after the backend may have acted (Request.isReplayable): a
 // second run that the engine never sees
-// (TestReverseProxyEmptyBodyNotResentOnReusedConnection). With a body that
+// (TestReverseProxyEmptyBodyNotResentOnReusedConnection). A keyed request
+// whose body net/http could send again (GetBody, set by a Rewrite that
+// read it) goes out without GetBody, for the same reason. With a body that
 // cannot be sent again, the failure reaches the ErrorHandler instead.
 func ReverseProxyTransport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
@@ -109,14 +111,25 @@ func ReverseProxyTransport(base http.RoundTripper) http.RoundTripper {
 type noResend struct{ base http.RoundTripper }
 
 // RoundTrip sends r through base, with a body of its own when r has none
-// and carries a key field (a shallow copy: a RoundTripper must not modify
-// its request).
+// and carries a key field, and without GetBody when its body has one (a
+// Rewrite that read the body to sign it): net/http re-sends a keyed
+// request whose body it can rewind as it does one without a body
+// (TestReverseProxyRewindableBodyNotResentOnReusedConnection). A shallow
+// copy: a RoundTripper must not modify its request.
 func (t noResend) RoundTrip(r *http.Request) (*http.Response, error) {
 	_, key := r.Header["Idempotency-Key"]
 	_, xkey := r.Header["X-Idempotency-Key"]
-	if (key || xkey) && (r.Body == nil || r.Body == http.NoBody) {
+	if !key && !xkey {
+		return t.base.RoundTrip(r)
+	}
+	switch {
+	case r.Body == nil || r.Body == http.NoBody:
 		out := r.WithContext(r.Context())
 		out.Body, out.GetBody = emptyBody{}, nil
+		return t.base.RoundTrip(out)
+	case r.GetBody != nil:
+		out := r.WithContext(r.Context())
+		out.GetBody = nil
 		return t.base.RoundTrip(out)
 	}
 	return t.base.RoundTrip(r)
