@@ -30,8 +30,8 @@ import (
 // Both take a connection for it after it was written (a request with a
 // body even in part: wroteRequest) and before a response came (an
 // answer that broke off mid-header is none): the guard closes that
-// connection as the transport hands it over (GotConn comes before the request is written to it), so
-// the second send fails without a byte, the call ends in an error after a
+// connection as the transport hands it over (GotConn comes before the
+// request is written to it), so the second send fails without a byte, the call ends in an error after a
 // connection, and the outcome is unknown (the claim kept) instead of run
 // twice. A connection taken after a response came (a handle_response
 // route's own reverse_proxy) is left alone. An HTTP/2 connection carries

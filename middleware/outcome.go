@@ -62,8 +62,9 @@ func Captured(w http.ResponseWriter) bool { return proxy.Captured(w) }
 // as from the standalone proxy) and the retry runs once the backend is
 // back, unless a request made under r's context reached a backend earlier
 // in the call (the handler's own call to a service before it hands the
-// request on: proxy.Reached), which may have acted; every other failure (a connection reset or closed after the
-// request was written, a response header timeout, a TLS failure, a
+// request on: proxy.Reached), which may have acted; every other failure
+// (a connection reset or closed after the request was written, a
+// response header timeout, a TLS failure, a
 // cancelled context) may come after the backend acted, so its outcome is
 // unknown (OutcomeUnknown): the claim is kept and the retry is never sent
 // on, as the standalone proxy does in front of the same backend. Either
