@@ -537,32 +537,6 @@ func neverSent(err error) bool {
 		he.Err != nil && errors.Unwrap(he.Err) == nil && he.Err.Error() == "no upstreams available"
 }
 
-// lastAnswer reports whether reverse_proxy got an answer from an upstream
-// during r's call, and whether the last one has a status the route lists
-// in unknown_statuses (proxy.UnknownStatus): reverse_proxy sets its status
-// placeholder once it has a response, before it decides on a retry by
-// the response (lb_retry_match) or hands it to a handle_response route.
-func lastAnswer(r *http.Request) (answered, unknown bool) {
-	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !ok {
-		return false, false
-	}
-	code, ok := repl.Get("http.reverse_proxy.status_code")
-	status, isInt := code.(int)
-	return ok, isInt && proxy.UnknownStatus(r, status)
-}
-
-// forgetAnswer clears reverse_proxy's status placeholder of r's call as a
-// send to an upstream begins, so that lastAnswer tells of that send's
-// answer, not of an earlier one's: reverse_proxy sets it again once it
-// has the response, and clears the header placeholders of an earlier
-// attempt itself.
-func forgetAnswer(r *http.Request) {
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Delete("http.reverse_proxy.status_code")
-	}
-}
-
 // wroteWriter tells whether the handler wrote a status or body.
 type wroteWriter struct {
 	http.ResponseWriter
