@@ -644,9 +644,7 @@ func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error)
 	if !h.Next() {
 		return nil, h.ArgErr()
 	}
-	if err := checkPlace(h, h.File(), h.Line()); err != nil {
-		return nil, err
-	}
+	file, line := h.File(), h.Line()
 	if h.NextArg() && configMatcher(h.Val()) {
 		return nil, h.Errf("idempotency %s: Caddy reads a first argument that starts with / as a path matcher, not as the configuration file, so this handler would run without its configuration and only for the request path %s: write idempotency { config %s }",
 			h.Val(), h.Val(), h.Val())
@@ -659,6 +657,13 @@ func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error)
 	}
 	var m Handler
 	if err := m.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	// Back on the directive's token: checkPlace reads its import chain,
+	// and its errors name its line.
+	h.Reset()
+	h.Next()
+	if err := checkPlace(h, file, line, ownerFields(m.Config, m.Overrides)); err != nil {
 		return nil, err
 	}
 	return h.NewRoute(matchers, &m), nil

@@ -2,12 +2,17 @@ package caddyidem
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/identity"
 )
 
 // The directive's place in Caddy's order, and the sites where that place
@@ -54,9 +59,12 @@ var authDirectives = []string{"basic_auth", "basicauth", "forward_auth", "jwtaut
 // authentication runs before the blocks, which this check honours while
 // no authentication comes after idempotency (checkAuthAround). Inside a
 // route block, whose directives run as written, it is refused when
-// written after such a block, or before an authentication. file and line
-// locate the directive.
-func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
+// written after such a block, or before an authentication. A
+// request_header that sets one of fields, the request fields the owner is
+// read from (ownerFields), counts as an authentication: idempotency
+// before it would read the client's own field. file and line locate the
+// directive.
+func checkPlace(h httpcaddyfile.Helper, file string, line int, fields []string) error {
 	// A snippet imported twice puts two directives at one file and line:
 	// the import chain tells them apart.
 	file = withImports(file, reflect.ValueOf(h.Token()))
@@ -73,26 +81,56 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int) error {
 	if order == nil {
 		order = defaultOrder
 	}
-	_, err := checkBlock(h, segs, true, order, file, line)
+	_, err := checkBlock(h, segs, true, order, fields, file, line)
 	return err
+}
+
+// ownerFields are the request fields the owner of the configuration at
+// path (with overrides) is read from, by its defaults or any route (owner:
+// header:NAME, alone or in a list), in canonical form: a request_header
+// that sets one after idempotency runs leaves it the client's own
+// (checkPlace). None when the configuration does not load here: Caddy
+// refuses it when it provisions the handler.
+func ownerFields(path string, overrides map[string]string) []string {
+	opts := []config.LoadOption{config.InProcess()}
+	if len(overrides) > 0 {
+		opts = append(opts, config.WithOverrides(overrides))
+	}
+	cfg, err := config.Load(path, os.Environ(), opts...)
+	if err != nil {
+		return nil
+	}
+	var fields []string
+	add := func(r *policy.Route) {
+		for _, o := range append([]identity.OwnerSource{r.Owner}, r.Owner.Parts...) {
+			if o.Kind == identity.OwnerHeader && !slices.Contains(fields, o.Header) {
+				fields = append(fields, o.Header)
+			}
+		}
+	}
+	add(cfg.Policy.Defaults())
+	for _, r := range cfg.Policy.Routes() {
+		add(r)
+	}
+	return fields
 }
 
 // checkBlock looks for the directive at file:line among segs, the
 // directives of one block (sorted tells whether Caddy sorts them), and
 // in the blocks nested in them; found tells whether it is there.
-func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order []string, file string, line int) (found bool, err error) {
+func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, order, fields []string, file string, line int) (found bool, err error) {
 	for i, seg := range segs {
 		if isDirectiveAt(seg, file, line) {
 			if !sorted {
 				if err := checkWrittenBefore(h, segs[:i]); err != nil {
 					return true, err
 				}
-				return true, checkAuthAround(h, segs, i, false, order)
+				return true, checkAuthAround(h, segs, i, false, order, fields)
 			}
 			if err := checkSiblings(h, segs, order); err != nil {
 				return true, err
 			}
-			return true, checkAuthAround(h, segs, i, true, order)
+			return true, checkAuthAround(h, segs, i, true, order, fields)
 		}
 	}
 	for i, seg := range segs {
@@ -100,12 +138,12 @@ func checkBlock(h httpcaddyfile.Helper, segs []caddyfile.Segment, sorted bool, o
 		if !slices.Contains(nestingDirectives, dir) {
 			continue
 		}
-		found, err := checkBlock(h, innerSegments(seg), dir != "route", order, file, line)
+		found, err := checkBlock(h, innerSegments(seg), dir != "route", order, fields, file, line)
 		if !found {
 			continue
 		}
 		if err == nil && dir != "handle_errors" {
-			err = checkAuthAround(h, segs, i, sorted, order)
+			err = checkAuthAround(h, segs, i, sorted, order, fields)
 		}
 		if err == nil && dir != "handle_errors" {
 			// An intercept beside the block that holds idempotency wraps
@@ -161,8 +199,9 @@ var defaultOrder = []string{"basicauth", "basic_auth", "forward_auth", "request_
 // handle_path one, never runs after another.
 var exclusiveDirectives = []string{"handle", "handle_path"}
 
-// checkAuthAround refuses an idempotency when an authentication, or a
-// block that authenticates, runs after segs[i] (idempotency itself, or
+// checkAuthAround refuses an idempotency when an authentication (or a
+// request_header that sets one of fields, the owner's), or a block that
+// holds one, runs after segs[i] (idempotency itself, or
 // the block that holds it) in segs, one block of the site: idempotency
 // would read the owner before the authentication set it, and replay a
 // record to a client that names another's owner (a forged X-User beside
@@ -174,7 +213,7 @@ var exclusiveDirectives = []string{"handle", "handle_path"}
 // called at each level from idempotency's up to the site's, so no
 // enclosing level lets an authentication run after idempotency. An
 // invoke's named route is not looked into.
-func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, sorted bool, order []string) error {
+func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, sorted bool, order, fields []string) error {
 	dir := segs[i].Directive()
 	for j, seg := range segs {
 		if j == i {
@@ -195,50 +234,77 @@ func checkAuthAround(h httpcaddyfile.Helper, segs []caddyfile.Segment, i int, so
 		if !after {
 			continue
 		}
-		if auth, ok := authIn(seg); ok {
+		if auth, ok := authIn(seg, fields); ok {
 			return authErr(h, segs[i], sorted, seg, auth)
 		}
 	}
 	return nil
 }
 
-// authErr is checkAuthAround's error for auth, found in seg (itself, or a
-// block that holds it), which runs after holder (idempotency, or the
+// authErr is checkAuthAround's error for auth (an authentication, or a
+// request_header that sets the owner's field), found in seg (itself, or
+// a block that holds it), which runs after holder (idempotency, or the
 // block that holds it) in a block that is sorted or not.
 func authErr(h httpcaddyfile.Helper, holder caddyfile.Segment, sorted bool, seg caddyfile.Segment, auth caddyfile.Token) error {
+	kind := "authentication"
+	if auth.Text == "request_header" {
+		kind = "request_header"
+	}
 	where := fmt.Sprintf("the %s (%s:%d)", auth.Text, fileOf(auth), auth.Line)
-	if !slices.Contains(authDirectives, seg.Directive()) {
+	if seg[0].File != auth.File || seg[0].Line != auth.Line {
 		where += fmt.Sprintf(" inside the %s (%s:%d)", seg.Directive(), fileOf(seg[0]), seg[0].Line)
 	}
-	what, instead := "", "the authentication at the top of the site before idempotency"
+	what, instead := "", "the "+kind+" at the top of the site before idempotency"
 	switch {
 	case holder.Directive() != "idempotency":
 		what = fmt.Sprintf("idempotency inside the %s (%s:%d) runs before %s", holder.Directive(), fileOf(holder[0]), holder[0].Line, where)
-		instead = "the authentication before the block that holds idempotency"
+		instead = "the " + kind + " before the block that holds idempotency"
 	case sorted:
 		what = "idempotency comes before " + where + " in the directive order the global option 'order' sets"
 	default:
 		what = "idempotency is written before " + where + " in its route block, which runs its directives as written"
 	}
-	return h.Errf("%s, so it would read the owner before that authentication sets it, and replay one client's record to another who names its owner: "+
-		"put idempotency after the authentication (inside the block, after it), or %s", what, instead)
+	return h.Errf("%s, so it would read the owner before that %s sets it, and replay one client's record to another who names its owner: "+
+		"put idempotency after the %s (inside the block, after it), or %s", what, kind, kind, instead)
 }
 
-// authIn finds an authentication directive in seg: seg itself, or one in
-// the blocks it holds, at any depth.
-func authIn(seg caddyfile.Segment) (caddyfile.Token, bool) {
+// authIn finds an authentication directive in seg, or a request_header
+// that sets one of fields (setsField): seg itself, or one in the blocks it
+// holds, at any depth.
+func authIn(seg caddyfile.Segment, fields []string) (caddyfile.Token, bool) {
 	if len(seg) == 0 {
 		return caddyfile.Token{}, false
 	}
-	if slices.Contains(authDirectives, seg.Directive()) {
+	if slices.Contains(authDirectives, seg.Directive()) || setsField(seg, fields) {
 		return seg[0], true
 	}
 	for _, inner := range innerSegments(seg) {
-		if auth, ok := authIn(inner); ok {
+		if auth, ok := authIn(inner, fields); ok {
 			return auth, true
 		}
 	}
 	return caddyfile.Token{}, false
+}
+
+// setsField reports whether seg is a request_header that sets or changes
+// one of fields, the request fields an owner is read from (ownerFields):
+// one that runs after idempotency would leave it reading the client's
+// own field, as an authentication after it would. Its field is its first
+// argument after a matcher (request_header has no block form); a field it
+// only deletes (-Name) sets nothing.
+func setsField(seg caddyfile.Segment, fields []string) bool {
+	if len(fields) == 0 || seg.Directive() != "request_header" || len(seg) < 2 {
+		return false
+	}
+	field := seg[1].Text
+	if (strings.HasPrefix(field, "@") || strings.HasPrefix(field, "/") || field == "*") && len(seg) > 2 {
+		field = seg[2].Text
+	}
+	if strings.HasPrefix(field, "-") {
+		return false
+	}
+	field = strings.TrimLeft(field, "+>")
+	return slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, field) })
 }
 
 // checkWrittenBefore refuses an idempotency in a route block written

@@ -210,3 +210,67 @@ func TestReadmeForwardAuthOwner(t *testing.T) {
 		t.Fatalf("upstream ran %d times, want 2 (alice once, mallory once as herself)", n)
 	}
 }
+
+// TestCaddyOwnerFieldSetAfterIdempotencyRefused: a request_header that
+// sets the field the owner is read from (owner: header:X-User) is an
+// authentication for the directive's place: one that runs after
+// idempotency (nested in a block after it, put after it by the global
+// option order, or written after it in a route) would leave idempotency
+// reading the client's own X-User, so that a client naming another's
+// owner gets that owner's records. Caddy refuses those sites; one that
+// sets the field before idempotency, or sets another field after it,
+// runs, and its owner is the one request_header set.
+func TestCaddyOwnerFieldSetAfterIdempotencyRefused(t *testing.T) {
+	up := startUpstream(t)
+	vk := valkeytest.Start(t)
+	upHost := strings.TrimPrefix(up.URL, "http://")
+	setOwner := "request_header X-User {http.request.header.X-Auth-User}"
+	for _, tc := range []struct {
+		name, global, after, directive, want string
+	}{
+		{"in a handle block ordered after idempotency", "order idempotency before handle", fmt.Sprintf("handle /orders* {\n\t%s\n\treverse_proxy %s\n\t}", setOwner, upHost), "",
+			"idempotency comes before the request_header"},
+		{"at the top, ordered after idempotency, added in lower case", "order idempotency first", fmt.Sprintf("request_header +x-user {http.request.header.X-Auth-User}\n\treverse_proxy %s", upHost), "",
+			"idempotency comes before the request_header"},
+		{"with a matcher, ordered after idempotency", "order idempotency first", fmt.Sprintf("request_header /orders* X-User {http.request.header.X-Auth-User}\n\treverse_proxy %s", upHost), "",
+			"idempotency comes before the request_header"},
+		{"written after idempotency in a route", "", "",
+			fmt.Sprintf("route {\n\t\tidempotency {\n\t\t\tconfig $CONFIG\n\t\t\tstore_addrs %s\n\t\t}\n\t\t%s\n\t\treverse_proxy %s\n\t}", vk.Addr(), setOwner, upHost),
+			"is written before the request_header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			site := caddySite{Global: tc.global, After: tc.after, Directive: tc.directive}
+			if tc.directive == "" {
+				site.Idempotency = "store_addrs " + vk.Addr()
+			}
+			c, err := tryRunCaddy(t, site)
+			if err == nil {
+				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
+				t.Fatalf("Caddy ran idempotency before the request_header that sets its owner's field: a forged X-User got %d", r.Status)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "put idempotency after the request_header") {
+				t.Fatalf("refused without naming the request_header and the way out:\n%v", err)
+			}
+		})
+	}
+	t.Run("another field after idempotency", func(t *testing.T) {
+		runCaddy(t, caddySite{Global: "order idempotency before handle", Idempotency: "store_addrs " + vk.Addr(),
+			After: fmt.Sprintf("handle /orders* {\n\t\trequest_header X-Request-Id 1\n\t\trequest_header -X-User\n\t\treverse_proxy %s\n\t}", upHost)})
+	})
+	t.Run("set before idempotency", func(t *testing.T) {
+		c := runCaddy(t, caddySite{Idempotency: "store_addrs " + vk.Addr(), After: fmt.Sprintf("%s\n\treverse_proxy %s", setOwner, upHost)})
+		alice := http.Header{"X-Auth-User": {"alice"}, "X-User": {"mallory"}, "Idempotency-Key": {"k-set"}}
+		first := postHeader(t, c.URL, alice, `{"amount":1}`)
+		if first.Status != http.StatusCreated || up.execs.Load() != 1 {
+			t.Fatalf("first %d, upstream ran %d times; want 201 once\n%s", first.Status, up.execs.Load(), c.out.String())
+		}
+		sameResponse(t, first, postHeader(t, c.URL, alice, `{"amount":1}`))
+		// Bob naming alice in X-User is bob: request_header set the
+		// field before idempotency read it.
+		bob := postHeader(t, c.URL, http.Header{"X-Auth-User": {"bob"}, "X-User": {"alice"}, "Idempotency-Key": {"k-set"}}, `{"amount":1}`)
+		if bob.Status != http.StatusCreated || bob.Header.Get("Idempotent-Replayed") != "" || up.execs.Load() != 2 {
+			t.Fatalf("bob naming alice: %d (replayed %q), upstream ran %d times; want his own 201, a second execution",
+				bob.Status, bob.Header.Get("Idempotent-Replayed"), up.execs.Load())
+		}
+	})
+}
