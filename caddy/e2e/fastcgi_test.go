@@ -13,16 +13,23 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// fastCGIUpstream starts a FastCGI server (php-fpm's part) on a loopback
-// port, stopped in t.Cleanup, that counts each POST in execs and hands it
-// to handle; it returns its address.
-func fastCGIUpstream(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string {
+// loopbackListener listens on a free loopback port, closed in t.Cleanup.
+func loopbackListener(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// fastCGIUpstream starts a FastCGI server (php-fpm's part) on a loopback
+// port, stopped in t.Cleanup, that counts each POST in execs and hands it
+// to handle; it returns its address.
+func fastCGIUpstream(t *testing.T, execs *atomic.Int64, handle gatetest.Counted) string {
+	t.Helper()
+	ln := loopbackListener(t)
 	go func() {
 		_ = fcgi.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost {
@@ -41,11 +48,7 @@ func fastCGIUpstream(t *testing.T, execs *atomic.Int64, handle gatetest.Counted)
 // returns its address.
 func dyingFastCGIUpstream(t *testing.T, execs *atomic.Int64) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := loopbackListener(t)
 	go func() {
 		for {
 			conn, err := ln.Accept()
