@@ -344,9 +344,12 @@ func TestAttackWaitersThatLeaveLeakNothing(t *testing.T) {
 	}
 	mu.Unlock()
 	// Idle upstream connections may stay pooled; what must end is every
-	// goroutine running idemgate code: waits, heartbeats, handlers.
+	// goroutine running idemgate code: waits, heartbeats, handlers. A
+	// completion that met the store timeout on a stalled machine retries
+	// in the background (completeLater) and ends with its next attempt:
+	// the wait is long for such a machine, and ends as soon as they do.
 	var stuck []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if stuck = proxyGoroutines(); len(stuck) == 0 || time.Now().After(deadline) {
 			break
 		}
