@@ -144,9 +144,9 @@ func (s *Store) hold(p store.ClaimParams, createdMs int64, start time.Time) {
 // process stopped before the SET left) may have set a lease much shorter,
 // or already over: it repeats itself with claim.lua, which restarts the
 // lease by the server's TIME or answers the record another instance took
-// over meanwhile (TestLayout4HeldClaimKeepsAWholeLease). Without one it sets PX px and
-// asks PEXPIRETIME in the same round trip, and that answer bounds the
-// clock for the claims after it.
+// over meanwhile (TestLayout4HeldClaimKeepsAWholeLease). Without a bound
+// it sets PX px and asks PEXPIRETIME in the same round trip, and that
+// answer bounds the clock for the claims after it.
 func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, start time.Time) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, unavailable("claim", err)
@@ -169,10 +169,9 @@ func (s *Store) claim4(ctx context.Context, p store.ClaimParams, head []byte, st
 		sentGen  uint64
 		setBound bool
 	)
-	var asked reading
+	var asked reading // when the bound was read
 	if s.clock != nil {
-		asked = s.clock.now()
-		upper, gen, bound = s.clock.upperMs()
+		upper, asked, gen, bound = s.clock.upperMs()
 	}
 	if bound {
 		e = upper + px

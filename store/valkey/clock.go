@@ -125,17 +125,19 @@ func (c *serverClock) observe(serverMs int64, sent reading, gen uint64) {
 
 // upperMs returns a time in unix ms that the server's clock has not
 // reached yet, nor reaches before the current instant (see serverClock),
-// and the generation it holds for; ok is false when no usable sample
-// exists, and the caller must ask the server.
-func (c *serverClock) upperMs() (ms int64, gen uint64, ok bool) {
+// the reading of this process's clocks it is of (within measures a
+// claim's call from it), and the generation it holds for; ok is false
+// when no usable sample exists, and the caller must ask the server.
+func (c *serverClock) upperMs() (ms int64, at reading, gen uint64, ok bool) {
 	c.mu.Lock()
 	s, have := c.s, c.ok
 	c.mu.Unlock()
 	now, g := c.begin()
 	if !have || s.gen != g {
-		return 0, 0, false
+		return 0, now, 0, false
 	}
-	return s.upperAt(now)
+	ms, gen, ok = s.upperAt(now)
+	return ms, now, gen, ok
 }
 
 // upperAt is upperMs at reading now.

@@ -50,7 +50,7 @@ func TestServerClockNeverBelowServer(t *testing.T) {
 		// time truncated to the millisecond.
 		c.observe(floorDiv(execUs, 1000), sent, gen)
 		f.advance(time.Duration(rng.Int64N(int64(maxSampleAge))))
-		upper, g, ok := c.upperMs()
+		upper, _, g, ok := c.upperMs()
 		if !ok || g != gen {
 			t.Fatalf("case %d: no bound from a fresh, tight sample", i)
 		}
@@ -117,7 +117,7 @@ func TestServerClockDropsSamples(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, f := newFakeClock()
 			tc.run(c, f)
-			if ms, _, ok := c.upperMs(); ok {
+			if ms, _, _, ok := c.upperMs(); ok {
 				t.Fatalf("bound %d ms, want none", ms)
 			}
 		})
@@ -126,11 +126,11 @@ func TestServerClockDropsSamples(t *testing.T) {
 	c, f := newFakeClock()
 	sample(c, f, time.Millisecond)
 	f.advance(time.Second)
-	if ms, _, ok := c.upperMs(); !ok || ms != 1_000_000+1+1003 {
+	if ms, _, _, ok := c.upperMs(); !ok || ms != 1_000_000+1+1003 {
 		t.Fatalf("bound %d ms (%v), want 1_000_000 + 1 + ceil((1 s + 1 ms) × 1.001) = %d", ms, ok, 1_000_000+1+1003)
 	}
 	// A connection dialled between the bound and the claim's reply is seen.
-	_, gen, _ := c.upperMs()
+	_, _, gen, _ := c.upperMs()
 	c.dialed()
 	if c.same(gen) {
 		t.Fatal("a dial after the bound left its generation current")
@@ -159,21 +159,21 @@ func TestServerClockDropsOnWriteElsewhere(t *testing.T) {
 		if _, err := w.Write([]byte("x")); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, ok := c.upperMs(); !ok {
+		if _, _, _, ok := c.upperMs(); !ok {
 			t.Fatalf("a write to %s, the sample's address, dropped the bound", w.dst)
 		}
 	}
 	if _, err := other.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := c.upperMs(); ok {
+	if _, _, _, ok := c.upperMs(); ok {
 		t.Fatal("a write to another address kept the bound")
 	}
 	sent, gen = c.begin()
 	f.advance(time.Millisecond)
 	c.observe(1_000_000, sent, gen)
 	_ = sameAddr.Close()
-	if _, _, ok := c.upperMs(); ok {
+	if _, _, _, ok := c.upperMs(); ok {
 		t.Fatal("a close kept the bound")
 	}
 }
