@@ -87,31 +87,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ex *exchange, to
 		return
 	}
 	defer resp.Body.Close()
-	if said.unknown {
-		// In process: the handler said it may have acted and does not
-		// know the result; whatever it wrote is not an outcome.
+	if said.unknown || said.nothing { // said.unreachable is nothing done too
 		p.m.Upstream(route.Name, time.Since(upStart))
 		stopHeartbeat()
-		p.handlerUnknown(w, r, ex, ctx, said.cause)
-		return
-	}
-	if said.unreachable {
-		// In process: the handler could not reach its backend; answered
-		// as the proxy answers its own dial failure.
-		p.m.Upstream(route.Name, time.Since(upStart))
-		stopHeartbeat()
-		p.release(r, ex, token)
-		p.upstreamFailed(w, r, ex, unreachableProblem(), said.cause)
-		return
-	}
-	if said.nothing {
-		// In process: the handler said it did nothing; its answer is sent
-		// as written and decides nothing, not even a tombstone.
-		p.m.Upstream(route.Name, time.Since(upStart))
-		stopHeartbeat()
-		p.release(r, ex, token)
-		ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
-		p.copyResponse(w, r, ex, resp, nil)
+		switch {
+		case said.unknown:
+			// In process: the handler said it may have acted and does not
+			// know the result; whatever it wrote is not an outcome.
+			p.handlerUnknown(w, r, ex, ctx, said.cause)
+		case said.unreachable:
+			// In process: the handler could not reach its backend;
+			// answered as the proxy answers its own dial failure.
+			p.release(r, ex, token)
+			p.upstreamFailed(w, r, ex, unreachableProblem(), said.cause)
+		default:
+			// In process: the handler said it did nothing; its answer is
+			// sent as written and decides nothing, not even a tombstone.
+			p.release(r, ex, token)
+			ex.outcome, ex.status = metrics.OutcomeForwarded, resp.StatusCode
+			p.copyResponse(w, r, ex, resp, nil)
+		}
 		return
 	}
 	// In process the engine's own deadline reaches the handler as its

@@ -145,7 +145,8 @@ func (c *handlerCall) seal() (sealed sealedCall) {
 	}
 }
 
-// sealedCall is what decides a call of a handler in process (seal).
+// sealedCall is what decides a call of a handler in process (seal). A
+// call that is unreachable did nothing too (report).
 type sealedCall struct {
 	nothing, unreachable, unknown bool
 	cause                         error
