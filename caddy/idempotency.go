@@ -98,7 +98,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -407,29 +406,18 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &wroteWriter{ResponseWriter: w}
-	// Whether any upstream got a connection during the call: reverse_proxy
-	// returns its last error only, and a dial failure last does not prove
-	// that nothing was sent before it (neverSent).
-	var connected atomic.Bool
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	sent := sendGuard{cancel: cancel, body: r.ContentLength != 0,
 		answer: func() (bool, bool) { return lastAnswer(r) },
 		forget: func() { forgetAnswer(r) }}
 	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			connected.Store(true)
-			sent.gotConn(info.Conn)
-		},
+		GotConn: func(info httptrace.GotConnInfo) { sent.gotConn(info.Conn) },
 		// A transport that does not report its connections (FastCGI's)
 		// still dials through net.Dialer, which reports each connection
 		// it makes (TestCaddyFastCGIDialFailureAfterAnUpstreamActedKeepsTheClaim).
-		ConnectStart: sent.connectStart,
-		ConnectDone: func(network, addr string, err error) {
-			if sent.connectDone(network, addr, err) {
-				connected.Store(true)
-			}
-		},
+		ConnectStart:         sent.connectStart,
+		ConnectDone:          sent.connectDone,
 		WroteHeaderField:     sent.wroteHeaderField,
 		WroteRequest:         sent.wroteRequest,
 		GotFirstResponseByte: sent.answered,
@@ -461,7 +449,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		// What the engine takes for a handler cut off after it acted.
 		panic(http.ErrAbortHandler)
 	}
-	if neverSent(err) && !connected.Load() {
+	if neverSent(err) && !sent.connected() {
 		// Answered 502 upstream-unreachable by the engine, as the
 		// standalone proxy answers its own dial failure.
 		middleware.Unreachable(r, err)
@@ -470,7 +458,7 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 		return
 	}
-	if refused(r, err) && !connected.Load() {
+	if refused(r, err) && !sent.connected() {
 		middleware.NothingDone(r)
 		h.logger.Error("next handler refused a keyed request before it reached an upstream: key released",
 			zap.Int("status", status), zap.Bool("wrote", false), zap.Error(err))

@@ -175,15 +175,24 @@ func (g *sendGuard) gotConn(conn net.Conn) {
 
 // connectDone marks a connection made by a dial of the call (net.Dialer
 // reports it through the request's trace whoever dials: net/http's
-// transport and FastCGI's alike), and reports whether it was one.
-func (g *sendGuard) connectDone(network, _ string, err error) bool {
+// transport and FastCGI's alike).
+func (g *sendGuard) connectDone(network, _ string, err error) {
 	if err != nil || !streamDial(network) {
-		return false
+		return
 	}
 	g.mu.Lock()
 	g.dialed = true
 	g.mu.Unlock()
-	return true
+}
+
+// connected reports whether any upstream got a connection during the
+// call, reported by its transport or seen in a dial: reverse_proxy
+// returns its last error only, and a dial failure last does not prove
+// that nothing was sent before it (neverSent).
+func (g *sendGuard) connected() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.traced || g.dialed
 }
 
 // streamDial reports whether a dial on network may carry a request to an
