@@ -197,11 +197,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	environ := os.Environ()
 	var from config.Origins
 	load := func(overrides map[string]string) (*config.Config, error) {
-		opts := []config.LoadOption{config.InProcess(), config.WithOrigins(&from)}
-		if len(overrides) > 0 {
-			opts = append(opts, config.WithOverrides(overrides))
-		}
-		return config.Load(h.Config, environ, opts...)
+		return loadConfig(h.Config, environ, overrides, config.WithOrigins(&from))
 	}
 	cfg, err := load(h.Overrides)
 	if err != nil {
@@ -264,6 +260,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.engine = p
 	return nil
+}
+
+// loadConfig loads the configuration at path, with overrides (the
+// Caddyfile's options), for an engine in process, as both Provision and
+// the Caddyfile's placement check (ownerFields) read it.
+func loadConfig(path string, environ []string, overrides map[string]string, opts ...config.LoadOption) (*config.Config, error) {
+	opts = append(opts, config.InProcess())
+	if len(overrides) > 0 {
+		opts = append(opts, config.WithOverrides(overrides))
+	}
+	return config.Load(path, environ, opts...)
 }
 
 // Cleanup implements caddy.CleanerUpper: this configuration no longer

@@ -10,7 +10,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/policy/identity"
 )
@@ -92,11 +91,7 @@ func checkPlace(h httpcaddyfile.Helper, file string, line int, fields []string) 
 // (checkPlace). None when the configuration does not load here: Caddy
 // refuses it when it provisions the handler.
 func ownerFields(path string, overrides map[string]string) []string {
-	opts := []config.LoadOption{config.InProcess()}
-	if len(overrides) > 0 {
-		opts = append(opts, config.WithOverrides(overrides))
-	}
-	cfg, err := config.Load(path, os.Environ(), opts...)
+	cfg, err := loadConfig(path, os.Environ(), overrides)
 	if err != nil {
 		return nil
 	}
