@@ -457,23 +457,9 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 					// the first seconds of a workload (of the target's
 					// life, for the first workload) beside its steady
 					// state (docs/performance.md, "Run it").
-					var loadCPU float64
-					var loadErr error
-					x, err := measure(ctx, t, func() *phaseStats {
-						if useWrk {
-							var s *phaseStats
-							if s, loadCPU, loadErr = wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix+"warm-", o.replayKeys, o.concurrency, o.warmup); loadErr != nil {
-								return &phaseStats{codes: map[int]int{}}
-							}
-							return s
-						}
-						return attack(ctx, c, newTargeter(w, t.base, prefix+"warm-", o.replayKeys), 0, o.concurrency, o.warmup)
-					})
-					if err = errors.Join(err, loadErr); err != nil {
+					x, err := measureLoad(ctx, o, t, c, w, prefix+"warm-", useWrk, 0, o.warmup)
+					if err != nil {
 						return fmt.Errorf("%s warm-up: %w", t.id, err)
-					}
-					if useWrk {
-						x.loadCPUSec = loadCPU
 					}
 					x.workload, x.mode = w, modeWarmup
 					x.s.finish()
@@ -486,28 +472,9 @@ func runWorkload(ctx context.Context, o options, w string, targets []*target, re
 					}
 					rate = max(1, int(bMax*frac))
 				}
-				var loadCPU float64
-				var loadErr error
-				x, err := measure(ctx, t, func() *phaseStats {
-					if useWrk {
-						var s *phaseStats
-						if s, loadCPU, loadErr = wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix, o.replayKeys, o.concurrency, roundLen); loadErr != nil {
-							return &phaseStats{codes: map[int]int{}}
-						}
-						return s
-					}
-					return attack(ctx, c, newTargeter(w, t.base, prefix, o.replayKeys), rate, o.concurrency, roundLen)
-				})
-				if err == nil {
-					err = loadErr
-				}
+				x, err := measureLoad(ctx, o, t, c, w, prefix, useWrk, rate, roundLen)
 				if err != nil {
 					return err
-				}
-				if useWrk {
-					// wrk's own CPU, read from its process: the bench
-					// process only waited.
-					x.loadCPUSec = loadCPU
 				}
 				x.workload, x.mode, x.rate = w, mode, rate
 				if rows[t.id] == nil {
@@ -568,6 +535,33 @@ func runDup(ctx context.Context, o options, t *target, upURL string, rep *report
 	fmt.Fprintf(os.Stderr, "dup %s: %d requests, %d upstream calls, codes %v, replayed %d, max %v, store %d ops (%d round trips)\n",
 		t.id, s.requests, s.upstreamCalls, s.codes, s.replayed, s.max, d.storeOps, d.storeTrips)
 	return nil
+}
+
+// measureLoad measures t under d of workload w, its keys prefixed by
+// prefix: closed loop by wrk when useWrk, else by vegeta through c at
+// rate requests a second (0: closed loop). With wrk the load generator's
+// CPU is wrk's own, read from its process: the bench process only
+// waited.
+func measureLoad(ctx context.Context, o options, t *target, c *http.Client, w, prefix string, useWrk bool, rate int, d time.Duration) (*row, error) {
+	var loadCPU float64
+	var loadErr error
+	x, err := measure(ctx, t, func() *phaseStats {
+		if useWrk {
+			var s *phaseStats
+			if s, loadCPU, loadErr = wrkLoad(ctx, o.wrkBin, o.wrkDir, w, t.base, prefix, o.replayKeys, o.concurrency, d); loadErr != nil {
+				return &phaseStats{codes: map[int]int{}}
+			}
+			return s
+		}
+		return attack(ctx, c, newTargeter(w, t.base, prefix, o.replayKeys), rate, o.concurrency, d)
+	})
+	if err = errors.Join(err, loadErr); err != nil {
+		return nil, err
+	}
+	if useWrk {
+		x.loadCPUSec = loadCPU
+	}
+	return x, nil
 }
 
 // valkeyYAML is the store section of an idemgate on the Valkey at addr,
