@@ -75,14 +75,8 @@ func TestCaddyOrderOptionBeforeAuthRefused(t *testing.T) {
 			fmt.Sprintf("%s\n\treverse_proxy %s", forwardAuth, upHost), "the forward_auth"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := tryRunCaddy(t, caddySite{Global: tc.global, Idempotency: "store_addrs " + vk.Addr(), After: tc.after})
-			if err == nil {
-				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
-				t.Fatalf("Caddy ran idempotency ordered before its authentication: a forged X-User got %d", r.Status)
-			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "put idempotency after the authentication") {
-				t.Fatalf("refused without naming the authentication and the way out:\n%v", err)
-			}
+			mustRefuse(t, caddySite{Global: tc.global, Idempotency: "store_addrs " + vk.Addr(), After: tc.after},
+				"idempotency ordered before its authentication", "the authentication and the way out", tc.want, "put idempotency after the authentication")
 		})
 	}
 	// Nested: idempotency in a block, an authentication after that block
@@ -109,14 +103,8 @@ func TestCaddyOrderOptionBeforeAuthRefused(t *testing.T) {
 			"is written before the forward_auth"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := tryRunCaddy(t, caddySite{Global: tc.global, Snippets: tc.snippets, Directive: tc.directive})
-			if err == nil {
-				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
-				t.Fatalf("Caddy ran idempotency nested before an authentication: a forged X-User got %d", r.Status)
-			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "forward_auth") {
-				t.Fatalf("refused without naming where idempotency is and the authentication:\n%v", err)
-			}
+			mustRefuse(t, caddySite{Global: tc.global, Snippets: tc.snippets, Directive: tc.directive},
+				"idempotency nested before an authentication", "where idempotency is and the authentication", tc.want, "forward_auth")
 		})
 	}
 	t.Run("route written before its authentication", func(t *testing.T) {
@@ -140,6 +128,24 @@ func TestCaddyOrderOptionBeforeAuthRefused(t *testing.T) {
 		}
 		sameResponse(t, first, retry)
 	})
+}
+
+// mustRefuse starts Caddy with site and fails unless Caddy refuses it
+// with an error holding every one of wants. what says what a site Caddy
+// ran would do (a forged X-User is then sent, and its answer shown);
+// naming says what the error must name.
+func mustRefuse(t *testing.T, site caddySite, what, naming string, wants ...string) {
+	t.Helper()
+	c, err := tryRunCaddy(t, site)
+	if err == nil {
+		r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
+		t.Fatalf("Caddy ran %s: a forged X-User got %d", what, r.Status)
+	}
+	for _, want := range wants {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("refused without naming %s:\n%v", naming, err)
+		}
+	}
 }
 
 // postHeader sends POST url/orders with the fields h and reads the whole
@@ -243,14 +249,8 @@ func TestCaddyOwnerFieldSetAfterIdempotencyRefused(t *testing.T) {
 			if tc.directive == "" {
 				site.Idempotency = "store_addrs " + vk.Addr()
 			}
-			c, err := tryRunCaddy(t, site)
-			if err == nil {
-				r := post(t, c.URL, "alice", "k-forged", `{"amount":1}`)
-				t.Fatalf("Caddy ran idempotency before the request_header that sets its owner's field: a forged X-User got %d", r.Status)
-			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "put idempotency after the request_header") {
-				t.Fatalf("refused without naming the request_header and the way out:\n%v", err)
-			}
+			mustRefuse(t, site, "idempotency before the request_header that sets its owner's field",
+				"the request_header and the way out", tc.want, "put idempotency after the request_header")
 		})
 	}
 	t.Run("another field after idempotency", func(t *testing.T) {
