@@ -340,7 +340,10 @@ func ownerOf(op Operation) Owner {
 		}
 	}
 	if chosen == nil {
-		note := "REVIEW owner: the description declares no security"
+		// An operation whose security is [] opts out of a requirement the
+		// description sets elsewhere: say so, or the reader looks for a
+		// security section that is there.
+		note := "REVIEW owner: the description exempts this operation from security (security: [])"
 		if len(why) > 0 {
 			note = "REVIEW owner: " + strings.Join(why, "; ")
 		} else if optional {
@@ -504,7 +507,13 @@ func (p *Plan) shareDefaults() {
 		bodies[r.Body+"|"+r.BodyNote]++
 		rets[r.Retention+"|"+r.RetNote]++
 	}
-	ownerKey, bodyKey, retKey := most(owners), most(bodies), most(rets)
+	// On a tie, an owner that needs no review goes into defaults, so that a
+	// REVIEW note sits on the route it is about.
+	ownerKey := mostBy(owners, func(k string) bool {
+		i := slices.IndexFunc(p.Routes, func(r Route) bool { return r.Owner.key() == k })
+		return !p.Routes[i].Owner.Review
+	})
+	bodyKey, retKey := most(bodies), most(rets)
 	for _, r := range p.Routes {
 		if r.Owner.key() == ownerKey {
 			p.Defaults.Owner = r.Owner
@@ -530,10 +539,17 @@ func (p *Plan) shareDefaults() {
 
 // most returns the key with the highest count, the smallest key on a tie.
 func most(counts map[string]int) string {
-	best, n := "", -1
+	return mostBy(counts, func(string) bool { return true })
+}
+
+// mostBy returns the key with the highest count; on a tie a key preferred
+// says yes to, then the smallest key.
+func mostBy(counts map[string]int, preferred func(string) bool) string {
+	best, n, pref := "", -1, false
 	for k, c := range counts {
-		if c > n || (c == n && k < best) {
-			best, n = k, c
+		kp := preferred(k)
+		if c > n || (c == n && (kp && !pref || kp == pref && k < best)) {
+			best, n, pref = k, c, kp
 		}
 	}
 	return best
@@ -552,20 +568,23 @@ func (p *Plan) Enforced() []string {
 
 // Summary is the one-line account init prints on stderr.
 func (p *Plan) Summary() string {
-	review := 0
+	var review []string
 	for _, r := range p.Routes {
 		if r.Owner.Review {
-			review++
+			review = append(review, r.Name)
 		}
 	}
 	s := fmt.Sprintf("read %d operations: %d routes written, %d safe (GET, HEAD, ...) not enforced, %d PUT/DELETE without a declared key left to their method's idempotency, %d skipped",
 		len(p.Doc.Operations), len(p.Routes), p.Safe, len(p.NotEnforced), len(p.Skipped))
-	if review > 0 {
+	if n := len(review); n > 0 {
 		noun := "routes whose owner needs"
-		if review == 1 {
+		if n == 1 {
 			noun = "route whose owner needs"
 		}
-		s += fmt.Sprintf(", %d %s review", review, noun)
+		if n > 5 {
+			review = append(review[:5], "...")
+		}
+		s += fmt.Sprintf(", %d %s review (%s)", n, noun, strings.Join(review, ", "))
 	}
 	return s
 }

@@ -190,7 +190,7 @@ func TestRules(t *testing.T) {
 	}
 	s := string(text)
 	for _, want := range []string{
-		"# REVIEW owner: the description declares no security",
+		"# REVIEW owner: the description exempts this operation from security (security: [])",
 		"# REVIEW owner: security scheme apiKeyQuery is an apiKey in query",
 		"# REVIEW owner: security scheme mtls is mutualTLS",
 		"# REVIEW: the description also accepts bearer",
@@ -528,4 +528,22 @@ func bigDescription(tb testing.TB, n int) []byte {
 		}
 	}
 	return out
+}
+
+// TestReviewNoteOnTheRouteItConcerns: with one route under the
+// description's security and one exempted by security: [], the exempted
+// route carries the REVIEW note, and the summary names it.
+func TestReviewNoteOnTheRouteItConcerns(t *testing.T) {
+	p, text, _ := generate(t, "testdata/synthetic/exempt.yaml", Options{})
+	if p.Defaults.Owner.Review {
+		t.Errorf("defaults' owner is the one under review (%q); want the route's own", p.Defaults.Owner.Note)
+	}
+	s := string(text)
+	_, after, ok := strings.Cut(s, "- name: update-thing")
+	if !ok || !strings.Contains(after, "# REVIEW owner: the description exempts this operation from security (security: [])") {
+		t.Errorf("update-thing lacks its REVIEW note:\n%s", s)
+	}
+	if want := "1 route whose owner needs review (update-thing)"; !strings.Contains(p.Summary(), want) {
+		t.Errorf("summary %q lacks %q", p.Summary(), want)
+	}
 }
