@@ -92,6 +92,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/http/httptrace"
@@ -270,7 +271,15 @@ func loadConfig(path string, environ []string, overrides map[string]string, opts
 	if len(overrides) > 0 {
 		opts = append(opts, config.WithOverrides(overrides))
 	}
-	return config.Load(path, environ, opts...)
+	cfg, err := config.Load(path, environ, opts...)
+	if err != nil && path != "" && !filepath.IsAbs(path) && errors.Is(err, fs.ErrNotExist) {
+		// Caddy reads every relative path in a Caddyfile from its own
+		// working directory, which is seldom the Caddyfile's.
+		if wd, werr := os.Getwd(); werr == nil {
+			err = fmt.Errorf("%w (config %s is relative, so it is read from Caddy's working directory %s, not the Caddyfile's: give an absolute path)", err, path, wd)
+		}
+	}
+	return cfg, err
 }
 
 // Cleanup implements caddy.CleanerUpper: this configuration no longer
@@ -573,6 +582,7 @@ func (w *wroteWriter) Flush() {
 //		name         <label>           # metrics label, for several handlers in one configuration
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	caddyfileOptions := []string{"config", "store", "store_addrs", "key_prefix", "timeout", "set", "name"}
 	d.Next() // the directive's name
 	if d.NextArg() {
 		return d.Errf("idempotency takes no argument besides a matcher: set the configuration file inside its block, idempotency { config %s }", d.Val())
@@ -625,7 +635,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			override(args[0], args[1])
 		default:
-			return d.Errf("unknown idempotency option %q", opt)
+			return d.Errf("unknown idempotency option %q: the options are %s", opt, strings.Join(caddyfileOptions, ", "))
 		}
 	}
 	return nil

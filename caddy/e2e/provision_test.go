@@ -83,3 +83,17 @@ func TestCaddyMetricsCollisionSaysName(t *testing.T) {
 		t.Fatalf("two handlers named apart: not valid:\n%s", out)
 	}
 }
+
+// TestCaddyfileMistakesSayWhatToDo: a relative config path that is not
+// there says it was read from Caddy's working directory, and an unknown
+// option lists the options there are.
+func TestCaddyfileMistakesSayWhatToDo(t *testing.T) {
+	out, ok := validateCaddy(t, twoSites("config ./idemgate.yaml", "store memory"))
+	if ok || !strings.Contains(out, "read from Caddy's working directory") || !strings.Contains(out, "give an absolute path") {
+		t.Errorf("a missing relative config: valid %v, want a refusal naming Caddy's working directory:\n%s", ok, out)
+	}
+	out, ok = validateCaddy(t, twoSites("config_file ./idemgate.yaml", "store memory"))
+	if ok || !strings.Contains(out, `config_file\": the options are config, store,`) {
+		t.Errorf("an unknown option: valid %v, want a refusal listing the options:\n%s", ok, out)
+	}
+}
