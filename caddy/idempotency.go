@@ -258,6 +258,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	// Last, so that only a policy that serves is remembered.
+	if err := h.store.admit(h.Name, cfg.Policy); err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
 	h.engine = p
 	return nil
 }
