@@ -96,6 +96,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,6 +112,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/engine"
 	"github.com/idemgate/idemgate/middleware"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/tracing"
 )
@@ -259,6 +261,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	// Last, so that only a policy that serves is remembered.
+	if err := h.store.admit(h.Name, cfg.Policy); err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
 	h.engine = p
 	return nil
 }
@@ -397,8 +403,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.running.enter()
 	defer h.running.leave()
 	c := &call{next: next}
-	h.engine.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nextKey{}, c)))
+	ctx := context.WithValue(r.Context(), nextKey{}, c)
+	if sent := sentURL(r); sent != nil {
+		ctx = context.WithValue(ctx, fingerprint.SentURLKey{}, sent)
+	}
+	h.engine.ServeHTTP(w, r.WithContext(ctx))
 	return c.err
+}
+
+// sentURL is the URL the client sent r with, when a directive before this
+// handler rewrote r.URL (handle_path's prefix stripping, rewrite, uri),
+// else nil: the fingerprint covers the path and query as sent
+// (fingerprint.SentURLKey), or two handle_path blocks, /a/* and /b/*,
+// whose handlers both see /orders, would answer /b/orders with the record
+// of /a/orders (TestCaddyHandlePathBlocksNeverShareRecords). Caddy
+// rewrites r.RequestURI with r.URL, so only its original request tells.
+func sentURL(r *http.Request) *url.URL {
+	orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request)
+	if !ok || orig.URL == nil || r.URL == nil {
+		return nil
+	}
+	if orig.URL.EscapedPath() == r.URL.EscapedPath() && orig.URL.RawQuery == r.URL.RawQuery {
+		return nil
+	}
+	return orig.URL
 }
 
 // callNext is the handler the engine wraps: Caddy's next handler of the

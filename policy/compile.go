@@ -311,6 +311,30 @@ func checkScopes(defaults *Route, routes []*Route) []error {
 	return errs
 }
 
+// OwnerConflicts returns an error naming each route of p that keeps
+// records in a scope where a route of earlier (a policy p replaces) took
+// its owners from another source of the same kind, nil when there is
+// none. checkScopes refuses two such routes in one policy; across a reload
+// the earlier route's records are still in the scope, and as header:X-User
+// and header:X-Partner both store "h:42", partner 42 would be answered user
+// 42's stored response (promise 2).
+func (p *Policy) OwnerConflicts(earlier *Policy) error {
+	type source struct{ ns, route string }
+	before := map[[2]string]source{} // scope, owner kind
+	for _, r := range earlier.Routes() {
+		before[[2]string{r.Scope, string(r.Owner.Kind)}] = source{ownerNamespace(r), r.Name}
+	}
+	var errs []error
+	for _, r := range p.Routes() {
+		prev, ok := before[[2]string{r.Scope, string(r.Owner.Kind)}]
+		if ns := ownerNamespace(r); ok && prev.ns != ns {
+			errs = append(errs, fmt.Errorf("route %q takes owners from %s, but route %q kept records in scope %q with owners from %s: both produce owner values of one form, so a principal of the new source would be answered the records of another principal with the same value; give the route a scope of its own (its earlier records are then no longer found)",
+				r.Name, ns, prev.route, r.Scope, prev.ns))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // lowerPatternHost lowercases the host of a ServeMux pattern
 // "[METHOD ][HOST]/[PATH]", since Match compares it with a lowercased
 // request host.

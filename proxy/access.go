@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/fastslog"
 	"github.com/idemgate/idemgate/internal/logdigest"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -29,11 +30,17 @@ type exchangeCtx struct {
 	ex *exchange
 }
 
-// Value returns the exchange for exchangeKey and the parent's value for
+// Value returns the exchange for exchangeKey, the URL the client sent
+// for fingerprint.SentURLKey (exchange.sent), and the parent's value for
 // any other key.
 func (c *exchangeCtx) Value(key any) any {
-	if _, ok := key.(exchangeKey); ok {
+	switch key.(type) {
+	case exchangeKey:
 		return c.ex
+	case fingerprint.SentURLKey:
+		// Answered here, so that the fingerprint of a request of the
+		// standalone proxy walks no context chain for it.
+		return c.ex.sent
 	}
 	return c.Context.Value(key)
 }

@@ -333,6 +333,11 @@ func (p *Proxy) rewritePassthrough(pr *httputil.ProxyRequest) {
 type exchange struct {
 	start  time.Time
 	ctx    exchangeCtx // the context of r, the request as the upstream gets it
+	// sent is the URL the client sent, when a handler in front of this
+	// engine in process rewrote r's (sentURL); the fingerprint takes the
+	// path and query from it (fingerprint.SentURLKey). Nil otherwise, and
+	// always in the standalone proxy.
+	sent *url.URL
 	route  *policy.Route
 	id     store.Identity
 	fp     string

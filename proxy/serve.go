@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgate/idemgate/policy"
+	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/policy/identity"
 	"github.com/idemgate/idemgate/problem"
 )
@@ -33,6 +35,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := &exchange{start: time.Now()}
+	if p.next != nil {
+		ex.sent = sentURL(r)
+	}
 	ex.requestID = p.requestIDs.of(r, &ex.requestIDField)
 	defer p.done(ex)
 	ex.aw.ResponseWriter = w
@@ -236,4 +241,37 @@ func missingKeyDetail(route *policy.Route, r *http.Request) string {
 		return fmt.Sprintf("route %q requires the %s metadata entry on gRPC calls", route.Name, strings.ToLower(route.Header))
 	}
 	return fmt.Sprintf("route %q requires %s on %s requests", route.Name, route.KeyName(), r.Method)
+}
+
+// sentURL returns the URL r was sent with when a handler in front of an
+// engine in process rewrote r.URL, nil when r.URL is it: the one the
+// host put in r's context (fingerprint.SentURLKey: Caddy's module, whose
+// rewrites change r.RequestURI too), else r.RequestURI as the server read
+// it, which http.StripPrefix leaves as it was. Two endpoints mounted under
+// two prefixes must not be one request to the fingerprint
+// (fingerprint.SentURLKey).
+func sentURL(r *http.Request) *url.URL {
+	if u, _ := r.Context().Value(fingerprint.SentURLKey{}).(*url.URL); u != nil {
+		return u
+	}
+	if r.URL == nil || r.RequestURI == "" || r.RequestURI == "*" || sameTarget(r.RequestURI, r.URL) {
+		return nil
+	}
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// sameTarget reports whether the request target uri (origin form) is u's
+// path and query, without building u's: the common case of a request no
+// handler rewrote costs nothing.
+func sameTarget(uri string, u *url.URL) bool {
+	path := u.EscapedPath()
+	if u.RawQuery == "" && !u.ForceQuery {
+		return uri == path
+	}
+	return len(uri) == len(path)+1+len(u.RawQuery) && strings.HasPrefix(uri, path) &&
+		uri[len(path)] == '?' && strings.HasSuffix(uri, u.RawQuery)
 }

@@ -190,6 +190,9 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 	if err == nil && p == nil {
 		err = errors.New("load returned no policy")
 	}
+	if err == nil {
+		err = r.ownerConflicts(p)
+	}
 	if err != nil {
 		r.reloads.WithLabelValues("failure").Inc()
 		r.log.Error("config reload rejected; keeping the previous policy", "path", r.path, "trigger", trigger, "err", err)
@@ -207,6 +210,21 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 			r.reloads.WithLabelValues("restart_required").Inc()
 			r.log.Warn("config reloaded, but some changed keys need a restart; their old values stay in force until then",
 				"path", r.path, "keys", strings.Join(keys, ","))
+		}
+	}
+	return nil
+}
+
+// ownerConflicts refuses p when a route of it would take owners of one
+// kind from another source than a policy this process ran did in the same
+// scope (policy.Policy.OwnerConflicts): that policy's records are still
+// there, under owner values the new source produces for other principals.
+// The policies replaced before the current one count too, so a detour
+// through another owner kind does not clear the way.
+func (r *Reloader) ownerConflicts(p *policy.Policy) error {
+	for _, old := range append(r.Previous(), r.current.Load()) {
+		if err := p.OwnerConflicts(old); err != nil {
+			return fmt.Errorf("owner source changed within a scope: %w", err)
 		}
 	}
 	return nil

@@ -654,3 +654,46 @@ func TestSignalWithoutPathKeepsServing(t *testing.T) {
 		t.Fatal("the policy changed")
 	}
 }
+
+// TestReloadRefusesAnOwnerOfOneKindFromAnotherSource: header:X-User and
+// header:X-Partner both store "h:42", so a reload that moves a route from
+// one to the other in the same scope is refused and the running policy
+// stays, also after a detour through another kind of owner (the first
+// policy's records are still in the scope); moving the route to a scope of
+// its own with the change is accepted.
+func TestReloadRefusesAnOwnerOfOneKindFromAnotherSource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	writeFile(t, path, "orders")
+	owner, scope := identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}, ""
+	r, err := New(Options{
+		Path: path,
+		Load: func(string) (*policy.Policy, error) {
+			rt := baseRoute()
+			rt.Name, rt.Match, rt.Owner, rt.Scope = "orders", "POST /orders", owner, scope
+			return policy.New(baseRoute(), []policy.Route{rt})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := r.Current()
+	owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-Partner"}
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "header:X-Partner") {
+		t.Fatalf("reload to header:X-Partner in the scope of header:X-User: %v, want refused naming it", err)
+	}
+	if r.Current() != running {
+		t.Fatal("the refused reload replaced the running policy")
+	}
+	owner = identity.OwnerSource{Kind: identity.OwnerAuthorization}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("reload to another kind of owner: %v", err)
+	}
+	owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-Partner"}
+	if err := r.Reload(); err == nil {
+		t.Fatal("reload to header:X-Partner after a detour through authorization was applied")
+	}
+	scope = "partners"
+	if err := r.Reload(); err != nil {
+		t.Fatalf("reload to header:X-Partner in a scope of its own: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,26 @@ func Encoding(in Input) []byte {
 	return b.Bytes()
 }
 
+// SentURLKey is the context key of the URL a request was sent with, a
+// *url.URL, when a handler in front of the engine in process rewrote it:
+// Caddy's handle_path or rewrite, Go's http.StripPrefix. Of takes the
+// path and query from it, so that two endpoints whose handlers see one
+// path after their prefixes are stripped (/a/orders and /b/orders, both
+// /orders) are two requests, as they are to the standalone proxy, which
+// sees what the client sent: before, the second endpoint was answered the
+// first one's stored response (TestStrippedPrefixesNeverShareAnswers,
+// TestCaddyHandlePathBlocksNeverShareRecords). Routes still match the
+// path the handler sees.
+type SentURLKey struct{}
+
+// sentURL is the URL req was sent with (SentURLKey), or req.URL.
+func sentURL(req *http.Request) *url.URL {
+	if u, _ := req.Context().Value(SentURLKey{}).(*url.URL); u != nil {
+		return u
+	}
+	return req.URL
+}
+
 // Of returns the hs1 fingerprint of req with the given body bytes under s;
 // the byte layout is frozen in docs/protocol.md. The proxy calls it with a
 // record's recorded recipe (ParseRecipe) to compare a retry the way its
@@ -138,9 +159,9 @@ func (s Spec) Of(req *http.Request, body []byte) string {
 		Exclude:      s.Exclude,
 		Proto:        s.Proto,
 	}
-	if req.URL != nil {
-		in.Path = req.URL.EscapedPath()
-		in.Query = req.URL.RawQuery
+	if u := sentURL(req); u != nil {
+		in.Path = u.EscapedPath()
+		in.Query = u.RawQuery
 	}
 	if len(s.Headers) > 0 {
 		in.Headers = make([]Header, len(s.Headers))
