@@ -114,3 +114,60 @@ func TestCaddyReloadDuringAnOutageWithAPendingResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestCaddyReloadWhileAClaimWaitsOnAStalledStore: Valkey is stopped
+// (SIGSTOP) when a keyed request comes, so its claim waits; Caddy is
+// reloaded meanwhile, and Valkey resumes. Whatever the first request was
+// answered (the claim went through, or timed out and was released), its
+// retries through the new configuration never run the upstream a second
+// time, and end replayed.
+func TestCaddyReloadWhileAClaimWaitsOnAStalledStore(t *testing.T) {
+	for _, stall := range []time.Duration{500 * time.Millisecond, 3 * time.Second} {
+		t.Run(stall.String(), func(t *testing.T) {
+			vk := valkeytest.Start(t)
+			up := startUpstream(t)
+			site := caddySite{
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-stalled:", vk.Addr()),
+				After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+			}
+			c := runCaddy(t, site)
+			if a := post(t, c.URL, "alice", "warm", `{}`); a.Status != http.StatusCreated {
+				t.Fatalf("warm-up: %d %s", a.Status, a.Body)
+			}
+			vk.Pause()
+			first := postAsync(tryPost, c.URL, "alice", "k-stall", `{}`)
+			time.Sleep(200 * time.Millisecond) // the claim is on its way
+			site.Sites = otherSite(t)
+			if err := c.reload(t, site); err != nil {
+				vk.Resume()
+				t.Fatalf("reload with a claim in flight: %v\n%s", err, c.out.String())
+			}
+			time.Sleep(stall)
+			vk.Resume()
+			f := <-first
+			if f.err != nil {
+				t.Fatal(f.err)
+			}
+			t.Logf("first: %d", f.a.Status)
+			var last answer
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				last = postAfterReload(t, c.URL, "alice", "k-stall", `{}`)
+				if n := up.execs.Load() - 1; n > 1 {
+					t.Fatalf("upstream executed %d times for one key, want at most 1 (retry: %d %s)", n, last.Status, last.Body)
+				}
+				if last.replayed() {
+					break
+				}
+				if last.Status == http.StatusCreated && f.a.Status == http.StatusCreated {
+					t.Fatalf("retry after a first 201: %d %s, want the replay", last.Status, last.Body)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("retry still %d %s", last.Status, last.Body)
+				}
+			}
+			if n := up.execs.Load() - 1; n != 1 {
+				t.Fatalf("upstream executed %d times for one key, want 1", n)
+			}
+		})
+	}
+}
