@@ -13,14 +13,28 @@ import (
 )
 
 // TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain: a completed
-// record whose stored response no longer parses (one bit of its flags
-// byte flipped in the store: a flag no writer sets) on a route with
+// record that no longer parses (one bit of its response's flags byte
+// flipped in the store: a flag no writer sets; or a length of its
+// framing changed) on a route with
 // on_store_error: fail_open. The store answered, and said the operation
 // completed: the retry must not be forwarded unprotected as if the store
 // could not be reached (a record whose check fails is not either,
 // docs/protocol.md): it is refused 503, as on a fail_closed route, and the
 // handler runs once.
 func TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
+	t.Run("flags", func(t *testing.T) {
+		testUnreadableCompleted(t, func(b []byte, response int) { b[response] |= 0x40 })
+	})
+	t.Run("framing", func(t *testing.T) {
+		// The owner's netstring says one byte more than it holds.
+		testUnreadableCompleted(t, func(b []byte, _ int) { b[0]++ })
+	})
+}
+
+// testUnreadableCompleted runs TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain
+// with corrupt, which damages the joined p fields b of the completed
+// record in place, its response starting at offset response.
+func testUnreadableCompleted(t *testing.T, corrupt func(b []byte, response int)) {
 	vk := valkeytest.Start(t)
 	h := newOrders()
 	gate := serve(t, testConfig(vk.Addr(), "damaged:")+"    on_store_error: fail_open\n", h)
@@ -63,20 +77,16 @@ func TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
 			}
 			off += colon + 1 + n
 		}
-		// The response's flags byte, in the part that holds it.
+		corrupt(b, off)
+		// Written back part by part, each field its own bytes again.
 		for i, part := range parts {
-			if off < len(part) {
-				pb := []byte(part)
-				pb[off] |= 0x40
-				field := "p" + strconv.Itoa(i)
-				if err := c.Do(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(field, string(pb)).Build()).Error(); err != nil {
-					t.Fatal(err)
-				}
-				flipped++
-				break
+			field := "p" + strconv.Itoa(i)
+			if err := c.Do(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(field, string(b[:len(part)])).Build()).Error(); err != nil {
+				t.Fatal(err)
 			}
-			off -= len(part)
+			b = b[len(part):]
 		}
+		flipped++
 	}
 	if flipped != 1 {
 		t.Fatalf("flipped %d records, want 1 (keys %v)", flipped, keys)
