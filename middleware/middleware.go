@@ -63,7 +63,9 @@
 //   - Two middlewares nested around one handler: the inner one finds the
 //     request inside the outer one's call and passes it to the handler
 //     untouched (no claim, no access line, no metrics), since the outer
-//     claim already covers it. The request is the outer one's when it has
+//     claim already covers it; a call the outer one forwards unprotected
+//     (fail_open, its store down) holds no claim, and the inner one
+//     enforces it by its own route. The request is the outer one's when it has
 //     the header the outer engine gave its handler (a router passes the
 //     request on) or the same idempotency key field; a request the
 //     handler makes of its own during the call (a batch's item, with its

@@ -108,6 +108,13 @@ func decideClaim(s claimState) action {
 	if s.err != nil {
 		a := action{step: stepStoreFailed, op: "claim", err: s.err}
 		switch {
+		case errors.Is(s.err, store.ErrCompletedNotAcknowledged):
+			// The record is completed (its operation ran) and cannot be
+			// replayed before its acknowledgement: refused, never
+			// forwarded, on fail_open routes too, whose unprotected
+			// forward is for a store that cannot say what ran. Nothing
+			// was claimed, so nothing is released.
+			a.op = "replay"
 		case errors.Is(s.err, store.ErrNotAcknowledged):
 			// The claim may stand on the primary, but a failover may lose
 			// it: it does not count, nothing is forwarded, and it is

@@ -278,6 +278,15 @@ func (p *Proxy) storeFailed(w http.ResponseWriter, r *http.Request, ex *exchange
 			"the response stored for this key failed its integrity check, so it was not replayed and the request was not forwarded again; an operator can inspect and purge the record"))
 		return
 	}
+	if errors.Is(err, store.ErrStoredResponse) {
+		// A completed record whose response does not parse (a flag no
+		// writer of this version sets): the store answered, and its
+		// operation ran, so a fail_open route must not forward it as if
+		// the store could not be reached; refused, and retried, as on a
+		// fail_closed route
+		// (TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain).
+		op = "replay"
+	}
 	p.noteStoreError()
 	ex.cause = err
 	p.log.Error("store operation failed", "op", op, "route", ex.route.Name, "err", err)

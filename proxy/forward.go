@@ -622,8 +622,9 @@ func (p *Proxy) forwardUnprotected(w http.ResponseWriter, r *http.Request, ex *e
 	defer cancel()
 	var call *handlerCall
 	if p.next != nil {
-		// No claim: the handler's reports count for nothing, but an
-		// engine nested inside must still pass the request through.
+		// No claim: the handler's reports count for nothing, and an
+		// engine nested inside enforces the request by its own route
+		// (covers), since no claim of this one covers it.
 		call = &handlerCall{}
 		ctx = withCall(ctx, call)
 	}

@@ -70,9 +70,13 @@ func (c *handlerCall) of(out *http.Request, route *policy.Route) {
 // same idempotency key field. A request the handler makes of its own (a
 // batch endpoint that runs each item, with the item's key, through a
 // service under another engine) is not: that engine enforces it
-// (TestInnerEngineEnforcesAnotherRequest).
+// (TestInnerEngineEnforcesAnotherRequest). Nor is a request of a call
+// forwarded unprotected (fail_open with the store down): no claim covers
+// it, and the inner engine's route, which did not choose fail_open, or
+// whose store is up, enforces it as its own
+// (TestNestedInsideAFailOpenCallIsEnforced).
 func (c *handlerCall) covers(r *http.Request) bool {
-	if c == nil {
+	if c == nil || !c.claimed {
 		return false
 	}
 	if reflect.ValueOf(c.header).UnsafePointer() == reflect.ValueOf(r.Header).UnsafePointer() {

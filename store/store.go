@@ -221,6 +221,15 @@ func (e *OpError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 // failover.
 var ErrNotAcknowledged = fmt.Errorf("%w: write not acknowledged by the required replicas in time", ErrUnavailable)
 
+// ErrCompletedNotAcknowledged is wrapped, beside ErrNotAcknowledged, by
+// the error of a Claim that found the record completed while the replicas
+// have not acknowledged that completion (Valkey store, acks): the
+// operation ran, so no caller may take the error for a store it could not
+// reach and run the operation again (a fail_open route's unprotected
+// forward); the request is refused until the acknowledgement comes, and
+// then replayed.
+var ErrCompletedNotAcknowledged = errors.New("the record is completed and its completion not acknowledged yet")
+
 // ErrStoredResponseDamaged is wrapped (beside ErrStoredResponse) by the
 // error of a checked response whose body has another length or whose
 // bytes have another CRC-32C than the check written with them: the record

@@ -18,10 +18,19 @@ import (
 // (and a takeover then run again). Once the replica is back, the retry is
 // replayed and the upstream ran once.
 func TestCaddyAcksReplayWaitsForTheCompletionsAcknowledgement(t *testing.T) {
-	primary := valkeytest.Start(t)
-	replica := valkeytest.StartReplica(t, primary.Addr())
-	up := startUpstream(t)
-	yaml := fmt.Sprintf(`
+	// A takeover route withholds the holder's answer; a fail_open route
+	// sends it, and must not take the retry's unacknowledged completion
+	// for a store it cannot reach (it forwarded the retry unprotected:
+	// the upstream ran twice).
+	for name, route := range map[string]string{
+		"takeover":  "  on_abandoned: takeover\n",
+		"fail_open": "  on_store_error: fail_open\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			primary := valkeytest.Start(t)
+			replica := valkeytest.StartReplica(t, primary.Addr())
+			up := startUpstream(t)
+			yaml := fmt.Sprintf(`
 store:
   driver: valkey
   valkey:
@@ -29,50 +38,52 @@ store:
     key_prefix: "caddy-acksreplay:"
     acks:
       replicas: 1
-      timeout: 300ms`, primary.Addr()) + noStoreYAML + "  on_abandoned: takeover\n"
-	// One Host for both, as behind a load balancer: the host joins the
-	// key scope in Caddy.
-	site := caddySite{YAML: yaml, Hosts: map[string]string{"api.example": "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}}
-	holder, other := runCaddy(t, site), runCaddy(t, site)
-	until201 := func(url, key, what string) answer {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			a := postHost(t, url, "api.example", "alice", key, `{}`)
-			if a.Status == http.StatusCreated {
-				return a
+      timeout: 300ms`, primary.Addr()) + noStoreYAML + route
+			// One Host for both, as behind a load balancer: the host joins the
+			// key scope in Caddy.
+			site := caddySite{YAML: yaml, Hosts: map[string]string{"api.example": "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}}
+			holder, other := runCaddy(t, site), runCaddy(t, site)
+			until201 := func(url, key, what string) answer {
+				t.Helper()
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					a := postHost(t, url, "api.example", "alice", key, `{}`)
+					if a.Status == http.StatusCreated {
+						return a
+					}
+					if a.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+						t.Fatalf("%s: %d %s", what, a.Status, a.Body)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
 			}
-			if a.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-				t.Fatalf("%s: %d %s", what, a.Status, a.Body)
+			until201(holder.URL, "warm", "a request with the replica live")
+
+			up.hold = make(chan struct{})
+			first := make(chan answer, 1)
+			go func() {
+				a, _ := tryPostHost(holder.URL, "api.example", "alice", "made", `{}`)
+				first <- a
+			}()
+			for up.execs.Load() < 2 {
+				time.Sleep(10 * time.Millisecond)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	until201(holder.URL, "warm", "a request with the replica live")
+			replica.Pause() // the upstream acts; its completion cannot be acknowledged
+			close(up.hold)
+			t.Logf("the holder's answer, its completion not acknowledged: %d", (<-first).Status)
+			retry := postHost(t, other.URL, "api.example", "alice", "made", `{}`)
+			t.Logf("a retry through the other Caddy meanwhile: %d %s", retry.Status, retry.Body)
+			if retry.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(retry), "store-unavailable") {
+				t.Errorf("a retry through the other Caddy while the completion is not acknowledged: %d %s, want 503 store-unavailable", retry.Status, retry.Body)
+			}
 
-	up.hold = make(chan struct{})
-	first := make(chan answer, 1)
-	go func() {
-		a, _ := tryPostHost(holder.URL, "api.example", "alice", "made", `{}`)
-		first <- a
-	}()
-	for up.execs.Load() < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	replica.Pause() // the upstream acts; its completion cannot be acknowledged
-	close(up.hold)
-	t.Logf("the holder's answer, its completion not acknowledged: %d", (<-first).Status)
-	retry := postHost(t, other.URL, "api.example", "alice", "made", `{}`)
-	t.Logf("a retry through the other Caddy meanwhile: %d %s", retry.Status, retry.Body)
-	if retry.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(retry), "store-unavailable") {
-		t.Errorf("a retry through the other Caddy while the completion is not acknowledged: %d %s, want 503 store-unavailable", retry.Status, retry.Body)
-	}
-
-	replica.Resume()
-	if a := until201(other.URL, "made", "the retry once the replica is back"); !a.replayed() {
-		t.Fatalf("the retry once the replica is back was not a replay: %s", a.Body)
-	}
-	if n := up.execs.Load(); n != 2 {
-		t.Fatalf("upstream executed %d times for 2 operations", n)
+			replica.Resume()
+			if a := until201(other.URL, "made", "the retry once the replica is back"); !a.replayed() {
+				t.Fatalf("the retry once the replica is back was not a replay: %s", a.Body)
+			}
+			if n := up.execs.Load(); n != 2 {
+				t.Fatalf("upstream executed %d times for 2 operations", n)
+			}
+		})
 	}
 }

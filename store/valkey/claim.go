@@ -3,6 +3,7 @@ package valkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -78,7 +79,7 @@ func (s *Store) claimScript(ctx context.Context, p store.ClaimParams, args []str
 		// only once acknowledged. The other answers hand nothing out.
 		if out.State == store.Claimed || out.State == store.Completed {
 			if err := s.acked("claim", w); err != nil {
-				return store.ClaimResult{}, err
+				return store.ClaimResult{}, completedNotAcked(out.State, err)
 			}
 		}
 		s.claimed(key, p, out, str, start)
@@ -295,6 +296,10 @@ func (s *Store) claimRefused(ctx context.Context, p store.ClaimParams, refused e
 		if errors.Is(err, store.ErrStoredResponseDamaged) {
 			return store.ClaimResult{}, err
 		}
+		if errors.Is(err, store.ErrNotAcknowledged) {
+			// Get answers it for a completed record only.
+			return store.ClaimResult{}, completedNotAcked(store.Completed, err)
+		}
 		return store.ClaimResult{}, refused
 	case r == nil || r.Identity != id:
 		return store.ClaimResult{}, refused
@@ -310,6 +315,18 @@ func (s *Store) claimRefused(ctx context.Context, p store.ClaimParams, refused e
 		return store.ClaimResult{State: store.Abandoned, Fingerprint: r.Fingerprint, Recipe: r.Recipe, LeaseEnd: r.LeaseEnd}, nil
 	}
 	return store.ClaimResult{}, refused
+}
+
+// completedNotAcked is the error of a claim whose answer, state, was not
+// acknowledged (err): for a completed record it also wraps
+// store.ErrCompletedNotAcknowledged, so that the caller refuses the
+// request rather than run the operation again (a fail_open route), which
+// a failed claim of a fresh key would let it do.
+func completedNotAcked(state store.State, err error) error {
+	if state != store.Completed {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, store.ErrCompletedNotAcknowledged)
 }
 
 // refusedForMemory reports whether err carries the server's -OOM refusal

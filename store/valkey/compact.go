@@ -2,7 +2,6 @@ package valkey
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -11,8 +10,12 @@ import (
 )
 
 // errCompact is wrapped by every error of a layout 3 record that does not
-// parse: a store error, never a guess at what was meant.
-var errCompact = errors.New("layout 3 record")
+// parse: a store error, never a guess at what was meant. It wraps
+// store.ErrStoredResponse: the record is a completed one, whose operation
+// ran, so the proxy never takes its error for a store it could not reach
+// (a fail_open route's forward;
+// TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain).
+var errCompact = fmt.Errorf("%w: layout 3 record", store.ErrStoredResponse)
 
 // compactRecord is a completed record of layout 3 as its p fields hold it
 // (docs/protocol.md, "Completed record (layout 3)"): the netstrings, then
