@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every idemgate test: installs valkey-server, the PostgreSQL server,
 # nginx (the bench's target N and the test of docs/nginx.md), Node.js and
-# npm (the bench's in-app middleware comparison) and Debian's
-# prometheus (promtool and the server the deploy tests run) when missing;
+# npm (the bench's in-app middleware comparison), Debian's wrk (the
+# bench's closed-loop load generator) and Debian's prometheus (promtool and
+# the server the deploy tests run) when missing;
 # then gofmt, go vet and the lint gate (scripts/lint.sh: staticcheck and
 # govulncheck, pinned in scripts/lint/go.mod, over every module); then unit,
 # store-contract (standalone and Cluster Valkey, PostgreSQL), e2e and deploy
@@ -31,6 +32,9 @@ bash scripts/install-node.sh
 # package; where systemd runs it may also start its own service on :9090,
 # which no test uses: they start their own on free loopback ports).
 command -v promtool >/dev/null && command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+# wrk, the bench's closed-loop load generator (TestBenchWrkSmoke; the bench
+# itself installs it the same way when it runs without it).
+command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 # Every stage below runs even when an earlier one failed, so one red run
 # says what is wrong everywhere (a failing e2e test does not hide the
 # Caddy module's tests or a fuzz finding); each failed stage is named again
