@@ -107,6 +107,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/engine"
+	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -173,7 +174,11 @@ type Options struct {
 
 // New opens the store opts.Config names and returns the middleware: a
 // function that wraps a handler in the engine. Every handler it wraps
-// shares the store, the metrics and the JWT key sets. The store is closed,
+// shares one engine: the store, the metrics, the JWT key sets, the waiter
+// slots (server.max_waiters), store admission (server.max_store_waiting)
+// and the responses still to record. Wrapping allocates one small value
+// and nothing else, so a router may wrap on every request, as
+// gorilla/mux's Use does. It panics on a nil handler. The store is closed,
 // and JWKS refreshes stop, when ctx ends (a store passed in Options.Store
 // is left open).
 //
@@ -211,17 +216,34 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
+	// One engine proxy for every handler the middleware wraps, each call
+	// of it naming its handler (ServeNext): a router that wraps on every
+	// request (gorilla/mux's Use) would otherwise leave a proxy behind
+	// per request, each with waiter slots, store admission and pending
+	// completions of its own, none of them bounding the others
+	// (TestMiddlewareWrappedPerRequestSharesOneEngine).
+	p, err := e.Proxy(engine.ProxyOptions{Next: http.NotFoundHandler()})
+	if err != nil {
+		_ = e.Close()
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
 	context.AfterFunc(ctx, func() { _ = e.Close() })
 	return func(next http.Handler) http.Handler {
-		p, err := e.Proxy(engine.ProxyOptions{Next: next})
-		if err != nil {
-			// Only a missing store or policy fails proxy.New, and New has
-			// both: a broken invariant, not a configuration problem.
-			panic(fmt.Sprintf("middleware: %v", err))
+		if next == nil {
+			panic("middleware: nil handler")
 		}
-		return p
+		return wrapped{p: p, next: next}
 	}, nil
 }
+
+// wrapped is a handler wrapped in the middleware: the engine's one proxy
+// with next as the handler of each request.
+type wrapped struct {
+	p    *proxy.Proxy
+	next http.Handler
+}
+
+func (h wrapped) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.p.ServeNext(w, r, h.next) }
 
 // firstAttemptWait bounds how long New waits for the first attempt to open
 // the store when it does not wait for the store (Options.WaitStore 0): a

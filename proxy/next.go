@@ -74,7 +74,8 @@ import (
 
 // handlerTransport is the http.RoundTripper of a Proxy with Options.Next:
 // it runs the handler on the caller's goroutine and returns what it wrote
-// as a response.
+// as a response. The handler is the request's exchange's (ServeNext), else
+// next.
 type handlerTransport struct{ next http.Handler }
 
 // handlerPanic is the error of a handler that panicked: forward keeps
@@ -102,7 +103,11 @@ func (t handlerTransport) RoundTrip(req *http.Request) (resp *http.Response, err
 			resp, err = nil, &handlerPanic{value: v}
 		}
 	}()
-	t.next.ServeHTTP(c, req)
+	next := t.next
+	if ex := exchangeOf(req.Context()); ex != nil && ex.next != nil {
+		next = ex.next
+	}
+	next.ServeHTTP(c, req)
 	return c.response(req), nil
 }
 

@@ -26,8 +26,8 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 	// client leaves mid-stream; ServeHTTP's deferred completion still
 	// counts the request.
 	ex.outcome = metrics.OutcomePassthrough
-	if p.next != nil {
-		p.next.ServeHTTP(w, r)
+	if ex.next != nil {
+		ex.next.ServeHTTP(w, r)
 		return
 	}
 	// A streamed body is still the transport's when the upstream may

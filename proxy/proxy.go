@@ -331,13 +331,16 @@ func (p *Proxy) rewritePassthrough(pr *httputil.ProxyRequest) {
 
 // exchange is the state of one request on its way through ServeHTTP.
 type exchange struct {
-	start  time.Time
-	ctx    exchangeCtx // the context of r, the request as the upstream gets it
+	start time.Time
+	ctx   exchangeCtx // the context of r, the request as the upstream gets it
 	// sent is the URL the client sent, when a handler in front of this
 	// engine in process rewrote r's (sentURL); the fingerprint takes the
 	// path and query from it (fingerprint.SentURLKey). Nil otherwise, and
 	// always in the standalone proxy.
 	sent *url.URL
+	// next is the handler of this request in process (Options.Next, or
+	// ServeNext's), nil in the standalone proxy.
+	next   http.Handler
 	route  *policy.Route
 	id     store.Identity
 	fp     string

@@ -26,16 +26,30 @@ import (
 // http.ErrAbortHandler: the steps below only set the exchange's outcome
 // and status.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.next != nil && callOf(r.Context()).covers(r) {
+	p.serve(w, r, p.next)
+}
+
+// ServeNext is ServeHTTP on an engine in process (Options.Next set) with
+// next as the handler of this request instead of Options.Next: one Proxy,
+// and its waiter slots, store admission, store health and pending
+// completions, serves every handler a middleware wraps, however often it
+// wraps them (gorilla/mux's Use wraps the matched handler on every
+// request; TestMiddlewareWrappedPerRequestSharesOneEngine).
+func (p *Proxy) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	p.serve(w, r, next)
+}
+
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if next != nil && callOf(r.Context()).covers(r) {
 		// In process, inside another engine's call of this handler (two
 		// middlewares nested): that call's claim covers the request, and
 		// a claim of this engine's would wait on it (next.go). Another
 		// request made during that call is enforced as any.
-		p.next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{start: time.Now()}
-	if p.next != nil {
+	ex := &exchange{start: time.Now(), next: next}
+	if next != nil {
 		ex.sent = sentURL(r)
 	}
 	ex.requestID = p.requestIDs.of(r, &ex.requestIDField)
