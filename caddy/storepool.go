@@ -70,40 +70,35 @@ type pooledStore struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	policyMu sync.Mutex
-	// policies are the policies the handlers of each name provisioned on
-	// this store (latest last, at most maxPolicyHistory): the records
-	// they wrote are still in it after a reload (admit).
-	policies map[string][]*policy.Policy
+	ownersMu sync.Mutex
+	// owners are, per handler name, the owner sources of every policy the
+	// handlers of that name provisioned on this store (admit): the
+	// records they wrote are still in it after a reload, however many
+	// reloads came between.
+	owners map[string]*policy.OwnerLedger
 }
 
-// maxPolicyHistory bounds the policies admit remembers per handler, as
-// the standalone proxy's reloader remembers the 16 it replaced.
-const maxPolicyHistory = 16
-
-// admit remembers pol as the policy of the handler named name on this
+// admit remembers pol as a policy of the handler named name on this
 // store, unless a route of it takes owners of one kind from another source
 // than a policy that handler provisioned before did in the same scope
-// (policy.Policy.OwnerConflicts): that policy's records are still in the
-// store, kept across the reload, under owner values the new source gives
-// other principals (header:X-User 42 and header:X-Partner 42 are both
-// "h:42"), so the reload is refused and the running configuration stays.
+// (policy.OwnerLedger): that policy's records are still in the store,
+// kept across the reload, under owner values the new source gives other
+// principals (header:X-User 42 and header:X-Partner 42 are both "h:42"),
+// so the reload is refused and the running configuration stays.
 func (p *pooledStore) admit(name string, pol *policy.Policy) error {
-	p.policyMu.Lock()
-	defer p.policyMu.Unlock()
-	for _, old := range p.policies[name] {
-		if err := pol.OwnerConflicts(old); err != nil {
-			return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
+	p.ownersMu.Lock()
+	l := p.owners[name]
+	if l == nil {
+		if p.owners == nil {
+			p.owners = map[string]*policy.OwnerLedger{}
 		}
+		l = &policy.OwnerLedger{}
+		p.owners[name] = l
 	}
-	if p.policies == nil {
-		p.policies = map[string][]*policy.Policy{}
+	p.ownersMu.Unlock()
+	if err := l.Admit(pol); err != nil {
+		return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
 	}
-	h := append(p.policies[name], pol)
-	if len(h) > maxPolicyHistory {
-		h = h[len(h)-maxPolicyHistory:]
-	}
-	p.policies[name] = h
 	return nil
 }
 
