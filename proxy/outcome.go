@@ -74,9 +74,19 @@ func (c *handlerCall) of(out *http.Request, route *policy.Route) {
 // forwarded unprotected (fail_open with the store down): no claim covers
 // it, and the inner engine's route, which did not choose fail_open, or
 // whose store is up, enforces it as its own
-// (TestNestedInsideAFailOpenCallIsEnforced).
+// (TestNestedInsideAFailOpenCallIsEnforced). Nor, once the handler has
+// returned (sealed), is the call's own request that the handler kept and
+// serves again (a job queued for later): the claim ended with the call,
+// and the request passed through would run the handler again unenforced
+// (TestKeptRequestServedAgainAfterItsCallIsEnforced).
 func (c *handlerCall) covers(r *http.Request) bool {
 	if c == nil || !c.claimed {
+		return false
+	}
+	c.mu.Lock()
+	sealed := c.sealed
+	c.mu.Unlock()
+	if sealed {
 		return false
 	}
 	if reflect.ValueOf(c.header).UnsafePointer() == reflect.ValueOf(r.Header).UnsafePointer() {
