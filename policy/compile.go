@@ -336,7 +336,20 @@ func (p *Policy) OwnerConflicts(earlier *Policy) error {
 // value is empty and ready; it is safe for concurrent use.
 type OwnerLedger struct {
 	mu   sync.Mutex
-	seen map[[2]string]ownerSeen // scope, owner kind
+	seen map[[2]string]ownerSeen // scope, ownerForm
+}
+
+// ownerForm is the form of the owner values r's source produces, as far
+// as it tells two sources apart: their kind (each has its prefix), and for
+// jwt the number of claims, since "j:" and a JSON array of two values
+// never equals one of a single value. A route moved from [sub] to [iss,
+// sub], the safe way to accept a second issuer, is no conflict
+// (TestOwnerLedgerAdmitsAnotherNumberOfJWTClaims).
+func ownerForm(r *Route) string {
+	if r.Owner.Kind == identity.OwnerJWT && r.JWT != nil {
+		return fmt.Sprintf("%s/%d", r.Owner.Kind, len(r.JWT.Claims))
+	}
+	return string(r.Owner.Kind)
 }
 
 // ownerSeen is the owner source a scope and kind took owners from, and
@@ -362,7 +375,7 @@ func (l *OwnerLedger) add(p *Policy) {
 		l.seen = map[[2]string]ownerSeen{}
 	}
 	for _, r := range p.Routes() {
-		k := [2]string{r.Scope, string(r.Owner.Kind)}
+		k := [2]string{r.Scope, ownerForm(r)}
 		if _, ok := l.seen[k]; !ok {
 			l.seen[k] = ownerSeen{ownerNamespace(r), r.Name}
 		}
@@ -372,7 +385,7 @@ func (l *OwnerLedger) add(p *Policy) {
 func (l *OwnerLedger) conflicts(p *Policy) error {
 	var errs []error
 	for _, r := range p.Routes() {
-		prev, ok := l.seen[[2]string{r.Scope, string(r.Owner.Kind)}]
+		prev, ok := l.seen[[2]string{r.Scope, ownerForm(r)}]
 		if ns := ownerNamespace(r); ok && prev.ns != ns {
 			errs = append(errs, fmt.Errorf("route %q takes owners from %s, but route %q kept records in scope %q with owners from %s: both produce owner values of one form, so a principal of the new source would be answered the records of another principal with the same value; give the route a scope of its own (its earlier records are then no longer found)",
 				r.Name, ns, prev.route, r.Scope, prev.ns))
