@@ -262,7 +262,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	// Last, so that only a policy that serves is remembered.
-	if err := h.store.admit(h.Name, cfg.Policy); err != nil {
+	if err := admit(h.Name, cfg.Store, cfg.Policy); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = p

@@ -69,37 +69,67 @@ type pooledStore struct {
 	calls     awaitOnce
 	closeOnce sync.Once
 	closeErr  error
-
-	ownersMu sync.Mutex
-	// owners are, per handler name, the owner sources of every policy the
-	// handlers of that name provisioned on this store (admit): the
-	// records they wrote are still in it after a reload, however many
-	// reloads came between.
-	owners map[string]*policy.OwnerLedger
 }
 
-// admit remembers pol as a policy of the handler named name on this
-// store, unless a route of it takes owners of one kind from another source
-// than a policy that handler provisioned before did in the same scope
-// (policy.OwnerLedger): that policy's records are still in the store,
-// kept across the reload, under owner values the new source gives other
-// principals (header:X-User 42 and header:X-Partner 42 are both "h:42"),
-// so the reload is refused and the running configuration stays.
-func (p *pooledStore) admit(name string, pol *policy.Policy) error {
-	p.ownersMu.Lock()
-	l := p.owners[name]
+// owners holds, per place records live (recordsAt) and handler name, the
+// owner sources of every policy the handlers of that name provisioned on
+// a store there (admit). Not in pooledStore: a reload that changes a
+// store setting the records do not depend on (cache_bytes, a password, a
+// pool size) opens the store again, on the same records, and a ledger of
+// its own would have forgotten header:X-User by then
+// (TestCaddyOwnerRefusalSurvivesAStoreSettingChange). A package variable
+// for the reason stores is one.
+var owners = ownerLedgers{m: map[[2]string]*policy.OwnerLedger{}}
+
+// ownerLedgers is the type of owners.
+type ownerLedgers struct {
+	mu sync.Mutex
+	m  map[[2]string]*policy.OwnerLedger // recordsAt, handler name
+}
+
+// admit remembers pol as a policy of the handler named name on the store
+// c, unless a route of it takes owners of one kind from another source
+// than a policy that handler provisioned before, on a store keeping the
+// same records, did in the same scope (policy.OwnerLedger): that policy's
+// records are still there, kept across the reload, under owner values
+// the new source gives other principals (header:X-User 42 and
+// header:X-Partner 42 are both "h:42"), so the reload is refused and the
+// running configuration stays.
+func admit(name string, c config.StoreConfig, pol *policy.Policy) error {
+	k := [2]string{recordsAt(name, c), name}
+	owners.mu.Lock()
+	l := owners.m[k]
 	if l == nil {
-		if p.owners == nil {
-			p.owners = map[string]*policy.OwnerLedger{}
-		}
 		l = &policy.OwnerLedger{}
-		p.owners[name] = l
+		owners.m[k] = l
 	}
-	p.ownersMu.Unlock()
+	owners.mu.Unlock()
 	if err := l.Admit(pol); err != nil {
 		return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
 	}
 	return nil
+}
+
+// recordsAt names where the records of a store opened with c may live,
+// on the safe side: the key prefix, the table, the file, a memory store's
+// handler. Not the addresses or the DSN, which a failover, a node added
+// to a cluster or a rotated password change while the records stay: two
+// stores told apart only by them count as one, and at worst a reload
+// that moves owners to a fresh server is refused, never one that finds
+// the old owners' records admitted.
+func recordsAt(name string, c config.StoreConfig) string {
+	switch c.Driver {
+	case config.DriverValkey:
+		return fmt.Sprintf("valkey %q", c.Valkey.KeyPrefix)
+	case config.DriverPostgres:
+		return fmt.Sprintf("postgres %q", c.Postgres.Table)
+	case config.DriverBolt:
+		if path, err := filepath.Abs(c.Bolt.Path); err == nil {
+			return "bolt " + path
+		}
+		return "bolt " + c.Bolt.Path
+	}
+	return c.Driver + " " + name
 }
 
 // enter counts a call that runs on the store; leave ends it.
