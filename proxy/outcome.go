@@ -89,6 +89,15 @@ func (c *handlerCall) covers(r *http.Request) bool {
 	if sealed {
 		return false
 	}
+	return c.owns(r)
+}
+
+// owns reports whether r is c's own request, passed on (the header c's
+// handler was given, or a shallow copy of the request) or made again with
+// the same idempotency key field, rather than a request c's handler made
+// of its own. c's header and key fields are set before the handler runs
+// and never change.
+func (c *handlerCall) owns(r *http.Request) bool {
 	if reflect.ValueOf(c.header).UnsafePointer() == reflect.ValueOf(r.Header).UnsafePointer() {
 		return true
 	}

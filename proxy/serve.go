@@ -273,8 +273,14 @@ func missingKeyDetail(route *policy.Route, r *http.Request) string {
 // it, and two items with one key and two URLs would be one request to the
 // fingerprint (TestItemRequestsOfAStrippedBatchKeepTheirOwnURL). The
 // enclosing request passed on reaches here only when no claim covers it,
-// and its RequestURI, which a router keeps, still tells.
+// and its RequestURI, which a router keeps, still tells. A request the
+// handler of an enclosing call made of its own is sent with its URL: a
+// clone of the call's request keeps that request's RequestURI, which is
+// not the clone's (TestItemRequestsClonedFromABatchKeepTheirOwnURL).
 func sentURL(r *http.Request) *url.URL {
+	if c := callOf(r.Context()); c != nil && !c.owns(r) {
+		return nil
+	}
 	if u, _ := r.Context().Value(fingerprint.SentURLKey{}).(*url.URL); u != nil {
 		if outer := exchangeOf(r.Context()); outer == nil || outer.sent != u {
 			return u
