@@ -340,16 +340,29 @@ type OwnerLedger struct {
 }
 
 // ownerForm is the form of the owner values r's source produces, as far
-// as it tells two sources apart: their kind (each has its prefix), and for
+// as it tells two sources apart: their kind (each has its prefix); for
 // jwt the number of claims, since "j:" and a JSON array of two values
-// never equals one of a single value. A route moved from [sub] to [iss,
-// sub], the safe way to accept a second issuer, is no conflict
-// (TestOwnerLedgerAdmitsAnotherNumberOfJWTClaims).
-func ownerForm(r *Route) string {
-	if r.Owner.Kind == identity.OwnerJWT && r.JWT != nil {
-		return fmt.Sprintf("%s/%d", r.Owner.Kind, len(r.JWT.Claims))
+// never equals one of a single value; for a list, the forms of its parts
+// in order, since "m:" and a JSON array of parts of other forms, or of
+// another number of parts, never equals it. A route moved from [sub] to
+// [iss, sub], the safe way to accept a second issuer, or given one more
+// source in its owner list, is no conflict
+// (TestOwnerLedgerAdmitsAnotherNumberOfJWTClaims,
+// TestOwnerLedgerAdmitsAnOwnerListOfAnotherForm).
+func ownerForm(r *Route) string { return sourceForm(r.Owner, r.JWT) }
+
+func sourceForm(o identity.OwnerSource, jwt *identity.JWTSettings) string {
+	switch {
+	case o.Kind == identity.OwnerJWT && jwt != nil:
+		return fmt.Sprintf("%s/%d", o.Kind, len(jwt.Claims))
+	case o.Kind == identity.OwnerList:
+		forms := make([]string, len(o.Parts))
+		for i, part := range o.Parts {
+			forms[i] = sourceForm(part, jwt)
+		}
+		return string(o.Kind) + "(" + strings.Join(forms, ",") + ")"
 	}
-	return string(r.Owner.Kind)
+	return string(o.Kind)
 }
 
 // ownerSeen is the owner source a scope and kind took owners from, and

@@ -43,3 +43,34 @@ func TestOwnerLedgerAdmitsAnotherNumberOfJWTClaims(t *testing.T) {
 		t.Fatal("[sub] to [email] admitted, want refused")
 	}
 }
+
+// TestOwnerLedgerAdmitsAnOwnerListOfAnotherForm: an owner list given one
+// more source (a tenant header beside the API key) stores "m:" and an
+// array of three parts, which never equals one of two, so the reload is
+// admitted; a list whose header part changes name is refused.
+func TestOwnerLedgerAdmitsAnOwnerListOfAnotherForm(t *testing.T) {
+	withOwner := func(spec ...string) *Policy {
+		t.Helper()
+		src, err := identity.ParseOwnerSources(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := DefaultRoute()
+		d.Owner = src
+		p, err := New(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var l OwnerLedger
+	if err := l.Admit(withOwner("authorization", "header:X-Account")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Admit(withOwner("authorization", "header:X-Account", "header:X-Tenant")); err != nil {
+		t.Fatalf("one more source in the list: %v, want admitted", err)
+	}
+	if err := l.Admit(withOwner("authorization", "header:X-Partner")); err == nil {
+		t.Fatal("[authorization, header:X-Account] to [authorization, header:X-Partner] admitted, want refused")
+	}
+}
