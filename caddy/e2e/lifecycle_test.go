@@ -344,6 +344,48 @@ func TestCaddyGracePeriodShorterThanTheCall(t *testing.T) {
 	}
 }
 
+// TestCaddyStopRecordsAPendingResponse: Valkey goes away (kept on disk)
+// while the upstream acts, so the reject route's client gets the response
+// with its completion still to record; Caddy is then stopped (SIGTERM)
+// and Valkey comes back while it exits. Caddy records the response before
+// it exits, as the standalone proxy drains its pending responses, and the
+// retry to Caddy restarted is the replay rather than outcome-unknown.
+func TestCaddyStopRecordsAPendingResponse(t *testing.T) {
+	vk := valkeytest.Start(t, valkeytest.WithAOF())
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	c := runCaddy(t, lifecycleSite(vk.Addr(), "caddy-stop-pending:", "reject", up.URL))
+	first := postAsync(tryPost, c.URL, "alice", "k", `{"amount":1}`)
+	gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	vk.Kill()
+	close(up.hold)
+	r := <-first
+	if r.err != nil || r.a.Status != http.StatusCreated {
+		t.Fatalf("first with the store gone: %v %d %s, want the upstream's 201", r.err, r.a.Status, r.a.Body)
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	gatetest.Eventually(t, 20*time.Second, "Caddy waiting for the response to record, or gone", func() bool {
+		select {
+		case <-c.exited:
+			return true
+		default:
+			return strings.Contains(c.out.String(), "waiting for the keyed calls in flight")
+		}
+	})
+	vk.Restart()
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Caddy did not exit once Valkey was back\n%s", c.out.String())
+	}
+	c = c.restart(t)
+	c.waitMetric(t, "idemgate_store_up 1")
+	sameResponse(t, r.a, post(t, c.URL, "alice", "k", `{"amount":1}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
 // TestCaddyClientGoneMidCall: a client that leaves while the upstream
 // runs its call (its connection closed: HTTP/1; its stream reset,
 // RST_STREAM: HTTP/2 over h2c) does not cancel the call: the response is
