@@ -344,6 +344,51 @@ func TestCaddyGracePeriodShorterThanTheCall(t *testing.T) {
 	}
 }
 
+// TestCaddyStopAfterReloadMidCall: a call still running in the
+// configuration a reload replaced when Caddy is stopped, its grace_period
+// (1 s) shorter than the call: Caddy keeps the process for it as for a
+// call of the running configuration, the client gets its answer and the
+// retry to Caddy restarted is its replay.
+func TestCaddyStopAfterReloadMidCall(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	site := lifecycleSite(vk.Addr(), "caddy-stop-reloaded:", "takeover", up.URL)
+	site.Global = "grace_period 1s"
+	c := runCaddy(t, site)
+	first := postAsync(tryPost, c.URL, "alice", "k", `{"amount":1}`)
+	gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	site.Sites = otherSite(t)
+	if err := c.reload(t, site); err != nil {
+		close(up.hold)
+		t.Fatalf("reload: %v", err)
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	gatetest.Eventually(t, 20*time.Second, "the grace periods to end", func() bool {
+		select {
+		case <-c.exited:
+			return true
+		default:
+			return strings.Contains(c.out.String(), "exiting: waiting for the keyed calls in flight")
+		}
+	})
+	close(up.hold)
+	r := <-first
+	if r.err != nil || r.a.Status != http.StatusCreated {
+		t.Fatalf("the client of the call in flight across the reload and the stop: %v %d %s, want the upstream's 201", r.err, r.a.Status, r.a.Body)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Caddy did not exit after its last call\n%s", c.out.String())
+	}
+	c = c.restart(t)
+	sameResponse(t, r.a, post(t, c.URL, "alice", "k", `{"amount":1}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
 // TestCaddyStopRecordsAPendingResponse: Valkey goes away (kept on disk)
 // while the upstream acts, so the reject route's client gets the response
 // with its completion still to record; Caddy is then stopped (SIGTERM)
