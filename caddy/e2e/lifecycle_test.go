@@ -344,6 +344,38 @@ func TestCaddyGracePeriodShorterThanTheCall(t *testing.T) {
 	}
 }
 
+// TestCaddyReloadGracePeriodShorterThanTheCall: a reload whose old
+// servers' grace_period (1 s) ends before the call they still run does:
+// the call goes on (Caddy's servers do not cut it), its client gets its
+// answer, and the retry is its replay, the upstream having run once.
+func TestCaddyReloadGracePeriodShorterThanTheCall(t *testing.T) {
+	vk := valkeytest.Start(t)
+	up := startUpstream(t)
+	up.hold = make(chan struct{})
+	site := lifecycleSite(vk.Addr(), "caddy-reload-grace:", "takeover", up.URL)
+	site.Global = "grace_period 1s"
+	c := runCaddy(t, site)
+	first := postAsync(tryPost, c.URL, "alice", "k", `{"amount":1}`)
+	gatetest.Eventually(t, 20*time.Second, "the first call at the upstream", func() bool { return up.execs.Load() == 1 })
+	site.Sites = otherSite(t)
+	if err := c.reload(t, site); err != nil {
+		close(up.hold)
+		t.Fatalf("reload: %v", err)
+	}
+	gatetest.Eventually(t, 20*time.Second, "the old servers' grace period to end", func() bool {
+		return strings.Contains(c.out.String(), "graceful shutdown 1s timeout")
+	})
+	close(up.hold)
+	r := <-first
+	if r.err != nil || r.a.Status != http.StatusCreated {
+		t.Fatalf("the client of the call in flight past the reload's grace period: %v %d %s, want the upstream's 201", r.err, r.a.Status, r.a.Body)
+	}
+	sameResponse(t, r.a, postAfterReload(t, c.URL, "alice", "k", `{"amount":1}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
 // TestCaddyStopAfterReloadMidCall: a call still running in the
 // configuration a reload replaced when Caddy is stopped, its grace_period
 // (1 s) shorter than the call: Caddy keeps the process for it as for a
