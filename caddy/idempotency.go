@@ -268,7 +268,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	// Last, so that only a policy that serves is remembered.
-	if err := h.store.admit(h.Name, cfg.Policy); err != nil {
+	if err := admit(h.Name, cfg.Store, cfg.Policy); err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = p
@@ -492,7 +492,11 @@ func sentURL(r *http.Request) *url.URL {
 	if orig.URL.EscapedPath() == r.URL.EscapedPath() && orig.URL.RawQuery == r.URL.RawQuery {
 		return nil
 	}
-	return orig.URL
+	// A copy of its own: the engine takes a value that is an enclosing
+	// idempotency handler's own (one pointer) for that handler's request,
+	// not this one's (proxy's sentURL).
+	u := *orig.URL
+	return &u
 }
 
 // callNext is the handler the engine wraps: Caddy's next handler of the

@@ -69,42 +69,67 @@ type pooledStore struct {
 	calls     awaitOnce
 	closeOnce sync.Once
 	closeErr  error
-
-	policyMu sync.Mutex
-	// policies are the policies the handlers of each name provisioned on
-	// this store (latest last, at most maxPolicyHistory): the records
-	// they wrote are still in it after a reload (admit).
-	policies map[string][]*policy.Policy
 }
 
-// maxPolicyHistory bounds the policies admit remembers per handler, as
-// the standalone proxy's reloader remembers the 16 it replaced.
-const maxPolicyHistory = 16
+// owners holds, per place records live (recordsAt) and handler name, the
+// owner sources of every policy the handlers of that name provisioned on
+// a store there (admit). Not in pooledStore: a reload that changes a
+// store setting the records do not depend on (cache_bytes, a password, a
+// pool size) opens the store again, on the same records, and a ledger of
+// its own would have forgotten header:X-User by then
+// (TestCaddyOwnerRefusalSurvivesAStoreSettingChange). A package variable
+// for the reason stores is one.
+var owners = ownerLedgers{m: map[[2]string]*policy.OwnerLedger{}}
 
-// admit remembers pol as the policy of the handler named name on this
-// store, unless a route of it takes owners of one kind from another source
-// than a policy that handler provisioned before did in the same scope
-// (policy.Policy.OwnerConflicts): that policy's records are still in the
-// store, kept across the reload, under owner values the new source gives
-// other principals (header:X-User 42 and header:X-Partner 42 are both
-// "h:42"), so the reload is refused and the running configuration stays.
-func (p *pooledStore) admit(name string, pol *policy.Policy) error {
-	p.policyMu.Lock()
-	defer p.policyMu.Unlock()
-	for _, old := range p.policies[name] {
-		if err := pol.OwnerConflicts(old); err != nil {
-			return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
-		}
+// ownerLedgers is the type of owners.
+type ownerLedgers struct {
+	mu sync.Mutex
+	m  map[[2]string]*policy.OwnerLedger // recordsAt, handler name
+}
+
+// admit remembers pol as a policy of the handler named name on the store
+// c, unless a route of it takes owners of one kind from another source
+// than a policy that handler provisioned before, on a store keeping the
+// same records, did in the same scope (policy.OwnerLedger): that policy's
+// records are still there, kept across the reload, under owner values
+// the new source gives other principals (header:X-User 42 and
+// header:X-Partner 42 are both "h:42"), so the reload is refused and the
+// running configuration stays.
+func admit(name string, c config.StoreConfig, pol *policy.Policy) error {
+	k := [2]string{recordsAt(name, c), name}
+	owners.mu.Lock()
+	l := owners.m[k]
+	if l == nil {
+		l = &policy.OwnerLedger{}
+		owners.m[k] = l
 	}
-	if p.policies == nil {
-		p.policies = map[string][]*policy.Policy{}
+	owners.mu.Unlock()
+	if err := l.Admit(pol); err != nil {
+		return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
 	}
-	h := append(p.policies[name], pol)
-	if len(h) > maxPolicyHistory {
-		h = h[len(h)-maxPolicyHistory:]
-	}
-	p.policies[name] = h
 	return nil
+}
+
+// recordsAt names where the records of a store opened with c may live,
+// on the safe side: the key prefix, the table, the file, a memory store's
+// handler. Not the addresses or the DSN, which a failover, a node added
+// to a cluster or a rotated password change while the records stay: two
+// stores told apart only by them count as one, and at worst a reload
+// that moves owners to a fresh server is refused, never one that finds
+// the old owners' records admitted.
+func recordsAt(name string, c config.StoreConfig) string {
+	switch c.Driver {
+	case config.DriverValkey:
+		return fmt.Sprintf("valkey %q", c.Valkey.KeyPrefix)
+	case config.DriverPostgres:
+		return fmt.Sprintf("postgres %q", c.Postgres.Table)
+	case config.DriverBolt:
+		if path, err := filepath.Abs(c.Bolt.Path); err == nil {
+			return "bolt " + path
+		}
+		return "bolt " + c.Bolt.Path
+	}
+	return c.Driver + " " + name
 }
 
 // enter counts a call that runs on the store; leave ends it.

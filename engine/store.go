@@ -42,6 +42,24 @@ type Store struct {
 	mu    sync.RWMutex // written by join, leave and setUp; read per write and disruption
 	up    bool
 	users map[*Engine]struct{}
+
+	// owners are the owner sources of the policies AdmitOwners admitted.
+	owners policy.OwnerLedger
+}
+
+// AdmitOwners remembers p as a policy whose records this store keeps,
+// unless a route of it takes owners of one kind from another source than
+// a policy admitted before did in the same scope (policy.OwnerLedger):
+// that policy's records are still in the store under owner values the
+// new source gives other principals (header:X-User 42 and header:X-Partner
+// 42 are both "h:42"). A host that replaces its configuration on the store
+// (a service's new middleware) asks it before it serves with p, as the
+// proxy's reload and Caddy's ask theirs.
+func (s *Store) AdmitOwners(p *policy.Policy) error {
+	if err := s.owners.Admit(p); err != nil {
+		return fmt.Errorf("owner source changed within a scope of records this store keeps: %w", err)
+	}
+	return nil
 }
 
 // StoreOptions configure OpenStore.

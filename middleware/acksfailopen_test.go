@@ -1,13 +1,9 @@
 package middleware_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
 // TestMiddlewareFailOpenNeverRunsAnUnacknowledgedCompletionAgain: acks
@@ -21,27 +17,8 @@ import (
 // route, never run again by fail_open's unprotected forward (a completed
 // record on a full Valkey, or a damaged one, is never forwarded either).
 func TestMiddlewareFailOpenNeverRunsAnUnacknowledgedCompletionAgain(t *testing.T) {
-	primary := valkeytest.Start(t)
-	replica := valkeytest.StartReplica(t, primary.Addr())
-	orders := newOrders()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Trim(r.Header.Get("Idempotency-Key"), `"`) == "made" {
-			replica.Pause()
-		}
-		orders.ServeHTTP(w, r)
-	})
-	cfg := strings.Replace(testConfig(primary.Addr(), "mw-acksopen:"), "    key_prefix:",
-		"    acks:\n      replicas: 1\n      timeout: 300ms\n    key_prefix:", 1)
-	cfg += "    on_store_error: fail_open\n"
-	holder, other := serve(t, cfg, h), serve(t, cfg, h)
-	post := func(url, key string) answer {
-		t.Helper()
-		a, err := postHost(t, noRetry, context.Background(), url, "orders.example", "alice", key, `{"n":1}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	p := startAcksPair(t, "mw-acksopen:", "    on_store_error: fail_open\n")
+	holder, other, orders, replica, post := p.holder, p.other, p.orders, p.replica, p.post
 	if a := post(holder.URL, "warm"); a.status != http.StatusCreated {
 		t.Fatalf("a request with the replica live: %d %s", a.status, a.body)
 	}
@@ -60,19 +37,8 @@ func TestMiddlewareFailOpenNeverRunsAnUnacknowledgedCompletionAgain(t *testing.T
 	}
 
 	replica.Resume()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a := post(other.URL, "made")
-		if a.status == http.StatusCreated {
-			if a.header.Get("Idempotent-Replayed") != "true" || a.body != first.body {
-				t.Fatalf("the retry once the replica is back: replayed=%q %s, want the replay of %s", a.header.Get("Idempotent-Replayed"), a.body, first.body)
-			}
-			break
-		}
-		if a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("the retry once the replica is back: %d %s", a.status, a.body)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if a := p.until201(other.URL, "made", "the retry once the replica is back"); a.header.Get("Idempotent-Replayed") != "true" || a.body != first.body {
+		t.Fatalf("the retry once the replica is back: replayed=%q %s, want the replay of %s", a.header.Get("Idempotent-Replayed"), a.body, first.body)
 	}
 	if n := orders.runsOf("made"); n != 1 {
 		t.Fatalf("handler ran %d times, want once", n)

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,41 +19,8 @@ import (
 // still lose (and a takeover then run again). Once the replica is back,
 // the retry is replayed and the handler ran once.
 func TestMiddlewareAcksReplayWaitsForTheCompletionsAcknowledgement(t *testing.T) {
-	primary := valkeytest.Start(t)
-	replica := valkeytest.StartReplica(t, primary.Addr())
-	orders := newOrders()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Trim(r.Header.Get("Idempotency-Key"), `"`) == "made" {
-			replica.Pause()
-		}
-		orders.ServeHTTP(w, r)
-	})
-	cfg := strings.Replace(testConfig(primary.Addr(), "mw-acksreplay:"), "    key_prefix:",
-		"    acks:\n      replicas: 1\n      timeout: 300ms\n    key_prefix:", 1)
-	cfg += "    on_abandoned: takeover\n"
-	holder, other := serve(t, cfg, h), serve(t, cfg, h)
-	post := func(url, key string) answer {
-		t.Helper()
-		a, err := postHost(t, noRetry, context.Background(), url, "orders.example", "alice", key, `{"n":1}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	until201 := func(url, key, what string) answer {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			a := post(url, key)
-			if a.status == http.StatusCreated {
-				return a
-			}
-			if a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-				t.Fatalf("%s: %d %s", what, a.status, a.body)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	a := startAcksPair(t, "mw-acksreplay:", "    on_abandoned: takeover\n")
+	holder, other, orders, replica, post, until201 := a.holder, a.other, a.orders, a.replica, a.post, a.until201
 	until201(holder.URL, "warm", "a request with the replica live")
 
 	first := post(holder.URL, "made")
@@ -68,4 +36,58 @@ func TestMiddlewareAcksReplayWaitsForTheCompletionsAcknowledgement(t *testing.T)
 	if n := orders.runsOf("made"); n != 1 {
 		t.Fatalf("handler ran %d times, want once", n)
 	}
+}
+
+// acksPair is two middleware instances (holder and other) on one Valkey
+// primary with a replica and store.valkey.acks (1 replica, 300ms), around
+// one orders handler that pauses the replica when it runs the key "made":
+// that key's completion is on the primary and not acknowledged.
+type acksPair struct {
+	holder, other *httptest.Server
+	orders        *orders
+	replica       *valkeytest.Server
+	// post sends alice's {"n":1} with key to url (Host orders.example).
+	post func(url, key string) answer
+	// until201 posts until a 201, while the answers are 503, for 10 s.
+	until201 func(url, key, what string) answer
+}
+
+// startAcksPair starts an acksPair whose configuration is testConfig's
+// with the acks, the key prefix prefix and route appended to the route.
+func startAcksPair(t *testing.T, prefix, route string) *acksPair {
+	t.Helper()
+	primary := valkeytest.Start(t)
+	a := &acksPair{orders: newOrders(), replica: valkeytest.StartReplica(t, primary.Addr())}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Trim(r.Header.Get("Idempotency-Key"), `"`) == "made" {
+			a.replica.Pause()
+		}
+		a.orders.ServeHTTP(w, r)
+	})
+	cfg := strings.Replace(testConfig(primary.Addr(), prefix), "    key_prefix:",
+		"    acks:\n      replicas: 1\n      timeout: 300ms\n    key_prefix:", 1) + route
+	a.holder, a.other = serve(t, cfg, h), serve(t, cfg, h)
+	a.post = func(url, key string) answer {
+		t.Helper()
+		ans, err := postHost(t, noRetry, context.Background(), url, "orders.example", "alice", key, `{"n":1}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ans
+	}
+	a.until201 = func(url, key, what string) answer {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ans := a.post(url, key)
+			if ans.status == http.StatusCreated {
+				return ans
+			}
+			if ans.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("%s: %d %s", what, ans.status, ans.body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return a
 }

@@ -195,9 +195,13 @@ type Options struct {
 // another process holds locked; see Options.WaitStore to wait for it
 // instead). New returns an error, and opens nothing, when Config is nil,
 // its store section is invalid (the store part of config.Config.Validate),
-// the metrics cannot be registered, a jwks_file cannot be read, or
+// the metrics cannot be registered, a jwks_file cannot be read,
 // Options.WaitStore passed without the store answering (wrapping
-// store.ErrUnavailable).
+// store.ErrUnavailable), or a route of Config takes owners of one kind
+// from another source, in one scope, than a middleware built on the same
+// Options.Shared store before did (header:X-User then header:X-Partner:
+// the store keeps the first one's records under values the second gives
+// other principals; give the route a scope of its own).
 func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, error) {
 	cfg := opts.Config
 	if cfg != nil && cfg.Log.Access && !opts.AccessLog {
@@ -231,6 +235,14 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	if err != nil {
 		_ = e.Close()
 		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	if opts.Shared != nil {
+		// The store outlives this middleware and the one it replaces, and
+		// keeps that one's records (TestSharedStoreRefusesAnotherOwnerSourceInAScope).
+		if err := opts.Shared.AdmitOwners(cfg.Policy); err != nil {
+			_ = e.Close()
+			return nil, fmt.Errorf("middleware: %w", err)
+		}
 	}
 	// A service's signal ends ctx as its http.Server's graceful Shutdown
 	// begins (README, "Inside your Go service"): the calls Shutdown waits

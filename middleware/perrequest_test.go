@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/internal/middlewaretest"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -35,10 +35,12 @@ func TestMiddlewareWrappedPerRequestSharesOneEngine(t *testing.T) {
 	const body = `{"sleep":"2s"}`
 	first := make(chan answer, 1)
 	go func() { first <- mustPost(t, srv.URL, "alice", "k-per-request", body) }()
-	waitFor(t, "the first request running", func() bool { return h.runsOf("k-per-request") == 1 })
+	if !gatetest.Until(10*time.Second, func() bool { return h.runsOf("k-per-request") == 1 }) {
+		t.Fatal("the first request never reached the handler")
+	}
 	waiter := make(chan answer, 1)
 	go func() { waiter <- mustPost(t, srv.URL, "alice", "k-per-request", body) }()
-	waitFor(t, "one waiter", func() bool { return gaugeValue(t, reg, "idemgate_waiters") == 1 })
+	waitGauge(t, reg, "idemgate_waiters", 1)
 
 	over := mustPost(t, srv.URL, "alice", "k-per-request", body)
 	if over.status != http.StatusConflict {
@@ -51,34 +53,4 @@ func TestMiddlewareWrappedPerRequestSharesOneEngine(t *testing.T) {
 	if n := h.runsOf("k-per-request"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
-}
-
-// waitFor polls cond every 5 ms until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waited 10 s for %s", what)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// gaugeValue is the value of the unlabelled gauge name in reg, 0 when it
-// has no sample.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }

@@ -74,11 +74,30 @@ func (c *handlerCall) of(out *http.Request, route *policy.Route) {
 // forwarded unprotected (fail_open with the store down): no claim covers
 // it, and the inner engine's route, which did not choose fail_open, or
 // whose store is up, enforces it as its own
-// (TestNestedInsideAFailOpenCallIsEnforced).
+// (TestNestedInsideAFailOpenCallIsEnforced). Nor, once the handler has
+// returned (sealed), is the call's own request that the handler kept and
+// serves again (a job queued for later): the claim ended with the call,
+// and the request passed through would run the handler again unenforced
+// (TestKeptRequestServedAgainAfterItsCallIsEnforced).
 func (c *handlerCall) covers(r *http.Request) bool {
 	if c == nil || !c.claimed {
 		return false
 	}
+	c.mu.Lock()
+	sealed := c.sealed
+	c.mu.Unlock()
+	if sealed {
+		return false
+	}
+	return c.owns(r)
+}
+
+// owns reports whether r is c's own request, passed on (the header c's
+// handler was given, or a shallow copy of the request) or made again with
+// the same idempotency key field, rather than a request c's handler made
+// of its own. c's header and key fields are set before the handler runs
+// and never change.
+func (c *handlerCall) owns(r *http.Request) bool {
 	if reflect.ValueOf(c.header).UnsafePointer() == reflect.ValueOf(r.Header).UnsafePointer() {
 		return true
 	}

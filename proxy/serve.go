@@ -264,9 +264,27 @@ func missingKeyDetail(route *policy.Route, r *http.Request) string {
 // it, which http.StripPrefix leaves as it was. Two endpoints mounted under
 // two prefixes must not be one request to the fingerprint
 // (fingerprint.SentURLKey).
+//
+// An engine's own exchange answers fingerprint.SentURLKey with its sent
+// URL to every request made under its context, so a value that is the
+// enclosing exchange's is that exchange's request's, not r's: a request a
+// handler builds of its own (a batch's item, http.NewRequestWithContext
+// with the batch's context) would take the batch's URL as the client sent
+// it, and two items with one key and two URLs would be one request to the
+// fingerprint (TestItemRequestsOfAStrippedBatchKeepTheirOwnURL). The
+// enclosing request passed on reaches here only when no claim covers it,
+// and its RequestURI, which a router keeps, still tells. A request the
+// handler of an enclosing call made of its own is sent with its URL: a
+// clone of the call's request keeps that request's RequestURI, which is
+// not the clone's (TestItemRequestsClonedFromABatchKeepTheirOwnURL).
 func sentURL(r *http.Request) *url.URL {
+	if c := callOf(r.Context()); c != nil && !c.owns(r) {
+		return nil
+	}
 	if u, _ := r.Context().Value(fingerprint.SentURLKey{}).(*url.URL); u != nil {
-		return u
+		if outer := exchangeOf(r.Context()); outer == nil || outer.sent != u {
+			return u
+		}
 	}
 	if r.URL == nil || r.RequestURI == "" || r.RequestURI == "*" || sameTarget(r.RequestURI, r.URL) {
 		return nil

@@ -78,6 +78,13 @@ type Reloader struct {
 	current atomic.Pointer[policy.Policy]
 	prevMu  sync.Mutex
 	prev    []*policy.Policy // replaced policies, oldest first; see Previous
+	// owners refuses a policy that takes a scope's owners of one kind
+	// from another source than any policy this process ran did: their
+	// records are still there, under owner values the new source gives
+	// other principals. Every policy counts, not only the last ones
+	// (Previous), so neither a detour through another owner kind nor many
+	// reloads clear the way.
+	owners  policy.OwnerLedger
 	reloads *prometheus.CounterVec
 	running atomic.Bool
 	restart func() []string
@@ -148,6 +155,10 @@ func New(opts Options) (*Reloader, error) {
 			return nil, fmt.Errorf("reload: initial load of %s returned no policy", r.path)
 		}
 	}
+	if err := r.owners.Admit(p); err != nil {
+		// A policy that passed policy.New never conflicts with itself.
+		return nil, fmt.Errorf("reload: %w", err)
+	}
 	r.current.Store(p)
 	return r, nil
 }
@@ -191,7 +202,9 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 		err = errors.New("load returned no policy")
 	}
 	if err == nil {
-		err = r.ownerConflicts(p)
+		if err = r.owners.Admit(p); err != nil {
+			err = fmt.Errorf("owner source changed within a scope: %w", err)
+		}
 	}
 	if err != nil {
 		r.reloads.WithLabelValues("failure").Inc()
@@ -210,21 +223,6 @@ func (r *Reloader) reload(trigger string, onlyIfChanged bool) error {
 			r.reloads.WithLabelValues("restart_required").Inc()
 			r.log.Warn("config reloaded, but some changed keys need a restart; their old values stay in force until then",
 				"path", r.path, "keys", strings.Join(keys, ","))
-		}
-	}
-	return nil
-}
-
-// ownerConflicts refuses p when a route of it would take owners of one
-// kind from another source than a policy this process ran did in the same
-// scope (policy.Policy.OwnerConflicts): that policy's records are still
-// there, under owner values the new source produces for other principals.
-// The policies replaced before the current one count too, so a detour
-// through another owner kind does not clear the way.
-func (r *Reloader) ownerConflicts(p *policy.Policy) error {
-	for _, old := range append(r.Previous(), r.current.Load()) {
-		if err := p.OwnerConflicts(old); err != nil {
-			return fmt.Errorf("owner source changed within a scope: %w", err)
 		}
 	}
 	return nil

@@ -697,3 +697,41 @@ func TestReloadRefusesAnOwnerOfOneKindFromAnotherSource(t *testing.T) {
 		t.Fatalf("reload to header:X-Partner in a scope of its own: %v", err)
 	}
 }
+
+// TestReloadOwnerRefusalOutlivesManyReloads: the refusal of an owner
+// source that changes within a scope holds however many reloads came
+// between. The route moves from header:X-User to authorization (another
+// kind: allowed), a lease is tuned once per deploy for a while, then the
+// owner becomes header:X-Partner: header:X-User's records are in the
+// store for their retention, not for 16 reloads, and partner 42 must
+// never be answered user 42's response.
+func TestReloadOwnerRefusalOutlivesManyReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemgate.yaml")
+	writeFile(t, path, "orders")
+	owner, lease := identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-User"}, time.Second
+	r, err := New(Options{
+		Path: path,
+		Load: func(string) (*policy.Policy, error) {
+			rt := baseRoute()
+			rt.Name, rt.Match, rt.Owner, rt.Lease = "orders", "POST /orders", owner, lease
+			return policy.New(baseRoute(), []policy.Route{rt})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner = identity.OwnerSource{Kind: identity.OwnerAuthorization}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("reload to another kind of owner: %v", err)
+	}
+	for i := range 20 {
+		lease = time.Second + time.Duration(i+1)*time.Millisecond
+		if err := r.Reload(); err != nil {
+			t.Fatalf("harmless reload %d: %v", i+1, err)
+		}
+	}
+	owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: "X-Partner"}
+	if err := r.Reload(); err == nil {
+		t.Fatal("reload to header:X-Partner in the scope of header:X-User was applied after 20 harmless reloads")
+	}
+}

@@ -22,6 +22,8 @@ import (
 // over; see claimRefused). Anything else stays the -OOM error: no claim is
 // made while the server is full.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	s.calls.enter()
+	defer s.calls.leave()
 	if err := p.Validate(); err != nil {
 		return store.ClaimResult{}, err
 	}

@@ -183,9 +183,10 @@ func (c *serverClock) within(at reading, limit time.Duration) bool {
 func (c *serverClock) same(gen uint64) bool { return c.gen.Load() == gen }
 
 // dialNoting returns a valkey-go DialCtxFn that dials as valkey-go does by
-// default (TLS when cfg is set) and notes on c each dial (before and
-// after), the close of each connection it dialled, and each write to
-// another address than the write before it. A sample in flight across
+// default (TLS when cfg is set), gathers writes while more than
+// gatherAbove of calls run (yieldingConn) and, when c is not nil, notes on
+// c each dial (before and after), the close of each connection it
+// dialled, and each write to another address than the write before it. A sample in flight across
 // any of them is dropped, and so is every sample before them. The last is
 // what a Sentinel failover needs: valkey-go dials the new primary, checks
 // its role, switches to it and only then closes the old connection, so a
@@ -193,10 +194,12 @@ func (c *serverClock) same(gen uint64) bool { return c.gen.Load() == gen }
 // the new one before the close; its first write there drops that sample,
 // and the claim, seeing it, repeats itself with claim.lua
 // (TestLayout4SentinelFailoverDropsClockBound).
-func dialNoting(c *serverClock) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+func dialNoting(c *serverClock, calls *callCount) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-		c.dialed()
-		defer c.dialed()
+		if c != nil {
+			c.dialed()
+			defer c.dialed()
+		}
 		var conn net.Conn
 		var err error
 		if cfg != nil {
@@ -207,6 +210,10 @@ func dialNoting(c *serverClock) func(context.Context, string, *net.Dialer, *tls.
 		}
 		if err != nil {
 			return nil, err
+		}
+		conn = yieldingConn{Conn: conn, calls: calls}
+		if c == nil {
+			return conn, nil
 		}
 		return &notedConn{Conn: conn, c: c, dst: dst}, nil
 	}

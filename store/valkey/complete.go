@@ -17,6 +17,8 @@ import (
 // completes. Errors wrap store.ErrUnavailable; a Status outside 100..599
 // is rejected.
 func (s *Store) Complete(ctx context.Context, id store.Identity, token string, resp store.Response) (bool, error) {
+	s.calls.enter()
+	defer s.calls.leave()
 	if resp.Status < 100 || resp.Status > 599 {
 		return false, fmt.Errorf("valkey store: complete: status %d outside 100..599", resp.Status)
 	}

@@ -125,6 +125,9 @@ type Options struct {
 // indexes are sorted sets under KeyPrefix + "index:{" + hex digest + "}"
 // (IndexKey) and tombstones are records in state "gone".
 type Store struct {
+	// calls counts the Claim and Complete calls running, whose writes
+	// yieldingConn gathers.
+	calls        *callCount
 	client       valkey.Client
 	prefix       string
 	channel      string
@@ -236,13 +239,13 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	// redirected to it, and the watchers of that shard's records would
 	// wait for that.
 	co.ClusterOption.ShardsRefreshInterval = topologyRefresh
-	// Only layout 4 and 5 claims use the clock; layout 3 dials as
-	// valkey-go does.
+	// Only layout 4 and 5 claims use the clock.
 	var clock *serverClock
 	if opts.Layout != Layout3 {
 		clock = newServerClock(nil)
-		co.DialCtxFn = dialNoting(clock)
 	}
+	calls := new(callCount)
+	co.DialCtxFn = dialNoting(clock, calls)
 	var sn *seen
 	if opts.CacheBytes > 0 {
 		eachConn, seenKeys, decodedBytes := cacheSizes(opts.CacheBytes, opts.Connections)
@@ -274,6 +277,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, unavailable("connect", err)
 	}
 	s := &Store{
+		calls:        calls,
 		client:       client,
 		prefix:       opts.KeyPrefix,
 		channel:      opts.KeyPrefix + "events",
