@@ -100,6 +100,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -165,6 +166,11 @@ type Handler struct {
 	// once both are over, awaitPending waits for the responses they left
 	// to be recorded (keepForPending).
 	running *awaitOnce
+	// drainBudget bounds how long Cleanup keeps an exiting Caddy for the
+	// calls still running and their responses (server.shutdown_timeout:
+	// upstream.timeout plus config.ShutdownMargin by default; 0, no
+	// limit).
+	drainBudget time.Duration
 }
 
 // CaddyModule returns the module's information.
@@ -266,6 +272,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.engine = p
+	h.drainBudget = cfg.Server.ShutdownTimeout
 	return nil
 }
 
@@ -302,11 +309,64 @@ func (h *Handler) Cleanup() error {
 		return nil
 	}
 	h.released = true
-	h.keepForPending()
+	recorded := h.keepForPending()
 	if _, err := stores.Delete(h.storeKey); err != nil {
 		return fmt.Errorf("idempotency: closing the store: %w", err)
 	}
+	if caddy.Exiting() && recorded != nil {
+		h.drain(recorded)
+	}
 	return nil
+}
+
+// drain keeps an exiting Caddy until recorded is closed (this
+// configuration's calls have ended and their responses are recorded) and
+// no call runs on its store, those of the configurations a reload
+// replaced included (pooledStore), or until drainBudget has passed. Caddy
+// exits once its servers' grace_period ends, with the requests they still
+// run cut off, and a call cut off after its upstream may have acted
+// leaves its claim running: a retry is refused outcome-unknown for good
+// (a reject route), or runs the operation again once the lease ends (a
+// takeover route). The standalone proxy drains within
+// server.shutdown_timeout, which it refuses shorter than upstream.timeout;
+// the module cannot refuse a grace_period (the http app's, provisioned
+// around it), so it drains within the same budget instead: Caddy's
+// servers do not close the connections of those calls, and their clients
+// get their answers (TestCaddyGracePeriodShorterThanTheCall,
+// TestCaddyStopAfterReloadMidCall).
+func (h *Handler) drain(recorded <-chan struct{}) {
+	done := func() bool {
+		select {
+		case <-recorded:
+			return h.store.idle()
+		default:
+			return false
+		}
+	}
+	if done() {
+		return
+	}
+	h.logger.Info("exiting: waiting for the keyed calls in flight to end and record their responses",
+		zap.Duration("shutdown_timeout", h.drainBudget))
+	var timeout <-chan time.Time
+	if h.drainBudget > 0 {
+		t := time.NewTimer(h.drainBudget)
+		defer t.Stop()
+		timeout = t.C
+	}
+	// Polled: the calls of earlier configurations end on the store's
+	// count, which nothing signals, and a process that exits can afford it.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !done() {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			h.logger.Error("exiting with keyed calls in flight or responses not recorded after server.shutdown_timeout: their claims stay until their lease ends, then on_abandoned decides",
+				zap.Duration("shutdown_timeout", h.drainBudget))
+			return
+		}
+	}
 }
 
 // keepForPending keeps the store open, as a call running on it does
@@ -317,20 +377,26 @@ func (h *Handler) Cleanup() error {
 // their claims run out, and a retry is answered 409 outcome-unknown (a
 // reject route), or takes the claim over and runs the operation again (a
 // takeover route), where it would have been replayed the response.
-func (h *Handler) keepForPending() {
+//
+// The channel it returns is closed once that is over (nil when Provision
+// failed before the engine).
+func (h *Handler) keepForPending() <-chan struct{} {
 	st, p := h.store, h.engine
 	if p == nil {
-		return // Provision failed before the engine
+		return nil // Provision failed before the engine
 	}
+	recorded := make(chan struct{})
 	st.enter()
 	h.running.clean(func() {
 		go func() {
+			defer close(recorded)
 			defer st.leave()
 			// Unbounded: each pending response ends by itself, recorded
 			// or given up at the end of its retry window.
 			_ = p.Wait(context.Background())
 		}()
 	})
+	return recorded
 }
 
 // addrsKey is the key the store_addrs option sets.

@@ -137,6 +137,10 @@ func (p *pooledStore) enter() { p.calls.enter() }
 
 func (p *pooledStore) leave() { p.calls.leave() }
 
+// idle reports whether no call runs on the store (nor waits for the
+// responses a configuration left to record).
+func (p *pooledStore) idle() bool { return p.calls.requests.Load() == 0 }
+
 // Destruct implements caddy.Destructor: the last configuration that used
 // the store is gone. It closes the store now if no call runs on it, and
 // the last call to end closes it otherwise.

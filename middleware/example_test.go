@@ -54,13 +54,19 @@ func ExampleNew() {
 	// Loopback for a trial; ":8080" (every interface) when other machines
 	// must reach it.
 	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: idem(mux)}
+	// On the signal, Shutdown lets the calls in flight end and record
+	// their responses; ListenAndServe returns as it begins, so main waits
+	// for it, or the process would exit in the middle of those calls.
+	stopped := make(chan struct{})
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
+		close(stopped)
 	}()
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+	<-stopped
 }
 
 // A gRPC service in process: the grpc.Server is the http.Handler behind
@@ -99,13 +105,19 @@ func ExampleNew_grpc() {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // h2c: gRPC without TLS
 	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: idem(mux), Protocols: &protocols}
+	// On the signal, Shutdown lets the calls in flight end and record
+	// their responses; ListenAndServe returns as it begins, so main waits
+	// for it, or the process would exit in the middle of those calls.
+	stopped := make(chan struct{})
 	go func() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
+		close(stopped)
 	}()
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
+	<-stopped
 }
 
 // httputil.ReverseProxy as the handler: a backend that could not be

@@ -100,6 +100,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -178,9 +180,12 @@ type Options struct {
 // slots (server.max_waiters), store admission (server.max_store_waiting)
 // and the responses still to record. Wrapping allocates one small value
 // and nothing else, so a router may wrap on every request, as
-// gorilla/mux's Use does. It panics on a nil handler. The store is closed,
-// and JWKS refreshes stop, when ctx ends (a store passed in Options.Store
-// is left open).
+// gorilla/mux's Use does. It panics on a nil handler. When ctx ends (a
+// service's signal, which also begins its http.Server's Shutdown), the
+// requests still running keep the store until they end, and so do the
+// responses they left to record (a store that refused their completion),
+// until recorded or given up; then the store is closed and JWKS refreshes
+// stop (a store passed in Options.Store is left open).
 //
 // The engine is package engine's, as the standalone proxy's and the Caddy
 // module's are (engine.New). A store that cannot be opened does not fail
@@ -239,23 +244,74 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 			return nil, fmt.Errorf("middleware: %w", err)
 		}
 	}
-	context.AfterFunc(ctx, func() { _ = e.Close() })
+	// A service's signal ends ctx as its http.Server's graceful Shutdown
+	// begins (README, "Inside your Go service"): the calls Shutdown waits
+	// for still need the store, for their heartbeat and their completion.
+	// Closed at once, it left each one's claim running and its response
+	// unrecorded, so the retry to the next process was refused
+	// outcome-unknown, or on a takeover route ran the operation again
+	// (TestGracefulShutdownRecordsTheCallInFlight). The engine closes
+	// once they have ended and the responses they left to record are
+	// recorded, or given up (proxy.CompleteRetryWindow).
+	c := &calls{}
+	context.AfterFunc(ctx, func() {
+		c.end(func() {
+			go func() {
+				_ = p.Wait(context.Background())
+				_ = e.Close()
+			}()
+		})
+	})
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("middleware: nil handler")
 		}
-		return wrapped{p: p, next: next}
+		return wrapped{p: p, next: next, calls: c}
 	}, nil
 }
 
 // wrapped is a handler wrapped in the middleware: the engine's one proxy
 // with next as the handler of each request.
 type wrapped struct {
-	p    *proxy.Proxy
-	next http.Handler
+	p     *proxy.Proxy
+	next  http.Handler
+	calls *calls
 }
 
-func (h wrapped) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.p.ServeNext(w, r, h.next) }
+func (h wrapped) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.calls.enter()
+	defer h.calls.leave()
+	h.p.ServeNext(w, r, h.next)
+}
+
+// calls counts the requests running through a middleware, and runs a
+// function once, after end and the last running request's leave, in
+// whichever order they come. (With sequentially consistent atomics, a
+// leave that ends the last request while end runs sees ended set, or end
+// sees no request: one of them runs the function.)
+type calls struct {
+	running atomic.Int64
+	ended   atomic.Bool
+	once    sync.Once
+	then    func()
+}
+
+func (c *calls) enter() { c.running.Add(1) }
+
+func (c *calls) leave() {
+	if c.running.Add(-1) == 0 && c.ended.Load() {
+		c.once.Do(c.then)
+	}
+}
+
+// end marks the end, with then to run once no request runs.
+func (c *calls) end(then func()) {
+	c.then = then
+	c.ended.Store(true)
+	if c.running.Load() == 0 {
+		c.once.Do(then)
+	}
+}
 
 // firstAttemptWait bounds how long New waits for the first attempt to open
 // the store when it does not wait for the store (Options.WaitStore 0): a
