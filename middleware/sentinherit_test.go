@@ -43,25 +43,7 @@ func TestItemRequestsOfAStrippedBatchKeepTheirOwnURL(t *testing.T) {
 	mux.Handle("/a/", http.StripPrefix("/a", engine(t, batchYAML)(batch)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	send := func(batchKey, item string) *httptest.ResponseRecorder {
-		t.Helper()
-		resp, b, err := gatetest.Post(context.Background(), nil, srv.URL+"/a/v1/batch", "",
-			http.Header{"X-User": {"alice"}, "X-Item": {item}, "Idempotency-Key": {`"` + batchKey + `"`}}, `{}`)
-		if err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("batch %s: %v %v %s", batchKey, err, resp, b)
-		}
-		return <-items
-	}
-	if first := send("b-1", "1"); first.Code != http.StatusCreated {
-		t.Fatalf("item of order 1: %d %s", first.Code, first.Body)
-	}
-	second := send("b-2", "2")
-	if second.Header().Get("Idempotent-Replayed") == "true" {
-		t.Fatalf("item of order 2 was answered order 1's stored response: %d %s", second.Code, second.Body)
-	}
-	if second.Code != http.StatusUnprocessableEntity {
-		t.Fatalf("item of order 2 with order 1's key: %d %s, want 422 key-reused", second.Code, second.Body)
-	}
+	checkItemsKeepTheirOwnURL(t, srv.URL+"/a/v1/batch", items)
 }
 
 // TestItemRequestsClonedFromABatchKeepTheirOwnURL: as
@@ -91,9 +73,19 @@ func TestItemRequestsClonedFromABatchKeepTheirOwnURL(t *testing.T) {
 	batchYAML := strings.Replace(testConfig(vk.Addr(), "clone-batch:"), `"POST /v1/orders"`, `"POST /v1/batch"`, 1)
 	srv := httptest.NewServer(engine(t, batchYAML)(batch))
 	t.Cleanup(srv.Close)
+	checkItemsKeepTheirOwnURL(t, srv.URL+"/v1/batch", items)
+}
+
+// checkItemsKeepTheirOwnURL sends alice's two batches to url, b-1 for
+// item 1 then b-2 for item 2, whose handler sends an item of its own with
+// one key, "item-k", for each, and reads the item's answer from items:
+// the first is run (201), the second, another item URL under that key, is
+// 422 key-reused, never the first one's replay.
+func checkItemsKeepTheirOwnURL(t *testing.T, url string, items <-chan *httptest.ResponseRecorder) {
+	t.Helper()
 	send := func(batchKey, item string) *httptest.ResponseRecorder {
 		t.Helper()
-		resp, b, err := gatetest.Post(context.Background(), nil, srv.URL+"/v1/batch", "",
+		resp, b, err := gatetest.Post(context.Background(), nil, url, "",
 			http.Header{"X-User": {"alice"}, "X-Item": {item}, "Idempotency-Key": {`"` + batchKey + `"`}}, `{}`)
 		if err != nil || resp.StatusCode != http.StatusCreated {
 			t.Fatalf("batch %s: %v %v %s", batchKey, err, resp, b)

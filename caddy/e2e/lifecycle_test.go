@@ -37,6 +37,23 @@ defaults:
   on_abandoned: %s
 `
 
+// replayedAfterRestart waits (30 s at most) for c to exit once its last
+// call ended, restarts it, and checks that alice's retry of key k is the
+// replay of first and that the upstream ran once.
+func replayedAfterRestart(t *testing.T, c *caddyProc, up *upstream, first answer) {
+	t.Helper()
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Caddy did not exit after its last call\n%s", c.out.String())
+	}
+	c = c.restart(t)
+	sameResponse(t, first, post(t, c.URL, "alice", "k", `{"amount":1}`))
+	if n := up.execs.Load(); n != 1 {
+		t.Fatalf("upstream executed %d times, want 1", n)
+	}
+}
+
 // lifecycleLease is lifecycleYAML's lease.
 const lifecycleLease = 2 * time.Second
 
@@ -281,16 +298,7 @@ func TestCaddyGracefulStopMidCall(t *testing.T) {
 			if r.a.Status != http.StatusCreated {
 				t.Fatalf("first: %d %s, want the upstream's 201", r.a.Status, r.a.Body)
 			}
-			select {
-			case <-c.exited:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("Caddy did not exit after its last call\n%s", c.out.String())
-			}
-			c = c.restart(t)
-			sameResponse(t, r.a, post(t, c.URL, "alice", "k", `{"amount":1}`))
-			if n := up.execs.Load(); n != 1 {
-				t.Fatalf("upstream executed %d times, want 1", n)
-			}
+			replayedAfterRestart(t, c, up, r.a)
 		})
 	}
 }
@@ -330,16 +338,7 @@ func TestCaddyGracePeriodShorterThanTheCall(t *testing.T) {
 			if r.err != nil || r.a.Status != http.StatusCreated {
 				t.Fatalf("the client of the call in flight past the grace period: %v %d %s, want the upstream's 201\n%s", r.err, r.a.Status, r.a.Body, c.out.String())
 			}
-			select {
-			case <-c.exited:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("Caddy did not exit after its last call\n%s", c.out.String())
-			}
-			c = c.restart(t)
-			sameResponse(t, r.a, post(t, c.URL, "alice", "k", `{"amount":1}`))
-			if n := up.execs.Load(); n != 1 {
-				t.Fatalf("upstream executed %d times, want 1", n)
-			}
+			replayedAfterRestart(t, c, up, r.a)
 		})
 	}
 }
@@ -409,16 +408,7 @@ func TestCaddyStopAfterReloadMidCall(t *testing.T) {
 	if r.err != nil || r.a.Status != http.StatusCreated {
 		t.Fatalf("the client of the call in flight across the reload and the stop: %v %d %s, want the upstream's 201", r.err, r.a.Status, r.a.Body)
 	}
-	select {
-	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("Caddy did not exit after its last call\n%s", c.out.String())
-	}
-	c = c.restart(t)
-	sameResponse(t, r.a, post(t, c.URL, "alice", "k", `{"amount":1}`))
-	if n := up.execs.Load(); n != 1 {
-		t.Fatalf("upstream executed %d times, want 1", n)
-	}
+	replayedAfterRestart(t, c, up, r.a)
 }
 
 // TestCaddyStopRecordsAPendingResponse: Valkey goes away (kept on disk)
