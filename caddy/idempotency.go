@@ -112,6 +112,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/engine"
+	"github.com/idemgate/idemgate/internal/awaitonce"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/policy/fingerprint"
 	"github.com/idemgate/idemgate/proxy"
@@ -165,7 +166,7 @@ type Handler struct {
 	// The requests this configuration still runs, and whether Cleanup ran:
 	// once both are over, awaitPending waits for the responses they left
 	// to be recorded (keepForPending).
-	running *awaitOnce
+	running *awaitonce.Await
 	// drainBudget bounds how long Cleanup keeps an exiting Caddy for the
 	// calls still running and their responses (server.shutdown_timeout:
 	// upstream.timeout plus config.ShutdownMargin by default; 0, no
@@ -202,7 +203,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // deploy blocks no site.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.running = new(awaitOnce)
+	h.running = new(awaitonce.Await)
 	environ := os.Environ()
 	var from config.Origins
 	load := func(overrides map[string]string) (*config.Config, error) {
@@ -387,7 +388,7 @@ func (h *Handler) keepForPending() <-chan struct{} {
 	}
 	recorded := make(chan struct{})
 	st.enter()
-	h.running.clean(func() {
+	h.running.End(func() {
 		go func() {
 			defer close(recorded)
 			defer st.leave()
@@ -466,8 +467,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	st := h.store
 	st.enter()
 	defer st.leave()
-	h.running.enter()
-	defer h.running.leave()
+	h.running.Enter()
+	defer h.running.Leave()
 	c := &call{next: next}
 	ctx := context.WithValue(r.Context(), nextKey{}, c)
 	if sent := sentURL(r); sent != nil {

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/awaitonce"
 	"github.com/idemgate/idemgate/middleware"
 	"github.com/idemgate/idemgate/policy"
 )
@@ -66,7 +66,7 @@ func newStoreKey(name string, c config.StoreConfig) (storeKey, error) {
 // store is closed when both have happened, in whichever order.
 type pooledStore struct {
 	*middleware.SharedStore
-	calls     awaitOnce
+	calls     awaitonce.Await
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -133,19 +133,19 @@ func recordsAt(name string, c config.StoreConfig) string {
 }
 
 // enter counts a call that runs on the store; leave ends it.
-func (p *pooledStore) enter() { p.calls.enter() }
+func (p *pooledStore) enter() { p.calls.Enter() }
 
-func (p *pooledStore) leave() { p.calls.leave() }
+func (p *pooledStore) leave() { p.calls.Leave() }
 
 // idle reports whether no call runs on the store (nor waits for the
 // responses a configuration left to record).
-func (p *pooledStore) idle() bool { return p.calls.requests.Load() == 0 }
+func (p *pooledStore) idle() bool { return p.calls.Idle() }
 
 // Destruct implements caddy.Destructor: the last configuration that used
 // the store is gone. It closes the store now if no call runs on it, and
 // the last call to end closes it otherwise.
 func (p *pooledStore) Destruct() error {
-	if p.calls.clean(func() { _ = p.close() }) {
+	if p.calls.End(func() { _ = p.close() }) {
 		return p.close() // closed just now: its error
 	}
 	return nil
@@ -154,37 +154,4 @@ func (p *pooledStore) Destruct() error {
 func (p *pooledStore) close() error {
 	p.closeOnce.Do(func() { p.closeErr = p.SharedStore.Close() })
 	return p.closeErr
-}
-
-// awaitOnce runs a function once, after clean and the last entered call's
-// leave, in whichever order they come: a store closed by the last of its
-// configuration and its calls (pooledStore), a configuration's wait for
-// the responses its requests left to record (Handler.keepForPending).
-// (With sequentially consistent atomics, a leave that ends the last call
-// while clean runs sees cleaned set, or clean sees no call: one of them
-// runs the function.)
-type awaitOnce struct {
-	requests atomic.Int64
-	cleaned  atomic.Bool
-	once     sync.Once
-	then     func()
-}
-
-func (a *awaitOnce) enter() { a.requests.Add(1) }
-
-func (a *awaitOnce) leave() {
-	if a.requests.Add(-1) == 0 && a.cleaned.Load() {
-		a.once.Do(a.then)
-	}
-}
-
-// clean marks the end, with then to run once no call runs, and reports
-// whether then ran on this goroutine (no call was running).
-func (a *awaitOnce) clean(then func()) (ran bool) {
-	a.then = then
-	a.cleaned.Store(true)
-	if a.requests.Load() == 0 {
-		a.once.Do(func() { ran = true; then() })
-	}
-	return ran
 }

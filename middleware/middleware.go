@@ -100,8 +100,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,6 +107,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/engine"
+	"github.com/idemgate/idemgate/internal/awaitonce"
 	"github.com/idemgate/idemgate/proxy"
 	"github.com/idemgate/idemgate/store"
 )
@@ -253,9 +252,9 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 	// (TestGracefulShutdownRecordsTheCallInFlight). The engine closes
 	// once they have ended and the responses they left to record are
 	// recorded, or given up (proxy.CompleteRetryWindow).
-	c := &calls{}
+	c := &awaitonce.Await{}
 	context.AfterFunc(ctx, func() {
-		c.end(func() {
+		c.End(func() {
 			go func() {
 				_ = p.Wait(context.Background())
 				_ = e.Close()
@@ -275,42 +274,13 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 type wrapped struct {
 	p     *proxy.Proxy
 	next  http.Handler
-	calls *calls
+	calls *awaitonce.Await // the requests running through the middleware
 }
 
 func (h wrapped) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.calls.enter()
-	defer h.calls.leave()
+	h.calls.Enter()
+	defer h.calls.Leave()
 	h.p.ServeNext(w, r, h.next)
-}
-
-// calls counts the requests running through a middleware, and runs a
-// function once, after end and the last running request's leave, in
-// whichever order they come. (With sequentially consistent atomics, a
-// leave that ends the last request while end runs sees ended set, or end
-// sees no request: one of them runs the function.)
-type calls struct {
-	running atomic.Int64
-	ended   atomic.Bool
-	once    sync.Once
-	then    func()
-}
-
-func (c *calls) enter() { c.running.Add(1) }
-
-func (c *calls) leave() {
-	if c.running.Add(-1) == 0 && c.ended.Load() {
-		c.once.Do(c.then)
-	}
-}
-
-// end marks the end, with then to run once no request runs.
-func (c *calls) end(then func()) {
-	c.then = then
-	c.ended.Store(true)
-	if c.running.Load() == 0 {
-		c.once.Do(then)
-	}
 }
 
 // firstAttemptWait bounds how long New waits for the first attempt to open
