@@ -63,7 +63,10 @@ func benchCompletionCPU(b *testing.B, way string) {
 	rec := "4c" + strings.Repeat("x", 400)
 	var n atomic.Int64
 	b.SetParallelism(16)
-	before := internalServerCPU(b, srv)
+	before, err := srv.CPUSeconds()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -88,28 +91,9 @@ func benchCompletionCPU(b *testing.B, way string) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric((internalServerCPU(b, srv)-before)*1e6/float64(b.N), "server-µs/op")
-}
-
-// internalServerCPU reads used_cpu_sys + used_cpu_user from INFO cpu, in
-// seconds.
-func internalServerCPU(b *testing.B, srv *valkeytest.Server) float64 {
-	out, err := srv.CLI("INFO", "cpu")
+	after, err := srv.CPUSeconds()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				sum += f
-			}
-		}
-	}
-	return sum
+	b.ReportMetric((after-before)*1e6/float64(b.N), "server-µs/op")
 }

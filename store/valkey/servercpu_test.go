@@ -16,26 +16,13 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 )
 
-// serverCPU reads used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
+// serverCPU is srv's CPU time in seconds (valkeytest.Server.CPUSeconds).
 func serverCPU(b *testing.B, srv *valkeytest.Server) float64 {
-	out, err := srv.CLI("INFO", "cpu")
+	cpu, err := srv.CPUSeconds()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				sum += f
-			}
-		}
-	}
-	return sum
+	return cpu
 }
 
 // commandCalls sums the calls of every command in INFO commandstats,

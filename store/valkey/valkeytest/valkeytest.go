@@ -256,6 +256,30 @@ func (s *Server) CLI(args ...string) (string, error) {
 	return cli(s.t, s.port, args...)
 }
 
+// CPUSeconds returns the CPU time the server has used, used_cpu_sys +
+// used_cpu_user from INFO cpu, in seconds: the benchmarks' measure of
+// Valkey's own cost per operation (docs/performance.md).
+func (s *Server) CPUSeconds() (float64, error) {
+	out, err := s.CLI("INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+				}
+				sum += f
+			}
+		}
+	}
+	return sum, nil
+}
+
 func cli(t testing.TB, port int, args ...string) (string, error) {
 	bin := Binary(t, "valkey-cli")
 	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)
