@@ -115,20 +115,7 @@ func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	}
 	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: "flag"})
 	rec := []byte(readRecord(t, c, rk))
-	// The response follows 7 netstrings (owner .. stored at); its first
-	// byte is the flags.
-	at := 0
-	for range 7 {
-		colon := strings.IndexByte(string(rec[at:]), ':')
-		if colon < 0 {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
-		}
-		n, err := strconv.Atoi(string(rec[at : at+colon]))
-		if err != nil {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
-		}
-		at += colon + 1 + n
-	}
+	at := responseAt(t, rec)
 	if rec[at]&0x20 == 0 {
 		t.Fatalf("the stored response's flags %#x have no check", rec[at])
 	}
@@ -143,6 +130,65 @@ func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	}
 	if got := metricValue(t, g, `idemgate_stored_responses_damaged_total{route="orders"}`); got != 1 {
 		t.Errorf("damaged records counted: %v, want 1", got)
+	}
+}
+
+// responseAt returns the offset of the stored response in the joined
+// record rec: it follows 7 netstrings (owner .. stored at), and its first
+// byte is the flags (docs/protocol.md).
+func responseAt(t *testing.T, rec []byte) int {
+	t.Helper()
+	at := 0
+	for range 7 {
+		colon := strings.IndexByte(string(rec[at:]), ':')
+		if colon < 0 {
+			t.Fatalf("record does not parse at %d: %q", at, rec)
+		}
+		n, err := strconv.Atoi(string(rec[at : at+colon]))
+		if err != nil {
+			t.Fatalf("record does not parse at %d: %q", at, rec)
+		}
+		at += colon + 1 + n
+	}
+	return at
+}
+
+// TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain: the
+// standalone proxy's shape of the middleware's
+// TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain. A completed
+// record that no longer parses (a flag no writer sets in its response's
+// flags byte; or its owner's netstring one byte longer than it holds) on a
+// route with on_store_error: fail_open. The store answered, and said the
+// operation completed: the retry is refused 503, as on a fail_closed
+// route, not forwarded unprotected as if the store could not be reached,
+// and the upstream ran the operation once.
+func TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	c := storeClient(t, v.Addr())
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
+		Routes: ordersRoute("on_store_error: fail_open")})
+	for name, corrupt := range map[string]func(rec []byte){
+		"flags":   func(rec []byte) { rec[responseAt(t, rec)] |= 0x40 },
+		"framing": func(rec []byte) { rec[0]++ },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := "unreadable-" + name
+			if a := mustPost(t, g.URL+"/v1/orders", "alice", key, `{"n":1}`); a.Status != 201 {
+				t.Fatalf("first: %v", a)
+			}
+			rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: key})
+			rec := []byte(readRecord(t, c, rk))
+			corrupt(rec)
+			writeRecord(t, c, rk, string(rec))
+			retry := mustPost(t, g.URL+"/v1/orders", "alice", key, `{"n":1}`)
+			if n := up.Calls("alice", key); n != 1 {
+				t.Fatalf("the upstream ran the operation %d times, want 1: a completed record the store could not decode was forwarded unprotected (retry: %d %s)", n, retry.Status, retry.Body)
+			}
+			if retry.Status != 503 {
+				t.Fatalf("retry: %d %s, want 503 as on a fail_closed route", retry.Status, retry.Body)
+			}
+		})
 	}
 }
 
