@@ -106,21 +106,21 @@ func writeRecord(t *testing.T, c vk.Client, rk, rec string) {
 func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c := storeClient(t, v.Addr())
 	routes := "  - name: orders\n    match: \"POST /v1/orders\"\n"
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
 	first := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
 	if first.Status != 201 {
 		t.Fatalf("first: %v", first)
 	}
-	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: "flag"})
-	rec := []byte(readRecord(t, c, rk))
-	at := responseAt(t, rec)
-	if rec[at]&0x20 == 0 {
-		t.Fatalf("the stored response's flags %#x have no check", rec[at])
+	n := v.DamageCompleted(t, valkey.DefaultKeyPrefix+"*", func(rec []byte, at int) {
+		if rec[at]&0x20 == 0 {
+			t.Fatalf("the stored response's flags %#x have no check", rec[at])
+		}
+		rec[at] &^= 0x20
+	})
+	if n != 1 {
+		t.Fatalf("damaged %d records, want 1", n)
 	}
-	rec[at] &^= 0x20
-	writeRecord(t, c, rk, string(rec))
 	retry := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
 	if retry.Status != 500 || !strings.Contains(string(retry.Body), "stored-response-damaged") {
 		t.Errorf("retry of a record whose check flag was lost: %d %q, want 500 stored-response-damaged", retry.Status, retry.Body)
@@ -131,26 +131,6 @@ func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	if got := metricValue(t, g, `idemgate_stored_responses_damaged_total{route="orders"}`); got != 1 {
 		t.Errorf("damaged records counted: %v, want 1", got)
 	}
-}
-
-// responseAt returns the offset of the stored response in the joined
-// record rec: it follows 7 netstrings (owner .. stored at), and its first
-// byte is the flags (docs/protocol.md).
-func responseAt(t *testing.T, rec []byte) int {
-	t.Helper()
-	at := 0
-	for range 7 {
-		colon := strings.IndexByte(string(rec[at:]), ':')
-		if colon < 0 {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
-		}
-		n, err := strconv.Atoi(string(rec[at : at+colon]))
-		if err != nil {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
-		}
-		at += colon + 1 + n
-	}
-	return at
 }
 
 // TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain: the
@@ -165,12 +145,11 @@ func responseAt(t *testing.T, rec []byte) int {
 func TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c := storeClient(t, v.Addr())
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
 		Routes: ordersRoute("on_store_error: fail_open")})
-	for name, corrupt := range map[string]func(rec []byte){
-		"flags":   func(rec []byte) { rec[responseAt(t, rec)] |= 0x40 },
-		"framing": func(rec []byte) { rec[0]++ },
+	for name, damage := range map[string]func(rec []byte, response int){
+		"flags":   func(rec []byte, response int) { rec[response] |= 0x40 },
+		"framing": func(rec []byte, _ int) { rec[0]++ },
 	} {
 		t.Run(name, func(t *testing.T) {
 			key := "unreadable-" + name
@@ -178,9 +157,9 @@ func TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
 				t.Fatalf("first: %v", a)
 			}
 			rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: key})
-			rec := []byte(readRecord(t, c, rk))
-			corrupt(rec)
-			writeRecord(t, c, rk, string(rec))
+			if n := v.DamageCompleted(t, rk, damage); n != 1 {
+				t.Fatalf("damaged %d records, want 1", n)
+			}
 			retry := mustPost(t, g.URL+"/v1/orders", "alice", key, `{"n":1}`)
 			if n := up.Calls("alice", key); n != 1 {
 				t.Fatalf("the upstream ran the operation %d times, want 1: a completed record the store could not decode was forwarded unprotected (retry: %d %s)", n, retry.Status, retry.Body)

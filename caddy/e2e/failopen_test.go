@@ -48,3 +48,43 @@ func TestCaddyFailOpenOuterDoesNotOpenTheInner(t *testing.T) {
 	}
 	sameResponse(t, first, retry)
 }
+
+// TestCaddyFailOpenNeverRunsAnUnreadableCompletedRecordAgain: the Caddy
+// module's shape of the middleware's
+// TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain. A completed
+// record that no longer parses (a flag no writer sets in its response's
+// flags byte; or its owner's netstring one byte longer than it holds) on
+// a configuration with on_store_error: fail_open. The store answered, and
+// said the operation completed: the retry is refused 503, as on a
+// fail_closed route, not forwarded unprotected as if the store could not
+// be reached, and the upstream ran the operation once.
+func TestCaddyFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
+	vk := valkeytest.Start(t)
+	for name, damage := range map[string]func(rec []byte, response int){
+		"flags":   func(rec []byte, response int) { rec[response] |= 0x40 },
+		"framing": func(rec []byte, _ int) { rec[0]++ },
+	} {
+		t.Run(name, func(t *testing.T) {
+			up := startUpstream(t)
+			prefix := "caddy-unreadable-" + name + ":"
+			c := runCaddy(t, caddySite{
+				YAML:        idemgateYAML + "  on_store_error: fail_open\n",
+				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix %s", vk.Addr(), prefix),
+				After:       "reverse_proxy " + strings.TrimPrefix(up.URL, "http://"),
+			})
+			if first := post(t, c.URL, "alice", "k-unreadable", `{"amount":1}`); first.Status != http.StatusCreated {
+				t.Fatalf("first: %d %s", first.Status, first.Body)
+			}
+			if n := vk.DamageCompleted(t, prefix+"*", damage); n != 1 {
+				t.Fatalf("damaged %d records, want 1", n)
+			}
+			retry := post(t, c.URL, "alice", "k-unreadable", `{"amount":1}`)
+			if n := up.execs.Load(); n != 1 {
+				t.Fatalf("the upstream ran %d times, want 1: a completed record the store could not decode was forwarded unprotected (retry: %d %s)", n, retry.Status, retry.Body)
+			}
+			if retry.Status != http.StatusServiceUnavailable {
+				t.Fatalf("retry: %d %s, want 503 as on a fail_closed route", retry.Status, retry.Body)
+			}
+		})
+	}
+}
