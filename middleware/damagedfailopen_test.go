@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -51,5 +52,39 @@ func testUnreadableCompleted(t *testing.T, corrupt func(b []byte, response int))
 	}
 	if retry.status != http.StatusServiceUnavailable {
 		t.Fatalf("retry: %d %s, want 503 as on a fail_closed route", retry.status, retry.body)
+	}
+}
+
+// TestDamagedRecordNeverReplayed: the middleware's shape of e2e
+// TestFaultDamagedRecordNeverReplayed. A completed record whose stored
+// body lost a bit in the store (the record still parses; its CRC-32C no
+// longer matches) is neither replayed nor run again: the retry gets 500
+// stored-response-damaged, on a fail_open route too (the store answered,
+// and the operation ran), and the handler ran once.
+func TestDamagedRecordNeverReplayed(t *testing.T) {
+	vk := valkeytest.Start(t)
+	for name, route := range map[string]string{"fail_closed": "", "fail_open": "    on_store_error: fail_open\n"} {
+		t.Run(name, func(t *testing.T) {
+			h := newOrders()
+			prefix := "damaged-" + name + ":"
+			gate := serve(t, testConfig(vk.Addr(), prefix)+route, h)
+			if a := mustPost(t, gate.URL, "alice", "k-dmg", `{"item":1}`); a.status != http.StatusCreated {
+				t.Fatalf("first: %d %s", a.status, a.body)
+			}
+			// The body is the record's tail (uncompressed, this short).
+			if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 }); n != 1 {
+				t.Fatalf("damaged %d records, want 1", n)
+			}
+			retry, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k-dmg", `{"item":1}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := h.runsOf("k-dmg"); n != 1 {
+				t.Fatalf("handler ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.status, retry.body)
+			}
+			if retry.status != http.StatusInternalServerError || !strings.Contains(retry.body, "stored-response-damaged") {
+				t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.status, retry.body)
+			}
+		})
 	}
 }
