@@ -155,3 +155,34 @@ func (a *acksGates) until201(g *httptest.Server, key, what string) result {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestClaimNotAcknowledgedIsNotForwardedOnValkey: TestClaimNotAcknowledgedIsNotForwarded
+// on a real primary and replica, as the middleware's and the Caddy
+// module's tests of the same scenario run it. The replica stops
+// acknowledging before the request comes: its claim stands on the primary
+// only, where a failover could lose it and a retry on the new primary
+// would run the operation again, so the request is refused 503
+// store-unavailable and nothing reaches the upstream. Once the replica is
+// back, the retry runs, once.
+func TestClaimNotAcknowledgedIsNotForwardedOnValkey(t *testing.T) {
+	a := startAcksGates(t, "acksclaim-", func(*policy.Route) {})
+	a.until201(a.holder, "warm", "a request with the replica live")
+	before := a.up.count("/v1/orders")
+
+	a.replica.Pause()
+	r := a.post(a.holder, "fresh")
+	if n := a.up.count("/v1/orders") - before; n != 0 {
+		t.Fatalf("upstream ran %d times for a claim not acknowledged (answered %d %s)", n, r.status, r.body)
+	}
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store-unavailable") {
+		t.Errorf("a claim not acknowledged: %d %s, want 503 store-unavailable", r.status, r.body)
+	}
+
+	a.replica.Resume()
+	if r := a.until201(a.other, "fresh", "the retry once the replica is back"); r.header.Get(proxy.ReplayedHeader) == "true" {
+		t.Fatalf("the retry once the replica is back was a replay of an operation that never ran: %s", r.body)
+	}
+	if n := a.up.count("/v1/orders") - before; n != 1 {
+		t.Fatalf("upstream ran %d times, want once", n)
+	}
+}
