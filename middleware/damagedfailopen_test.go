@@ -56,35 +56,58 @@ func testUnreadableCompleted(t *testing.T, corrupt func(b []byte, response int))
 }
 
 // TestDamagedRecordNeverReplayed: the middleware's shape of e2e
-// TestFaultDamagedRecordNeverReplayed. A completed record whose stored
-// body lost a bit in the store (the record still parses; its CRC-32C no
-// longer matches) is neither replayed nor run again: the retry gets 500
+// TestFaultDamagedRecordNeverReplayed and TestFaultCheckFlagLostNeverReplayed.
+// A completed record damaged in the store so that it still parses (a bit
+// of its body flipped: its CRC-32C no longer matches; or its flags byte
+// lost the check's bit 0x20, which would read the check's 8 bytes as the
+// body's first) is neither replayed nor run again: the retry gets 500
 // stored-response-damaged, on a fail_open route too (the store answered,
 // and the operation ran), and the handler ran once.
 func TestDamagedRecordNeverReplayed(t *testing.T) {
 	vk := valkeytest.Start(t)
-	for name, route := range map[string]string{"fail_closed": "", "fail_open": "    on_store_error: fail_open\n"} {
-		t.Run(name, func(t *testing.T) {
-			h := newOrders()
-			prefix := "damaged-" + name + ":"
-			gate := serve(t, testConfig(vk.Addr(), prefix)+route, h)
-			if a := mustPost(t, gate.URL, "alice", "k-dmg", `{"item":1}`); a.status != http.StatusCreated {
-				t.Fatalf("first: %d %s", a.status, a.body)
+	for damage, f := range damages() {
+		for name, route := range map[string]string{"fail_closed": "", "fail_open": "    on_store_error: fail_open\n"} {
+			t.Run(damage+"/"+name, func(t *testing.T) { testDamaged(t, vk, damage+"-"+name, route, f) })
+		}
+	}
+}
+
+// damages are the damages of TestDamagedRecordNeverReplayed, by name,
+// each to the joined p fields rec of a completed record whose response
+// starts at offset response.
+func damages() map[string]func(t *testing.T, rec []byte, response int) {
+	return map[string]func(t *testing.T, rec []byte, response int){
+		// The body is the record's tail (uncompressed, this short).
+		"body": func(_ *testing.T, rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 },
+		"check-flag": func(t *testing.T, rec []byte, response int) {
+			if rec[response]&0x20 == 0 {
+				t.Fatalf("the stored response's flags %#x have no check", rec[response])
 			}
-			// The body is the record's tail (uncompressed, this short).
-			if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 }); n != 1 {
-				t.Fatalf("damaged %d records, want 1", n)
-			}
-			retry, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k-dmg", `{"item":1}`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := h.runsOf("k-dmg"); n != 1 {
-				t.Fatalf("handler ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.status, retry.body)
-			}
-			if retry.status != http.StatusInternalServerError || !strings.Contains(retry.body, "stored-response-damaged") {
-				t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.status, retry.body)
-			}
-		})
+			rec[response] &^= 0x20
+		},
+	}
+}
+
+// testDamaged runs TestDamagedRecordNeverReplayed on a route with route
+// appended, its record damaged by damage.
+func testDamaged(t *testing.T, vk *valkeytest.Server, name, route string, damage func(t *testing.T, rec []byte, response int)) {
+	h := newOrders()
+	prefix := "damaged-" + name + ":"
+	gate := serve(t, testConfig(vk.Addr(), prefix)+route, h)
+	if a := mustPost(t, gate.URL, "alice", "k-dmg", `{"item":1}`); a.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, response int) { damage(t, rec, response) }); n != 1 {
+		t.Fatalf("damaged %d records, want 1", n)
+	}
+	retry, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k-dmg", `{"item":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.runsOf("k-dmg"); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.status, retry.body)
+	}
+	if retry.status != http.StatusInternalServerError || !strings.Contains(retry.body, "stored-response-damaged") {
+		t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.status, retry.body)
 	}
 }

@@ -23,32 +23,45 @@ func runDamageableCaddy(t *testing.T, vk *valkeytest.Server, prefix, extra strin
 }
 
 // TestCaddyDamagedRecordNeverReplayed: the Caddy module's shape of e2e
-// TestFaultDamagedRecordNeverReplayed. A completed record whose stored
-// body lost a bit in the store (the record still parses; its CRC-32C no
-// longer matches) is neither replayed nor run again: the retry gets 500
+// TestFaultDamagedRecordNeverReplayed and TestFaultCheckFlagLostNeverReplayed.
+// A completed record damaged in the store so that it still parses (a bit
+// of its body flipped: its CRC-32C no longer matches; or its flags byte
+// lost the check's bit 0x20, which would read the check's 8 bytes as the
+// body's first) is neither replayed nor run again: the retry gets 500
 // stored-response-damaged, on a fail_open configuration too (the store
 // answered, and the operation ran), and the upstream ran once.
 func TestCaddyDamagedRecordNeverReplayed(t *testing.T) {
 	vk := valkeytest.Start(t)
-	for name, extra := range map[string]string{"fail_closed": "", "fail_open": "  on_store_error: fail_open\n"} {
-		t.Run(name, func(t *testing.T) {
-			prefix := "caddy-damaged-" + name + ":"
-			c, up := runDamageableCaddy(t, vk, prefix, extra)
-			if first := post(t, c.URL, "alice", "k-dmg", `{"amount":1}`); first.Status != http.StatusCreated {
-				t.Fatalf("first: %d %s", first.Status, first.Body)
+	damages := map[string]func(t *testing.T, rec []byte, response int){
+		// The body is the record's tail (uncompressed, this short).
+		"body": func(_ *testing.T, rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 },
+		"check-flag": func(t *testing.T, rec []byte, response int) {
+			if rec[response]&0x20 == 0 {
+				t.Fatalf("the stored response's flags %#x have no check", rec[response])
 			}
-			// The body is the record's tail (uncompressed, this short).
-			if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 }); n != 1 {
-				t.Fatalf("damaged %d records, want 1", n)
-			}
-			retry := post(t, c.URL, "alice", "k-dmg", `{"amount":1}`)
-			if n := up.execs.Load(); n != 1 {
-				t.Fatalf("the upstream ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.Status, retry.Body)
-			}
-			if retry.Status != http.StatusInternalServerError || !strings.HasSuffix(problemType(retry), "stored-response-damaged") {
-				t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.Status, retry.Body)
-			}
-		})
+			rec[response] &^= 0x20
+		},
+	}
+	for damage, f := range damages {
+		for name, extra := range map[string]string{"fail_closed": "", "fail_open": "  on_store_error: fail_open\n"} {
+			t.Run(damage+"/"+name, func(t *testing.T) {
+				prefix := "caddy-damaged-" + damage + "-" + name + ":"
+				c, up := runDamageableCaddy(t, vk, prefix, extra)
+				if first := post(t, c.URL, "alice", "k-dmg", `{"amount":1}`); first.Status != http.StatusCreated {
+					t.Fatalf("first: %d %s", first.Status, first.Body)
+				}
+				if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, response int) { f(t, rec, response) }); n != 1 {
+					t.Fatalf("damaged %d records, want 1", n)
+				}
+				retry := post(t, c.URL, "alice", "k-dmg", `{"amount":1}`)
+				if n := up.execs.Load(); n != 1 {
+					t.Fatalf("the upstream ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.Status, retry.Body)
+				}
+				if retry.Status != http.StatusInternalServerError || !strings.HasSuffix(problemType(retry), "stored-response-damaged") {
+					t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.Status, retry.Body)
+				}
+			})
+		}
 	}
 }
 
