@@ -44,8 +44,9 @@ func TestFaultValkeyFullFailOpenKeepsARunningCallOnce(t *testing.T) {
 
 // TestFaultValkeyFullFailOpenReplaysCompleted: as
 // TestFaultValkeyFullFailOpenKeepsARunningCallOnce, for a call that
-// completed before Valkey filled up (the middleware's and the Caddy
-// module's tests of a full Valkey on a fail_open route check both). Its
+// completed before Valkey filled up (the middleware's
+// TestValkeyFullNeverRunsACallAgain and the Caddy module's
+// TestCaddyValkeyFullNeverRunsACallAgain check both). Its
 // retry, on an instance that never saw it (no replay cached: its claim
 // reads the record), is replayed, not forwarded unprotected as if the
 // store could not be reached; a new key, which needs a write, is

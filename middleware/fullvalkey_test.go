@@ -12,15 +12,26 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestValkeyFullFailOpenNeverRunsACallAgain: the middleware's shape of e2e
-// TestFaultValkeyFullFailOpenKeepsARunningCallOnce. On a route with
-// on_store_error: fail_open, Valkey fills up (maxmemory-policy noeviction)
-// while one keyed call runs and after another completed. Valkey still
-// answers reads: a duplicate of the running call is answered as one is
-// (409, concurrent: conflict) and a retry of the completed one is
-// replayed; neither is forwarded unprotected as if the store could not be
-// reached. A new key, which needs a write, is fail_open's to forward.
-func TestValkeyFullFailOpenNeverRunsACallAgain(t *testing.T) {
+// TestValkeyFullNeverRunsACallAgain: the middleware's shape of e2e
+// TestFaultValkeyFullFailOpenKeepsARunningCallOnce, TestFaultValkeyFullFailsClosed
+// and TestFaultValkeyFullReplaysCompleted. Valkey fills up
+// (maxmemory-policy noeviction) while one keyed call runs and after
+// another completed. Valkey still answers reads: through a second
+// instance (no replay cached: its claims read), a duplicate of the running
+// call is answered as one is (409, concurrent: conflict) and a retry of
+// the completed one is replayed; neither is run again, on a fail_open
+// route either, where they are not forwarded unprotected as if the store
+// could not be reached. A new key needs a write: refused 503 on a
+// fail_closed route, fail_open's to forward on the other.
+func TestValkeyFullNeverRunsACallAgain(t *testing.T) {
+	for _, route := range []string{"fail_closed", "fail_open"} {
+		t.Run(route, func(t *testing.T) { testValkeyFull(t, route) })
+	}
+}
+
+// testValkeyFull runs TestValkeyFullNeverRunsACallAgain on a route with
+// on_store_error: route.
+func testValkeyFull(t *testing.T, route string) {
 	vk := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
 	o := newOrders()
 	hold, entered := make(chan struct{}), make(chan struct{}, 1)
@@ -35,7 +46,7 @@ func TestValkeyFullFailOpenNeverRunsACallAgain(t *testing.T) {
 		}
 		o.ServeHTTP(w, r)
 	})
-	cfg := testConfig(vk.Addr(), "mw-fullopen:") + "    concurrent: conflict\n    on_store_error: fail_open\n"
+	cfg := testConfig(vk.Addr(), "mw-full:") + "    concurrent: conflict\n    on_store_error: " + route + "\n"
 	holder, other := serve(t, cfg, h), serve(t, cfg, h)
 	// One Host for both, as behind a load balancer: the host joins the key
 	// scope in process.
@@ -82,9 +93,15 @@ func TestValkeyFullFailOpenNeverRunsACallAgain(t *testing.T) {
 		t.Errorf("retry of a completed call with Valkey full: %d replayed=%q %s, want the replay of %s",
 			again.status, again.header.Get("Idempotent-Replayed"), again.body, done.body)
 	}
-	// The store refuses writes indeed: a new key is forwarded unprotected.
-	if fresh := send(other.URL, "fresh"); fresh.status != http.StatusCreated || fresh.header.Get("Idempotent-Replayed") == "true" {
+	// The store refuses writes indeed: a new key cannot be claimed.
+	fresh := send(other.URL, "fresh")
+	switch {
+	case route == "fail_open" && (fresh.status != http.StatusCreated || fresh.header.Get("Idempotent-Replayed") == "true"):
 		t.Errorf("a new key with Valkey full on a fail_open route: %d %s, want the handler's 201", fresh.status, fresh.body)
+	case route == "fail_closed" && o.runsOf("fresh") != 0:
+		t.Errorf("a new key with Valkey full on a fail_closed route ran (answered %d %s), want it refused", fresh.status, fresh.body)
+	case route == "fail_closed" && (fresh.status != http.StatusServiceUnavailable || !strings.Contains(fresh.body, "store-unavailable")):
+		t.Errorf("a new key with Valkey full on a fail_closed route: %d %s, want 503 store-unavailable", fresh.status, fresh.body)
 	}
 	unhold.Do(func() { close(hold) })
 	if a := <-first; a.status != http.StatusCreated {

@@ -13,17 +13,26 @@ import (
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
-// TestCaddyValkeyFullFailOpenNeverRunsACallAgain: the Caddy module's shape
-// of e2e TestFaultValkeyFullFailOpenKeepsARunningCallOnce and
-// TestFaultValkeyFullFailOpenReplaysCompleted. With on_store_error:
-// fail_open, Valkey fills up (maxmemory-policy noeviction) while one keyed
-// call runs and after another completed. Valkey still answers reads: on a
-// second Caddy (no replay cached: its claims read), a duplicate of the
-// running call is answered as one is (409, concurrent: conflict) and a
-// retry of the completed one is replayed; neither is forwarded
-// unprotected as if the store could not be reached. A new key, which
-// needs a write, is fail_open's to forward.
-func TestCaddyValkeyFullFailOpenNeverRunsACallAgain(t *testing.T) {
+// TestCaddyValkeyFullNeverRunsACallAgain: the Caddy module's shape of e2e
+// TestFaultValkeyFullFailOpenKeepsARunningCallOnce, TestFaultValkeyFullFailsClosed
+// and TestFaultValkeyFullReplaysCompleted. Valkey fills up
+// (maxmemory-policy noeviction) while one keyed call runs and after
+// another completed. Valkey still answers reads: on a second Caddy (no
+// replay cached: its claims read), a duplicate of the running call is
+// answered as one is (409, concurrent: conflict) and a retry of the
+// completed one is replayed; neither is run again, with fail_open either,
+// where they are not forwarded unprotected as if the store could not be
+// reached. A new key needs a write: refused 503 with fail_closed,
+// fail_open's to forward with the other.
+func TestCaddyValkeyFullNeverRunsACallAgain(t *testing.T) {
+	for _, onError := range []string{"fail_closed", "fail_open"} {
+		t.Run(onError, func(t *testing.T) { testCaddyValkeyFull(t, onError) })
+	}
+}
+
+// testCaddyValkeyFull runs TestCaddyValkeyFullNeverRunsACallAgain with
+// on_store_error: onError.
+func testCaddyValkeyFull(t *testing.T, onError string) {
 	vk := valkeytest.Start(t, valkeytest.WithArgs("--maxmemory", "16mb", "--maxmemory-policy", "noeviction"))
 	var execs atomic.Int64
 	var mu sync.Mutex
@@ -58,7 +67,7 @@ store:
   driver: valkey
   valkey:
     addrs: [%q]
-    key_prefix: "caddy-fullopen:"`, vk.Addr()) + noStoreYAML + "  concurrent: conflict\n  on_store_error: fail_open\n"
+    key_prefix: "caddy-full:"`, vk.Addr()) + noStoreYAML + "  concurrent: conflict\n  on_store_error: " + onError + "\n"
 	// One Host for both, as behind a load balancer: the host joins the key
 	// scope in Caddy.
 	site := caddySite{YAML: yaml, Hosts: map[string]string{"api.example": "reverse_proxy " + strings.TrimPrefix(up.URL, "http://")}}
@@ -96,9 +105,15 @@ store:
 	if again.Status != http.StatusCreated || !again.replayed() || again.Body != done.Body {
 		t.Errorf("retry of a completed call with Valkey full: %d replayed=%v %s, want the replay of %s", again.Status, again.replayed(), again.Body, done.Body)
 	}
-	// The store refuses writes indeed: a new key is forwarded unprotected.
-	if fresh := send(other.URL, "fresh"); fresh.Status != http.StatusCreated || fresh.replayed() {
-		t.Errorf("a new key with Valkey full on a fail_open configuration: %d %s, want the upstream's 201", fresh.Status, fresh.Body)
+	// The store refuses writes indeed: a new key cannot be claimed.
+	fresh := send(other.URL, "fresh")
+	switch {
+	case onError == "fail_open" && (fresh.Status != http.StatusCreated || fresh.replayed()):
+		t.Errorf("a new key with Valkey full and fail_open: %d %s, want the upstream's 201", fresh.Status, fresh.Body)
+	case onError == "fail_closed" && runsOf("fresh") != 0:
+		t.Errorf("a new key with Valkey full and fail_closed ran (answered %d %s), want it refused", fresh.Status, fresh.Body)
+	case onError == "fail_closed" && (fresh.Status != http.StatusServiceUnavailable || !strings.HasSuffix(problemType(fresh), "store-unavailable")):
+		t.Errorf("a new key with Valkey full and fail_closed: %d %s, want 503 store-unavailable", fresh.Status, fresh.Body)
 	}
 	unhold.Do(func() { close(hold) })
 	if a := <-first; a.Status != http.StatusCreated {
