@@ -106,34 +106,21 @@ func writeRecord(t *testing.T, c vk.Client, rk, rec string) {
 func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	v := valkeytest.Start(t)
 	up := startUpstream(t)
-	c := storeClient(t, v.Addr())
 	routes := "  - name: orders\n    match: \"POST /v1/orders\"\n"
 	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, AdminToken: adminToken, Routes: routes})
 	first := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
 	if first.Status != 201 {
 		t.Fatalf("first: %v", first)
 	}
-	rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: "flag"})
-	rec := []byte(readRecord(t, c, rk))
-	// The response follows 7 netstrings (owner .. stored at); its first
-	// byte is the flags.
-	at := 0
-	for range 7 {
-		colon := strings.IndexByte(string(rec[at:]), ':')
-		if colon < 0 {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
+	n := v.DamageCompleted(t, valkey.DefaultKeyPrefix+"*", func(rec []byte, at int) {
+		if rec[at]&0x20 == 0 {
+			t.Fatalf("the stored response's flags %#x have no check", rec[at])
 		}
-		n, err := strconv.Atoi(string(rec[at : at+colon]))
-		if err != nil {
-			t.Fatalf("record does not parse at %d: %q", at, rec)
-		}
-		at += colon + 1 + n
+		rec[at] &^= 0x20
+	})
+	if n != 1 {
+		t.Fatalf("damaged %d records, want 1", n)
 	}
-	if rec[at]&0x20 == 0 {
-		t.Fatalf("the stored response's flags %#x have no check", rec[at])
-	}
-	rec[at] &^= 0x20
-	writeRecord(t, c, rk, string(rec))
 	retry := mustPost(t, g.URL+"/v1/orders", "alice", "flag", `{"n":1}`)
 	if retry.Status != 500 || !strings.Contains(string(retry.Body), "stored-response-damaged") {
 		t.Errorf("retry of a record whose check flag was lost: %d %q, want 500 stored-response-damaged", retry.Status, retry.Body)
@@ -143,6 +130,44 @@ func TestFaultCheckFlagLostNeverReplayed(t *testing.T) {
 	}
 	if got := metricValue(t, g, `idemgate_stored_responses_damaged_total{route="orders"}`); got != 1 {
 		t.Errorf("damaged records counted: %v, want 1", got)
+	}
+}
+
+// TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain: the
+// standalone proxy's shape of the middleware's
+// TestFailOpenNeverRunsAnUnreadableCompletedRecordAgain. A completed
+// record that no longer parses (a flag no writer sets in its response's
+// flags byte; or its owner's netstring one byte longer than it holds) on a
+// route with on_store_error: fail_open. The store answered, and said the
+// operation completed: the retry is refused 503, as on a fail_closed
+// route, not forwarded unprotected as if the store could not be reached,
+// and the upstream ran the operation once.
+func TestFaultFailOpenNeverRunsAnUnreadableCompletedRecordAgain(t *testing.T) {
+	v := valkeytest.Start(t)
+	up := startUpstream(t)
+	g := startGate(t, gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()},
+		Routes: ordersRoute("on_store_error: fail_open")})
+	for name, damage := range map[string]func(rec []byte, response int){
+		"flags":   func(rec []byte, response int) { rec[response] |= 0x40 },
+		"framing": func(rec []byte, _ int) { rec[0]++ },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := "unreadable-" + name
+			if a := mustPost(t, g.URL+"/v1/orders", "alice", key, `{"n":1}`); a.Status != 201 {
+				t.Fatalf("first: %v", a)
+			}
+			rk := valkey.Key(valkey.DefaultKeyPrefix, store.Identity{Owner: identity.HeaderOwner("alice"), Scope: "default", Key: key})
+			if n := v.DamageCompleted(t, rk, damage); n != 1 {
+				t.Fatalf("damaged %d records, want 1", n)
+			}
+			retry := mustPost(t, g.URL+"/v1/orders", "alice", key, `{"n":1}`)
+			if n := up.Calls("alice", key); n != 1 {
+				t.Fatalf("the upstream ran the operation %d times, want 1: a completed record the store could not decode was forwarded unprotected (retry: %d %s)", n, retry.Status, retry.Body)
+			}
+			if retry.Status != 503 {
+				t.Fatalf("retry: %d %s, want 503 as on a fail_closed route", retry.Status, retry.Body)
+			}
+		})
 	}
 }
 

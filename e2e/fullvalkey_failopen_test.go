@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"net/http"
 	"testing"
 	"time"
@@ -38,5 +39,38 @@ func TestFaultValkeyFullFailOpenKeepsARunningCallOnce(t *testing.T) {
 	unblock()
 	if orig := <-first; orig.Status != 201 {
 		t.Fatalf("the original request: %v", orig)
+	}
+}
+
+// TestFaultValkeyFullFailOpenReplaysCompleted: as
+// TestFaultValkeyFullFailOpenKeepsARunningCallOnce, for a call that
+// completed before Valkey filled up (the middleware's
+// TestValkeyFullNeverRunsACallAgain and the Caddy module's
+// TestCaddyValkeyFullNeverRunsACallAgain check both). Its
+// retry, on an instance that never saw it (no replay cached: its claim
+// reads the record), is replayed, not forwarded unprotected as if the
+// store could not be reached; a new key, which needs a write, is
+// fail_open's to forward.
+func TestFaultValkeyFullFailOpenReplaysCompleted(t *testing.T) {
+	v := startFillableValkey(t)
+	up := startUpstream(t)
+	c := gateConfig{Upstream: up.URL, ValkeyAddrs: []string{v.Addr()}, Routes: ordersRoute("on_store_error: fail_open")}
+	a, b := startGate(t, c), startGate(t, c)
+	done := mustPost(t, a.URL+"/v1/orders", "alice", "done", "{}")
+	if done.Status != 201 || done.replayed() {
+		t.Fatalf("before Valkey is full: %v", done)
+	}
+
+	free := v.Fill(t)
+	defer free()
+	retry := postTimeout(15*time.Second, b.URL+"/v1/orders", "alice", "done", "{}")
+	if n := up.Calls("alice", "done"); n != 1 {
+		t.Fatalf("upstream executed key done %d times: its retry while Valkey was full (answered %v) was forwarded unprotected", n, retry)
+	}
+	if retry.Status != http.StatusCreated || !retry.replayed() || !bytes.Equal(retry.Body, done.Body) {
+		t.Errorf("retry of a completed call with Valkey full: %v, want the replay of %s", retry, done.Body)
+	}
+	if fresh := postTimeout(15*time.Second, b.URL+"/v1/orders", "alice", "fresh", "{}"); fresh.Status != http.StatusCreated || fresh.replayed() {
+		t.Errorf("a new key with Valkey full on a fail_open route: %v, want the upstream's 201", fresh)
 	}
 }

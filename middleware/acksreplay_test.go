@@ -91,3 +91,32 @@ func startAcksPair(t *testing.T, prefix, route string) *acksPair {
 	}
 	return a
 }
+
+// TestMiddlewareClaimNotAcknowledgedIsNotForwarded: the middleware's shape
+// of the proxy's TestClaimNotAcknowledgedIsNotForwardedOnValkey. The
+// replica stops acknowledging before the request comes: its claim stands
+// on the primary only, where a failover could lose it and a retry on the
+// new primary would run the operation again, so the request is refused
+// 503 store-unavailable and the handler does not run. Once the replica is
+// back, the retry runs, once.
+func TestMiddlewareClaimNotAcknowledgedIsNotForwarded(t *testing.T) {
+	a := startAcksPair(t, "mw-acksclaim:", "")
+	a.until201(a.holder.URL, "warm", "a request with the replica live")
+
+	a.replica.Pause()
+	r := a.post(a.holder.URL, "fresh")
+	if n := a.orders.runsOf("fresh"); n != 0 {
+		t.Fatalf("handler ran %d times for a claim not acknowledged (answered %d %s)", n, r.status, r.body)
+	}
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, "store-unavailable") {
+		t.Errorf("a claim not acknowledged: %d %s, want 503 store-unavailable", r.status, r.body)
+	}
+
+	a.replica.Resume()
+	if r := a.until201(a.other.URL, "fresh", "the retry once the replica is back"); r.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("the retry once the replica is back was a replay of an operation that never ran: %s", r.body)
+	}
+	if n := a.orders.runsOf("fresh"); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
+	}
+}

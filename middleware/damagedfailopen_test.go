@@ -3,11 +3,8 @@ package middleware_test
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
@@ -42,57 +39,11 @@ func testUnreadableCompleted(t *testing.T, corrupt func(b []byte, response int))
 		t.Fatalf("first: %d %s", a.status, a.body)
 	}
 
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{vk.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	keys, err := c.Do(ctx, c.B().Keys().Pattern("damaged:*").Build()).AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	flipped := 0
-	for _, k := range keys {
-		pn, err := c.Do(ctx, c.B().Hget().Key(k).Field("pn").Build()).AsInt64()
-		if err != nil {
-			continue // not a completed record of layout 3
-		}
-		// The p fields, joined in order, are the record (docs/protocol.md).
-		var parts []string
-		for i := range pn {
-			part, err := c.Do(ctx, c.B().Hget().Key(k).Field("p"+strconv.FormatInt(i, 10)).Build()).ToString()
-			if err != nil {
-				t.Fatal(err)
-			}
-			parts = append(parts, part)
-		}
-		b := []byte(strings.Join(parts, ""))
-		off := 0
-		for range 7 { // owner scope key fingerprint recipe created stored_at
-			colon := strings.IndexByte(string(b[off:]), ':')
-			n, err := strconv.Atoi(string(b[off : off+colon]))
-			if err != nil {
-				t.Fatalf("record %s does not read as docs/protocol.md says: %q", k, b)
-			}
-			off += colon + 1 + n
-		}
-		corrupt(b, off)
-		// Written back part by part, each field its own bytes again.
-		for i, part := range parts {
-			field := "p" + strconv.Itoa(i)
-			if err := c.Do(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(field, string(b[:len(part)])).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			b = b[len(part):]
-		}
-		flipped++
-	}
-	if flipped != 1 {
-		t.Fatalf("flipped %d records, want 1 (keys %v)", flipped, keys)
+	if n := vk.DamageCompleted(t, "damaged:*", corrupt); n != 1 {
+		t.Fatalf("damaged %d records, want 1", n)
 	}
 
-	retry, err := postWith(t, noRetry, ctx, gate.URL, "alice", "k-bit", `{"item":1}`)
+	retry, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k-bit", `{"item":1}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +52,62 @@ func testUnreadableCompleted(t *testing.T, corrupt func(b []byte, response int))
 	}
 	if retry.status != http.StatusServiceUnavailable {
 		t.Fatalf("retry: %d %s, want 503 as on a fail_closed route", retry.status, retry.body)
+	}
+}
+
+// TestDamagedRecordNeverReplayed: the middleware's shape of e2e
+// TestFaultDamagedRecordNeverReplayed and TestFaultCheckFlagLostNeverReplayed.
+// A completed record damaged in the store so that it still parses (a bit
+// of its body flipped: its CRC-32C no longer matches; or its flags byte
+// lost the check's bit 0x20, which would read the check's 8 bytes as the
+// body's first) is neither replayed nor run again: the retry gets 500
+// stored-response-damaged, on a fail_open route too (the store answered,
+// and the operation ran), and the handler ran once.
+func TestDamagedRecordNeverReplayed(t *testing.T) {
+	vk := valkeytest.Start(t)
+	for damage, f := range damages() {
+		for name, route := range map[string]string{"fail_closed": "", "fail_open": "    on_store_error: fail_open\n"} {
+			t.Run(damage+"/"+name, func(t *testing.T) { testDamaged(t, vk, damage+"-"+name, route, f) })
+		}
+	}
+}
+
+// damages are the damages of TestDamagedRecordNeverReplayed, by name,
+// each to the joined p fields rec of a completed record whose response
+// starts at offset response.
+func damages() map[string]func(t *testing.T, rec []byte, response int) {
+	return map[string]func(t *testing.T, rec []byte, response int){
+		// The body is the record's tail (uncompressed, this short).
+		"body": func(_ *testing.T, rec []byte, _ int) { rec[len(rec)-1] ^= 0x01 },
+		"check-flag": func(t *testing.T, rec []byte, response int) {
+			if rec[response]&0x20 == 0 {
+				t.Fatalf("the stored response's flags %#x have no check", rec[response])
+			}
+			rec[response] &^= 0x20
+		},
+	}
+}
+
+// testDamaged runs TestDamagedRecordNeverReplayed on a route with route
+// appended, its record damaged by damage.
+func testDamaged(t *testing.T, vk *valkeytest.Server, name, route string, damage func(t *testing.T, rec []byte, response int)) {
+	h := newOrders()
+	prefix := "damaged-" + name + ":"
+	gate := serve(t, testConfig(vk.Addr(), prefix)+route, h)
+	if a := mustPost(t, gate.URL, "alice", "k-dmg", `{"item":1}`); a.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	if n := vk.DamageCompleted(t, prefix+"*", func(rec []byte, response int) { damage(t, rec, response) }); n != 1 {
+		t.Fatalf("damaged %d records, want 1", n)
+	}
+	retry, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k-dmg", `{"item":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.runsOf("k-dmg"); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: a damaged completed record was forwarded again (retry: %d %s)", n, retry.status, retry.body)
+	}
+	if retry.status != http.StatusInternalServerError || !strings.Contains(retry.body, "stored-response-damaged") {
+		t.Fatalf("retry of a damaged record: %d %s, want 500 stored-response-damaged", retry.status, retry.body)
 	}
 }

@@ -27,6 +27,11 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 	// counts the request.
 	ex.outcome = metrics.OutcomePassthrough
 	if ex.next != nil {
+		if len(ex.plan.Tombstones) > 0 {
+			// In process no ModifyResponse sees the answer: the writer
+			// tombstones as modifyPassthrough does.
+			w = &tombstoneWriter{ResponseWriter: w, p: p, ex: ex, ctx: r.Context()}
+		}
 		ex.next.ServeHTTP(w, r)
 		return
 	}

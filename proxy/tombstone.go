@@ -103,3 +103,52 @@ func (p *Proxy) modifyPassthrough(resp *http.Response) error {
 	}
 	return nil
 }
+
+// tombstoneWriter is the client's writer of a request that passes through
+// to the handler in process (the middleware, the Caddy module) and whose
+// 2xx answer tombstones (exchange.plan.Tombstones). No ModifyResponse sees
+// that answer, so the writer tombstones, as modifyPassthrough does for the
+// proxy's upstream, when the handler writes its final status and before
+// the status reaches the client: a client that saw the DELETE succeed and
+// retries the create gets 410 resource-deleted, never the deleted
+// resource's 201 (TestTombstonesInProcess, TestCaddyTombstones). A handler
+// that returns having written nothing tombstones nothing: a Caddy handler
+// may then return an error its host answers, and what the client gets is
+// not known here.
+type tombstoneWriter struct {
+	http.ResponseWriter
+	p       *Proxy
+	ex      *exchange
+	ctx     context.Context
+	decided bool
+}
+
+// decide tombstones on the first final status written, once.
+func (w *tombstoneWriter) decide(code int) {
+	if w.decided || code < 200 {
+		return
+	}
+	w.decided = true
+	w.p.tombstone(w.ctx, w.ex, code)
+}
+
+// WriteHeader tombstones on a final 2xx status, then writes it.
+func (w *tombstoneWriter) WriteHeader(code int) {
+	w.decide(code)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write is net/http's implicit 200 when nothing was written before.
+func (w *tombstoneWriter) Write(b []byte) (int, error) {
+	w.decide(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends net/http's implicit 200 when nothing was written before.
+func (w *tombstoneWriter) Flush() {
+	w.decide(http.StatusOK)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the underlying writer (http.ResponseController).
+func (w *tombstoneWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
