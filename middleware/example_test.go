@@ -31,10 +31,12 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	closed := make(chan struct{}) // the middleware has closed (below)
 	idem, err := middleware.New(ctx, middleware.Options{
 		Config:     cfg,
 		Logger:     slog.Default(),
 		Registerer: prometheus.DefaultRegisterer, // one middleware per Registerer
+		Closed:     closed,
 	})
 	if err != nil {
 		log.Fatal(err) // e.g. a store section that is not valid
@@ -57,6 +59,9 @@ func ExampleNew() {
 	// On the signal, Shutdown lets the calls in flight end and record
 	// their responses; ListenAndServe returns as it begins, so main waits
 	// for it, or the process would exit in the middle of those calls.
+	// Then it waits for the middleware to close: a response the store
+	// refused to record is recorded once the store answers again (bound
+	// the wait by your grace period, e.g. with a select on a timer).
 	stopped := make(chan struct{})
 	go func() {
 		<-ctx.Done()
@@ -67,6 +72,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	<-stopped
+	<-closed
 }
 
 // A gRPC service in process: the grpc.Server is the http.Handler behind

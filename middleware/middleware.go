@@ -163,6 +163,17 @@ type Options struct {
 	// (its previous version keeps serving a rolling deploy) than start
 	// refusing keyed requests.
 	WaitStore time.Duration
+	// Closed, when set, is closed once the middleware has closed after ctx
+	// ended: every request running through it has ended and every
+	// response they left to record (a store that refused their
+	// completion) is recorded or given up (proxy.CompleteRetryWindow,
+	// 10 minutes). http.Server's Shutdown waits for the requests, not for
+	// those responses, so a service's main waits for Closed after Shutdown
+	// returns, or its exit loses them and the retry to the next process
+	// is refused outcome-unknown (README, "Inside your Go service"); give
+	// it a bound of its own, as a deployment's grace period does. A New
+	// that returns an error never closes it.
+	Closed chan<- struct{}
 	// TracerProvider, when set, makes a span of every store call
 	// ("store.claim", "store.complete", ...; docs/operations.md, "Tracing") made for a
 	// request whose context carries a span: the service's own server span
@@ -258,6 +269,9 @@ func New(ctx context.Context, opts Options) (func(http.Handler) http.Handler, er
 			go func() {
 				_ = p.Wait(context.Background())
 				_ = e.Close()
+				if opts.Closed != nil {
+					close(opts.Closed)
+				}
 			}()
 		})
 	})

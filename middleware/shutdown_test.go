@@ -42,9 +42,10 @@ routes:
 // middleware built on the signal's context, and an http.Server that the
 // same signal shuts down gracefully.
 type service struct {
-	url  string
-	stop context.CancelFunc // the signal (SIGINT)
-	done chan struct{}      // closed when Shutdown has returned
+	url    string
+	stop   context.CancelFunc // the signal (SIGINT)
+	done   chan struct{}      // closed when Shutdown has returned
+	closed chan struct{}      // Options.Closed: the middleware has closed
 }
 
 // startService runs the README's service on yaml with h behind the
@@ -56,7 +57,8 @@ func startService(t *testing.T, yaml string, h http.Handler) *service {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	idem, err := middleware.New(ctx, middleware.Options{Config: cfg})
+	closed := make(chan struct{})
+	idem, err := middleware.New(ctx, middleware.Options{Config: cfg, Closed: closed})
 	if err != nil {
 		stop()
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func startService(t *testing.T, yaml string, h http.Handler) *service {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: idem(h)}
-	s := &service{url: "http://" + ln.Addr().String(), stop: stop, done: make(chan struct{})}
+	s := &service{url: "http://" + ln.Addr().String(), stop: stop, done: make(chan struct{}), closed: closed}
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
 		<-ctx.Done()
@@ -143,5 +145,86 @@ func TestGracefulShutdownRecordsTheCallInFlight(t *testing.T) {
 					retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), runs.Load(), a.body)
 			}
 		})
+	}
+}
+
+// pendingYAML is shutdownYAML with a lease (30 s) longer than the store's
+// outage in TestGracefulShutdownClosesAfterThePendingResponse, whose
+// running record must outlast it.
+const pendingYAML = `store:
+  driver: valkey
+  valkey:
+    addrs: [%q]
+    key_prefix: "pending:"
+log:
+  access: false
+defaults:
+  owner: header:X-User
+  lease: 30s
+  wait_timeout: 5s
+  concurrent: conflict
+routes:
+  - name: orders
+    match: "POST /v1/orders"
+`
+
+// TestGracefulShutdownClosesAfterThePendingResponse: the README's service
+// gets its signal while a response waits to be recorded (Valkey stopped
+// as the handler answered: the client has its 201, the completion timed
+// out). Shutdown returns at once, as no request is running, so a main
+// that exits then loses the response, and the retry to the next process
+// is refused outcome-unknown. Options.Closed, which the README's main
+// waits for, must stay open until the response is recorded; once Valkey
+// answers again it is, and the retry is its replay; the handler runs once.
+func TestGracefulShutdownClosesAfterThePendingResponse(t *testing.T) {
+	vk := valkeytest.Start(t)
+	t.Cleanup(vk.Resume)
+	yaml := fmt.Sprintf(pendingYAML, vk.Addr())
+	var runs atomic.Int64
+	entered, hold := make(chan struct{}, 4), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n := runs.Add(1)
+		entered <- struct{}{}
+		if n == 1 {
+			<-hold
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"run":%d}`, n)
+	})
+	old := startService(t, yaml, h)
+	first := make(chan answer, 1)
+	go func() {
+		a, err := postHost(t, noRetry, context.Background(), old.url, "api.example", "alice", "k", `{"n":1}`)
+		if err != nil {
+			a.status, a.body = 0, err.Error()
+		}
+		first <- a
+	}()
+	<-entered
+	vk.Pause()
+	close(hold)
+	a := <-first // after the store timeout (2 s): the completion is pending
+	if a.status != http.StatusCreated {
+		t.Fatalf("the first client: %d %s, want the handler's 201", a.status, a.body)
+	}
+	old.stop()
+	<-old.done
+	select {
+	case <-old.closed:
+		t.Fatal("Options.Closed closed while the response waits to be recorded (Valkey stopped): the README's main exits now and loses it")
+	default:
+	}
+	vk.Resume()
+	select {
+	case <-old.closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Options.Closed still open 30 s after Valkey answers again")
+	}
+	next := startService(t, yaml, h)
+	retry, _ := postHost(t, noRetry, context.Background(), next.url, "api.example", "alice", "k", `{"n":1}`)
+	if retry.status != http.StatusCreated || retry.header.Get(proxy.ReplayedHeader) != "true" || retry.body != a.body || runs.Load() != 1 {
+		t.Fatalf("retry after the shutdown: %d %s (replayed %q), handler runs %d; want the replay of %s and 1 run",
+			retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), runs.Load(), a.body)
 	}
 }
