@@ -518,6 +518,10 @@ func (h *Handler) callNext(w http.ResponseWriter, r *http.Request) {
 	}
 	if !middleware.Captured(w) {
 		c.err = c.next.ServeHTTP(w, r)
+		if c.err != nil {
+			// Caddy answers it: nothing written is not an implicit 200.
+			proxy.HostAnswers(r)
+		}
 		return
 	}
 	rec := &wroteWriter{ResponseWriter: w}

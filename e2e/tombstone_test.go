@@ -1,15 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -61,24 +60,8 @@ func TestTombstonesValkey(t *testing.T) {
 		t.Fatalf("upstream ran alice's create %d times, want 1", n)
 	}
 
-	del := func(owner string) int {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, g.URL+"/v1/orders/1", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-User", owner)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("DELETE: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	// Refused by the upstream: nothing changes.
-	if st := del("alice"); st != http.StatusNotFound {
+	if st := gatetest.DeleteAs(t, g.URL+"/v1/orders/1", "alice"); st != http.StatusNotFound {
 		t.Fatalf("refused DELETE = %d, want the upstream's 404", st)
 	}
 	if again := create("alice"); again.Status != http.StatusCreated || !again.replayed() {
@@ -86,7 +69,7 @@ func TestTombstonesValkey(t *testing.T) {
 	}
 
 	deleteStatus.Store(http.StatusNoContent)
-	if st := del("alice"); st != http.StatusNoContent {
+	if st := gatetest.DeleteAs(t, g.URL+"/v1/orders/1", "alice"); st != http.StatusNoContent {
 		t.Fatalf("DELETE = %d, want 204", st)
 	}
 	if n := deletes.Load(); n != 2 {

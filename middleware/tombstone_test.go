@@ -1,14 +1,14 @@
 package middleware_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -44,22 +44,6 @@ func TestTombstonesInProcess(t *testing.T) {
 		t.Helper()
 		return mustPost(t, gate.URL, owner, "create-1", `{"item":"book"}`)
 	}
-	del := func(owner string) int {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, gate.URL+"/v1/orders/1", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-User", owner)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("DELETE: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 
 	first := create("alice")
 	if first.status != http.StatusCreated || first.header.Get("Location") != "/v1/orders/1" {
@@ -68,7 +52,7 @@ func TestTombstonesInProcess(t *testing.T) {
 	if bob := create("bob"); bob.status != http.StatusCreated || bob.header.Get("Idempotent-Replayed") == "true" {
 		t.Fatalf("bob's create = %d %s", bob.status, bob.body)
 	}
-	if st := del("alice"); st != http.StatusNotFound {
+	if st := gatetest.DeleteAs(t, gate.URL+"/v1/orders/1", "alice"); st != http.StatusNotFound {
 		t.Fatalf("refused DELETE = %d, want the handler's 404", st)
 	}
 	if again := create("alice"); again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" {
@@ -77,7 +61,7 @@ func TestTombstonesInProcess(t *testing.T) {
 	mu.Lock()
 	deleteStatus = http.StatusNoContent
 	mu.Unlock()
-	if st := del("alice"); st != http.StatusNoContent {
+	if st := gatetest.DeleteAs(t, gate.URL+"/v1/orders/1", "alice"); st != http.StatusNoContent {
 		t.Fatalf("DELETE = %d, want 204", st)
 	}
 	gone := create("alice")
@@ -92,5 +76,35 @@ func TestTombstonesInProcess(t *testing.T) {
 	defer mu.Unlock()
 	if creates["alice"] != 1 || creates["bob"] != 1 {
 		t.Fatalf("the handler ran the creates %v, want once each", creates)
+	}
+}
+
+// TestTombstoneOnAnImplicit200InProcess: a DELETE handler that succeeds by
+// writing nothing (net/http's implicit 200) has deleted the resource as
+// much as one that answers 204: a retry of the create gets 410
+// resource-deleted, never the deleted order's 201.
+func TestTombstoneOnAnImplicit200InProcess(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var creates atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			return
+		}
+		creates.Add(1)
+		w.Header().Set("Location", "/v1/orders/1")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":1}`)
+	})
+	gate := serve(t, testConfig(vk.Addr(), "mw-tomb200:")+"    retention: 1h\n    resource_from: location\n", h)
+	if first := mustPost(t, gate.URL, "alice", "create-1", `{"item":"book"}`); first.status != http.StatusCreated {
+		t.Fatalf("create = %d %s", first.status, first.body)
+	}
+	if st := gatetest.DeleteAs(t, gate.URL+"/v1/orders/1", "alice"); st != http.StatusOK {
+		t.Fatalf("DELETE = %d, want net/http's implicit 200", st)
+	}
+	gone := mustPost(t, gate.URL, "alice", "create-1", `{"item":"book"}`)
+	if gone.status != http.StatusGone || !strings.Contains(gone.body, "resource-deleted") || creates.Load() != 1 {
+		t.Fatalf("retry of the create after an implicit 200 to its DELETE = %d replayed=%q %s (creates %d), want 410 resource-deleted",
+			gone.status, gone.header.Get("Idempotent-Replayed"), gone.body, creates.Load())
 	}
 }

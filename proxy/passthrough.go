@@ -29,8 +29,15 @@ func (p *Proxy) passthroughServe(w http.ResponseWriter, r *http.Request, ex *exc
 	if ex.next != nil {
 		if len(ex.plan.Tombstones) > 0 {
 			// In process no ModifyResponse sees the answer: the writer
-			// tombstones as modifyPassthrough does.
-			w = &tombstoneWriter{ResponseWriter: w, p: p, ex: ex, ctx: r.Context()}
+			// tombstones as modifyPassthrough does, and a handler that
+			// returns having written nothing is net/http's implicit 200,
+			// unless its host answers an error it returned (HostAnswers).
+			tw := &tombstoneWriter{ResponseWriter: w, p: p, ex: ex, ctx: r.Context()}
+			ex.next.ServeHTTP(tw, r)
+			if !ex.hostAnswers {
+				tw.decide(http.StatusOK)
+			}
+			return
 		}
 		ex.next.ServeHTTP(w, r)
 		return
@@ -105,4 +112,20 @@ func (p *Proxy) passthroughError(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	p.answerProblem(w, r, ex, problem.UpstreamUnreachable.With("the upstream exchange failed"))
+}
+
+// HostAnswers tells the engine that the handler serving r, a request the
+// engine passes through to it in process, returned an error that its host
+// answers (a Caddy handler's error, which handle_errors or Caddy's own
+// error page turns into the response). Having written nothing, the
+// handler then did not answer net/http's implicit 200, so a tombstone rule
+// (resource_from) does not fire on it. It reports whether r is such a
+// request; call it from the handler's goroutine, before it returns.
+func HostAnswers(r *http.Request) bool {
+	ex := exchangeOf(r.Context())
+	if ex == nil || ex.next == nil {
+		return false
+	}
+	ex.hostAnswers = true
+	return true
 }

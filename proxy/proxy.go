@@ -340,13 +340,16 @@ type exchange struct {
 	sent *url.URL
 	// next is the handler of this request in process (Options.Next, or
 	// ServeNext's), nil in the standalone proxy.
-	next   http.Handler
-	route  *policy.Route
-	id     store.Identity
-	fp     string
-	recipe string // how fp was computed: the route's recipe, or the record's
-	body   []byte
-	read   bool // body holds the request body (readBody)
+	next http.Handler
+	// hostAnswers is set by HostAnswers: next returned an error its host
+	// answers, so having written nothing is not net/http's implicit 200.
+	hostAnswers bool
+	route       *policy.Route
+	id          store.Identity
+	fp          string
+	recipe      string // how fp was computed: the route's recipe, or the record's
+	body        []byte
+	read        bool // body holds the request body (readBody)
 	// bodyReader reads body to the upstream (readBody).
 	bodyReader bytes.Reader
 	// completing is when this request started recording its response

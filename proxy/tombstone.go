@@ -112,9 +112,10 @@ func (p *Proxy) modifyPassthrough(resp *http.Response) error {
 // the status reaches the client: a client that saw the DELETE succeed and
 // retries the create gets 410 resource-deleted, never the deleted
 // resource's 201 (TestTombstonesInProcess, TestCaddyTombstones). A handler
-// that returns having written nothing tombstones nothing: a Caddy handler
-// may then return an error its host answers, and what the client gets is
-// not known here.
+// that returns having written nothing answered net/http's implicit 200
+// and tombstones as one that wrote it (TestTombstoneOnAnImplicit200InProcess),
+// unless it returned an error its host answers (HostAnswers: a Caddy
+// handler's).
 type tombstoneWriter struct {
 	http.ResponseWriter
 	p       *Proxy

@@ -1,15 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
@@ -53,22 +52,6 @@ func TestCaddyTombstones(t *testing.T) {
 			strings.TrimPrefix(del.URL, "http://"), strings.TrimPrefix(up.URL, "http://")),
 	})
 	create := func(owner string) answer { t.Helper(); return post(t, c.URL, owner, "create-1", `{"item":"book"}`) }
-	deleteAs := func(owner string) int {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.URL+"/orders/1", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-User", owner)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("DELETE: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 
 	first := create("alice")
 	if first.Status != http.StatusCreated || first.Header.Get("Location") != "/orders/1" {
@@ -77,14 +60,14 @@ func TestCaddyTombstones(t *testing.T) {
 	if bob := create("bob"); bob.Status != http.StatusCreated || bob.replayed() {
 		t.Fatalf("bob's create = %d %s", bob.Status, bob.Body)
 	}
-	if st := deleteAs("alice"); st != http.StatusNotFound {
+	if st := gatetest.DeleteAs(t, c.URL+"/orders/1", "alice"); st != http.StatusNotFound {
 		t.Fatalf("refused DELETE = %d, want the upstream's 404", st)
 	}
 	if again := create("alice"); again.Status != http.StatusCreated || !again.replayed() {
 		t.Fatalf("replay after a refused DELETE = %d replayed=%v %s", again.Status, again.replayed(), again.Body)
 	}
 	deleteStatus.Store(http.StatusNoContent)
-	if st := deleteAs("alice"); st != http.StatusNoContent {
+	if st := gatetest.DeleteAs(t, c.URL+"/orders/1", "alice"); st != http.StatusNoContent {
 		t.Fatalf("DELETE = %d, want 204", st)
 	}
 	if gone := create("alice"); gone.Status != http.StatusGone || !strings.HasSuffix(problemType(gone), "resource-deleted") {
@@ -97,5 +80,57 @@ func TestCaddyTombstones(t *testing.T) {
 	defer mu.Unlock()
 	if creates["alice"] != 1 || creates["bob"] != 1 {
 		t.Fatalf("the upstream ran the creates %v, want once each", creates)
+	}
+}
+
+// TestCaddyTombstoneFollowsWhatCaddyAnswers: a DELETE that passes through
+// to a handler that returns an error (reverse_proxy that cannot dial) is
+// answered by Caddy, 502 here, and tombstones nothing: the create still
+// replays. One that no handler answers gets Caddy's empty 200, the
+// implicit 200 of net/http, and tombstones: the retry of the create gets
+// 410 resource-deleted, never the deleted order's 201.
+func TestCaddyTombstoneFollowsWhatCaddyAnswers(t *testing.T) {
+	vk := valkeytest.Start(t)
+	var execs atomic.Int64
+	up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, r *http.Request, _ int64) {
+		order := "1"
+		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"order":"2"`) {
+			order = "2"
+		}
+		w.Header().Set("Location", "/orders/"+order)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":1}`)
+	})
+	c := runCaddy(t, caddySite{
+		YAML:        idemgateYAML + "  retention: 1h\n  resource_from: location\n",
+		Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-tomb-answer:", vk.Addr()),
+		// Nothing listens on the refused DELETE's upstream: reverse_proxy
+		// returns its dial error, and Caddy answers 502.
+		After: fmt.Sprintf("@refused path /orders/1\n\treverse_proxy @refused 127.0.0.1:%d\n\t@post method POST\n\treverse_proxy @post %s",
+			valkeytest.FreePort(t), strings.TrimPrefix(up.URL, "http://")),
+	})
+	create := func(order string) answer {
+		t.Helper()
+		return post(t, c.URL, "alice", "create-"+order, `{"order":"`+order+`"}`)
+	}
+	for _, order := range []string{"1", "2"} {
+		if a := create(order); a.Status != http.StatusCreated || a.replayed() {
+			t.Fatalf("create of order %s = %d %s", order, a.Status, a.Body)
+		}
+	}
+	if st := gatetest.DeleteAs(t, c.URL+"/orders/1", "alice"); st != http.StatusBadGateway {
+		t.Fatalf("DELETE of order 1 = %d, want Caddy's 502 for reverse_proxy's dial error", st)
+	}
+	if a := create("1"); a.Status != http.StatusCreated || !a.replayed() {
+		t.Errorf("retry of create 1 after a DELETE Caddy answered 502 = %d replayed=%v %s, want its replay", a.Status, a.replayed(), a.Body)
+	}
+	if st := gatetest.DeleteAs(t, c.URL+"/orders/2", "alice"); st != http.StatusOK {
+		t.Fatalf("DELETE of order 2 = %d, want Caddy's empty 200 (no handler answered)", st)
+	}
+	if gone := create("2"); gone.Status != http.StatusGone || !strings.HasSuffix(problemType(gone), "resource-deleted") {
+		t.Errorf("retry of create 2 after Caddy's implicit 200 to its DELETE = %d replayed=%v %s, want 410 resource-deleted", gone.Status, gone.replayed(), gone.Body)
+	}
+	if n := execs.Load(); n != 2 {
+		t.Fatalf("the upstream ran %d creates, want 2", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemgate/idemgate/problem"
 )
@@ -54,6 +55,28 @@ func Post(ctx context.Context, c *http.Client, url, host string, h http.Header, 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp, b, err
+}
+
+// DeleteAs sends DELETE url as owner (X-User; left out when "") with a
+// 10 s bound, closes the answer and returns its status; it fails t when
+// the exchange fails.
+func DeleteAs(t testing.TB, url, owner string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner != "" {
+		req.Header.Set("X-User", owner)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("DELETE %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // ProblemType returns the type of the RFC 9457 problem document body,
