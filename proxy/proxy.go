@@ -15,6 +15,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -180,6 +181,17 @@ type Proxy struct {
 	h2c          bool
 	storeDown    func() bool
 	downWarned   atomic.Int64 // unix nanoseconds of the last store-down warning
+	// ownerChecks joins the checks of one owner record (ownerrecord.go);
+	// ownerToken is the token of this proxy's claims of owner records,
+	// one for all, so a check retried after a lost reply finds its own
+	// claim (store contract rule 1).
+	ownerChecks    singleflight.Group
+	ownerTokenOnce sync.Once
+	ownerToken     string
+	// conflictsLogged is when each owner conflict was last logged, by
+	// scope and owner form.
+	conflictsMu     sync.Mutex
+	conflictsLogged map[string]time.Time
 	// next is Options.Next: nil for the standalone proxy.
 	next http.Handler
 }
