@@ -117,6 +117,26 @@ func (o *OwnerRecord) Pass(by any) {
 	}
 }
 
+// Forget undoes Pass(by): by checks the record again on its next request
+// (the store may have lost it: proxy.Proxy.NoteStoreFailure).
+func (o *OwnerRecord) Forget(by any) {
+	for {
+		old := o.passed.Load()
+		if old == nil || !o.Passed(by) {
+			return
+		}
+		next := make([]any, 0, len(*old))
+		for _, b := range *old {
+			if b != by {
+				next = append(next, b)
+			}
+		}
+		if o.passed.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
 // OwnerRecord returns the owner record the request of r must find in the
 // store before it is claimed, nil when r's owners need none.
 func (r *Route) OwnerRecord() *OwnerRecord { return r.ownerRecord }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"weak"
 
 	"github.com/idemgate/idemgate/policy"
 	"github.com/idemgate/idemgate/problem"
@@ -115,6 +116,9 @@ func (p *Proxy) logOwnerConflict(c *ownerConflict) {
 // store's contract.
 func (p *Proxy) checkOwnerRecord(rec *policy.OwnerRecord, route string) error {
 	p.ownerTokenOnce.Do(func() { p.ownerToken = p.newToken() })
+	p.conflictsMu.Lock()
+	gen := p.ownersForgotten
+	p.conflictsMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), ownerRecordLease+3*p.storeTimeout)
 	defer cancel()
 	for {
@@ -137,7 +141,7 @@ func (p *Proxy) checkOwnerRecord(rec *policy.OwnerRecord, route string) error {
 				return fmt.Errorf("completing the owner record: %w", err)
 			}
 			if done {
-				rec.Pass(p)
+				p.passOwnerRecord(rec, gen)
 				p.log.Info("owner record written", "scope", rec.Identity.Scope, "owner_form", rec.Identity.Key, "owner_source", rec.Source)
 				return nil
 			}
@@ -146,7 +150,7 @@ func (p *Proxy) checkOwnerRecord(rec *policy.OwnerRecord, route string) error {
 		case store.Completed:
 			stop()
 			if res.Fingerprint == rec.Fingerprint {
-				rec.Pass(p)
+				p.passOwnerRecord(rec, gen)
 				return nil
 			}
 			return &ownerConflict{rec: rec, route: route, recorded: policy.RecordedSource(res.Recipe)}
@@ -192,4 +196,40 @@ func (p *Proxy) ownerClaim(ctx context.Context, rec *policy.OwnerRecord) (store.
 		return res, fmt.Errorf("claiming the owner record of scope %q: %w", rec.Identity.Scope, err)
 	}
 	return res, nil
+}
+
+// passOwnerRecord marks rec checked by p, and remembers it for
+// forgetOwnerRecords, unless that ran since the check began (gen): the
+// check's answer may predate what the store lost. The request it was made
+// for goes on either way; the next one checks again.
+func (p *Proxy) passOwnerRecord(rec *policy.OwnerRecord, gen uint64) {
+	p.conflictsMu.Lock()
+	defer p.conflictsMu.Unlock()
+	if gen != p.ownersForgotten {
+		return
+	}
+	live := p.ownersPassed[:0]
+	for _, w := range p.ownersPassed {
+		if w.Value() != nil {
+			live = append(live, w)
+		}
+	}
+	p.ownersPassed = append(live, weak.Make(rec))
+	// Marked under the lock, so a forgetOwnerRecords that runs meanwhile
+	// never misses it.
+	rec.Pass(p)
+}
+
+// forgetOwnerRecords makes every owner record p has checked be checked
+// again on its next request.
+func (p *Proxy) forgetOwnerRecords() {
+	p.conflictsMu.Lock()
+	defer p.conflictsMu.Unlock()
+	for _, w := range p.ownersPassed {
+		if rec := w.Value(); rec != nil {
+			rec.Forget(p)
+		}
+	}
+	p.ownersPassed = nil
+	p.ownersForgotten++
 }

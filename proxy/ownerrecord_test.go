@@ -2,7 +2,10 @@ package proxy_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +138,75 @@ func TestOwnerRecordAdmitsAnotherNumberOfJWTClaims(t *testing.T) {
 	if sub.Identity != tenant.Identity || sub.Fingerprint == tenant.Fingerprint {
 		t.Fatalf("jwt [sub] and [tenant]: records %+v %q and %+v %q, want one identity with other fingerprints",
 			sub.Identity, sub.Fingerprint, tenant.Identity, tenant.Fingerprint)
+	}
+}
+
+// TestOwnerRecordCheckedAgainAfterAStoreDisruption: a Valkey that lost
+// its data (restarted without persistence; FLUSHALL here) lost the owner
+// record too, and an instance with header:X-Partner started since wrote
+// its own. The instance with header:X-User that had checked the lost
+// record hears of the disruption (NoteStoreFailure, as the store's
+// subscription reports it) and checks again: its scope is refused, so
+// user 42 and partner 42 never write "h:42" records side by side and
+// partner 42 is never answered user 42's response.
+func TestOwnerRecordCheckedAgainAfterAStoreDisruption(t *testing.T) {
+	srv := valkeytest.Start(t)
+	st, err := valkey.New(t.Context(), valkey.Options{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	up := newUpstream(t, created)
+	target, _ := url.Parse(up.URL)
+	instance := func(header string) (*proxy.Proxy, string) {
+		d := baseRoute()
+		d.Owner = identity.OwnerSource{Kind: identity.OwnerHeader, Header: header}
+		pol, err := policy.New(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := proxy.New(proxy.Options{Upstream: target, Store: st, Timeout: 5 * time.Second, Policy: func() *policy.Policy { return pol }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		front := httptest.NewServer(p)
+		t.Cleanup(front.Close)
+		return p, front.URL
+	}
+	send := func(url, header, value, key string) (int, string, bool) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+"/v1/orders", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(header, value)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get(proxy.ReplayedHeader) == "true"
+	}
+
+	users, usersURL := instance("X-User")
+	if s, b, _ := send(usersURL, "X-User", "42", "k1"); s != http.StatusCreated {
+		t.Fatalf("user 42 before the loss: %d %s", s, b)
+	}
+	if _, err := srv.CLI("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	_, partnersURL := instance("X-Partner")
+	if s, b, _ := send(partnersURL, "X-Partner", "7", "k2"); s != http.StatusCreated {
+		t.Fatalf("partner 7 on the instance started after the loss: %d %s", s, b)
+	}
+	users.NoteStoreFailure()
+	if s, b, _ := send(usersURL, "X-User", "42", "k3"); s != http.StatusInternalServerError || !strings.Contains(b, "owner-source-conflict") {
+		t.Fatalf("user 42 after the disruption, partner's owner record in the store: %d %s, want 500 owner-source-conflict", s, b)
+	}
+	if s, b, replayed := send(partnersURL, "X-Partner", "42", "k3"); replayed || s != http.StatusCreated {
+		t.Fatalf("partner 42: %d replayed=%v %s, want the upstream's 201", s, replayed, b)
+	}
+	if c := up.count("/v1/orders"); c != 3 {
+		t.Fatalf("upstream ran %d times, want 3 (k1, k2, partner 42's k3)", c)
 	}
 }

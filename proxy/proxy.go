@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"golang.org/x/sync/singleflight"
 
@@ -189,9 +190,15 @@ type Proxy struct {
 	ownerTokenOnce sync.Once
 	ownerToken     string
 	// conflictsLogged is when each owner conflict was last logged, by
-	// scope and owner form.
+	// scope and owner form; ownersPassed are the owner records this proxy
+	// has checked, weakly held (a reload drops its policy's), for
+	// NoteStoreFailure to check again.
 	conflictsMu     sync.Mutex
 	conflictsLogged map[string]time.Time
+	ownersPassed    []weak.Pointer[policy.OwnerRecord]
+	// ownersForgotten counts forgetOwnerRecords calls: a check begun
+	// before one does not mark its record checked.
+	ownersForgotten uint64
 	// next is Options.Next: nil for the standalone proxy.
 	next http.Handler
 }
