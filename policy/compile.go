@@ -151,6 +151,7 @@ func New(defaults Route, routes []Route) (*Policy, error) {
 	// pattern but one equivalent to "/" is more specific, so no match
 	// changes; if a route is such a pattern, it is the catch-all.
 	_ = registerFallback(p.mux)
+	p.bindOwnerRecords()
 	p.compileVariants()
 	p.indexes = p.defaults.ResourceFrom != "" || slices.ContainsFunc(p.routes, func(r *Route) bool { return r.ResourceFrom != "" })
 	return p, nil
@@ -372,6 +373,7 @@ func cloneRoute(r Route) *Route {
 	r.TombstoneMethods = slices.Clone(r.TombstoneMethods)
 	r.JWT = r.JWT.Clone()
 	r.jwt = nil
+	r.ownerRecord = nil
 	return &r
 }
 

@@ -138,6 +138,10 @@ type Route struct {
 	// recipe caches Fingerprint.Recipe(), set by New.
 	recipe string
 
+	// ownerRecord is the owner record of the route's scope and owner
+	// form (OwnerRecord), set by New; nil when its form needs none.
+	ownerRecord *OwnerRecord
+
 	// ReplayGRPCCodes (`replay_grpc_codes`) are the grpc-status codes
 	// stored and replayed for a gRPC call (Content-Type application/grpc)
 	// answered with a replayable HTTP status; nil means

@@ -19,6 +19,7 @@ var advice = map[string]string{
 	StoreUnavailable.Slug:      "retry later with the same key",
 	Overloaded.Slug:            "retry later with the same key",
 	StoredResponseDamaged.Slug: "ask an operator; do not retry",
+	OwnerSourceConflict.Slug:   "ask an operator; do not retry",
 	ShuttingDown.Slug:          "retry with the same key (another replica answers)",
 	UpstreamUnreachable.Slug:   "retry with the same key",
 	UpstreamFailed.Slug:        "retry with the same key after the lease",

@@ -68,9 +68,17 @@ var (
 	// replayed nor run again, even on a fail_open route, since the
 	// operation did run; an operator inspects and purges the record.
 	StoredResponseDamaged = Kind{"stored-response-damaged", http.StatusInternalServerError, "The stored response failed its integrity check", "store_error"}
-	UpstreamUnreachable   = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", "upstream_error"}
-	UpstreamFailed        = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", "upstream_error"}
-	UpstreamTimeout       = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", "upstream_error"}
+	// OwnerSourceConflict answers a keyed request of a scope whose owner
+	// record (policy.OwnerRecord) names another owner source than the
+	// route's: the scope's records were written with owners of the same
+	// form from that other source, so a principal of the route's source
+	// could be answered another's records. Nothing is claimed or
+	// forwarded, on fail_open routes too (the store answered); an
+	// operator fixes the configuration or deletes the record on purpose.
+	OwnerSourceConflict = Kind{"owner-source-conflict", http.StatusInternalServerError, "The route's owner source conflicts with the one recorded for its key scope", "store_error"}
+	UpstreamUnreachable = Kind{"upstream-unreachable", http.StatusBadGateway, "Upstream unreachable", "upstream_error"}
+	UpstreamFailed      = Kind{"upstream-failed", http.StatusBadGateway, "Upstream exchange failed; outcome unknown", "upstream_error"}
+	UpstreamTimeout     = Kind{"upstream-timeout", http.StatusGatewayTimeout, "Upstream timed out; outcome unknown", "upstream_error"}
 )
 
 // The proxy's refusals of a request's protocol form, on any route; they
@@ -121,7 +129,7 @@ var (
 func Catalog() []Kind {
 	return []Kind{
 		InvalidKey, MissingKey, MissingOwner, InvalidCredentials, BadRequest, Ambiguous, TooLarge, KeyReused,
-		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, Overloaded, StoredResponseDamaged,
+		InProgress, NotRetained, OutcomeUnknown, ResourceDeleted, ShuttingDown, StoreUnavailable, Overloaded, StoredResponseDamaged, OwnerSourceConflict,
 		UpstreamUnreachable, UpstreamFailed, UpstreamTimeout, RequestTrailers, HTTP2Preface, AsteriskTarget,
 		AdminUnauthorized, AdminDisabled, AdminBadRequest, AdminUnknownRoute, AdminRecordNotFound,
 		AdminRecordRunning, AdminInternal, PolicyNotLoaded, NotReady, MetricsNotConfigured, MethodNotAllowed, NotFound,

@@ -46,6 +46,7 @@ var grpcCodes = map[string]codes.Code{
 	StoreUnavailable.Slug:      codes.Unavailable,
 	Overloaded.Slug:            codes.Unavailable,
 	StoredResponseDamaged.Slug: codes.DataLoss,
+	OwnerSourceConflict.Slug:   codes.FailedPrecondition,
 	UpstreamUnreachable.Slug:   codes.Unavailable,
 	UpstreamFailed.Slug:        codes.Unknown,
 	UpstreamTimeout.Slug:       codes.DeadlineExceeded,

@@ -29,6 +29,7 @@ func TestKindOutcomesAreMetricsLabels(t *testing.T) {
 		problem.StoreUnavailable:      metrics.OutcomeStoreError,
 		problem.Overloaded:            metrics.OutcomeOverloaded,
 		problem.StoredResponseDamaged: metrics.OutcomeStoreError,
+		problem.OwnerSourceConflict:   metrics.OutcomeStoreError,
 		problem.UpstreamUnreachable:   metrics.OutcomeUpstreamError,
 		problem.UpstreamFailed:        metrics.OutcomeUpstreamError,
 		problem.UpstreamTimeout:       metrics.OutcomeUpstreamError,

@@ -43,6 +43,9 @@ func notAcked(op string) error {
 }
 
 func (s *ackStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if isOwnerRecord(p.Identity) {
+		return s.Store.Claim(ctx, p)
+	}
 	id := p.Identity
 	s.lastID.Store(&id)
 	res, err := s.Store.Claim(ctx, p)
@@ -66,6 +69,9 @@ func (s *ackStore) Extend(ctx context.Context, id store.Identity, token string, 
 }
 
 func (s *ackStore) Complete(ctx context.Context, id store.Identity, token string, r store.Response) (bool, error) {
+	if isOwnerRecord(id) {
+		return s.Store.Complete(ctx, id, token, r)
+	}
 	refusing := time.Now().UnixNano() < s.refuseUntil.Load()
 	if refusing && s.lose {
 		return false, notAcked("complete")

@@ -26,6 +26,9 @@ type stalledStore struct {
 }
 
 func (s *stalledStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if isOwnerRecord(p.Identity) {
+		return s.Store.Claim(ctx, p)
+	}
 	s.claims.Add(1)
 	select {
 	case <-s.release:

@@ -24,6 +24,11 @@ func (p *Proxy) enforce(w http.ResponseWriter, r *http.Request, ex *exchange) {
 			p.refuseStoreDown(w, r, ex)
 			return
 		}
+		// The scope's owner record before its first claim under this
+		// policy, in this proxy: one atomic load once it is checked.
+		if first && !p.ownersChecked(w, r, ex) {
+			return
+		}
 		// Past server.max_store_waiting a new request is refused here, at
 		// once, before anything is claimed (admission.go).
 		if !p.enterStore(w, ex, first) {

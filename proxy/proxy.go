@@ -15,8 +15,10 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"golang.org/x/sync/singleflight"
 
@@ -180,6 +182,23 @@ type Proxy struct {
 	h2c          bool
 	storeDown    func() bool
 	downWarned   atomic.Int64 // unix nanoseconds of the last store-down warning
+	// ownerChecks joins the checks of one owner record (ownerrecord.go);
+	// ownerToken is the token of this proxy's claims of owner records,
+	// one for all, so a check retried after a lost reply finds its own
+	// claim (store contract rule 1).
+	ownerChecks    singleflight.Group
+	ownerTokenOnce sync.Once
+	ownerToken     string
+	// conflictsLogged is when each owner conflict was last logged, by
+	// scope and owner form; ownersPassed are the owner records this proxy
+	// has checked, weakly held (a reload drops its policy's), for
+	// NoteStoreFailure to check again.
+	conflictsMu     sync.Mutex
+	conflictsLogged map[string]time.Time
+	ownersPassed    []weak.Pointer[policy.OwnerRecord]
+	// ownersForgotten counts forgetOwnerRecords calls: a check begun
+	// before one does not mark its record checked.
+	ownersForgotten uint64
 	// next is Options.Next: nil for the standalone proxy.
 	next http.Handler
 }

@@ -29,8 +29,16 @@ func (p *Proxy) noteStoreError() { p.health.failing.CompareAndSwap(0, time.Now()
 // example the Valkey store's events subscription was lost). Until the store
 // has answered a claim again and one lease has passed since, this instance
 // answers 409 instead of taking over a claim whose lease ended: its holder
-// may be alive and about to record its response. Safe for concurrent use.
-func (p *Proxy) NoteStoreFailure() { p.noteStoreError() }
+// may be alive and about to record its response. The owner records it
+// has checked are checked again on their scope's next request: a store
+// that lost its data (a Valkey restarted without persistence) lost them
+// too, and another instance with another owner source may have written
+// its own since (TestOwnerRecordCheckedAgainAfterAStoreDisruption). Safe
+// for concurrent use.
+func (p *Proxy) NoteStoreFailure() {
+	p.noteStoreError()
+	p.forgetOwnerRecords()
+}
 
 // noteStoreOK remembers that the store answered a claim.
 func (p *Proxy) noteStoreOK() {

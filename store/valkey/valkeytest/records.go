@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/policy"
 )
 
 // DamageCompleted damages, behind idemgate's back, every completed layout
@@ -15,7 +17,8 @@ import (
 // netstrings; its first byte is the flags). Each p field is written back
 // with its own length, so damage keeps the framing of the fields and a
 // reader sees exactly the bytes damage left. It returns how many records
-// it damaged, and fails the test on a record that does not read as the
+// it damaged (a scope's owner record, policy.OwnerRecord, is left
+// alone), and fails the test on a record that does not read as the
 // layout says: every shape's tests of damaged records (proxy, middleware,
 // Caddy) share it, instead of a reader of the layout each.
 func (s *Server) DamageCompleted(t testing.TB, pattern string, damage func(rec []byte, response int)) int {
@@ -48,6 +51,9 @@ func (s *Server) DamageCompleted(t testing.TB, pattern string, damage func(rec [
 			parts[i] = p[0]
 		}
 		rec := []byte(strings.Join(parts, ""))
+		if bytes.HasPrefix(rec, ownerRecord) {
+			continue // a scope's owner record, not a request's
+		}
 		damage(rec, responseAt(t, k, rec))
 		for i, part := range parts {
 			if _, err := c.do("HSET", k, "p"+strconv.Itoa(i), string(rec[:len(part)])); err != nil {
@@ -59,6 +65,10 @@ func (s *Server) DamageCompleted(t testing.TB, pattern string, damage func(rec [
 	}
 	return damaged
 }
+
+// ownerRecord is how the record of a scope's owner source starts: its
+// owner's netstring (policy.OwnerRecord), which no request's owner equals.
+var ownerRecord = []byte(strconv.Itoa(len(policy.OwnerRecordOwner)) + ":" + policy.OwnerRecordOwner)
 
 // responseAt returns the offset of the stored response in rec, the joined
 // record at key k: it follows 7 netstrings (owner scope key fingerprint
