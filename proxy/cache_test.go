@@ -72,6 +72,18 @@ func valkeyProxyOpts(t *testing.T, vo valkey.Options, o proxy.Options) *proxy.Pr
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// Before the store closes (the cleanups run last first): a
+		// response the store refused to record goes on being retried in
+		// the background, and would otherwise outlive the test into the
+		// next one's count of goroutines (TestAttackWaitersThatLeaveLeakNothing
+		// after TestFailOpenNeverRunsAnUnacknowledgedCompletionAgain).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Wait(ctx); err != nil {
+			t.Errorf("a response was still to record 10 s after the test: %v", err)
+		}
+	})
 	return p
 }
 
