@@ -332,11 +332,15 @@ func TestRequestSpansStoreChildrenAndUpstreamTraceparent(t *testing.T) {
 	noSecrets(t, all)
 }
 
-// failingStore fails every claim with a message that quotes the record
-// key, as a backend error might.
+// failingStore fails every claim of a request with a message that quotes
+// the record key, as a backend error might; the scope's owner record
+// (policy.OwnerRecord), checked before, passes.
 type failingStore struct{ store.Store }
 
-func (f failingStore) Claim(_ context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+func (f failingStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if p.Identity.Owner == policy.OwnerRecordOwner {
+		return f.Store.Claim(ctx, p)
+	}
 	return store.ClaimResult{}, fmt.Errorf("%w: EVALSHA on idemgate:{%s}:%s/%s: connection reset",
 		store.ErrUnavailable, p.Identity.Owner, p.Identity.Scope, p.Identity.Key)
 }
