@@ -21,23 +21,11 @@ import (
 // running the operation again): the retry is refused 409 while the claim
 // runs, and the backend ran once.
 func TestReverseProxyAnswerCutShortKeepsTheClaim(t *testing.T) {
-	cases := map[string]string{
-		"content-length": "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"order\":",
-		"chunked":        "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"order\":\r\n",
-	}
 	vk := valkeytest.Start(t)
-	for name, answer := range cases {
+	for name, answer := range gatetest.CutShortAnswers() {
 		t.Run(name, func(t *testing.T) {
 			var execs atomic.Int64
-			be := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
-				conn, buf, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					return
-				}
-				_, _ = buf.WriteString(answer)
-				_ = buf.Flush()
-				_ = conn.Close()
-			})
+			be := gatetest.CutShortUpstream(t, &execs, answer)
 			gate := serve(t, testConfig(vk.Addr(), "mw-cut-"+name+":")+"    concurrent: conflict\n", proxyTo(be.URL))
 			first, err := postWith(t, noRetry, context.Background(), gate.URL, "alice", "k", `{"n":1}`)
 			if err == nil && (first.status == http.StatusCreated || first.status == http.StatusConflict) {

@@ -97,41 +97,23 @@ func TestGracefulShutdownRecordsTheCallInFlight(t *testing.T) {
 		t.Run(onAbandoned, func(t *testing.T) {
 			_, _ = vk.CLI("FLUSHALL")
 			yaml := fmt.Sprintf(shutdownYAML, vk.Addr(), onAbandoned)
-			var runs atomic.Int64
-			entered, hold := make(chan struct{}, 4), make(chan struct{})
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.ReadAll(r.Body)
-				n := runs.Add(1)
-				entered <- struct{}{}
-				if n == 1 {
-					<-hold
-				}
-				w.WriteHeader(http.StatusCreated)
-				fmt.Fprintf(w, `{"run":%d}`, n)
-			})
+			h := &heldHandler{entered: make(chan struct{}, 4), hold: make(chan struct{})}
 			old := startService(t, yaml, h)
-			first := make(chan answer, 1)
-			go func() {
-				a, err := postHost(t, noRetry, context.Background(), old.url, "api.example", "alice", "k", `{"n":1}`)
-				if err != nil {
-					a.status, a.body = 0, err.Error()
-				}
-				first <- a
-			}()
-			<-entered
+			first := h.postFirst(t, old.url)
+			<-h.entered
 			old.stop() // SIGINT: the store's context ends, Shutdown begins
 			// The call outlasts its lease, as a slow one may while the
 			// process drains; its heartbeat must keep the claim.
 			time.Sleep(2 * time.Second)
 			next := startService(t, yaml, h)
 			during, _ := postHost(t, noRetry, context.Background(), next.url, "api.example", "alice", "k", `{"n":1}`)
-			close(hold)
+			close(h.hold)
 			a := <-first
 			<-old.done
 			if a.status != http.StatusCreated {
 				t.Fatalf("the client of the service shutting down: %d %s, want the handler's 201", a.status, a.body)
 			}
-			if n := runs.Load(); n != 1 {
+			if n := h.runs.Load(); n != 1 {
 				t.Fatalf("the handler ran %d times (a retry during the drain got %d %s), want 1: the claim of a call still running was taken over",
 					n, during.status, during.body)
 			}
@@ -140,9 +122,9 @@ func TestGracefulShutdownRecordsTheCallInFlight(t *testing.T) {
 				retry, _ = postHost(t, noRetry, context.Background(), next.url, "api.example", "alice", "k", `{"n":1}`)
 				return retry.status != http.StatusConflict || !strings.Contains(retry.body, "request-in-progress")
 			})
-			if retry.status != http.StatusCreated || retry.header.Get(proxy.ReplayedHeader) != "true" || retry.body != a.body || runs.Load() != 1 {
+			if retry.status != http.StatusCreated || retry.header.Get(proxy.ReplayedHeader) != "true" || retry.body != a.body || h.runs.Load() != 1 {
 				t.Fatalf("retry after the graceful shutdown: %d %s (replayed %q), handler runs %d; want the replay of %s and 1 run",
-					retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), runs.Load(), a.body)
+					retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), h.runs.Load(), a.body)
 			}
 		})
 	}
@@ -180,30 +162,12 @@ func TestGracefulShutdownClosesAfterThePendingResponse(t *testing.T) {
 	vk := valkeytest.Start(t)
 	t.Cleanup(vk.Resume)
 	yaml := fmt.Sprintf(pendingYAML, vk.Addr())
-	var runs atomic.Int64
-	entered, hold := make(chan struct{}, 4), make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		n := runs.Add(1)
-		entered <- struct{}{}
-		if n == 1 {
-			<-hold
-		}
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"run":%d}`, n)
-	})
+	h := &heldHandler{entered: make(chan struct{}, 4), hold: make(chan struct{})}
 	old := startService(t, yaml, h)
-	first := make(chan answer, 1)
-	go func() {
-		a, err := postHost(t, noRetry, context.Background(), old.url, "api.example", "alice", "k", `{"n":1}`)
-		if err != nil {
-			a.status, a.body = 0, err.Error()
-		}
-		first <- a
-	}()
-	<-entered
+	first := h.postFirst(t, old.url)
+	<-h.entered
 	vk.Pause()
-	close(hold)
+	close(h.hold)
 	a := <-first // after the store timeout (2 s): the completion is pending
 	if a.status != http.StatusCreated {
 		t.Fatalf("the first client: %d %s, want the handler's 201", a.status, a.body)
@@ -223,8 +187,43 @@ func TestGracefulShutdownClosesAfterThePendingResponse(t *testing.T) {
 	}
 	next := startService(t, yaml, h)
 	retry, _ := postHost(t, noRetry, context.Background(), next.url, "api.example", "alice", "k", `{"n":1}`)
-	if retry.status != http.StatusCreated || retry.header.Get(proxy.ReplayedHeader) != "true" || retry.body != a.body || runs.Load() != 1 {
+	if retry.status != http.StatusCreated || retry.header.Get(proxy.ReplayedHeader) != "true" || retry.body != a.body || h.runs.Load() != 1 {
 		t.Fatalf("retry after the shutdown: %d %s (replayed %q), handler runs %d; want the replay of %s and 1 run",
-			retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), runs.Load(), a.body)
+			retry.status, retry.body, retry.header.Get(proxy.ReplayedHeader), h.runs.Load(), a.body)
 	}
+}
+
+// heldHandler is a handler that counts its runs and answers 201 with the
+// run's number, its first run waiting for hold to close; each run sends
+// on entered as it starts.
+type heldHandler struct {
+	runs    atomic.Int64
+	entered chan struct{}
+	hold    chan struct{}
+}
+
+func (h *heldHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.ReadAll(r.Body)
+	n := h.runs.Add(1)
+	h.entered <- struct{}{}
+	if n == 1 {
+		<-h.hold
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"run":%d}`, n)
+}
+
+// postFirst sends alice's keyed call to the service at url in the
+// background; its answer (status 0 and the error as body when the
+// exchange failed) arrives on the channel.
+func (h *heldHandler) postFirst(t *testing.T, url string) <-chan answer {
+	first := make(chan answer, 1)
+	go func() {
+		a, err := postHost(t, noRetry, context.Background(), url, "api.example", "alice", "k", `{"n":1}`)
+		if err != nil {
+			a.status, a.body = 0, err.Error()
+		}
+		first <- a
+	}()
+	return first
 }

@@ -23,23 +23,11 @@ import (
 // released (a retry running the operation again): the retry is refused
 // 409 while the claim runs, and the upstream ran once.
 func TestCaddyUpstreamAnswerCutShortKeepsTheClaim(t *testing.T) {
-	cases := map[string]string{
-		"content-length": "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"order\":",
-		"chunked":        "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"order\":\r\n",
-	}
 	vk := valkeytest.Start(t)
-	for name, answer := range cases {
+	for name, answer := range gatetest.CutShortAnswers() {
 		t.Run(name, func(t *testing.T) {
 			var execs atomic.Int64
-			up := gatetest.CountingUpstream(t, &execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
-				conn, buf, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					return
-				}
-				_, _ = buf.WriteString(answer)
-				_ = buf.Flush()
-				_ = conn.Close()
-			})
+			up := gatetest.CutShortUpstream(t, &execs, answer)
 			c := runCaddy(t, caddySite{
 				YAML:        fmt.Sprintf(conflictYAML, "10s"),
 				Idempotency: fmt.Sprintf("store_addrs %s\n\t\tkey_prefix caddy-cut-%s:", vk.Addr(), name),

@@ -106,6 +106,34 @@ func CountingUpstream(t testing.TB, execs *atomic.Int64, handle Counted) *httpte
 	return CountingUpstreamOn(t, nil, execs, handle)
 }
 
+// CutShortAnswers returns raw HTTP/1.1 answers, by name, whose 201 comes
+// whole and whose body ends early, the connection then closing: before
+// its Content-Length ("content-length"), or before the last chunk
+// ("chunked"). A proxy has written the 201 when its copy of the body
+// fails: not an outcome (the binary's TestFaultUpstreamAmbiguousFailure).
+func CutShortAnswers() map[string]string {
+	return map[string]string{
+		"content-length": "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"order\":",
+		"chunked":        "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"order\":\r\n",
+	}
+}
+
+// CutShortUpstream is a CountingUpstream that acts on each POST (counted
+// in execs) and answers it with answer, raw, then closes the connection
+// (CutShortAnswers).
+func CutShortUpstream(t testing.TB, execs *atomic.Int64, answer string) *httptest.Server {
+	t.Helper()
+	return CountingUpstream(t, execs, func(w http.ResponseWriter, _ *http.Request, _ int64) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		_, _ = buf.WriteString(answer)
+		_ = buf.Flush()
+		_ = conn.Close()
+	})
+}
+
 // CountingUpstreamOn is CountingUpstream on ln (a port reserved
 // earlier), or on a new loopback port when ln is nil.
 func CountingUpstreamOn(t testing.TB, ln net.Listener, execs *atomic.Int64, handle Counted) *httptest.Server {
