@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/gatetest"
 	"github.com/idemgate/idemgate/store/valkey/valkeytest"
 )
 
@@ -71,8 +72,14 @@ func TestRestartToAnotherOwnerHeaderNeverReplaysAcrossPrincipals(t *testing.T) {
 		t.Fatalf("the upstream ran %d times, want 1 (user 42's order only)", n)
 	}
 	const purge = "idemgate admin purge --route orders --owner idemgate:owner-ledger --key header --force"
-	if logs := partner.Logs(); !strings.Contains(logs, `"recorded_owner_source":"header:X-User"`) || !strings.Contains(logs, purge) {
-		t.Fatalf("the refusal's log line names no recorded source or no way to clear it (%q); logs:\n%s", purge, logs)
+	// The line is written before the answer, but reaches the test through
+	// the process's output pipe, which the answer may overtake.
+	named := func() bool {
+		logs := partner.Logs()
+		return strings.Contains(logs, `"recorded_owner_source":"header:X-User"`) && strings.Contains(logs, purge)
+	}
+	if !gatetest.Until(10*time.Second, named) {
+		t.Fatalf("the refusal's log line names no recorded source or no way to clear it (%q); logs:\n%s", purge, partner.Logs())
 	}
 
 	// The operator clears the record on purpose, with the command the log
