@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -88,15 +89,7 @@ func RecordedSource(recipe string) string {
 // Passed reports whether by has checked the record under this policy.
 func (o *OwnerRecord) Passed(by any) bool {
 	l := o.passed.Load()
-	if l == nil {
-		return false
-	}
-	for _, b := range *l {
-		if b == by {
-			return true
-		}
-	}
-	return false
+	return l != nil && slices.Contains(*l, by)
 }
 
 // Pass remembers that by has checked the record under this policy.
@@ -105,7 +98,7 @@ func (o *OwnerRecord) Pass(by any) {
 		old := o.passed.Load()
 		var next []any
 		if old != nil {
-			if o.Passed(by) {
+			if slices.Contains(*old, by) {
 				return
 			}
 			next = append(next, *old...)
@@ -122,15 +115,10 @@ func (o *OwnerRecord) Pass(by any) {
 func (o *OwnerRecord) Forget(by any) {
 	for {
 		old := o.passed.Load()
-		if old == nil || !o.Passed(by) {
+		if old == nil || !slices.Contains(*old, by) {
 			return
 		}
-		next := make([]any, 0, len(*old))
-		for _, b := range *old {
-			if b != by {
-				next = append(next, b)
-			}
-		}
+		next := slices.DeleteFunc(slices.Clone(*old), func(b any) bool { return b == by })
 		if o.passed.CompareAndSwap(old, &next) {
 			return
 		}
